@@ -1,0 +1,1 @@
+"""Collectors: turn what sources read into catalogue samples; one collector per file."""

@@ -1,0 +1,138 @@
+"""Render samples as Prometheus text exposition (format 0.0.4), native and dcgm-compatible.
+
+Sits between the collection loop and the HTTP server: a cycle's samples are rendered once
+into bytes, and every scrape serves those bytes (collection is decoupled from scraping).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from exporter.catalog import (
+    DCGM_LABELS,
+    GPU_INFO,
+    GPU_XID_ERRORS,
+    DcgmField,
+    MetricDef,
+    Sample,
+)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def escape_label(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def escape_help(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(v: float) -> str:
+    if v != v:
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return repr(v)
+
+
+def _series(name: str, labels: Iterable[tuple[str, str]], value: float) -> str:
+    inner = ",".join(f'{k}="{escape_label(v)}"' for k, v in labels if v != "")
+    return f"{name}{{{inner}}} {format_value(value)}" if inner else f"{name} {format_value(value)}"
+
+
+def _header(name: str, help_: str, type_: str) -> list[str]:
+    return [f"# HELP {name} {escape_help(help_)}", f"# TYPE {name} {type_}"]
+
+
+def group(samples: Iterable[Sample]) -> dict[MetricDef, list[Sample]]:
+    out: dict[MetricDef, list[Sample]] = {}
+    for s in samples:
+        out.setdefault(s.metric, []).append(s)
+    return out
+
+
+def render_native(grouped: dict[MetricDef, list[Sample]]) -> list[str]:
+    lines: list[str] = []
+    for metric, samples in grouped.items():
+        if metric.name.startswith("DCGM_"):
+            continue
+        lines += _header(metric.name, metric.help, metric.type)
+        names = metric.labels
+        seen: set[tuple[str, ...]] = set()
+        for s in samples:
+            if s.label_values in seen:  # one series once, even if a source repeated it
+                continue
+            seen.add(s.label_values)
+            lines.append(_series(metric.name, zip(names, s.label_values, strict=True), s.value))
+    return lines
+
+
+@dataclass(frozen=True)
+class _GpuIdentity:
+    labels: tuple[tuple[str, str], ...]
+
+
+def _identities(grouped: dict[MetricDef, list[Sample]]) -> dict[str, _GpuIdentity]:
+    """GPU index -> dcgm-exporter's identity labels, from gpuwarden_gpu_info."""
+    out: dict[str, _GpuIdentity] = {}
+    for s in grouped.get(GPU_INFO, []):
+        lab = s.labels
+        vals = (lab["gpu"], lab["uuid"], lab["pci_bus_id"], f"nvidia{lab['gpu']}", lab["name"],
+                lab["node"])
+        out[lab["gpu"]] = _GpuIdentity(tuple(zip(DCGM_LABELS, vals, strict=True)))
+    return out
+
+
+def _dcgm_values(field: DcgmField, samples: list[Sample]) -> dict[str, float]:
+    """GPU index -> value of one dcgm field, after match, sum_over and scale."""
+    out: dict[str, float] = {}
+    for s in samples:
+        lab = s.labels
+        if any(lab.get(k) != v for k, v in field.match):
+            continue
+        out[lab["gpu"]] = out.get(lab["gpu"], 0.0) + s.value * field.scale
+    return out
+
+
+def render_dcgm(grouped: dict[MetricDef, list[Sample]], last_xid: dict[str, int]) -> list[str]:
+    """dcgm-exporter's names and labels, so community dashboards and alerts work unchanged.
+
+    ``last_xid`` (GPU index -> last XID number) feeds DCGM_FI_DEV_XID_ERRORS, which
+    dcgm-exporter defines as a latched "last value" gauge; the native counter stays the truth.
+    """
+    ids = _identities(grouped)
+    lines: list[str] = []
+    for metric, samples in grouped.items():
+        for field in metric.dcgm:
+            values = _dcgm_values(field, samples)
+            rows = [(ids[g].labels, v) for g, v in values.items() if g in ids]
+            if not rows:
+                continue
+            lines += _header(field.name, f"{metric.help} (dcgm-exporter compatible)", field.type)
+            lines += [_series(field.name, labels, v) for labels, v in rows]
+    if GPU_XID_ERRORS in grouped or last_xid:
+        rows = [(ids[g].labels, last_xid.get(g, 0)) for g in sorted(ids, key=_int_or_str)]
+        if rows:
+            lines += _header("DCGM_FI_DEV_XID_ERRORS",
+                             "Value of the last XID error seen (dcgm-exporter compatible).",
+                             "gauge")
+            lines += [_series("DCGM_FI_DEV_XID_ERRORS", labels, v) for labels, v in rows]
+    return lines
+
+
+def _int_or_str(v: str) -> tuple[int, str]:
+    return (int(v), v) if v.isdigit() else (1 << 30, v)
+
+
+def render(samples: Iterable[Sample], *, dcgm: bool = False,
+           last_xid: dict[str, int] | None = None) -> bytes:
+    grouped = group(samples)
+    lines = render_native(grouped)
+    if dcgm:
+        lines += render_dcgm(grouped, last_xid or {})
+    return ("\n".join(lines) + "\n").encode()

@@ -1,0 +1,174 @@
+"""Start real Prometheus, promtool and Alertmanager (Debian packages) on loopback for tests.
+
+A missing binary skips the test on a developer machine and fails it when ``CI`` is set: CI
+installs the packages (``make system-deps``), so a skip there would hide a broken install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def require_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path:
+        return path
+    msg = f"{name} not installed (Debian package; `make system-deps` installs it as root)"
+    if os.environ.get("CI"):
+        pytest.fail(msg)
+    pytest.skip(msg)
+    raise AssertionError("unreachable")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def world_readable_tmpdir(prefix: str) -> Path:
+    """A temp dir under /tmp with 0755 (daemons running as other users must reach it)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    d.chmod(0o755)
+    return d
+
+
+def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bytes:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return bytes(r.read())
+
+
+def wait_until(pred: Any, timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:  # the thing is still starting
+            last_exc = e
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what} (last error: {last_exc})")
+
+
+@dataclass
+class Prometheus:
+    url: str
+    dir: Path
+    proc: subprocess.Popen[bytes]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = str(at)
+        body = json.loads(http_get(f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}"))
+        if body.get("status") != "success":
+            raise RuntimeError(f"query {expr!r} failed: {body}")
+        return list(body["data"]["result"])
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        params = {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
+        body = json.loads(
+            http_get(f"{self.url}/api/v1/query_range?{urllib.parse.urlencode(params)}")
+        )
+        if body.get("status") != "success":
+            raise RuntimeError(f"query_range {expr!r} failed: {body}")
+        return list(body["data"]["result"])
+
+    def wait_for(self, expr: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+        return list(wait_until(lambda: self.query(expr), timeout, 0.25, f"prometheus: {expr}"))
+
+
+@contextlib.contextmanager
+def run_prometheus(config_yaml: str, extra_files: dict[str, str] | None = None,
+                   data_dir: Path | None = None) -> Iterator[Prometheus]:
+    """Run Prometheus with ``config_yaml`` (and files beside it, e.g. rules) until the block ends."""
+    binary = require_binary("prometheus")
+    d = world_readable_tmpdir("gpuwarden-prom-")
+    (d / "prometheus.yml").write_text(config_yaml)
+    for name, text in (extra_files or {}).items():
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / name).write_text(text)
+    port = free_port()
+    data = data_dir or d / "data"
+    log = open(d / "prometheus.log", "wb")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen(
+        [binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
+         f"--web.external-url=http://127.0.0.1:{port}", "--web.enable-lifecycle"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: http_get(f"{url}/-/ready", 1.0), 20, 0.05, "prometheus ready")
+        yield Prometheus(url, d, proc)
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        proc.kill()
+        log.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@dataclass
+class Alertmanager:
+    url: str
+    dir: Path
+    proc: subprocess.Popen[bytes]
+
+    def post_alerts(self, alerts: list[dict[str, Any]]) -> None:
+        req = urllib.request.Request(
+            f"{self.url}/api/v2/alerts", data=json.dumps(alerts).encode(),
+            headers={"Content-Type": "application/json"}, method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert r.status == 200
+
+
+@contextlib.contextmanager
+def run_alertmanager(config_yaml: str) -> Iterator[Alertmanager]:
+    binary = require_binary("prometheus-alertmanager")
+    d = world_readable_tmpdir("gpuwarden-am-")
+    (d / "am.yml").write_text(config_yaml)
+    port = free_port()
+    log = open(d / "am.log", "wb")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen(
+        [binary, f"--config.file={d / 'am.yml'}", f"--storage.path={d / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+         "--log.level=warn", f"--web.external-url=http://127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: http_get(f"{url}/-/ready", 1.0), 20, 0.05, "alertmanager ready")
+        yield Alertmanager(url, d, proc)
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        proc.kill()
+        log.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([require_binary("promtool"), *args], input=stdin,
+                          capture_output=True, timeout=60)
