@@ -100,51 +100,87 @@ def _dc(name: str, **kw: object) -> tuple[DcgmField, ...]:
 
 # --------------------------------------------------------------------------- GPU (NVML)
 GPU_INFO = _m(
-    "gpu_info", "gauge", "GPU identity; value is always 1.",
+    "gpu_info",
+    "gauge",
+    "GPU identity; value is always 1.",
     (*GPU, "name", "pci_bus_id", "serial", "vbios_version", "driver_version"),
 )
 GPU_UP = _m(
-    "gpu_up", "gauge",
+    "gpu_up",
+    "gauge",
     "1 when NVML answers for this GPU, 0 when it is lost or failing (reason says why).",
     (*GPU, "reason"),
 )
 GPU_TEMPERATURE = _m(
-    "gpu_temperature_celsius", "gauge", "GPU core temperature.", GPU, "celsius",
+    "gpu_temperature_celsius",
+    "gauge",
+    "GPU core temperature.",
+    GPU,
+    "celsius",
     _dc("DCGM_FI_DEV_GPU_TEMP"),
 )
 GPU_MEMORY_TEMPERATURE = _m(
-    "gpu_memory_temperature_celsius", "gauge", "HBM temperature.", GPU, "celsius",
+    "gpu_memory_temperature_celsius",
+    "gauge",
+    "HBM temperature.",
+    GPU,
+    "celsius",
     _dc("DCGM_FI_DEV_MEMORY_TEMP"),
 )
 GPU_POWER = _m(
-    "gpu_power_usage_watts", "gauge", "Current board power draw.", GPU, "watts",
+    "gpu_power_usage_watts",
+    "gauge",
+    "Current board power draw.",
+    GPU,
+    "watts",
     _dc("DCGM_FI_DEV_POWER_USAGE"),
 )
 GPU_POWER_LIMIT = _m(
-    "gpu_power_limit_watts", "gauge", "Enforced power limit.", GPU, "watts",
+    "gpu_power_limit_watts",
+    "gauge",
+    "Enforced power limit.",
+    GPU,
+    "watts",
     _dc("DCGM_FI_DEV_ENFORCED_POWER_LIMIT"),
 )
 GPU_ENERGY = _m(
-    "gpu_energy_consumption_joules_total", "counter",
-    "Energy consumed since the driver was loaded.", GPU, "joules",
+    "gpu_energy_consumption_joules_total",
+    "counter",
+    "Energy consumed since the driver was loaded.",
+    GPU,
+    "joules",
     _dc("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", type="counter", scale=1000.0),
 )
 GPU_UTILIZATION = _m(
-    "gpu_utilization_ratio", "gauge",
-    "Fraction of the sample period a kernel was running (NVML utilization.gpu).", GPU, "ratio",
+    "gpu_utilization_ratio",
+    "gauge",
+    "Fraction of the sample period a kernel was running (NVML utilization.gpu).",
+    GPU,
+    "ratio",
     _dc("DCGM_FI_DEV_GPU_UTIL", scale=100.0),
 )
 GPU_MEMORY_UTILIZATION = _m(
-    "gpu_memory_utilization_ratio", "gauge",
-    "Fraction of the sample period device memory was read or written.", GPU, "ratio",
+    "gpu_memory_utilization_ratio",
+    "gauge",
+    "Fraction of the sample period device memory was read or written.",
+    GPU,
+    "ratio",
     _dc("DCGM_FI_DEV_MEM_COPY_UTIL", scale=100.0),
 )
 GPU_SM_CLOCK = _m(
-    "gpu_sm_clock_hertz", "gauge", "Current SM clock.", GPU, "hertz",
+    "gpu_sm_clock_hertz",
+    "gauge",
+    "Current SM clock.",
+    GPU,
+    "hertz",
     _dc("DCGM_FI_DEV_SM_CLOCK", scale=1e-6),
 )
 GPU_MEMORY_CLOCK = _m(
-    "gpu_memory_clock_hertz", "gauge", "Current memory clock.", GPU, "hertz",
+    "gpu_memory_clock_hertz",
+    "gauge",
+    "Current memory clock.",
+    GPU,
+    "hertz",
     _dc("DCGM_FI_DEV_MEM_CLOCK", scale=1e-6),
 )
 GPU_SM_CLOCK_MAX = _m("gpu_sm_clock_max_hertz", "gauge", "Maximum SM clock.", GPU, "hertz")
@@ -152,101 +188,161 @@ GPU_MEMORY_CLOCK_MAX = _m(
     "gpu_memory_clock_max_hertz", "gauge", "Maximum memory clock.", GPU, "hertz"
 )
 GPU_THROTTLE = _m(
-    "gpu_clock_throttle_active", "gauge",
+    "gpu_clock_throttle_active",
+    "gauge",
     "1 while this clock event reason holds clocks down (NVML clocks event reasons).",
     (*GPU, "reason"),
 )
 GPU_MEMORY_USED = _m(
-    "gpu_memory_used_bytes", "gauge", "Framebuffer memory in use.", GPU, "bytes",
+    "gpu_memory_used_bytes",
+    "gauge",
+    "Framebuffer memory in use.",
+    GPU,
+    "bytes",
     _dc("DCGM_FI_DEV_FB_USED", scale=1.0 / 1048576),
 )
 GPU_MEMORY_FREE = _m(
-    "gpu_memory_free_bytes", "gauge", "Framebuffer memory free.", GPU, "bytes",
+    "gpu_memory_free_bytes",
+    "gauge",
+    "Framebuffer memory free.",
+    GPU,
+    "bytes",
     _dc("DCGM_FI_DEV_FB_FREE", scale=1.0 / 1048576),
 )
 GPU_MEMORY_TOTAL = _m(
-    "gpu_memory_total_bytes", "gauge", "Framebuffer memory size.", GPU, "bytes",
+    "gpu_memory_total_bytes",
+    "gauge",
+    "Framebuffer memory size.",
+    GPU,
+    "bytes",
     _dc("DCGM_FI_DEV_FB_TOTAL", scale=1.0 / 1048576),
 )
 GPU_ECC_ERRORS = _m(
-    "gpu_ecc_errors_total", "counter",
+    "gpu_ecc_errors_total",
+    "counter",
     "ECC errors; error_type corrected|uncorrected, counter_type volatile (since driver load)"
     " or aggregate (lifetime).",
-    (*GPU, "error_type", "counter_type"), "",
+    (*GPU, "error_type", "counter_type"),
+    "",
     (
-        DcgmField("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter",
-                  match=(("error_type", "corrected"), ("counter_type", "volatile"))),
-        DcgmField("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter",
-                  match=(("error_type", "uncorrected"), ("counter_type", "volatile"))),
-        DcgmField("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "counter",
-                  match=(("error_type", "corrected"), ("counter_type", "aggregate"))),
-        DcgmField("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "counter",
-                  match=(("error_type", "uncorrected"), ("counter_type", "aggregate"))),
+        DcgmField(
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+            "counter",
+            match=(("error_type", "corrected"), ("counter_type", "volatile")),
+        ),
+        DcgmField(
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "counter",
+            match=(("error_type", "uncorrected"), ("counter_type", "volatile")),
+        ),
+        DcgmField(
+            "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+            "counter",
+            match=(("error_type", "corrected"), ("counter_type", "aggregate")),
+        ),
+        DcgmField(
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+            "counter",
+            match=(("error_type", "uncorrected"), ("counter_type", "aggregate")),
+        ),
     ),
 )
 GPU_REMAPPED_ROWS = _m(
-    "gpu_remapped_rows", "gauge",
-    "Rows remapped in HBM so far; kind correctable|uncorrectable.", (*GPU, "kind"), "",
+    "gpu_remapped_rows",
+    "gauge",
+    "Rows remapped in HBM so far; kind correctable|uncorrectable.",
+    (*GPU, "kind"),
+    "",
     (
         DcgmField("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", match=(("kind", "correctable"),)),
-        DcgmField("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-                  match=(("kind", "uncorrectable"),)),
+        DcgmField("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", match=(("kind", "uncorrectable"),)),
     ),
 )
 GPU_ROW_REMAP_PENDING = _m(
-    "gpu_row_remap_pending", "gauge", "1 when a row remap waits for a GPU reset.", GPU, "",
+    "gpu_row_remap_pending",
+    "gauge",
+    "1 when a row remap waits for a GPU reset.",
+    GPU,
+    "",
     _dc("DCGM_FI_DEV_ROW_REMAP_PENDING"),
 )
 GPU_ROW_REMAP_FAILED = _m(
-    "gpu_row_remap_failed", "gauge", "1 when a row remap failed (replace the GPU).", GPU, "",
+    "gpu_row_remap_failed",
+    "gauge",
+    "1 when a row remap failed (replace the GPU).",
+    GPU,
+    "",
     _dc("DCGM_FI_DEV_ROW_REMAP_FAILURE"),
 )
 GPU_RETIRED_PAGES = _m(
-    "gpu_retired_pages", "gauge",
-    "Pages retired (pre-Ampere GPUs); cause single_bit|double_bit.", (*GPU, "cause"), "",
+    "gpu_retired_pages",
+    "gauge",
+    "Pages retired (pre-Ampere GPUs); cause single_bit|double_bit.",
+    (*GPU, "cause"),
+    "",
     (
         DcgmField("DCGM_FI_DEV_RETIRED_SBE", match=(("cause", "single_bit"),)),
         DcgmField("DCGM_FI_DEV_RETIRED_DBE", match=(("cause", "double_bit"),)),
     ),
 )
 GPU_RETIRED_PAGES_PENDING = _m(
-    "gpu_retired_pages_pending", "gauge", "1 when a page retirement waits for a reboot.", GPU,
-    "", _dc("DCGM_FI_DEV_RETIRED_PENDING"),
+    "gpu_retired_pages_pending",
+    "gauge",
+    "1 when a page retirement waits for a reboot.",
+    GPU,
+    "",
+    _dc("DCGM_FI_DEV_RETIRED_PENDING"),
 )
 GPU_PCIE_REPLAY = _m(
-    "gpu_pcie_replay_errors_total", "counter", "PCIe replay counter.", GPU, "",
+    "gpu_pcie_replay_errors_total",
+    "counter",
+    "PCIe replay counter.",
+    GPU,
+    "",
     _dc("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", type="counter"),
 )
 GPU_PCIE_GENERATION = _m(
-    "gpu_pcie_link_generation", "gauge", "Current PCIe link generation.", GPU, "",
+    "gpu_pcie_link_generation",
+    "gauge",
+    "Current PCIe link generation.",
+    GPU,
+    "",
     _dc("DCGM_FI_DEV_PCIE_LINK_GEN"),
 )
 GPU_PCIE_GENERATION_MAX = _m(
     "gpu_pcie_link_generation_max", "gauge", "Maximum PCIe link generation.", GPU
 )
 GPU_PCIE_WIDTH = _m(
-    "gpu_pcie_link_width", "gauge", "Current PCIe link width (lanes).", GPU, "",
+    "gpu_pcie_link_width",
+    "gauge",
+    "Current PCIe link width (lanes).",
+    GPU,
+    "",
     _dc("DCGM_FI_DEV_PCIE_LINK_WIDTH"),
 )
 GPU_PCIE_WIDTH_MAX = _m("gpu_pcie_link_width_max", "gauge", "Maximum PCIe link width.", GPU)
 GPU_RECOVERY_ACTION = _m(
-    "gpu_recovery_action", "gauge",
+    "gpu_recovery_action",
+    "gauge",
     "Driver's recommended recovery action: 0 none, 1 GPU reset, 2 node reboot,"
     " 3 drain P2P, 4 drain and reset.",
     GPU,
 )
 GPU_XID_ERRORS = _m(
-    "gpu_xid_errors_total", "counter",
+    "gpu_xid_errors_total",
+    "counter",
     "XID errors reported for this GPU, per XID number (kernel log, or NVML events as fallback).",
     (*GPU, "xid"),
 )
 DCGM_LAST_XID = _m(
-    "DCGM_FI_DEV_XID_ERRORS", "gauge",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "gauge",
     "Compatibility only: dcgm-exporter's value of the last XID seen on this GPU.",
     ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"),
 )
 GPU_ALLOCATION_INFO = _m(
-    "gpu_allocation_info", "gauge",
+    "gpu_allocation_info",
+    "gauge",
     "Job using this GPU (from the scheduler's prolog/epilog map); value is always 1.",
     (*GPU, "job_id", "scheduler"),
 )
@@ -254,14 +350,24 @@ GPU_ALLOCATION_INFO = _m(
 # --------------------------------------------------------------------------- NVLink
 NVLINK_UP = _m("nvlink_up", "gauge", "1 when this NVLink is active.", NVLINK)
 NVLINK_ERRORS = _m(
-    "nvlink_errors_total", "counter",
+    "nvlink_errors_total",
+    "counter",
     "NVLink errors per link; error_type crc_flit|crc_data|replay|recovery.",
-    (*NVLINK, "error_type"), "",
+    (*NVLINK, "error_type"),
+    "",
     tuple(
-        DcgmField(f"DCGM_FI_DEV_NVLINK_{d}_ERROR_COUNT_TOTAL", "counter",
-                  match=(("error_type", t),), sum_over=("link",))
-        for t, d in (("crc_flit", "CRC_FLIT"), ("crc_data", "CRC_DATA"),
-                     ("replay", "REPLAY"), ("recovery", "RECOVERY"))
+        DcgmField(
+            f"DCGM_FI_DEV_NVLINK_{d}_ERROR_COUNT_TOTAL",
+            "counter",
+            match=(("error_type", t),),
+            sum_over=("link",),
+        )
+        for t, d in (
+            ("crc_flit", "CRC_FLIT"),
+            ("crc_data", "CRC_DATA"),
+            ("replay", "REPLAY"),
+            ("recovery", "RECOVERY"),
+        )
     ),
 )
 NVLINK_TRANSMIT = _m(
@@ -273,46 +379,63 @@ NVLINK_RECEIVE = _m(
 
 # --------------------------------------------------------------------------- InfiniBand
 IB_DEVICE_INFO = _m(
-    "infiniband_device_info", "gauge", "HCA identity; value is always 1.",
+    "infiniband_device_info",
+    "gauge",
+    "HCA identity; value is always 1.",
     ("node", "device", "board_id", "fw_ver", "hca_type", "node_guid"),
 )
 IB_PORT_INFO = _m(
     "infiniband_port_info", "gauge", "Port identity; value is always 1.", (*IB_PORT, "link_layer")
 )
 IB_PORT_STATE = _m(
-    "infiniband_port_state", "gauge",
-    "Logical port state: 1 down, 2 init, 3 armed, 4 active, 5 active_defer.", IB_PORT,
+    "infiniband_port_state",
+    "gauge",
+    "Logical port state: 1 down, 2 init, 3 armed, 4 active, 5 active_defer.",
+    IB_PORT,
 )
 IB_PORT_PHYS_STATE = _m(
-    "infiniband_port_phys_state", "gauge",
+    "infiniband_port_phys_state",
+    "gauge",
     "Physical port state: 1 sleep, 2 polling, 3 disabled, 4 training, 5 link_up,"
     " 6 error_recovery, 7 phy_test.",
     IB_PORT,
 )
 IB_PORT_RATE = _m(
-    "infiniband_port_rate_bytes_per_second", "gauge", "Negotiated port rate.", IB_PORT,
+    "infiniband_port_rate_bytes_per_second",
+    "gauge",
+    "Negotiated port rate.",
+    IB_PORT,
     "bytes_per_second",
 )
 IB_TRANSMIT = _m(
-    "infiniband_port_transmit_bytes_total", "counter",
-    "Data transmitted (sysfs port_xmit_data x 4).", IB_PORT, "bytes",
+    "infiniband_port_transmit_bytes_total",
+    "counter",
+    "Data transmitted (sysfs port_xmit_data x 4).",
+    IB_PORT,
+    "bytes",
 )
 IB_RECEIVE = _m(
-    "infiniband_port_receive_bytes_total", "counter",
-    "Data received (sysfs port_rcv_data x 4).", IB_PORT, "bytes",
+    "infiniband_port_receive_bytes_total",
+    "counter",
+    "Data received (sysfs port_rcv_data x 4).",
+    IB_PORT,
+    "bytes",
 )
 IB_COUNTER = _m(
-    "infiniband_port_counter_total", "counter",
+    "infiniband_port_counter_total",
+    "counter",
     "Every other file under ports/<port>/counters, by file name; kept monotonic across resets.",
     (*IB_PORT, "counter"),
 )
 IB_HW_COUNTER = _m(
-    "infiniband_port_hw_counter_total", "counter",
+    "infiniband_port_hw_counter_total",
+    "counter",
     "Every file under ports/<port>/hw_counters (mlx5), by file name; kept monotonic.",
     (*IB_PORT, "counter"),
 )
 IB_COUNTER_RESETS = _m(
-    "infiniband_port_counter_resets_total", "counter",
+    "infiniband_port_counter_resets_total",
+    "counter",
     "Times a sysfs counter of this port went down (driver reload, reset); absorbed, not exported"
     " as negative traffic.",
     IB_PORT,
@@ -320,54 +443,76 @@ IB_COUNTER_RESETS = _m(
 
 # --------------------------------------------------------------------------- exporter self
 COLLECTOR_DURATION = _m(
-    "exporter_collector_duration_seconds", "gauge", "Time the last run of each collector took.",
-    ("node", "collector"), "seconds",
+    "exporter_collector_duration_seconds",
+    "gauge",
+    "Time the last run of each collector took.",
+    ("node", "collector"),
+    "seconds",
 )
 COLLECTOR_SUCCESS = _m(
-    "exporter_collector_success", "gauge", "1 when the last run of each collector succeeded.",
+    "exporter_collector_success",
+    "gauge",
+    "1 when the last run of each collector succeeded.",
     ("node", "collector"),
 )
 READ_ERRORS = _m(
-    "exporter_read_errors_total", "counter",
+    "exporter_read_errors_total",
+    "counter",
     "Reads that failed and were skipped (an NVML field, a sysfs file, a log line), by what.",
     ("node", "collector", "what"),
 )
 LAST_COLLECTION = _m(
-    "exporter_last_collection_timestamp_seconds", "gauge",
-    "Unix time the last collection cycle finished.", ("node",), "seconds",
+    "exporter_last_collection_timestamp_seconds",
+    "gauge",
+    "Unix time the last collection cycle finished.",
+    ("node",),
+    "seconds",
 )
 COLLECTION_CYCLES = _m(
     "exporter_collection_cycles_total", "counter", "Collection cycles completed.", ("node",)
 )
 KMSG_LOST = _m(
-    "exporter_kmsg_lost_records_total", "counter",
-    "Kernel log records lost (ring buffer overrun, EPIPE on /dev/kmsg).", ("node",),
+    "exporter_kmsg_lost_records_total",
+    "counter",
+    "Kernel log records lost (ring buffer overrun, EPIPE on /dev/kmsg).",
+    ("node",),
 )
 KMSG_LINES = _m(
     "exporter_kmsg_lines_total", "counter", "Kernel log lines read.", ("node", "source")
 )
 BUILD_INFO = _m(
-    "exporter_build_info", "gauge", "Exporter version and source; value is always 1.",
+    "exporter_build_info",
+    "gauge",
+    "Exporter version and source; value is always 1.",
     ("node", "version", "source"),
 )
 
 # --------------------------------------------------------------------------- analyzer
 FINDING = _m(
-    "finding", "gauge",
+    "finding",
+    "gauge",
     "1 per active analyzer finding. subject names the gpu/link/port/switch; action is the"
     " recommended action.",
     ("node", "subject", "kind", "severity", "action", "detector"),
 )
 FINDING_CONFIDENCE = _m(
-    "finding_confidence_ratio", "gauge", "Confidence of each active finding (0..1).",
-    ("node", "subject", "kind", "detector"), "ratio",
+    "finding_confidence_ratio",
+    "gauge",
+    "Confidence of each active finding (0..1).",
+    ("node", "subject", "kind", "detector"),
+    "ratio",
 )
 ANALYZER_CYCLE_DURATION = _m(
-    "analyzer_detector_duration_seconds", "gauge", "Time each detector took in the last cycle.",
-    ("detector",), "seconds",
+    "analyzer_detector_duration_seconds",
+    "gauge",
+    "Time each detector took in the last cycle.",
+    ("detector",),
+    "seconds",
 )
 ANALYZER_DETECTOR_ERRORS = _m(
-    "analyzer_detector_errors_total", "counter", "Detector runs that raised (isolated).",
+    "analyzer_detector_errors_total",
+    "counter",
+    "Detector runs that raised (isolated).",
     ("detector",),
 )
 ANALYZER_CYCLES = _m("analyzer_cycles_total", "counter", "Analysis cycles completed.", ())
@@ -378,41 +523,56 @@ ANALYZER_SOURCE_ERRORS = _m(
     "analyzer_source_errors_total", "counter", "Failed reads from the series source.", ("source",)
 )
 ANALYZER_LAST_CYCLE = _m(
-    "analyzer_last_cycle_timestamp_seconds", "gauge", "Unix time the last cycle finished.", (),
+    "analyzer_last_cycle_timestamp_seconds",
+    "gauge",
+    "Unix time the last cycle finished.",
+    (),
     "seconds",
 )
 
 # --------------------------------------------------------------------------- remediation
 REMEDIATION_DECISIONS = _m(
-    "remediation_decisions_total", "counter",
+    "remediation_decisions_total",
+    "counter",
     "Decisions made, by the guard that decided and the verdict (allow|deny).",
     ("guard", "verdict", "action"),
 )
 REMEDIATION_ACTIONS = _m(
-    "remediation_actions_total", "counter", "Actions executed, by backend and outcome.",
+    "remediation_actions_total",
+    "counter",
+    "Actions executed, by backend and outcome.",
     ("backend", "action", "outcome"),
 )
 REMEDIATION_ALERT_TO_ACTION = _m(
-    "remediation_alert_to_action_seconds", "histogram",
-    "Time from the alert's startsAt to the action completing.", ("action",), "seconds",
+    "remediation_alert_to_action_seconds",
+    "histogram",
+    "Time from the alert's startsAt to the action completing.",
+    ("action",),
+    "seconds",
     buckets=(1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
 )
 REMEDIATION_NODES_QUARANTINED = _m(
     "remediation_nodes_quarantined", "gauge", "Nodes held out of service by gpuwarden.", ("state",)
 )
 REMEDIATION_BREAKER_OPEN = _m(
-    "remediation_breaker_open", "gauge", "1 while the storm breaker is open (no actions taken).",
+    "remediation_breaker_open",
+    "gauge",
+    "1 while the storm breaker is open (no actions taken).",
     (),
 )
 REMEDIATION_PAUSED = _m(
     "remediation_paused", "gauge", "1 while remediation is paused by an operator.", ()
 )
 REMEDIATION_WEBHOOK_REQUESTS = _m(
-    "remediation_webhook_requests_total", "counter", "Webhook requests by HTTP status code.",
+    "remediation_webhook_requests_total",
+    "counter",
+    "Webhook requests by HTTP status code.",
     ("code",),
 )
 REMEDIATION_WEBHOOK_ERRORS = _m(
-    "remediation_webhook_errors_total", "counter", "Webhook requests rejected, by reason.",
+    "remediation_webhook_errors_total",
+    "counter",
+    "Webhook requests rejected, by reason.",
     ("reason",),
 )
 REMEDIATION_ALERTS = _m(

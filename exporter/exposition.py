@@ -82,8 +82,14 @@ def _identities(grouped: dict[MetricDef, list[Sample]]) -> dict[str, _GpuIdentit
     out: dict[str, _GpuIdentity] = {}
     for s in grouped.get(GPU_INFO, []):
         lab = s.labels
-        vals = (lab["gpu"], lab["uuid"], lab["pci_bus_id"], f"nvidia{lab['gpu']}", lab["name"],
-                lab["node"])
+        vals = (
+            lab["gpu"],
+            lab["uuid"],
+            lab["pci_bus_id"],
+            f"nvidia{lab['gpu']}",
+            lab["name"],
+            lab["node"],
+        )
         out[lab["gpu"]] = _GpuIdentity(tuple(zip(DCGM_LABELS, vals, strict=True)))
     return out
 
@@ -118,9 +124,11 @@ def render_dcgm(grouped: dict[MetricDef, list[Sample]], last_xid: dict[str, int]
     if GPU_XID_ERRORS in grouped or last_xid:
         rows = [(ids[g].labels, last_xid.get(g, 0)) for g in sorted(ids, key=_int_or_str)]
         if rows:
-            lines += _header("DCGM_FI_DEV_XID_ERRORS",
-                             "Value of the last XID error seen (dcgm-exporter compatible).",
-                             "gauge")
+            lines += _header(
+                "DCGM_FI_DEV_XID_ERRORS",
+                "Value of the last XID error seen (dcgm-exporter compatible).",
+                "gauge",
+            )
             lines += [_series("DCGM_FI_DEV_XID_ERRORS", labels, v) for labels, v in rows]
     return lines
 
@@ -129,8 +137,9 @@ def _int_or_str(v: str) -> tuple[int, str]:
     return (int(v), v) if v.isdigit() else (1 << 30, v)
 
 
-def render(samples: Iterable[Sample], *, dcgm: bool = False,
-           last_xid: dict[str, int] | None = None) -> bytes:
+def render(
+    samples: Iterable[Sample], *, dcgm: bool = False, last_xid: dict[str, int] | None = None
+) -> bytes:
     grouped = group(samples)
     lines = render_native(grouped)
     if dcgm:

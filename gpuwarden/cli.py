@@ -13,7 +13,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "simulate": ("exporter.fleet.cli", "main", "serve a simulated GPU fleet with fault injection"),
     "analyzer": ("analyzer.cli", "main", "run the analyzer (= gpuwarden-analyzer)"),
     "evaluate": ("gpuwarden.evaluate", "main", "score the analyzer on the simulator, offline"),
-    "remediation": ("remediation.cli", "main", "run the remediation webhook (= gpuwarden-remediation)"),
+    "remediation": (
+        "remediation.cli",
+        "main",
+        "run the remediation webhook (= gpuwarden-remediation)",
+    ),
     "quarantine": ("remediation.quarantine_cli", "main", "list/show/release/pause/resume/history"),
     "dashboards": ("dashboards.__main__", "main", "render the Grafana dashboards to JSON"),
     "demo": ("gpuwarden.demo", "main", "run the whole stack on a simulated fleet"),

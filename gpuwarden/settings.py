@@ -36,8 +36,9 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         return _coerce(name, value, inner[0])
     if origin is tuple:
         items = value.split(",") if isinstance(value, str) else list(value)
-        return tuple(_coerce(name, v.strip() if isinstance(v, str) else v, args[0])
-                     for v in items if v != "")
+        return tuple(
+            _coerce(name, v.strip() if isinstance(v, str) else v, args[0]) for v in items if v != ""
+        )
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -70,7 +71,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise SettingsError(f"config file {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise SettingsError(
+            f"config file {path}: not valid YAML ({str(e).splitlines()[0]})"
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -97,8 +97,9 @@ class Prometheus:
 
 
 @contextlib.contextmanager
-def run_prometheus(config_yaml: str, extra_files: dict[str, str] | None = None,
-                   data_dir: Path | None = None) -> Iterator[Prometheus]:
+def run_prometheus(
+    config_yaml: str, extra_files: dict[str, str] | None = None, data_dir: Path | None = None
+) -> Iterator[Prometheus]:
     """Run Prometheus with ``config_yaml`` (and files beside it, e.g. rules) until the block ends."""
     binary = require_binary("prometheus")
     d = world_readable_tmpdir("gpuwarden-prom-")
@@ -110,10 +111,17 @@ def run_prometheus(config_yaml: str, extra_files: dict[str, str] | None = None,
     data = data_dir or d / "data"
     log = open(d / "prometheus.log", "wb")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
-        [binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
-         f"--web.external-url=http://127.0.0.1:{port}", "--web.enable-lifecycle"],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            binary,
+            f"--config.file={d / 'prometheus.yml'}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+            f"--web.external-url=http://127.0.0.1:{port}",
+            "--web.enable-lifecycle",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -136,8 +144,10 @@ class Alertmanager:
 
     def post_alerts(self, alerts: list[dict[str, Any]]) -> None:
         req = urllib.request.Request(
-            f"{self.url}/api/v2/alerts", data=json.dumps(alerts).encode(),
-            headers={"Content-Type": "application/json"}, method="POST",
+            f"{self.url}/api/v2/alerts",
+            data=json.dumps(alerts).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
         )
         with urllib.request.urlopen(req, timeout=5) as r:
             assert r.status == 200
@@ -151,10 +161,17 @@ def run_alertmanager(config_yaml: str) -> Iterator[Alertmanager]:
     port = free_port()
     log = open(d / "am.log", "wb")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
-        [binary, f"--config.file={d / 'am.yml'}", f"--storage.path={d / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
-         "--log.level=warn", f"--web.external-url=http://127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            binary,
+            f"--config.file={d / 'am.yml'}",
+            f"--storage.path={d / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+            f"--web.external-url=http://127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -170,5 +187,6 @@ def run_alertmanager(config_yaml: str) -> Iterator[Alertmanager]:
 
 
 def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([require_binary("promtool"), *args], input=stdin,
-                          capture_output=True, timeout=60)
+    return subprocess.run(
+        [require_binary("promtool"), *args], input=stdin, capture_output=True, timeout=60
+    )

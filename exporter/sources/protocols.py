@@ -9,7 +9,8 @@ Fakes: :mod:`exporter.sources.nvml_fake`, :class:`exporter.sources.sysfs.DictSys
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 
@@ -87,3 +88,44 @@ class JobMap(Protocol):
 
     @property
     def scheduler(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """What other collectors need to name a GPU: NVML index, UUID, PCI address, model name."""
+
+    index: str
+    uuid: str
+    pci_bus_id: str  # as NVML reports it, e.g. "00000000:3B:00.0"
+    name: str = ""
+
+
+def pci_key(address: str) -> str:
+    """Normalise a PCI address to ``dddd:bb:dd`` (lowercase, 4-digit domain, no function).
+
+    NVML says ``00000000:3B:00.0``; the kernel's XID line says ``PCI:0000:3b:00``; the
+    fallen-off-bus message says ``0000:b3:00.0``. All three must meet on one key.
+    """
+    a = address.strip().lower()
+    if a.startswith("pci:"):
+        a = a[4:]
+    a = a.split(".")[0]
+    parts = a.split(":")
+    if len(parts) == 2:  # bus:device without a domain
+        parts = ["0000", *parts]
+    if len(parts) != 3:
+        raise ValueError(f"not a PCI address: {address!r}")
+    domain, bus, dev = parts
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}"
+
+
+class GpuLookup(Protocol):
+    """Current GPUs of this node keyed by :func:`pci_key` (lost GPUs stay, with their identity)."""
+
+    def __call__(self) -> Mapping[str, GpuIdentity]: ...
+
+
+class XidEventSource(Protocol):
+    """XIDs from somewhere other than the kernel log (NVML events): (pci_key, xid) pairs."""
+
+    def poll(self) -> list[tuple[str, int]]: ...
