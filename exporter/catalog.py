@@ -422,19 +422,19 @@ IB_RECEIVE = _m(
     "bytes",
 )
 IB_COUNTER = _m(
-    "infiniband_port_counter_total",
+    "infiniband_port_counters_total",
     "counter",
     "Every other file under ports/<port>/counters, by file name; kept monotonic across resets.",
     (*IB_PORT, "counter"),
 )
 IB_HW_COUNTER = _m(
-    "infiniband_port_hw_counter_total",
+    "infiniband_port_hw_counters_total",
     "counter",
     "Every file under ports/<port>/hw_counters (mlx5), by file name; kept monotonic.",
     (*IB_PORT, "counter"),
 )
 IB_COUNTER_RESETS = _m(
-    "infiniband_port_counter_resets_total",
+    "infiniband_port_counters_resets_total",
     "counter",
     "Times a sysfs counter of this port went down (driver reload, reset); absorbed, not exported"
     " as negative traffic.",
