@@ -1,0 +1,127 @@
+"""XID collector: kernel log lines -> ``gpuwarden_gpu_xid_errors_total{gpu,uuid,xid}``.
+
+Sits between a :class:`~exporter.sources.protocols.KernelLog` (``/dev/kmsg``, a followed file,
+or the simulator's list) and the exposition. Each cycle reads the new lines, parses them with
+:class:`~exporter.sources.xid_lines.XidLineStream` and adds to one counter per (GPU, XID) that
+lives as long as the exporter: never reset, never a latched "last XID" gauge (ARCHITECTURE
+decision 4). ``last_xid()`` feeds only dcgm-exporter's latched gauge in ``--compat dcgm``.
+
+A GPU whose PCI address is not in the lookup (not yet, or no longer, known to NVML) is still
+counted, labelled ``gpu=<pci key>`` (e.g. ``0000:3b:00``) and ``uuid=""``: an XID must never be
+dropped for want of a name. Counts are kept by PCI key and named at each render, so a GPU that
+NVML learns about later gets its index and UUID on the same counter.
+
+When the log is unreadable (``healthy`` False on the reader) the NVML XID event source is
+counted instead; while the log is healthy the events are drained and dropped, because the same
+XIDs arrive through the log and would count twice.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from exporter.catalog import GPU_XID_ERRORS, KMSG_LINES, KMSG_LOST, Sample
+from exporter.collectors.base import ReadErrors
+from exporter.sources.protocols import (
+    GpuIdentity,
+    GpuLookup,
+    KernelLog,
+    XidEventSource,
+    pci_key,
+)
+from exporter.sources.xid_lines import XidLineStream
+
+REPLACEMENT_CHAR = "\ufffd"  # what a non-UTF-8 byte decodes to (errors="replace")
+
+
+class XidCollector:
+    """Counts XIDs per (GPU, XID) from the kernel log, with NVML events as fallback."""
+
+    name = "xid"
+
+    def __init__(
+        self,
+        log: KernelLog,
+        gpus: GpuLookup,
+        node: str,
+        *,
+        fallback: XidEventSource | None = None,
+    ) -> None:
+        self._log = log
+        self._gpus = gpus
+        self._node = node
+        self._fallback = fallback
+        self._stream = XidLineStream()
+        self._counts: Counter[tuple[str, int]] = Counter()  # (pci key, xid) -> events
+        self._last: dict[str, int] = {}  # pci key -> last xid, in log order
+        self._lines = 0
+        self.read_errors = ReadErrors()
+
+    def collect(self) -> Sequence[Sample]:
+        log_ok = self._read_log()
+        self._poll_fallback(use=not log_ok)
+        return self._samples(self._gpus())
+
+    def last_xid(self) -> dict[str, int]:
+        """GPU label (NVML index, or PCI key when unknown) -> last XID seen, for dcgm compat."""
+        gpus = self._gpus()
+        return {_gpu_label(key, gpus.get(key)): xid for key, xid in self._last.items()}
+
+    def counts(self) -> dict[tuple[str, int], int]:
+        """(pci key, xid) -> events counted so far (a copy)."""
+        return dict(self._counts)
+
+    def _read_log(self) -> bool:
+        try:
+            lines = self._log.read_new()
+        except OSError:  # readers should not raise; a fake or a future one might
+            self.read_errors.add("kmsg_read")
+            return False
+        self._lines += len(lines)
+        for raw in lines:
+            if REPLACEMENT_CHAR in raw:
+                self.read_errors.add("kmsg_undecodable")
+            result = self._stream.feed(raw)
+            for _ in range(result.malformed):
+                self.read_errors.add("xid_line")
+            for event in result.events:
+                self._count(event.pci_key, event.xid)
+        healthy = bool(getattr(self._log, "healthy", True))
+        if not healthy:
+            self.read_errors.add("kmsg_read")
+        return healthy
+
+    def _poll_fallback(self, *, use: bool) -> None:
+        if self._fallback is None:
+            return
+        try:
+            events = self._fallback.poll()
+        except Exception:  # NVML event wait can fail in many ways; observe softly
+            self.read_errors.add("xid_fallback")
+            return
+        if not use:
+            return
+        for address, xid in events:
+            try:
+                self._count(pci_key(address), int(xid))
+            except ValueError:
+                self.read_errors.add("xid_fallback")
+
+    def _count(self, key: str, xid: int) -> None:
+        self._counts[(key, xid)] += 1
+        self._last[key] = xid
+
+    def _samples(self, gpus: Mapping[str, GpuIdentity]) -> list[Sample]:
+        out = []
+        for (key, xid), n in sorted(self._counts.items()):
+            ident = gpus.get(key)
+            uuid = ident.uuid if ident else ""
+            out.append(GPU_XID_ERRORS.make(n, self._node, _gpu_label(key, ident), uuid, str(xid)))
+        out.append(KMSG_LOST.make(self._log.lost_records, self._node))
+        out.append(KMSG_LINES.make(self._lines, self._node, self._log.source_name))
+        return out
+
+
+def _gpu_label(key: str, ident: GpuIdentity | None) -> str:
+    return ident.index if ident else key
