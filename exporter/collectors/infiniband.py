@@ -1,0 +1,167 @@
+"""InfiniBand collector: ``class/infiniband`` in a sysfs root -> per-device and per-port samples.
+
+Sits between a :class:`~exporter.sources.protocols.SysfsRoot` (real ``/sys``, a fixture tree,
+or the fleet simulator's DictSysfs) and the collection loop. Layout and file meanings:
+Documentation/ABI/stable/sysfs-class-infiniband.
+
+Per device: ``infiniband_device_info`` (board_id, fw_ver, hca_type, node_guid). Per port:
+state, phys_state, rate (bytes/s), ``infiniband_port_info`` (link_layer), every file under
+``counters/`` and ``hw_counters/``. Every counter goes through one
+:class:`~exporter.counters.Monotonic` per port, so a reset (driver reload, port reset) never
+exports a drop; resets are counted in ``infiniband_port_counter_resets_total``.
+
+Observing softly: a missing file is normal and skipped (drivers differ; a port that is down
+may lack hw_counters). An unreadable file or garbage in it costs that one series and one
+``read_errors`` count (what = ``<device>/<port>/<file>``); the rest of the port still reports.
+A device that vanishes between listing and reading is not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from exporter.catalog import (
+    IB_COUNTER,
+    IB_COUNTER_RESETS,
+    IB_DEVICE_INFO,
+    IB_HW_COUNTER,
+    IB_PORT_INFO,
+    IB_PORT_PHYS_STATE,
+    IB_PORT_RATE,
+    IB_PORT_STATE,
+    IB_RECEIVE,
+    IB_TRANSMIT,
+    MetricDef,
+    Sample,
+)
+from exporter.collectors.base import ReadErrors
+from exporter.collectors.infiniband_parse import (
+    parse_counter,
+    parse_enum,
+    parse_label,
+    parse_rate,
+)
+from exporter.counters import Monotonic
+from exporter.sources.protocols import SysfsRoot
+
+CLASS_DIR = "class/infiniband"
+DEVICE_FILES = ("board_id", "fw_ver", "hca_type", "node_guid")
+
+# port_xmit_data / port_rcv_data count 4-byte words ("octets divided by 4" in the ABI doc).
+DATA_COUNTERS: dict[str, tuple[MetricDef, int]] = {
+    "port_xmit_data": (IB_TRANSMIT, 4),
+    "port_rcv_data": (IB_RECEIVE, 4),
+}
+# hw_counters/lifespan is a setting (ms a cached hw_counters read stays valid), not a counter.
+NOT_COUNTERS = frozenset({"lifespan"})
+
+T = TypeVar("T")
+
+
+class InfinibandCollector:
+    """Reads every HCA and port under ``class/infiniband`` once per ``collect``."""
+
+    name = "infiniband"
+
+    def __init__(self, sysfs: SysfsRoot, node: str) -> None:
+        self.sysfs = sysfs
+        self.node = node
+        self.read_errors = ReadErrors()
+        self._monotonic: dict[tuple[str, str], Monotonic] = {}
+
+    def collect(self) -> list[Sample]:
+        try:
+            devices = self.sysfs.listdir(CLASS_DIR)
+        except FileNotFoundError:  # no RDMA stack on this node: nothing to report
+            return []
+        except OSError:
+            self.read_errors.add(CLASS_DIR)
+            return []
+        out: list[Sample] = []
+        for device in devices:
+            out += self._device(device)
+        return out
+
+    def _device(self, device: str) -> list[Sample]:
+        base = f"{CLASS_DIR}/{device}"
+        try:
+            ports = sorted(self.sysfs.listdir(f"{base}/ports"), key=_port_order)
+        except FileNotFoundError:  # vanished (hot unplug, driver unload) or not an HCA
+            return []
+        except OSError:
+            self.read_errors.add(f"{device}/ports")
+            ports = []
+        info = [self._read(f"{base}/{f}", f"{device}/{f}", parse_label) or "" for f in DEVICE_FILES]
+        out = [IB_DEVICE_INFO.make(1, self.node, device, *info)]
+        for port in ports:
+            out += self._port(device, port)
+        return out
+
+    def _port(self, device: str, port: str) -> list[Sample]:
+        base = f"{CLASS_DIR}/{device}/ports/{port}"
+        labels = (self.node, device, port)
+        out: list[Sample] = []
+        read = self._reader(base, f"{device}/{port}")
+        link_layer = read("link_layer", parse_label)
+        out.append(IB_PORT_INFO.make(1, *labels, link_layer or ""))
+        for metric, file, parse in (
+            (IB_PORT_STATE, "state", parse_enum),
+            (IB_PORT_PHYS_STATE, "phys_state", parse_enum),
+            (IB_PORT_RATE, "rate", parse_rate),
+        ):
+            value = read(file, parse)
+            if value is not None:
+                out.append(metric.make(value, *labels))
+        mono = self._monotonic.setdefault((device, port), Monotonic())
+        out += self._counters(device, port, "counters", IB_COUNTER, mono)
+        out += self._counters(device, port, "hw_counters", IB_HW_COUNTER, mono)
+        out.append(IB_COUNTER_RESETS.make(mono.resets, *labels))
+        return out
+
+    def _counters(
+        self, device: str, port: str, group: str, metric: MetricDef, mono: Monotonic
+    ) -> list[Sample]:
+        base = f"{CLASS_DIR}/{device}/ports/{port}/{group}"
+        try:
+            files = self.sysfs.listdir(base)
+        except FileNotFoundError:  # hw_counters exist on mlx5 only
+            return []
+        except OSError:
+            self.read_errors.add(f"{device}/{port}/{group}")
+            return []
+        read = self._reader(base, f"{device}/{port}/{group}")
+        out: list[Sample] = []
+        for file in files:
+            if file in NOT_COUNTERS:
+                continue
+            raw = read(file, parse_counter)
+            if raw is None:
+                continue
+            total = mono.update((group, file), raw)
+            if group == "counters" and file in DATA_COUNTERS:
+                data_metric, scale = DATA_COUNTERS[file]
+                out.append(data_metric.make(total * scale, self.node, device, port))
+            else:
+                out.append(metric.make(total, self.node, device, port, file))
+        return out
+
+    def _reader(self, base: str, what: str) -> Callable[[str, Callable[[str], T]], T | None]:
+        def read(file: str, parse: Callable[[str], T]) -> T | None:
+            return self._read(f"{base}/{file}", f"{what}/{file}", parse)
+
+        return read
+
+    def _read(self, path: str, what: str, parse: Callable[[str], T]) -> T | None:
+        """One read, one parse; None when absent (normal) or broken (counted)."""
+        try:
+            return parse(self.sysfs.read_text(path))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            self.read_errors.add(what)
+            return None
+
+
+def _port_order(port: str) -> tuple[int, str]:
+    return (int(port), port) if port.isdigit() else (1 << 30, port)
