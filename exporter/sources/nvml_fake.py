@@ -1,0 +1,494 @@
+"""A hand-written fake of the NVML seam (:class:`exporter.sources.protocols.NvmlApi`).
+
+Sits where the real ``pynvml`` module sits: under the GPU collector and the NVML XID event
+source. There is no GPU on CI machines, so tests and the fleet simulator drive this fake; it
+raises the *real* ``pynvml`` exception classes so the code under test handles exactly what the
+real binding raises. State is plain and mutable: the simulator updates a :class:`FakeGpuState`
+each step and the next collection sees it.
+
+Field names used in ``unsupported`` / ``failing`` are the keys of :data:`FIELDS`.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+LINKS = 18  # NVLink 4 on H100/H200 SXM: 18 links per GPU
+
+# Field name -> NVML entry point that reads it (documentation for users of the fake).
+FIELDS: dict[str, str] = {
+    "uuid": "nvmlDeviceGetUUID",
+    "name": "nvmlDeviceGetName",
+    "pci_info": "nvmlDeviceGetPciInfo",
+    "serial": "nvmlDeviceGetSerial",
+    "vbios": "nvmlDeviceGetVbiosVersion",
+    "temperature": "nvmlDeviceGetTemperature",
+    "memory_temperature": "field NVML_FI_DEV_MEMORY_TEMP",
+    "power": "nvmlDeviceGetPowerUsage",
+    "power_limit": "nvmlDeviceGetEnforcedPowerLimit",
+    "energy": "nvmlDeviceGetTotalEnergyConsumption",
+    "utilization": "nvmlDeviceGetUtilizationRates",
+    "clock": "nvmlDeviceGetClockInfo",
+    "clock_max": "nvmlDeviceGetMaxClockInfo",
+    "throttle_reasons": "nvmlDeviceGetCurrentClocksEventReasons",
+    "memory": "nvmlDeviceGetMemoryInfo",
+    "ecc": "nvmlDeviceGetTotalEccErrors",
+    "remapped_rows": "nvmlDeviceGetRemappedRows",
+    "retired_pages": "nvmlDeviceGetRetiredPages",
+    "retired_pages_pending": "nvmlDeviceGetRetiredPagesPendingStatus",
+    "pcie_replay": "nvmlDeviceGetPcieReplayCounter",
+    "pcie_generation": "nvmlDeviceGetCurrPcieLinkGeneration",
+    "pcie_generation_max": "nvmlDeviceGetMaxPcieLinkGeneration",
+    "pcie_width": "nvmlDeviceGetCurrPcieLinkWidth",
+    "pcie_width_max": "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvlink_state": "nvmlDeviceGetNvLinkState",
+    "nvlink_errors": "nvmlDeviceGetNvLinkErrorCounter",
+    "nvlink_throughput": "field NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX",
+    "recovery_action": "field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
+    "events": "nvmlDeviceRegisterEvents",
+}
+
+# Real 8-GPU HGX H100/H200 boards enumerate their GPUs on these PCI buses.
+HGX_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
+
+ECC_KEYS = tuple(
+    (e, c)
+    for e in (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+    for c in (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC)
+)
+NVLINK_COUNTERS = (
+    pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
+    pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
+    pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+    pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
+)
+
+
+def nvml_error(code: int) -> pynvml.NVMLError:
+    """The pynvml exception for ``code``, built as pynvml builds it (yields the subclass)."""
+    return pynvml.NVMLError(code)
+
+
+@dataclass
+class FakeGpuState:
+    """Everything the GPU collector reads from one GPU, in NVML's own units (mW, mJ, MHz, %)."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    serial: str = "1654922000001"
+    vbios_version: str = "96.00.99.00.01"
+    temperature_c: int = 34
+    memory_temperature_c: int = 42
+    power_mw: int = 72_000
+    power_limit_mw: int = 700_000
+    energy_mj: int = 1_000_000
+    util_gpu_pct: int = 0
+    util_memory_pct: int = 0
+    sm_clock_mhz: int = 345
+    sm_clock_max_mhz: int = 1980
+    mem_clock_mhz: int = 2619
+    mem_clock_max_mhz: int = 2619
+    throttle_reasons: int = pynvml.nvmlClocksEventReasonGpuIdle
+    memory_total: int = 85_520_809_984
+    memory_used: int = 555_745_280
+    ecc: dict[tuple[int, int], int] = field(default_factory=lambda: dict.fromkeys(ECC_KEYS, 0))
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # corr, uncorr, pending, failed
+    retired_pages: dict[int, list[int]] = field(default_factory=lambda: {0: [], 1: []})
+    retired_pages_pending: int = 0
+    pcie_replay: int = 0
+    pcie_gen: int = 5
+    pcie_gen_max: int = 5
+    pcie_width: int = 16
+    pcie_width_max: int = 16
+    nvlink_state: list[int] = field(default_factory=lambda: [1] * LINKS)
+    nvlink_errors: dict[tuple[int, int], int] = field(default_factory=dict)  # (link, counter)
+    nvlink_tx_bytes: list[int] = field(default_factory=lambda: [0] * LINKS)
+    nvlink_rx_bytes: list[int] = field(default_factory=lambda: [0] * LINKS)
+    recovery_action: int = pynvml.NVML_GPU_RECOVERY_ACTION_NONE
+    unsupported: set[str] = field(default_factory=set)
+    failing: dict[str, Exception] = field(default_factory=dict)
+    lost: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = (set(self.unsupported) | set(self.failing)) - FIELDS.keys()
+        if unknown:
+            raise ValueError(f"unknown NVML field(s) {sorted(unknown)}; known: {sorted(FIELDS)}")
+
+    @property
+    def memory_free(self) -> int:
+        return self.memory_total - self.memory_used
+
+    @classmethod
+    def h100(cls, index: int, seed: str = "") -> FakeGpuState:
+        """An idle H100 80GB HBM3 SXM in slot ``index`` of an HGX board (retired pages: n/a)."""
+        return cls(
+            index=index,
+            uuid=_uuid("h100", seed, index),
+            name="NVIDIA H100 80GB HBM3",
+            pci_bus_id=f"00000000:{HGX_BUSES[index % 8].upper()}:00.0",
+            serial=f"{1654922000001 + index}",
+            unsupported={"retired_pages", "retired_pages_pending"},  # Ampere+ remaps rows
+        )
+
+    @classmethod
+    def h200(cls, index: int, seed: str = "") -> FakeGpuState:
+        """An idle H200 141GB HBM3e SXM in slot ``index`` of an HGX board."""
+        gpu = cls.h100(index, seed)
+        gpu.uuid = _uuid("h200", seed, index)
+        gpu.name = "NVIDIA H200"
+        gpu.serial = f"{1655024000001 + index}"
+        gpu.vbios_version = "96.00.AF.00.01"
+        gpu.mem_clock_mhz = gpu.mem_clock_max_mhz = 3201
+        gpu.memory_total = 150_754_820_096
+        return gpu
+
+    def reload_driver(self) -> None:
+        """What a driver reload does to the counters: volatile ones restart from zero."""
+        for e in (
+            pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+        ):
+            self.ecc[(e, pynvml.NVML_VOLATILE_ECC)] = 0
+        self.energy_mj = 0
+        self.pcie_replay = 0
+        self.nvlink_errors.clear()
+        self.nvlink_tx_bytes = [0] * len(self.nvlink_tx_bytes)
+        self.nvlink_rx_bytes = [0] * len(self.nvlink_rx_bytes)
+
+
+def _uuid(model: str, seed: str, index: int) -> str:
+    return "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpuwarden/{model}/{seed}/{index}"))
+
+
+@dataclass
+class FakeUtilization:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class FakeMemory:
+    total: int
+    free: int
+    used: int
+
+
+@dataclass
+class FakePciInfo:
+    busId: str
+
+
+@dataclass
+class FakeValue:
+    """Shaped like ``pynvml.c_nvmlValue_t`` (a union; the fake fills every member)."""
+
+    dVal: float = 0.0
+    uiVal: int = 0
+    ulVal: int = 0
+    ullVal: int = 0
+    sllVal: int = 0
+    siVal: int = 0
+    usVal: int = 0
+
+
+@dataclass
+class FakeFieldValue:
+    """Shaped like ``pynvml.c_nvmlFieldValue_t``."""
+
+    fieldId: int
+    scopeId: int = 0
+    timestamp: int = 0
+    latencyUsec: int = 0
+    valueType: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+    nvmlReturn: int = pynvml.NVML_SUCCESS
+    value: FakeValue = field(default_factory=FakeValue)
+
+
+@dataclass
+class FakeEventData:
+    """Shaped like ``pynvml.c_nvmlEventData_t``."""
+
+    device: Any
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass
+class FakeEventSet:
+    registered: dict[int, int] = field(default_factory=dict)  # gpu index -> event type mask
+    queue: deque[FakeEventData] = field(default_factory=deque)
+
+
+_MEMORY_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
+_RECOVERY = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+_NVLINK_TX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+_NVLINK_RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+_FIELD_NAMES = {
+    _MEMORY_TEMP: "memory_temperature",
+    _RECOVERY: "recovery_action",
+    _NVLINK_TX: "nvlink_throughput",
+    _NVLINK_RX: "nvlink_throughput",
+}
+
+
+class FakeNvml:
+    """The pynvml functions the exporter calls, over a list of :class:`FakeGpuState`.
+
+    Handles are the state objects themselves. ``init_error`` makes ``nvmlInit`` raise (no
+    driver); ``function_not_found`` names entry points the "driver" lacks (old drivers raise
+    ``NVMLError_FunctionNotFound`` from new bindings).
+    """
+
+    def __init__(
+        self,
+        gpus: Sequence[FakeGpuState],
+        driver_version: str = "550.54.15",
+        *,
+        init_error: Exception | None = None,
+        function_not_found: set[str] | None = None,
+    ) -> None:
+        self.gpus = list(gpus)
+        self.driver_version = driver_version
+        self.init_error = init_error
+        self.function_not_found = function_not_found or set()
+        self.initialized = False
+        self.init_calls = 0
+        self.event_sets: list[FakeEventSet] = []
+
+    # ------------------------------------------------------------------ library
+    def nvmlInit(self) -> None:
+        self.init_calls += 1
+        if self.init_error is not None:
+            raise self.init_error
+        self.initialized = True
+
+    def nvmlShutdown(self) -> None:
+        self._check_init()
+        self.initialized = False
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check_init()
+        return self.driver_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check_init()
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpuState:
+        self._check_init()
+        if not 0 <= index < len(self.gpus):
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self.gpus[index]
+        if gpu.lost:
+            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return gpu
+
+    # ------------------------------------------------------------------ identity
+    def nvmlDeviceGetUUID(self, handle: FakeGpuState) -> str:
+        return self._read(handle, "uuid").uuid
+
+    def nvmlDeviceGetName(self, handle: FakeGpuState) -> str:
+        return self._read(handle, "name").name
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeGpuState) -> FakePciInfo:
+        return FakePciInfo(self._read(handle, "pci_info").pci_bus_id)
+
+    def nvmlDeviceGetSerial(self, handle: FakeGpuState) -> str:
+        return self._read(handle, "serial").serial
+
+    def nvmlDeviceGetVbiosVersion(self, handle: FakeGpuState) -> str:
+        return self._read(handle, "vbios").vbios_version
+
+    # ------------------------------------------------------------------ gauges
+    def nvmlDeviceGetTemperature(self, handle: FakeGpuState, sensor: int) -> int:
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._read(handle, "temperature").temperature_c
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeGpuState) -> int:
+        return self._read(handle, "power").power_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeGpuState) -> int:
+        return self._read(handle, "power_limit").power_limit_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeGpuState) -> int:
+        return self._read(handle, "energy").energy_mj
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeGpuState) -> FakeUtilization:
+        gpu = self._read(handle, "utilization")
+        return FakeUtilization(gpu.util_gpu_pct, gpu.util_memory_pct)
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeGpuState, type: int) -> int:
+        gpu = self._read(handle, "clock")
+        return self._clock(type, gpu.sm_clock_mhz, gpu.mem_clock_mhz)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: FakeGpuState, type: int) -> int:
+        gpu = self._read(handle, "clock_max")
+        return self._clock(type, gpu.sm_clock_max_mhz, gpu.mem_clock_max_mhz)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: FakeGpuState) -> int:
+        self._require("nvmlDeviceGetCurrentClocksEventReasons")
+        return self._read(handle, "throttle_reasons").throttle_reasons
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: FakeGpuState) -> int:
+        self._require("nvmlDeviceGetCurrentClocksThrottleReasons")
+        return self._read(handle, "throttle_reasons").throttle_reasons
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpuState) -> FakeMemory:
+        gpu = self._read(handle, "memory")
+        return FakeMemory(gpu.memory_total, gpu.memory_free, gpu.memory_used)
+
+    # ------------------------------------------------------------------ memory errors
+    def nvmlDeviceGetTotalEccErrors(
+        self, handle: FakeGpuState, errorType: int, counterType: int
+    ) -> int:
+        gpu = self._read(handle, "ecc")
+        if (errorType, counterType) not in gpu.ecc:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return gpu.ecc[(errorType, counterType)]
+
+    def nvmlDeviceGetRemappedRows(self, device: FakeGpuState) -> tuple[int, int, int, int]:
+        return tuple(self._read(device, "remapped_rows").remapped_rows)  # type: ignore[return-value]
+
+    def nvmlDeviceGetRetiredPages(self, device: FakeGpuState, sourceFilter: int) -> list[int]:
+        return list(self._read(device, "retired_pages").retired_pages.get(sourceFilter, []))
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: FakeGpuState) -> int:
+        return self._read(device, "retired_pages_pending").retired_pages_pending
+
+    # ------------------------------------------------------------------ PCIe
+    def nvmlDeviceGetPcieReplayCounter(self, handle: FakeGpuState) -> int:
+        return self._read(handle, "pcie_replay").pcie_replay
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: FakeGpuState) -> int:
+        return self._read(handle, "pcie_generation").pcie_gen
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: FakeGpuState) -> int:
+        return self._read(handle, "pcie_generation_max").pcie_gen_max
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeGpuState) -> int:
+        return self._read(handle, "pcie_width").pcie_width
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeGpuState) -> int:
+        return self._read(handle, "pcie_width_max").pcie_width_max
+
+    # ------------------------------------------------------------------ NVLink
+    def nvmlDeviceGetNvLinkState(self, device: FakeGpuState, link: int) -> int:
+        gpu = self._read(device, "nvlink_state")
+        self._check_link(gpu, link)
+        return gpu.nvlink_state[link]
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, device: FakeGpuState, link: int, counter: int) -> int:
+        gpu = self._read(device, "nvlink_errors")
+        self._check_link(gpu, link)
+        if counter not in NVLINK_COUNTERS:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return gpu.nvlink_errors.get((link, counter), 0)
+
+    # ------------------------------------------------------------------ field values
+    def nvmlDeviceGetFieldValues(
+        self, handle: FakeGpuState, fieldIds: Sequence[Any]
+    ) -> list[FakeFieldValue]:
+        gpu = self._device(handle)
+        return [self._field(gpu, f) for f in fieldIds]
+
+    def _field(self, gpu: FakeGpuState, request: Any) -> FakeFieldValue:
+        fid, scope = request if isinstance(request, tuple) else (request, 0)
+        out = FakeFieldValue(fid, scope)
+        name = _FIELD_NAMES.get(fid)
+        if name is None or name in gpu.unsupported:
+            out.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        elif name in gpu.failing:
+            out.nvmlReturn = getattr(gpu.failing[name], "value", pynvml.NVML_ERROR_UNKNOWN)
+        elif fid == _MEMORY_TEMP:
+            out.value.uiVal = gpu.memory_temperature_c
+        elif fid == _RECOVERY:
+            out.value.uiVal = gpu.recovery_action
+        elif not 0 <= scope < len(gpu.nvlink_state):
+            out.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
+        else:  # NVLink throughput counters count KiB (nvml.h NVML_FI_DEV_NVLINK_THROUGHPUT_*)
+            data = gpu.nvlink_tx_bytes if fid == _NVLINK_TX else gpu.nvlink_rx_bytes
+            out.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            out.value.ullVal = data[scope] // 1024
+        return out
+
+    # ------------------------------------------------------------------ events
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._check_init()
+        event_set = FakeEventSet()
+        self.event_sets.append(event_set)
+        return event_set
+
+    def nvmlDeviceRegisterEvents(
+        self, handle: FakeGpuState, eventTypes: int, eventSet: FakeEventSet
+    ) -> None:
+        gpu = self._read(handle, "events")
+        eventSet.registered[gpu.index] = eventSet.registered.get(gpu.index, 0) | eventTypes
+
+    def nvmlEventSetWait_v2(self, eventSet: FakeEventSet, timeoutms: int) -> FakeEventData:
+        self._check_init()
+        if not eventSet.queue:
+            raise nvml_error(pynvml.NVML_ERROR_TIMEOUT)
+        return eventSet.queue.popleft()
+
+    def push_xid(self, gpu: int, xid: int) -> int:
+        """Raise XID ``xid`` on GPU ``gpu``; returns how many registered event sets got it."""
+        delivered = 0
+        for event_set in self.event_sets:
+            if event_set.registered.get(gpu, 0) & pynvml.nvmlEventTypeXidCriticalError:
+                kind = pynvml.nvmlEventTypeXidCriticalError
+                event_set.queue.append(FakeEventData(self.gpus[gpu], kind, xid))
+                delivered += 1
+        return delivered
+
+    # ------------------------------------------------------------------ helpers
+    def _check_init(self) -> None:
+        if not self.initialized:
+            raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def _require(self, function: str) -> None:
+        if function in self.function_not_found:
+            raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def _device(self, handle: FakeGpuState) -> FakeGpuState:
+        self._check_init()
+        if handle.lost:
+            raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return handle
+
+    def _read(self, handle: FakeGpuState, name: str) -> FakeGpuState:
+        gpu = self._device(handle)
+        if name in gpu.unsupported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if name in gpu.failing:
+            raise gpu.failing[name]
+        return gpu
+
+    @staticmethod
+    def _clock(type: int, sm: int, mem: int) -> int:
+        if type == pynvml.NVML_CLOCK_SM:
+            return sm
+        if type == pynvml.NVML_CLOCK_MEM:
+            return mem
+        raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    @staticmethod
+    def _check_link(gpu: FakeGpuState, link: int) -> None:
+        if not 0 <= link < len(gpu.nvlink_state):  # nvml.h: INVALID_ARGUMENT "link is invalid"
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+
+def hgx_node(model: str = "h100", seed: str = "", gpus: int = 8, **kw: Any) -> FakeNvml:
+    """A FakeNvml for one healthy HGX node of ``gpus`` H100s or H200s."""
+    factory = {"h100": FakeGpuState.h100, "h200": FakeGpuState.h200}[model]
+    return FakeNvml([factory(i, seed) for i in range(gpus)], **kw)
