@@ -173,4 +173,4 @@ def test_rendered_fixture_scrape_passes_promtool_check_metrics():
     body = render(InfinibandCollector(DirSysfs(FIXTURE), NODE).collect())
     result = promtool("check", "metrics", stdin=body)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert b'gpuwarden_infiniband_port_transmit_bytes_total{node="gpu-node-001"' in body
+    assert f'{IB_TRANSMIT.name}{{node="{NODE}",device="mlx5_0",port="1"}}'.encode() in body
