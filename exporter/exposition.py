@@ -31,6 +31,7 @@ def escape_help(v: str) -> str:
 
 
 def format_value(v: float) -> str:
+    v = float(v)
     if v != v:
         return "NaN"
     if math.isinf(v):

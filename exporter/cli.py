@@ -1,0 +1,132 @@
+"""`gpuwarden-exporter` / `python -m exporter`: start the per-node agent.
+
+Settings are validated first; a bad flag, environment value, config file or web config
+stops the start with one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from exporter import __version__
+from exporter.collection import CollectionLoop
+from exporter.settings import ExporterSettings, parse_listen
+from exporter.webconfig import WebConfig, WebConfigError, load_web_config
+from gpuwarden.settings import SettingsError, load
+
+log = logging.getLogger("gpuwarden.exporter")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpuwarden-exporter",
+        description="Per-node GPU, NVLink, InfiniBand and XID exporter for Prometheus.",
+        epilog="Every flag can also be set as GPUWARDEN_<FLAG> (e.g. GPUWARDEN_INTERVAL=5) or "
+        "in the --config YAML file (keys as flag names). Flags win over env over file.",
+    )
+    a = p.add_argument
+    a("--listen", help="HOST:PORT to serve /metrics and /healthz (default 0.0.0.0:9835)")
+    a("--node", help="node name put on every series (default: short hostname)")
+    a("--source", choices=["nvml", "simulated"], help="GPU source (default nvml)")
+    a("--sysfs-root", help="sysfs root for InfiniBand (default /sys)")
+    a(
+        "--kmsg",
+        help="kernel log: /dev/kmsg, or a file in kmsg/dmesg/journal format "
+        "followed like tail -F (default /dev/kmsg)",
+    )
+    a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
+    a("--web-config", help="exporter-toolkit web config file (TLS, basic auth)")
+    a("--job-map-dir", help="directory the Slurm prolog/epilog fill (GPU index -> job id)")
+    a("--interval", help="seconds between collection cycles (default 5)")
+    a(
+        "--stale-after",
+        help="seconds without a cycle before /healthz says 503 (default 3 intervals, at least 15)",
+    )
+    a("--seed", help="seed of the simulated source (default 0)")
+    a("--config", help="YAML file with any of the settings above")
+    a("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    a("--version", action="version", version=f"gpuwarden-exporter {__version__}")
+    return p
+
+
+def settings_from(argv: Sequence[str]) -> tuple[ExporterSettings, WebConfig | None, str]:
+    ns = build_parser().parse_args(list(argv))
+    flags = {k: v for k, v in vars(ns).items() if k not in ("config", "log_level")}
+    settings = load(ExporterSettings, flags, config_file=ns.config)
+    web_config = load_web_config(settings.web_config) if settings.web_config else None
+    return settings, web_config, ns.log_level
+
+
+async def serve(
+    loop: CollectionLoop,
+    settings: ExporterSettings,
+    web_config: WebConfig | None,
+    stop: asyncio.Event,
+) -> None:
+    from exporter.server import make_app
+
+    host, port = parse_listen(settings.listen)
+    runner = web.AppRunner(
+        make_app(loop, settings.stale_seconds, web_config), access_log=None, handle_signals=False
+    )
+    await runner.setup()
+    ssl_ctx = web_config.ssl_context if web_config else None
+    await web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True).start()
+    scheme = "https" if ssl_ctx else "http"
+    log.info("serving %s://%s:%d/metrics for node %s", scheme, host, port, settings.node)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        settings, web_config, level = settings_from(args)
+    except (SettingsError, WebConfigError) as e:
+        print(f"gpuwarden-exporter: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        from exporter.assemble import assemble
+
+        assembly = assemble(settings)
+    except (OSError, ValueError) as e:
+        print(
+            f"gpuwarden-exporter: cannot start the {settings.source} source: {e}", file=sys.stderr
+        )
+        return 2
+    loop = CollectionLoop(
+        assembly.collectors,
+        settings.node,
+        source=settings.source,
+        interval=settings.interval,
+        dcgm=settings.dcgm,
+        before_cycle=assembly.before_cycle,
+    )
+    loop.start()
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await serve(loop, settings, web_config, stop)
+
+    try:
+        asyncio.run(run())
+    except OSError as e:
+        print(f"gpuwarden-exporter: cannot listen on {settings.listen}: {e}", file=sys.stderr)
+        return 2
+    finally:
+        loop.stop()
+    return 0

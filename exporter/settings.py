@@ -1,0 +1,57 @@
+"""The exporter's settings: one frozen dataclass, validated before anything starts.
+
+Flags > environment (``GPUWARDEN_<FIELD>``) > YAML file (``--config``), see
+:mod:`gpuwarden.settings`. A bad value stops the start with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+SOURCES = ("nvml", "simulated")
+COMPAT = ("dcgm",)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port), or ValueError saying why."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--listen: {value!r} is not HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@dataclass(frozen=True)
+class ExporterSettings:
+    listen: str = "0.0.0.0:9835"
+    node: str = ""
+    source: str = "nvml"
+    sysfs_root: str | None = None  # None: /sys (nvml) or the simulated tree (simulated)
+    kmsg: str | None = None  # None: /dev/kmsg (nvml) or the simulated log (simulated)
+    compat: str | None = None
+    web_config: str | None = None
+    job_map_dir: str | None = None
+    interval: float = 5.0
+    stale_after: float = 0.0  # 0: 3 intervals (at least 15 s) without a good cycle
+    seed: int = 0  # simulated source only
+
+    def __post_init__(self) -> None:
+        parse_listen(self.listen)
+        if not self.node:
+            object.__setattr__(self, "node", socket.gethostname().split(".")[0])
+        if self.source not in SOURCES:
+            raise ValueError(f"--source: {self.source!r} is not one of {', '.join(SOURCES)}")
+        if self.compat not in (None, "", *COMPAT):
+            raise ValueError(f"--compat: {self.compat!r} is not one of {', '.join(COMPAT)}")
+        if not 0.05 <= self.interval <= 3600:
+            raise ValueError(f"--interval: {self.interval} s is outside 0.05..3600")
+        if self.stale_after < 0:
+            raise ValueError(f"--stale-after: {self.stale_after} must be >= 0")
+
+    @property
+    def stale_seconds(self) -> float:
+        return self.stale_after or max(3 * self.interval, 15.0)
+
+    @property
+    def dcgm(self) -> bool:
+        return self.compat == "dcgm"
