@@ -7,7 +7,6 @@ the test scripts what the kernel would return; /dev/kmsg itself is read only if 
 from __future__ import annotations
 
 import errno
-import os
 from collections.abc import Iterable
 
 from exporter.sources.kmsg import KernelLogReader
@@ -111,7 +110,6 @@ def test_the_real_dev_kmsg_reads_without_raising_or_says_why_not() -> None:
     finally:
         reader.close()
     assert len(lines) >= 0 and reader.source_name == "kmsg"
-    if os.access("/dev/kmsg", os.R_OK):
-        assert reader.healthy, reader.last_error
-    else:
-        assert not reader.healthy and reader.last_error
+    # readable but refused (dmesg_restrict, a container) is fine too, as long as it says so
+    assert reader.healthy or reader.last_error.startswith("/dev/kmsg: ")
+    assert reader.healthy == (reader.last_error == "")
