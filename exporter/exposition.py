@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from exporter.catalog import (
     DCGM_LABELS,
+    DCGM_LAST_XID,
     GPU_INFO,
     GPU_XID_ERRORS,
     DcgmField,
@@ -125,12 +126,9 @@ def render_dcgm(grouped: dict[MetricDef, list[Sample]], last_xid: dict[str, int]
     if GPU_XID_ERRORS in grouped or last_xid:
         rows = [(ids[g].labels, last_xid.get(g, 0)) for g in sorted(ids, key=_int_or_str)]
         if rows:
-            lines += _header(
-                "DCGM_FI_DEV_XID_ERRORS",
-                "Value of the last XID error seen (dcgm-exporter compatible).",
-                "gauge",
-            )
-            lines += [_series("DCGM_FI_DEV_XID_ERRORS", labels, v) for labels, v in rows]
+            name = DCGM_LAST_XID.name
+            lines += _header(name, DCGM_LAST_XID.help, "gauge")
+            lines += [_series(name, labels, v) for labels, v in rows]
     return lines
 
 

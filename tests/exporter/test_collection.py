@@ -49,9 +49,10 @@ def _loop(*collectors: object, clock: Clock | None = None) -> CollectionLoop:
 def test_a_failing_collector_costs_only_its_own_series_and_reports_success_zero() -> None:
     steady = Steady()
     body = _loop(steady, Broken()).run_once().body.decode()
-    assert 'gpuwarden_gpu_temperature_celsius{node="n1",gpu="0",uuid="u0"} 41' in body
-    assert 'gpuwarden_exporter_collector_success{node="n1",collector="broken"} 0' in body
-    assert 'gpuwarden_exporter_collector_success{node="n1",collector="steady"} 1' in body
+    ok = catalog.COLLECTOR_SUCCESS.name
+    assert f'{catalog.GPU_TEMPERATURE.name}{{node="n1",gpu="0",uuid="u0"}} 41' in body
+    assert f'{ok}{{node="n1",collector="broken"}} 0' in body
+    assert f'{ok}{{node="n1",collector="steady"}} 1' in body
 
 
 def test_read_errors_of_a_collector_are_exported_by_what_failed() -> None:
@@ -59,9 +60,8 @@ def test_read_errors_of_a_collector_are_exported_by_what_failed() -> None:
     steady.read_errors.add("temperature")
     steady.read_errors.add("temperature")
     body = _loop(steady).run_once().body.decode()
-    assert (
-        'gpuwarden_exporter_read_errors_total{node="n1",collector="steady",what="temperature"} 2'
-    ) in body
+    name = catalog.READ_ERRORS.name
+    assert f'{name}{{node="n1",collector="steady",what="temperature"}} 2' in body
 
 
 def test_each_scrape_serves_the_last_snapshot_without_collecting_again() -> None:

@@ -14,7 +14,7 @@ def _info(gpu: str, uuid: str, pci: str) -> catalog.Sample:
 
 def test_label_values_are_escaped_and_empty_labels_are_omitted() -> None:
     body = render([catalog.GPU_UP.make(1, N, "0", 'u"1\\x\n', "")]).decode()
-    assert 'gpuwarden_gpu_up{node="node-a",gpu="0",uuid="u\\"1\\\\x\\n"} 1' in body
+    assert f'{catalog.GPU_UP.name}{{node="node-a",gpu="0",uuid="u\\"1\\\\x\\n"}} 1' in body
     assert "reason=" not in body
 
 
@@ -31,7 +31,7 @@ def test_values_render_as_integers_floats_and_special_values() -> None:
 def test_each_metric_gets_one_help_and_type_line_and_duplicate_series_render_once() -> None:
     s = catalog.GPU_TEMPERATURE.make(40, N, "0", "u0")
     body = render([s, s, catalog.GPU_TEMPERATURE.make(41, N, "1", "u1")]).decode()
-    assert body.count("# TYPE gpuwarden_gpu_temperature_celsius gauge") == 1
+    assert body.count(f"# TYPE {catalog.GPU_TEMPERATURE.name} gauge") == 1
     assert body.count('gpu="0"') == 1 and 'gpu="1",uuid="u1"} 41' in body
 
 
@@ -47,10 +47,13 @@ def test_dcgm_mode_renders_dcgm_names_units_and_identity_labels() -> None:
         'gpu="0",UUID="GPU-a",pci_bus_id="00000000:18:00.0",device="nvidia0",'
         'modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"'
     )
-    assert f"DCGM_FI_DEV_SM_CLOCK{{{ident}}} 1980" in body
-    assert f"DCGM_FI_DEV_FB_USED{{{ident}}} 2" in body
-    assert f"DCGM_FI_DEV_GPU_UTIL{{{ident}}} 50" in body
-    assert "gpuwarden_gpu_sm_clock_hertz" in body  # native names stay
+    for metric, value in (
+        (catalog.GPU_SM_CLOCK, 1980),
+        (catalog.GPU_MEMORY_USED, 2),
+        (catalog.GPU_UTILIZATION, 50),
+    ):
+        assert f"{metric.dcgm[0].name}{{{ident}}} {value}" in body
+        assert f"{metric.name}{{" in body  # native names stay
 
 
 def test_dcgm_ecc_fields_pick_their_error_and_counter_type() -> None:
@@ -64,11 +67,10 @@ def test_dcgm_ecc_fields_pick_their_error_and_counter_type() -> None:
         )
     ]
     body = render(samples, dcgm=True).decode()
-    for name, v in (("SBE_VOL", 1), ("DBE_VOL", 2), ("SBE_AGG", 3), ("DBE_AGG", 4)):
-        assert f'DCGM_FI_DEV_ECC_{name}_TOTAL{{gpu="0"' in body
+    for field, v in zip(catalog.GPU_ECC_ERRORS.dcgm, (1, 2, 3, 4), strict=True):
+        assert f'{field.name}{{gpu="0"' in body
         assert any(
-            ln.startswith(f"DCGM_FI_DEV_ECC_{name}_TOTAL") and ln.endswith(f" {v}")
-            for ln in body.splitlines()
+            ln.startswith(field.name + "{") and ln.endswith(f" {v}") for ln in body.splitlines()
         )
 
 
@@ -78,11 +80,8 @@ def test_dcgm_nvlink_totals_sum_over_links() -> None:
         for link in range(18)
     ]
     body = render(samples, dcgm=True).decode()
-    line = next(
-        ln
-        for ln in body.splitlines()
-        if ln.startswith("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL{")
-    )
+    crc_flit = catalog.NVLINK_ERRORS.dcgm[0].name
+    line = next(ln for ln in body.splitlines() if ln.startswith(crc_flit + "{"))
     assert line.endswith(f" {sum(range(1, 19))}")
 
 
@@ -93,7 +92,8 @@ def test_dcgm_last_xid_gauge_comes_from_the_xid_collector_and_defaults_to_zero()
         catalog.GPU_XID_ERRORS.make(2, N, "0", "GPU-a", "79"),
     ]
     body = render(samples, dcgm=True, last_xid={"0": 79}).decode()
-    lines = [ln for ln in body.splitlines() if ln.startswith("DCGM_FI_DEV_XID_ERRORS{")]
+    name = catalog.DCGM_LAST_XID.name
+    lines = [ln for ln in body.splitlines() if ln.startswith(name + "{")]
     assert len(lines) == 2
-    assert lines[0].startswith('DCGM_FI_DEV_XID_ERRORS{gpu="0"') and lines[0].endswith(" 79")
+    assert lines[0].startswith(name + '{gpu="0"') and lines[0].endswith(" 79")
     assert lines[1].endswith(" 0")
