@@ -4,11 +4,11 @@ Sits between a :class:`~exporter.sources.protocols.SysfsRoot` (real ``/sys``, a 
 or the fleet simulator's DictSysfs) and the collection loop. Layout and file meanings:
 Documentation/ABI/stable/sysfs-class-infiniband.
 
-Per device: ``infiniband_device_info`` (board_id, fw_ver, hca_type, node_guid). Per port:
-state, phys_state, rate (bytes/s), ``infiniband_port_info`` (link_layer), every file under
+Per device: ``IB_DEVICE_INFO`` (board_id, fw_ver, hca_type, node_guid). Per port:
+state, phys_state, rate (bytes/s), ``IB_PORT_INFO`` (link_layer), every file under
 ``counters/`` and ``hw_counters/``. Every counter goes through one
 :class:`~exporter.counters.Monotonic` per port, so a reset (driver reload, port reset) never
-exports a drop; resets are counted in ``infiniband_port_counter_resets_total``.
+exports a drop; resets are counted in ``IB_COUNTER_RESETS``.
 
 Observing softly: a missing file is normal and skipped (drivers differ; a port that is down
 may lack hw_counters). An unreadable file or garbage in it costs that one series and one

@@ -1,12 +1,10 @@
-"""Jobs collector: the scheduler's GPU -> job map -> ``gpuwarden_gpu_allocation_info``.
+"""Jobs collector: the scheduler's GPU -> job map -> ``catalog.GPU_ALLOCATION_INFO``.
 
 Sits between a :class:`~exporter.sources.protocols.JobMap` (Slurm prolog/epilog files today,
 the kubelet pod-resources API later; see :mod:`exporter.sources.jobmap`) and the collection
 loop. One series per allocated GPU, value 1, labelled with the GPU's UUID so queries can join
-it onto any per-GPU series::
-
-    gpuwarden_gpu_power_usage_watts * on(node, gpu) group_left(job_id)
-        gpuwarden_gpu_allocation_info
+it onto any per-GPU series (``<per-GPU series> * on(node, gpu) group_left(job_id)
+<allocation series>``) without a job label multiplying every series.
 
 A job map that exposes ``read_errors`` (DirJobMap does) reports them as this collector's own.
 """
@@ -19,7 +17,7 @@ from exporter.sources.protocols import GpuLookup, JobMap
 
 
 class JobsCollector:
-    """Emits ``gpu_allocation_info{node,gpu,uuid,job_id,scheduler} 1`` per allocated GPU."""
+    """Emits ``GPU_ALLOCATION_INFO{node,gpu,uuid,job_id,scheduler} 1`` per allocated GPU."""
 
     name = "jobs"
 

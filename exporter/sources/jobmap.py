@@ -2,7 +2,7 @@
 
 Sits at the exporter's edge, read once per cycle by
 :class:`exporter.collectors.jobs.JobsCollector`, which turns it into one
-``gpuwarden_gpu_allocation_info`` series per allocated GPU (a join target, instead of a
+``catalog.GPU_ALLOCATION_INFO`` series per allocated GPU (a join target, instead of a
 ``job_id`` label on every series, which would multiply cardinality with every job).
 
 Slurm: :class:`DirJobMap` reads ``--job-map-dir``, written by ``deploy/slurm/prolog.sh`` and

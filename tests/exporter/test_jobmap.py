@@ -1,4 +1,4 @@
-"""DirJobMap reads the prolog's files; JobsCollector turns them into gpu_allocation_info."""
+"""DirJobMap reads the prolog's files; JobsCollector turns them into allocation series."""
 
 from __future__ import annotations
 
