@@ -1,0 +1,317 @@
+"""The Kubernetes manifests: schema-valid, wired together, and no more privileged than needed."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.deploy.support import KUBE, ROOT, build
+
+BASE = KUBE / "base"
+OVERLAYS = sorted(p.parent for p in (KUBE / "overlays").glob("*/kustomization.yaml"))
+KUBERNETES_VERSION = "1.30.0"
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+IMAGE = "ghcr.io/gpuwarden/gpuwarden"
+# Flags each service accepts (ARCHITECTURE.md "Contracts").
+CONTRACT_FLAGS = {
+    "gpuwarden-exporter": {
+        "--listen", "--node", "--source", "--sysfs-root", "--kmsg", "--compat",
+        "--web-config", "--job-map-dir", "--interval",
+    },
+    "gpuwarden-analyzer": {
+        "--prometheus", "--targets", "--listen", "--interval", "--config", "--alertmanager",
+    },
+    "gpuwarden-remediation": {
+        "--listen", "--policy", "--state-db", "--backend", "--webhook-token-file",
+    },
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict[str, Any]]:
+    return build(BASE)
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    hits = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(hits) == 1, f"{kind}/{name}: {len(hits)} documents"
+    return hits[0]
+
+
+def of_kind(docs: list[dict[str, Any]], *kinds: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] in kinds]
+
+
+def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
+    return dict(doc["spec"]["template"]["spec"])
+
+
+def container(doc: dict[str, Any]) -> dict[str, Any]:
+    containers = pod_spec(doc)["containers"]
+    assert len(containers) == 1
+    return dict(containers[0])
+
+
+def flags(c: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for arg in c["args"]:
+        assert arg.startswith("--") and "=" in arg, f"use --flag=value form: {arg!r}"
+        key, _, value = arg.partition("=")
+        out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("kdir", [BASE, *OVERLAYS], ids=lambda p: p.relative_to(KUBE).as_posix())
+def test_every_built_manifest_validates_against_the_strict_kubernetes_schema(kdir: Path) -> None:
+    built = build(kdir)
+    core = [d for d in built if d["kind"] not in CRD_KINDS]
+    for doc in core:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    assert {d["kind"] for d in core} >= {"DaemonSet", "Deployment", "Service", "ClusterRole"}
+
+
+def test_every_manifest_file_is_part_of_a_kustomization_build() -> None:
+    listed: set[Path] = set()
+    for kfile in KUBE.rglob("kustomization.yaml"):
+        for entry in yaml.safe_load(kfile.read_text()).get("resources", []):
+            listed.add((kfile.parent / entry).resolve())
+    files = {p.resolve() for p in KUBE.rglob("*.yaml") if p.name != "kustomization.yaml"}
+    assert files - listed == set(), "manifests no kustomization includes (never validated)"
+
+
+def test_names_are_unique_and_namespaced_objects_live_in_gpuwarden(docs: list[dict]) -> None:
+    keys = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs]
+    assert len(keys) == len(set(keys))
+    for d in docs:
+        if d["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding"}:
+            assert d["metadata"]["namespace"] == "gpuwarden", d["metadata"]["name"]
+        assert d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpuwarden"
+
+
+def test_workload_selectors_match_their_pod_template_labels(docs: list[dict]) -> None:
+    for d in of_kind(docs, "Deployment", "DaemonSet"):
+        selector = d["spec"]["selector"]["matchLabels"]
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), d["metadata"]["name"]
+
+
+def test_each_service_selects_one_workload_and_targets_a_named_container_port(
+    docs: list[dict],
+) -> None:
+    workloads = of_kind(docs, "Deployment", "DaemonSet")
+    for svc in of_kind(docs, "Service"):
+        sel = svc["spec"]["selector"]
+        matched = [
+            w
+            for w in workloads
+            if sel.items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert len(matched) == 1, svc["metadata"]["name"]
+        ports = {p["name"]: p["containerPort"] for p in container(matched[0])["ports"]}
+        for port in svc["spec"]["ports"]:
+            assert ports[port["targetPort"]] == port["port"]
+
+
+def test_each_servicemonitor_selects_a_service_in_its_namespace_by_port_name(
+    docs: list[dict],
+) -> None:
+    services = of_kind(docs, "Service")
+    monitors = of_kind(docs, "ServiceMonitor")
+    assert {m["metadata"]["name"] for m in monitors} == {
+        "gpuwarden-exporter", "gpuwarden-analyzer", "gpuwarden-remediation",
+    }  # fmt: skip
+    for sm in monitors:
+        sel = sm["spec"]["selector"]["matchLabels"]
+        matched = [
+            s
+            for s in services
+            if sel.items() <= s["metadata"]["labels"].items()
+            and s["metadata"]["namespace"] == sm["metadata"]["namespace"]
+        ]
+        assert len(matched) == 1, sm["metadata"]["name"]
+        # job label = the Service name, the job names the alerts and bare-metal config use.
+        job = matched[0]["metadata"]["labels"][sm["spec"]["jobLabel"]]
+        assert job == matched[0]["metadata"]["name"] == sm["metadata"]["name"]
+        port_names = {p["name"] for p in matched[0]["spec"]["ports"]}
+        for ep in sm["spec"]["endpoints"]:
+            assert ep["port"] in port_names and ep["path"] == "/metrics"
+
+
+def test_probes_hit_healthz_on_a_declared_port(docs: list[dict]) -> None:
+    for w in of_kind(docs, "Deployment", "DaemonSet"):
+        c = container(w)
+        names = {p["name"] for p in c["ports"]}
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert c[probe]["httpGet"]["path"] == "/healthz"
+            assert c[probe]["httpGet"]["port"] in names
+
+
+def test_volumes_mounts_and_referenced_objects_all_exist(docs: list[dict]) -> None:
+    configmaps = {d["metadata"]["name"]: d for d in of_kind(docs, "ConfigMap")}
+    claims = {d["metadata"]["name"] for d in of_kind(docs, "PersistentVolumeClaim")}
+    documented = (BASE / "remediation.yaml").read_text()
+    for w in of_kind(docs, "Deployment", "DaemonSet"):
+        volumes = {v["name"]: v for v in pod_spec(w)["volumes"]}
+        mounted = {m["name"] for m in container(w)["volumeMounts"]}
+        assert mounted == set(volumes), w["metadata"]["name"]
+        for v in volumes.values():
+            if "configMap" in v:
+                assert v["configMap"]["name"] in configmaps
+            if "persistentVolumeClaim" in v:
+                assert v["persistentVolumeClaim"]["claimName"] in claims
+            if "secret" in v:  # created by the operator; the command is in the file's header
+                assert f"create secret generic {v['secret']['secretName']}" in documented
+
+
+def test_container_args_use_only_contract_flags_and_the_shipped_image(docs: list[dict]) -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    for w in of_kind(docs, "Deployment", "DaemonSet"):
+        c = container(w)
+        (entry,) = c["command"]
+        assert set(flags(c)) <= CONTRACT_FLAGS[entry], entry
+        assert c["image"] == f"{IMAGE}:{version}"
+
+
+def mount_path(c: dict[str, Any], volume: str) -> str:
+    (path,) = [m["mountPath"] for m in c["volumeMounts"] if m["name"] == volume]
+    return str(path)
+
+
+def test_exporter_runs_on_gpu_nodes_with_host_sys_kmsg_and_nvml_but_no_gpu(docs: list) -> None:
+    ds = one(docs, "DaemonSet", "gpuwarden-exporter")
+    spec, c = pod_spec(ds), container(ds)
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
+    assert "nvidia.com/gpu.present" in keys
+    assert {"operator": "Exists"} in spec["tolerations"]  # tainted nodes stay observed
+    assert spec["runtimeClassName"] == "nvidia"
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    f = flags(c)
+    assert f["--node"] == "$(NODE_NAME)" and f["--source"] == "nvml"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    sys_mount = mounts[f["--sysfs-root"]]
+    assert volumes[sys_mount["name"]]["hostPath"]["path"] == "/sys" and sys_mount["readOnly"]
+    kmsg = mounts[f["--kmsg"]]
+    assert volumes[kmsg["name"]]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    assert kmsg["readOnly"]
+    assert not any("nvidia.com/gpu" in r for r in c["resources"].values())
+    assert c["resources"]["limits"]["memory"] in {"96Mi", "128Mi", "160Mi", "192Mi"}
+
+
+def test_exporter_has_only_cap_syslog_and_no_host_namespaces_or_api_token(docs: list) -> None:
+    ds = one(docs, "DaemonSet", "gpuwarden-exporter")
+    spec, sc = pod_spec(ds), container(ds)["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+    assert spec["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("name", ["gpuwarden-analyzer", "gpuwarden-remediation"])
+def test_analyzer_and_remediation_meet_the_restricted_pod_security_standard(
+    docs: list, name: str
+) -> None:
+    d = one(docs, "Deployment", name)
+    spec, sc = pod_spec(d), container(d)["securityContext"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert sc == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert not any(v.get("hostPath") for v in spec["volumes"])
+    assert "memory" in container(d)["resources"]["limits"]
+
+
+def test_analyzer_queries_prometheus_and_needs_no_api_token(docs: list) -> None:
+    d = one(docs, "Deployment", "gpuwarden-analyzer")
+    assert re.fullmatch(r"https?://[^/]+(/.*)?", flags(container(d))["--prometheus"])
+    assert pod_spec(d)["automountServiceAccountToken"] is False
+    assert d["spec"]["replicas"] == 1  # two would export every finding twice
+
+
+def test_remediation_is_one_recreated_replica_with_state_on_a_volume(docs: list) -> None:
+    d = one(docs, "Deployment", "gpuwarden-remediation")
+    assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"] == {"type": "Recreate"}
+    c = container(d)
+    f = flags(c)
+    assert f["--backend"] == "kubernetes"
+    volumes = {v["name"]: v for v in pod_spec(d)["volumes"]}
+    state = Path(f["--state-db"])
+    assert str(state.parent) == mount_path(c, "state")
+    assert volumes["state"]["persistentVolumeClaim"]["claimName"] == "gpuwarden-remediation-state"
+    claim = one(docs, "PersistentVolumeClaim", "gpuwarden-remediation-state")
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    token = Path(f["--webhook-token-file"])
+    assert str(token.parent) == mount_path(c, "webhook-token") and token.name == "token"
+    policy = Path(f["--policy"])
+    assert str(policy.parent) == mount_path(c, "policy")
+    cm = one(docs, "ConfigMap", volumes["policy"]["configMap"]["name"])
+    assert policy.name in cm["data"]
+    assert not any(a.startswith("--webhook-token=") for a in c["args"])  # never on the cmdline
+
+
+def rbac_grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_remediation_rbac_grants_exactly_what_its_kubernetes_backend_needs(docs: list) -> None:
+    role = one(docs, "ClusterRole", "gpuwarden-remediation")
+    assert rbac_grants(role) == {
+        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "patch"),
+        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "patch"),
+        ("", "pods/eviction", "create"),
+    }  # fmt: skip
+    assert not any("resourceNames" in r or "nonResourceURLs" in r for r in role["rules"])
+    assert len(of_kind(docs, "ClusterRole", "Role")) == 1
+    binding = one(docs, "ClusterRoleBinding", "gpuwarden-remediation")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    (subject,) = binding["subjects"]
+    deployment = one(docs, "Deployment", "gpuwarden-remediation")
+    assert subject["name"] == pod_spec(deployment)["serviceAccountName"]
+    assert subject["namespace"] == deployment["metadata"]["namespace"]
+    sa = one(docs, "ServiceAccount", subject["name"])
+    assert sa["automountServiceAccountToken"] is False  # only the remediation pod opts in
+    for w in of_kind(docs, "Deployment", "DaemonSet"):
+        token = pod_spec(w).get("automountServiceAccountToken")
+        assert token is (w is deployment), w["metadata"]["name"]
+
+
+@pytest.mark.parametrize("kdir", [BASE, *OVERLAYS], ids=lambda p: p.relative_to(KUBE).as_posix())
+def test_no_container_is_privileged_without_also_allowing_escalation(kdir: Path) -> None:
+    # The API server rejects privileged: true with allowPrivilegeEscalation: false; the JSON
+    # schema cannot express that rule.
+    for w in of_kind(build(kdir), "Deployment", "DaemonSet"):
+        sc = container(w)["securityContext"]
+        assert not (sc.get("privileged") and sc.get("allowPrivilegeEscalation") is False)
+
+
+def test_kmsg_privileged_overlay_changes_only_the_exporter_privilege(docs: list) -> None:
+    overlay = build(KUBE / "overlays" / "kmsg-privileged")
+    changed = [d for d in overlay if d not in docs]
+    assert [(d["kind"], d["metadata"]["name"]) for d in changed] == [
+        ("DaemonSet", "gpuwarden-exporter")
+    ]
+    sc = container(changed[0])["securityContext"]
+    assert sc["privileged"] is True and sc["allowPrivilegeEscalation"] is True
+    assert len(overlay) == len(docs)
