@@ -116,7 +116,7 @@ class GpuCollector:
         try:
             handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
             self._identify(index, gpu, handle)
-        except pynvml.NVMLError as e:
+        except Exception as e:  # NVMLError, or a malformed bus id (ValueError)
             if is_lost(e):
                 return self._down(index, gpu, GPU_LOST)
             self.read_errors.add("identity")

@@ -70,7 +70,9 @@ class FieldReader:
             return fn(*args)
         except pynvml.NVMLError as e:
             self.failed(what, e, scope)
-            return None
+        except Exception:  # a binding quirk (ctypes, odd value) costs one series, not the GPU
+            self.errors.add(what)
+        return None
 
     def failed(self, what: str, e: pynvml.NVMLError, scope: Hashable = None) -> None:
         """Classify an NVML error: lost escapes, absence is remembered, the rest is counted."""

@@ -171,3 +171,22 @@ def test_counters_never_decrease_across_a_driver_reload() -> None:
     assert second[(c.GPU_ENERGY.name, lv)] == pytest.approx(5_001.0)
     assert second[(c.NVLINK_ERRORS.name, (*lv, "3", "crc_data"))] == 11
     assert second[(c.NVLINK_TRANSMIT.name, (*lv, "3"))] == 2048 * 1024
+
+
+def test_a_non_nvml_exception_from_one_field_costs_only_that_series() -> None:
+    nvml = hgx_node(gpus=1)
+    nvml.gpus[0].failing["utilization"] = ValueError("binding returned garbage")
+    col = GpuCollector(nvml, "n1")
+    s = col.collect()
+    assert of(s, c.GPU_UTILIZATION, "0") == [] and up(s, "0") == (1.0, "")
+    assert col.read_errors.counts == {"utilization": 1}
+
+
+def test_a_malformed_pci_bus_id_is_an_identity_failure_of_that_gpu_only() -> None:
+    nvml = hgx_node(gpus=2)
+    nvml.gpus[0].pci_bus_id = "not-a-bus-id"
+    col = GpuCollector(nvml, "n1", fail_threshold=1)
+    s = col.collect()
+    assert up(s, "0") == (0.0, "nvml_error") and up(s, "1") == (1.0, "")
+    assert sorted(col.identities()) == ["0000:2a:00"]
+    assert col.read_errors.counts == {"identity": 1}

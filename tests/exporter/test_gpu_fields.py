@@ -134,7 +134,7 @@ def test_every_gpu_and_nvlink_metric_of_the_catalogue_is_emitted_for_a_pre_amper
     gpu.unsupported.clear()
     emitted = {s.metric for s in GpuCollector(FakeNvml([gpu]), "n1").collect()}
     gpu_section = {
-        m for m in c.all_metrics() if m.name.startswith(("gpuwarden_gpu_", "gpuwarden_nvlink_"))
+        m for m in c.all_metrics() if m.name.startswith((c.PREFIX + "gpu_", c.PREFIX + "nvlink_"))
     }
     # XIDs and job allocations come from other collectors (kernel log, job map).
     assert gpu_section - emitted == {c.GPU_XID_ERRORS, c.GPU_ALLOCATION_INFO}
