@@ -12,15 +12,24 @@ Errors are the filesystem's: FileNotFoundError, PermissionError, NotADirectoryEr
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 
+# Cached: the same few hundred paths are read every cycle, on every simulated node too, and
+# parsing a path costs more than the dict lookup it guards.
+@lru_cache(maxsize=1 << 16)
 def _parts(path: str) -> tuple[str, ...]:
     """Split a root-relative path; refuse anything that could leave the root."""
     p = PurePosixPath(path)
     if p.is_absolute() or ".." in p.parts:
         raise ValueError(f"sysfs path must stay inside the root: {path!r}")
     return tuple(part for part in p.parts if part != ".")
+
+
+@lru_cache(maxsize=1 << 16)
+def _key(path: str) -> str:
+    return "/".join(_parts(path))
 
 
 class DirSysfs:
@@ -67,7 +76,7 @@ class DictSysfs:
 
     @staticmethod
     def _key(path: str) -> str:
-        return "/".join(_parts(path))
+        return _key(path)
 
     def set(self, path: str, text: str) -> None:
         """Create or overwrite a file (its parent directories appear with it)."""

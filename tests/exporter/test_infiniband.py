@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.catalog import (
     IB_COUNTER,
@@ -246,3 +250,29 @@ def test_counter_and_label_parsers_accept_kernel_output_and_reject_garbage():
         parse_label("two\nlines\n")
     with pytest.raises(ValueError):
         parse_counter("1e5")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**40), min_size=1, max_size=12))
+def test_exported_counters_never_go_down_whatever_the_raw_sysfs_values_do(raws):
+    fs = port_tree(symbol_error=f"{raws[0]}\n")
+    ib = InfinibandCollector(fs, "n1")
+    exported, resets = [], []
+    for raw in raws:
+        fs.set(f"{PORT}/counters/symbol_error", f"{raw}\n")
+        got = table(ib.collect())
+        exported.append(got[counter("symbol_error")])
+        resets.append(got[RESETS])
+    growth = [b - a for a, b in pairwise(exported)]
+    # Growth is the raw increase, or after a drop the whole new raw value (counting from 0).
+    expected = [b - a if b >= a else b for a, b in pairwise(raws)]
+    assert growth == expected
+    assert resets[-1] == sum(1 for a, b in pairwise(raws) if b < a)
+
+
+def test_unlistable_ports_directory_keeps_the_device_info_and_counts_the_error():
+    fs = port_tree(symbol_error="3\n")
+    fs.fail("class/infiniband/mlx5_0/ports", OSError(5, "Input/output error"))
+    ib = InfinibandCollector(fs, "n1")
+    assert [s.metric for s in ib.collect()] == [IB_DEVICE_INFO]
+    assert ib.read_errors.counts == {"mlx5_0/ports": 1}
