@@ -13,7 +13,10 @@ NVML learns about later gets its index and UUID on the same counter.
 
 When the log is unreadable (``healthy`` False on the reader) the NVML XID event source is
 counted instead; while the log is healthy the events are drained and dropped, because the same
-XIDs arrive through the log and would count twice.
+XIDs arrive through the log and would count twice. A log unreadable for a single cycle is
+not yet broken (logrotate between rename and create, a file replaced): that cycle's events are
+held, counted if the next cycle still cannot read the log, and dropped if the log is back (it
+then delivers those XIDs itself). So nothing is lost and nothing counts twice.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from exporter.sources.protocols import (
 )
 from exporter.sources.xid_lines import XidLineStream
 
+FALLBACK_AFTER_CYCLES = 2
 REPLACEMENT_CHAR = "\ufffd"  # what a non-UTF-8 byte decodes to (errors="replace")
 
 
@@ -56,11 +60,13 @@ class XidCollector:
         self._counts: Counter[tuple[str, int]] = Counter()  # (pci key, xid) -> events
         self._last: dict[str, int] = {}  # pci key -> last xid, in log order
         self._lines = 0
+        self._held: list[tuple[str, int]] = []  # fallback events of a first unreadable cycle
+        self._down_cycles = 0
         self.read_errors = ReadErrors()
 
     def collect(self) -> Sequence[Sample]:
         log_ok = self._read_log()
-        self._poll_fallback(use=not log_ok)
+        self._use_fallback(self._poll_fallback(), log_ok=log_ok)
         return self._samples(self._gpus())
 
     def last_xid(self) -> dict[str, int]:
@@ -92,17 +98,25 @@ class XidCollector:
             self.read_errors.add("kmsg_read")
         return healthy
 
-    def _poll_fallback(self, *, use: bool) -> None:
+    def _poll_fallback(self) -> list[tuple[str, int]]:
         if self._fallback is None:
-            return
+            return []
         try:
-            events = self._fallback.poll()
+            return list(self._fallback.poll())
         except Exception:  # NVML event wait can fail in many ways; observe softly
             self.read_errors.add("xid_fallback")
+            return []
+
+    def _use_fallback(self, events: list[tuple[str, int]], *, log_ok: bool) -> None:
+        if log_ok:  # the log has delivered, or will deliver, these XIDs itself
+            self._held, self._down_cycles = [], 0
             return
-        if not use:
+        self._down_cycles += 1
+        self._held += events
+        if self._down_cycles < FALLBACK_AFTER_CYCLES:
             return
-        for address, xid in events:
+        held, self._held = self._held, []
+        for address, xid in held:
             try:
                 self._count(pci_key(address), int(xid))
             except ValueError:

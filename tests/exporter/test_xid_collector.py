@@ -114,19 +114,43 @@ def test_lost_records_and_log_source_are_exported() -> None:
     assert lines.labels["source"] == "simulated" and lines.value == 2
 
 
-def test_fallback_events_count_only_while_the_log_is_unreadable() -> None:
+def test_fallback_events_are_dropped_while_the_log_works() -> None:
     log, events = ListKernelLog(), FakeXidEvents()
     collector = XidCollector(log, lambda: GPUS, NODE, fallback=events)
     events.pending = [("0000:18:00", 13)]
-    log.append(xid("18", 13))  # the same XID through both paths while the log works
+    log.append(xid("18", 13))  # the same XID through both paths
     assert xid_counts(list(collector.collect())) == {("0", "GPU-aaaa", "13"): 1}
+    assert events.polls == 1 and events.pending == []
+
+
+def test_fallback_events_count_once_the_log_stays_unreadable() -> None:
+    log, events = ListKernelLog(), FakeXidEvents()
     log.healthy = False
+    collector = XidCollector(log, lambda: GPUS, NODE, fallback=events)
     events.pending = [("00000000:DB:00.0", 79)]
+    assert xid_counts(list(collector.collect())) == {}  # held: one bad cycle may be logrotate
+    events.pending = [("0000:18:00", 48)]
     assert xid_counts(list(collector.collect())) == {
-        ("0", "GPU-aaaa", "13"): 1,
         ("7", "GPU-hhhh", "79"): 1,
+        ("0", "GPU-aaaa", "48"): 1,
     }
-    assert events.polls == 2 and collector.read_errors.counts["kmsg_read"] == 1
+    events.pending = [("0000:18:00", 48)]
+    assert xid_counts(list(collector.collect()))[("0", "GPU-aaaa", "48")] == 2
+    assert collector.read_errors.counts["kmsg_read"] == 3
+
+
+def test_events_held_during_a_one_cycle_log_gap_are_left_to_the_log() -> None:
+    log, events = ListKernelLog(), FakeXidEvents()
+    collector = XidCollector(log, lambda: GPUS, NODE, fallback=events)
+    log.healthy = False  # the file was renamed and not yet recreated
+    events.pending = [("0000:18:00", 31)]
+    collector.collect()
+    log.healthy = True
+    log.append(xid("18", 31))  # the new file carries the same XID
+    collector.collect()
+    log.healthy = False
+    collector.collect()
+    assert xid_counts(list(collector.collect())) == {("0", "GPU-aaaa", "31"): 1}
 
 
 def test_a_failing_or_nonsense_fallback_is_a_read_error_not_a_failed_collector() -> None:
@@ -144,8 +168,9 @@ def test_a_log_that_raises_is_counted_and_the_fallback_takes_over() -> None:
     events = FakeXidEvents()
     events.pending = [("0000:18:00", 48)]
     collector = XidCollector(RaisingLog(), lambda: GPUS, NODE, fallback=events)
+    collector.collect()
     assert xid_counts(list(collector.collect())) == {("0", "GPU-aaaa", "48"): 1}
-    assert collector.read_errors.counts["kmsg_read"] == 1
+    assert collector.read_errors.counts["kmsg_read"] == 2
 
 
 def test_broken_xid_lines_are_read_errors_and_other_lines_are_not() -> None:
