@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from exporter.sources.protocols import pci_key
 
@@ -45,7 +45,7 @@ class XidEvent:
 
 _KMSG = re.compile(r"^\d+,(\d+),(\d+),[^;]*;(.*)$", re.S)
 _CONTINUATION = re.compile(r"^ [A-Za-z0-9_.-]+=")
-_SYSLOG = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) \S+ ")
+_SYSLOG = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d(?:\.\d+)?) \S+ ")
 _ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) \S+ ")
 _TAG = re.compile(r"^kernel(?:\[\d+\])?: ")
 _BRACKET = re.compile(r"^\[\s*([^\]]*)\] ?")
@@ -68,7 +68,7 @@ def split_envelope(line: str) -> tuple[float | None, str]:
     when: float | None = None
     m = _SYSLOG.match(line)
     if m and m[1] in _MONTHS:
-        when = _syslog_seconds(m[1], int(m[2]), int(m[3]), int(m[4]), int(m[5]))
+        when = _syslog_seconds(m[1], int(m[2]), int(m[3]), int(m[4]), float(m[5]))
         line = line[m.end() :]
     elif m := _ISO.match(line):
         when = _iso_seconds(m[1])
@@ -86,11 +86,12 @@ def strip_envelope(line: str) -> str:
     return split_envelope(line)[1]
 
 
-def _syslog_seconds(month: str, day: int, h: int, mi: int, s: int) -> float | None:
-    try:
-        return datetime(2000, _MONTHS.index(month) + 1, day, h, mi, s).timestamp()
+def _syslog_seconds(month: str, day: int, h: int, mi: int, s: float) -> float | None:
+    try:  # UTC, not local time: only differences matter, and DST must not shift them
+        start = datetime(2000, _MONTHS.index(month) + 1, day, h, mi, tzinfo=UTC).timestamp()
     except ValueError:
         return None
+    return start + s
 
 
 def _iso_seconds(text: str) -> float | None:

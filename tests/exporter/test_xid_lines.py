@@ -25,6 +25,8 @@ MSG = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off
         ("[Fri Feb 14 05:03:41 2025] " + MSG, MSG),
         ("Feb 14 05:03:41 host kernel: " + MSG, MSG),
         ("Feb  4 05:03:41 gpu-node-001 kernel: " + MSG, MSG),
+        ("Feb 14 05:03:41.123456 host kernel: " + MSG, MSG),
+        ("Feb 14 05:03:41 host kernel[0]: " + MSG, MSG),
         ("2025-02-14T05:03:41+0000 host kernel: " + MSG, MSG),
         ("2025-02-14T05:03:41.123456+00:00 host kernel: " + MSG, MSG),
         ("Feb 14 05:03:41 host kernel: [ 123.4] " + MSG, MSG),
@@ -61,8 +63,15 @@ def test_envelope_log_time_is_read_where_the_line_has_one(raw: str, seconds: flo
 
 def test_syslog_times_are_comparable_within_a_log() -> None:
     a = split_envelope("Feb 14 05:03:41 h kernel: x")[0]
-    b = split_envelope("Feb 14 05:03:46 h kernel: x")[0]
-    assert a is not None and b is not None and b - a == 5
+    b = split_envelope("Feb 14 05:03:46.5 h kernel: x")[0]
+    c = split_envelope("Mar  1 00:00:01 h kernel: x")[0]
+    assert a is not None and b is not None and c is not None
+    assert b - a == 5.5 and c > b
+
+
+def test_journal_short_monotonic_line_still_yields_its_xid() -> None:
+    event = parse_xid(strip_envelope("[ 1843.308145] gpu-node-001 kernel: " + MSG))
+    assert event is not None and (event.pci_key, event.xid) == ("0000:3b:00", 79)
 
 
 P = "NVRM: Xid (PCI:0000:3b:00): "
