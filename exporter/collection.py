@@ -69,6 +69,7 @@ class CollectionLoop:
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         before_cycle: Callable[[float], None] | None = None,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._states = [_CollectorState(c) for c in collectors]
         self._node = node
@@ -78,6 +79,7 @@ class CollectionLoop:
         self._wall = wall
         self._monotonic = monotonic
         self._before_cycle = before_cycle  # the simulated source advances its model here
+        self._timer = timer
         self._cycles = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -106,7 +108,7 @@ class CollectionLoop:
         return snap
 
     def _run_collector(self, st: _CollectorState) -> list[Sample]:
-        t0 = time.perf_counter()
+        t0 = self._timer()
         try:
             out = list(st.collector.collect())
             st.ok, st.last_error = True, ""
@@ -116,7 +118,7 @@ class CollectionLoop:
             if st.ok or st.last_error != error:  # log changes, not every cycle
                 log.warning("collector %s failed: %s", st.collector.name, error)
             st.ok, st.last_error = False, error
-        st.duration = time.perf_counter() - t0
+        st.duration = self._timer() - t0
         return out
 
     def _self_samples(self) -> list[Sample]:

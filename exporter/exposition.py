@@ -14,7 +14,6 @@ from exporter.catalog import (
     DCGM_LABELS,
     DCGM_LAST_XID,
     GPU_INFO,
-    GPU_XID_ERRORS,
     DcgmField,
     MetricDef,
     Sample,
@@ -123,12 +122,11 @@ def render_dcgm(grouped: dict[MetricDef, list[Sample]], last_xid: dict[str, int]
                 continue
             lines += _header(field.name, f"{metric.help} (dcgm-exporter compatible)", field.type)
             lines += [_series(field.name, labels, v) for labels, v in rows]
-    if GPU_XID_ERRORS in grouped or last_xid:
-        rows = [(ids[g].labels, last_xid.get(g, 0)) for g in sorted(ids, key=_int_or_str)]
-        if rows:
-            name = DCGM_LAST_XID.name
-            lines += _header(name, DCGM_LAST_XID.help, "gauge")
-            lines += [_series(name, labels, v) for labels, v in rows]
+    rows = [(ids[g].labels, last_xid.get(g, 0)) for g in sorted(ids, key=_int_or_str)]
+    if rows:  # like dcgm-exporter: every GPU, 0 until its first XID
+        name = DCGM_LAST_XID.name
+        lines += _header(name, DCGM_LAST_XID.help, "gauge")
+        lines += [_series(name, labels, v) for labels, v in rows]
     return lines
 
 
