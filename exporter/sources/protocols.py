@@ -80,6 +80,12 @@ class KernelLog(Protocol):
     @property
     def source_name(self) -> str: ...  # "kmsg" | "file" | "simulated" ...
 
+    @property
+    def healthy(self) -> bool: ...  # False while the log cannot be read (NVML events take over)
+
+    @property
+    def last_error(self) -> str: ...
+
 
 class JobMap(Protocol):
     """GPU index -> job id for the GPUs a scheduler has allocated on this node."""
