@@ -1,0 +1,141 @@
+"""The HTTP face of remediation: Alertmanager webhook, metrics, health and the /api/v1/ API.
+
+``POST /alertmanager`` authenticates, parses (intake), journals (idempotency key committed
+before the 200) and wakes the worker; it never waits for a decision. Bad input always gets a
+4xx with a reason and changes nothing. The API takes the same credentials as the webhook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from remediation.auth import Credentials
+from remediation.intake import IntakeError, parse
+from remediation.service import Service
+
+MAX_BODY = 1 << 20
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _err(status: int, reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status)
+
+
+def _authorized(creds: Credentials | None, request: web.Request) -> bool:
+    return creds is None or creds.check(request.headers.get("Authorization"))
+
+
+class Api:
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+
+    async def webhook(self, request: web.Request) -> web.Response:
+        m = self.svc.metrics
+        resp = await self._webhook(request)
+        m.requests.labels(str(resp.status)).inc()
+        return resp
+
+    async def _webhook(self, request: web.Request) -> web.Response:
+        m = self.svc.metrics
+        if not _authorized(self.svc.credentials, request):
+            m.errors.labels("unauthorized").inc()
+            return web.json_response(
+                {"error": "missing or wrong credentials"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="gpuwarden"'},
+            )
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            m.errors.labels("too_large").inc()
+            return _err(413, f"body larger than {MAX_BODY} bytes")
+        try:
+            alerts = parse(body)
+        except IntakeError as e:
+            m.errors.labels(e.code).inc()
+            return _err(400, str(e))
+        now = self.svc.clock.now()
+        new, repeated = await asyncio.to_thread(self.svc.journal.accept, alerts, now)
+        for a in alerts:
+            m.alerts.labels(a.status).inc()
+        self.svc.worker.wake.set()
+        return web.json_response({"accepted": new, "repeated": repeated})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self.svc.refresh_gauges()
+        return web.Response(
+            body=self.svc.metrics.render(), content_type="text/plain", charset="utf-8"
+        )
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        problem = self.svc.health_problem()
+        if problem:
+            return _err(503, problem)
+        return web.json_response({"status": "ok"})
+
+    async def nodes(self, request: web.Request) -> web.Response:
+        rows = await asyncio.to_thread(self.svc.journal.rows, "SELECT * FROM nodes ORDER BY node")
+        return web.json_response({"nodes": rows, **self.svc.status()})
+
+    async def node(self, request: web.Request) -> web.Response:
+        name = request.match_info["node"]
+        rec = await asyncio.to_thread(self.svc.journal.node, name)
+        hist = await asyncio.to_thread(self.svc.decisions, name, 200)
+        return web.json_response({"node": rec, "history": hist})
+
+    async def decisions(self, request: web.Request) -> web.Response:
+        try:
+            limit = max(1, min(10_000, int(request.query.get("limit", "200"))))
+        except ValueError:
+            return _err(400, "limit must be an integer")
+        rows = await asyncio.to_thread(self.svc.decisions, request.query.get("node"), limit)
+        return web.json_response({"decisions": rows})
+
+    async def release(self, request: web.Request) -> web.Response:
+        name = request.match_info["node"]
+        who = request.query.get("who", "api")[:64]
+        v = await asyncio.to_thread(self.svc.engine.release, name, True, who)
+        return web.json_response(
+            {"node": name, "released": v.allow, "guard": v.guard, "reason": v.reason},
+            status=200 if v.allow else 409,
+        )
+
+    async def pause(self, request: web.Request) -> web.Response:
+        paused = request.path.endswith("/pause")
+        who = request.query.get("who", "api")[:64]
+        await asyncio.to_thread(self.svc.engine.set_paused, paused, who)
+        return web.json_response(self.svc.status())
+
+
+def build_app(svc: Service) -> web.Application:
+    api = Api(svc)
+
+    @web.middleware
+    async def guard_api(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/api/") and not _authorized(svc.credentials, request):
+            return _err(401, "missing or wrong credentials")
+        return await handler(request)
+
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[guard_api])
+    app.router.add_post("/alertmanager", api.webhook)
+    app.router.add_get("/metrics", api.metrics)
+    app.router.add_get("/healthz", api.healthz)
+    app.router.add_get("/api/v1/nodes", api.nodes)
+    app.router.add_get("/api/v1/nodes/{node}", api.node)
+    app.router.add_get("/api/v1/decisions", api.decisions)
+    app.router.add_post("/api/v1/nodes/{node}/release", api.release)
+    app.router.add_post("/api/v1/pause", api.pause)
+    app.router.add_post("/api/v1/resume", api.pause)
+
+    async def lifecycle(app: web.Application) -> Any:
+        await svc.worker.start()
+        yield
+        await svc.worker.stop()
+        svc.journal.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app

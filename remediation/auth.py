@@ -1,0 +1,59 @@
+"""Webhook/API authentication: bearer token or basic auth, compared in constant time.
+
+The secrets come from files or the environment, never the command line (they would show
+in ``ps``). Sits in front of every POST /alertmanager and /api/v1/ request.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuwarden.settings import SettingsError
+
+
+@dataclass(frozen=True)
+class Credentials:
+    token: str | None = None
+    basic: tuple[str, str] | None = None  # (user, password)
+
+    @property
+    def expected(self) -> tuple[bytes, ...]:
+        out = []
+        if self.token:
+            out.append(f"Bearer {self.token}".encode())
+        if self.basic:
+            pair = base64.b64encode(f"{self.basic[0]}:{self.basic[1]}".encode()).decode()
+            out.append(f"Basic {pair}".encode())
+        return tuple(out)
+
+    def check(self, header: str | None) -> bool:
+        given = (header or "").strip().encode("utf-8", "replace")
+        ok = False
+        for want in self.expected:  # every candidate compared: no early exit
+            ok |= hmac.compare_digest(given, want)
+        return ok
+
+
+def read_secret(path: Path, what: str) -> str:
+    try:
+        value = path.read_text().strip()
+    except OSError as e:
+        raise SettingsError(f"{what} {path}: {e.strerror or e}") from None
+    if not value:
+        raise SettingsError(f"{what} {path}: file is empty")
+    return value
+
+
+def load(token: str | None, token_file: Path | None, basic_file: Path | None) -> Credentials:
+    if token_file is not None:
+        token = read_secret(token_file, "webhook token file")
+    basic = None
+    if basic_file is not None:
+        user, sep, password = read_secret(basic_file, "basic auth file").partition(":")
+        if not sep or not user or not password:
+            raise SettingsError(f"basic auth file {basic_file}: expected one line user:password")
+        basic = (user, password)
+    return Credentials(token or None, basic)

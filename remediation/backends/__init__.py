@@ -1,0 +1,1 @@
+"""Scheduler backends behind one protocol (``base.Backend``): Slurm, Kubernetes, dry-run."""

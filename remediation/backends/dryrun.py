@@ -1,0 +1,102 @@
+"""Dry-run backend: records what would be done, touches nothing.
+
+Keeps a simulated node state (from its own records) so that budgets and reconciliation
+behave as they would for real. Records go to the journal's ``dry_run_effects`` table in a
+commit of their own, like a real scheduler call would happen outside the journal.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+
+from remediation.backends.base import Backend
+from remediation.journal import Journal
+from remediation.model import REASON_PREFIX, Job, NodeView
+
+
+class DryRunBackend:
+    name = "dry-run"
+
+    def __init__(
+        self,
+        journal: Journal,
+        topology: Mapping[str, Mapping[str, str]] | None = None,
+        clock: Callable[[], float] = time.time,
+        source: Backend | None = None,
+    ) -> None:
+        """``source``: a real scheduler to read the fleet and jobs from (writes never go there)."""
+        self.journal, self.topology, self.clock = journal, topology or {}, clock
+        self.source = source
+        self.action_id = 0  # set by the executor before each call, for the record
+
+    def _record(self, node: str, op: str, **detail: object) -> None:
+        with self.journal.tx() as db:
+            db.execute(
+                "INSERT INTO dry_run_effects(action_id,node,op,detail,at) VALUES(?,?,?,?,?)",
+                (self.action_id, node, op, json.dumps(detail, sort_keys=True), self.clock()),
+            )
+
+    def _out(self) -> dict[str, str]:
+        rows = self.journal.rows(
+            "SELECT node, op, detail FROM dry_run_effects WHERE op IN ('take_out','release') "
+            "ORDER BY id"
+        )
+        out: dict[str, str] = {}
+        for r in rows:
+            if r["op"] == "take_out":
+                out[r["node"]] = json.loads(r["detail"]).get("reason", REASON_PREFIX)
+            else:
+                out.pop(r["node"], None)
+        return out
+
+    def fleet(self) -> tuple[NodeView, ...]:
+        out = self._out()
+        if self.source is not None:
+            return tuple(
+                NodeView(n.name, True, True, out[n.name], n.domains) if n.name in out else n
+                for n in self.source.fleet()
+            )
+        return tuple(
+            NodeView(n, n in out, n in out, out.get(n, ""), dict(d))
+            for n, d in sorted(self.topology.items())
+        )
+
+    def node(self, name: str) -> NodeView | None:
+        if self.source is not None:
+            return next((n for n in self.fleet() if n.name == name), None)
+        out = self._out()
+        return NodeView(
+            name, name in out, name in out, out.get(name, ""), dict(self.topology.get(name, {}))
+        )
+
+    def jobs_on(self, node: str) -> tuple[Job, ...]:
+        return self.source.jobs_on(node) if self.source is not None else ()
+
+    def job(self, job_id: str) -> Job | None:
+        return self.source.job(job_id) if self.source is not None else None
+
+    def take_out(self, node: str, reason: str, evict: bool) -> str:
+        self._record(node, "take_out", reason=reason, evict=evict)
+        return "would drain"
+
+    def is_taken_out(self, node: str) -> bool:
+        return node in self._out()
+
+    def release(self, node: str) -> str:
+        self._record(node, "release")
+        return "would resume"
+
+    def request_checkpoint(self, job: Job) -> None:
+        self._record(job.nodes[0] if job.nodes else "", "checkpoint", job=job.job_id)
+
+    def requeue(self, job: Job, exclude: str) -> None:
+        self._record(exclude, "requeue", job=job.job_id)
+
+    def reboot(self, node: str, reason: str) -> str:
+        self._record(node, "reboot", reason=reason)
+        return "would reboot"
+
+    def mark(self, node: str, state: str) -> None:
+        self._record(node, "mark", state=state)

@@ -1,0 +1,38 @@
+"""Running scheduler commands (scontrol, sinfo, squeue, scancel) behind a small protocol.
+
+Every command has a timeout; a fake runner in the tests replays recorded outputs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+
+
+class Runner(Protocol):
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> Result: ...
+
+
+class SubprocessRunner:
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = dict(env) if env is not None else None
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> Result:
+        try:
+            p = subprocess.run(
+                list(argv), capture_output=True, text=True, timeout=timeout, env=self.env
+            )
+        except subprocess.TimeoutExpired:
+            return Result(124, "", f"{argv[0]}: timed out after {timeout}s")
+        except OSError as e:
+            return Result(127, "", f"{argv[0]}: {e.strerror or e}")
+        return Result(p.returncode, p.stdout, p.stderr)

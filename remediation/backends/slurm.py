@@ -1,0 +1,153 @@
+"""Slurm backend: scontrol / squeue / sinfo --json / scancel, each with a timeout.
+
+Drains carry the reason prefix ``gpuwarden:`` and are only ever resumed while they still
+carry it (Node Health Check's rule). State is read back after every change: RESUME on a
+never-registered node exits 1 yet clears the drain (real-components.md §3), so exit codes
+are not trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from remediation.backends.base import BackendError
+from remediation.backends.hostlist import expand
+from remediation.backends.runner import Runner
+from remediation.model import REASON_PREFIX, Job, NodeView
+
+OUT_STATES = {"down", "drained", "draining", "fail", "failing", "future", "maint"}
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def __init__(
+        self,
+        runner: Runner,
+        topology: Mapping[str, Mapping[str, str]] | None = None,
+        timeout: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+        requeue_wait_s: float = 30.0,
+    ) -> None:
+        self.runner, self.topology, self.timeout = runner, topology or {}, timeout
+        self.sleep, self.requeue_wait_s = sleep, requeue_wait_s
+
+    def _run(self, *argv: str) -> str:
+        r = self.runner.run(argv, self.timeout)
+        if r.rc != 0:
+            raise BackendError(f"{' '.join(argv[:3])}: rc {r.rc}: {r.stderr.strip()[:200]}")
+        return r.stdout
+
+    def _json(self, *argv: str) -> dict[str, Any]:
+        try:
+            data = json.loads(self._run(*argv))
+        except json.JSONDecodeError as e:
+            raise BackendError(f"{argv[0]} --json: unreadable output ({e})") from None
+        if not isinstance(data, dict):
+            raise BackendError(f"{argv[0]} --json: unexpected output")
+        return data
+
+    def _view(self, n: Mapping[str, Any]) -> NodeView:
+        flags = set(n.get("state_flags") or [])
+        state = str(n.get("state", "")).lower()
+        reason = str(n.get("reason") or "")
+        out = bool(flags & {"DRAIN", "FAIL", "MAINTENANCE"}) or state in OUT_STATES
+        ours = "DRAIN" in flags and reason.startswith(REASON_PREFIX)
+        name = str(n["name"])
+        return NodeView(name, out, ours, reason, dict(self.topology.get(name, {})))
+
+    def fleet(self) -> tuple[NodeView, ...]:
+        return tuple(self._view(n) for n in self._json("sinfo", "--json").get("nodes", []))
+
+    def node(self, name: str) -> NodeView | None:
+        return next((n for n in self.fleet() if n.name == name), None)
+
+    def _jobs(self) -> list[Job]:
+        jobs = []
+        for j in self._json("squeue", "--json").get("jobs", []):
+            nodes = expand(str(j.get("nodes") or ""))
+            jobs.append(
+                Job(
+                    str(j["job_id"]),
+                    str(j.get("job_state", "")),
+                    nodes,
+                    int(j.get("restart_cnt") or 0),
+                )
+            )
+        return jobs
+
+    def jobs_on(self, node: str) -> tuple[Job, ...]:
+        live = ("RUNNING", "SUSPENDED", "CONFIGURING")
+        return tuple(j for j in self._jobs() if node in j.nodes and j.state in live)
+
+    def job(self, job_id: str) -> Job | None:
+        return next((j for j in self._jobs() if j.job_id == job_id), None)
+
+    def take_out(self, node: str, reason: str, evict: bool) -> str:
+        before = self.node(node)
+        if before is None:
+            raise BackendError(f"node {node} unknown to slurm")
+        if before.out_of_service and not before.ours:
+            raise BackendError(f"node {node} is out of service by someone else: {before.reason!r}")
+        if before.ours:
+            return "already drained by gpuwarden"
+        self.runner.run(
+            ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"],
+            self.timeout,
+        )
+        after = self.node(node)
+        if after is None or not after.ours:
+            raise BackendError(f"drain of {node} not visible in sinfo: {after}")
+        return "drained"
+
+    def is_taken_out(self, node: str) -> bool:
+        n = self.node(node)
+        return n is not None and n.ours
+
+    def release(self, node: str) -> str:
+        before = self.node(node)
+        if before is None:
+            raise BackendError(f"node {node} unknown to slurm")
+        if not before.out_of_service:
+            return "already in service"
+        if not before.ours:
+            raise BackendError(f"refusing to resume {node}: reason {before.reason!r} is not ours")
+        # rc is not trusted (see module docstring); the state read back decides.
+        self.runner.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], self.timeout)
+        after = self.node(node)
+        if after is None or after.ours:
+            raise BackendError(f"resume of {node} did not clear the drain")
+        return "resumed"
+
+    def request_checkpoint(self, job: Job) -> None:
+        self._run("scancel", "--signal=USR1", "--full", job.job_id)
+
+    def _wait_pending(self, job_id: str) -> None:
+        deadline = time.monotonic() + self.requeue_wait_s
+        while time.monotonic() < deadline:
+            j = self.job(job_id)
+            if j is None:
+                raise BackendError(f"job {job_id} vanished during requeue")
+            if j.state == "PENDING":
+                return
+            self.sleep(0.2)
+        raise BackendError(f"job {job_id} not pending {self.requeue_wait_s}s after requeue")
+
+    def requeue(self, job: Job, exclude: str) -> None:
+        # requeuehold keeps it from starting before the exclusion is set; StartTime=now
+        # skips the cred_expire BeginTime delay, which Slurm overwrites while COMPLETING.
+        self._run("scontrol", "requeuehold", job.job_id)
+        self._wait_pending(job.job_id)
+        self._run("scontrol", "update", f"JobId={job.job_id}", f"ExcNodeList={exclude}")
+        self._run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
+        self._run("scontrol", "release", job.job_id)
+
+    def reboot(self, node: str, reason: str) -> str:
+        self._run("scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", node)
+        return "reboot requested"
+
+    def mark(self, node: str, state: str) -> None:
+        return None  # the drain reason already carries the state

@@ -1,0 +1,75 @@
+"""`gpuwarden-remediation` (= `gpuwarden remediation`, `python -m remediation`): run the service.
+
+Secrets never come from the command line: the webhook token is read from
+GPUWARDEN_WEBHOOK_TOKEN or --webhook-token-file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from gpuwarden import settings as gsettings
+from gpuwarden.settings import SettingsError
+from remediation.settings import BACKENDS, Settings
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpuwarden-remediation",
+        description="Receive Alertmanager webhooks and act on Slurm/Kubernetes, when policy allows.",
+    )
+    p.add_argument("--config", help="YAML settings file (flags > env GPUWARDEN_* > file)")
+    p.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:9836)")
+    p.add_argument("--policy", help="policy YAML (default: the shipped dry-run policy)")
+    p.add_argument("--state-db", help="SQLite journal path")
+    p.add_argument("--backend", choices=BACKENDS)
+    p.add_argument("--webhook-token-file", help="file holding the bearer token")
+    p.add_argument("--webhook-basic-auth-file", help="file holding one line user:password")
+    p.add_argument("--allow-unauthenticated", action="store_const", const=True, default=None)
+    p.add_argument("--tls-cert-file")
+    p.add_argument("--tls-key-file")
+    p.add_argument("--alertmanager", help="Alertmanager URL, for silences (per-node pause)")
+    p.add_argument("--topology", help="failure-domain topology YAML")
+    p.add_argument("--tick-s", help="probation/release check interval (s)")
+    p.add_argument("--command-timeout-s", help="timeout of each scheduler command (s)")
+    p.add_argument("--check", action="store_true", help="validate settings + policy, then exit")
+    return p
+
+
+def load_settings(argv: Sequence[str]) -> tuple[Settings, bool]:
+    args = vars(parser().parse_args(list(argv)))
+    config, check = args.pop("config"), args.pop("check")
+    return gsettings.load(Settings, args, config_file=config), check
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        s, check = load_settings(sys.argv[1:] if argv is None else argv)
+        from remediation.service import build
+
+        svc = build(s)
+    except SettingsError as e:
+        print(f"gpuwarden-remediation: {e}", file=sys.stderr)
+        return 2
+    if check:
+        print(f"ok: backend={svc.backend.name} dry_run={svc.policy.dry_run}")
+        svc.journal.close()
+        return 0
+    from aiohttp import web
+
+    from remediation.app import build_app
+
+    host, port = s.host_port
+    web.run_app(
+        build_app(svc),
+        host=host,
+        port=port,
+        ssl_context=svc.ssl_context(),
+        print=None,
+        access_log=None,
+    )
+    return 0

@@ -1,0 +1,204 @@
+"""The safety guards: pure functions from a frozen Situation to a denial (or None = pass).
+
+Sits in the middle of the data flow: the engine gathers a Situation (alert, scheduler view,
+journal counts, clock reading) and :func:`decide` runs the guards in order; the first denial
+decides. Nothing here does I/O or reads a clock: ``now`` is part of the Situation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from remediation.model import DISRUPTIVE, REASON_PREFIX, Alert, Job, NodeView, Verdict, allow, deny
+from remediation.policy import Budget, Policy
+
+
+@dataclass(frozen=True)
+class Situation:
+    alert: Alert
+    action: str
+    now: float
+    paused: bool
+    silenced: bool | None  # None: Alertmanager could not be asked
+    node: NodeView | None  # None: the scheduler does not know this node
+    fleet: tuple[NodeView, ...]
+    held: frozenset[str]  # nodes gpuwarden holds out of service (journal, incl. in flight)
+    jobs: tuple[Job, ...] = ()
+    breaker_open: bool = False
+    recent_actions: int = 0
+
+
+Guard = Callable[[Situation, Policy], Verdict | None]
+
+
+def policy_rule(s: Situation, p: Policy) -> Verdict | None:
+    rule = p.rule_for(s.alert.labels)
+    if rule is None:
+        return deny("policy", "no policy rule matches this alert")
+    if s.action not in rule.allow:
+        return deny("policy", f"action {s.action} not allowed for this alert")
+    return None
+
+
+def paused(s: Situation, p: Policy) -> Verdict | None:
+    return deny("paused", "remediation is paused") if s.paused else None
+
+
+def silenced(s: Situation, p: Policy) -> Verdict | None:
+    if s.silenced:
+        return deny("silenced", f"an active Alertmanager silence matches node {s.alert.node}")
+    if s.silenced is None and p.require_silence_check:
+        return deny("silenced", "Alertmanager silences could not be checked (policy requires it)")
+    return None
+
+
+def ownership(s: Situation, p: Policy) -> Verdict | None:
+    if s.node is None:
+        return deny("ownership", f"node {s.alert.node!r} is unknown to the scheduler")
+    if s.node.out_of_service and not s.node.ours:
+        return deny("ownership", f"node is out of service by someone else: {s.node.reason!r}")
+    return None
+
+
+def storm_breaker(s: Situation, p: Policy) -> Verdict | None:
+    if s.breaker_open:
+        return deny("storm_breaker", f"storm breaker open (> {p.storm_max_nodes} nodes flagged)")
+    return None
+
+
+def rate_limit(s: Situation, p: Policy) -> Verdict | None:
+    if s.recent_actions >= p.rate_max_actions:
+        return deny(
+            "rate_limit",
+            f"{s.recent_actions} actions in the last {p.rate_window_s:.0f}s "
+            f"(limit {p.rate_max_actions})",
+        )
+    return None
+
+
+def _limit(b: Budget, size: int) -> int:
+    return min(b.max_nodes, math.floor(b.max_fraction * size + 1e-9))
+
+
+def _already_out(s: Situation) -> bool:
+    return s.alert.node in s.held or (s.node is not None and s.node.out_of_service)
+
+
+def _out(s: Situation) -> set[str]:
+    return {n.name for n in s.fleet if n.out_of_service} | set(s.held)
+
+
+def budget_fleet(s: Situation, p: Policy) -> Verdict | None:
+    if _already_out(s):
+        return None
+    if not s.fleet:
+        return deny("budget_fleet", "fleet size unknown")
+    after = len(_out(s) | {s.alert.node})
+    limit = _limit(p.fleet_budget, len(s.fleet))
+    if after > limit:
+        return deny("budget_fleet", f"{after} nodes would be out of {len(s.fleet)} (limit {limit})")
+    return None
+
+
+def budget_domain(s: Situation, p: Policy) -> Verdict | None:
+    if _already_out(s) or s.node is None:
+        return None
+    out = _out(s) | {s.alert.node}
+    for kind, budget in sorted(p.domain_budgets.items()):
+        name = s.node.domains.get(kind)
+        if name is None:
+            continue
+        members = [n.name for n in s.fleet if n.domains.get(kind) == name]
+        after = len(out.intersection(members))
+        limit = _limit(budget, len(members))
+        if after > limit:
+            return deny(
+                "budget_domain",
+                f"{kind} {name}: {after} of {len(members)} nodes would be out (limit {limit})",
+            )
+    return None
+
+
+def budget_job(s: Situation, p: Policy) -> Verdict | None:
+    if s.alert.node in s.held:
+        return None
+    for job in s.jobs:
+        taken = len(s.held.intersection(job.nodes) - {s.alert.node}) + 1
+        if taken > p.per_job_max_nodes:
+            return deny(
+                "budget_job",
+                f"job {job.job_id} would lose {taken} nodes (limit {p.per_job_max_nodes})",
+            )
+    return None
+
+
+GUARDS: tuple[Guard, ...] = (
+    policy_rule,
+    paused,
+    silenced,
+    ownership,
+    storm_breaker,
+    rate_limit,
+    budget_fleet,
+    budget_domain,
+    budget_job,
+)
+
+
+def decide(s: Situation, p: Policy, guards: Sequence[Guard] = GUARDS) -> Verdict:
+    """Run the guards in order; the first denial decides. notify passes the policy rule only."""
+    chain = guards if s.action in DISRUPTIVE else guards[:1]
+    for guard in chain:
+        verdict = guard(s, p)
+        if verdict is not None:
+            return verdict
+    if p.dry_run:
+        return allow("dry_run", f"{s.action} allowed; dry-run: recorded, not executed")
+    return allow("policy", f"{s.action} allowed by every guard")
+
+
+def breaker_opened_at(
+    flags: Sequence[tuple[str, float]], now: float, p: Policy, opened_at: float | None
+) -> float | None:
+    """Storm breaker state: the time it opened, or None while closed.
+
+    Opens when more than ``storm_max_nodes`` distinct nodes were flagged within the window;
+    closes by itself once no node has been flagged for ``storm_quiet_s`` (no manual reset).
+    """
+    recent = {n for n, t in flags if now - p.storm_window_s <= t <= now}
+    if len(recent) > p.storm_max_nodes:
+        return opened_at if opened_at is not None else now
+    if opened_at is None:
+        return None
+    last = max((t for _, t in flags if t <= now), default=opened_at)
+    return opened_at if now - last < p.storm_quiet_s else None
+
+
+def probation_for(p: Policy, last_release: float | None, now: float) -> tuple[float, bool]:
+    """Flap damping: a node failing again soon after release gets a longer probation."""
+    if last_release is not None and now - last_release <= p.flap_window_s:
+        return p.probation_s * p.flap_multiplier, True
+    return p.probation_s, False
+
+
+def choose_action(p: Policy, alert: Alert, occurrence: int) -> str:
+    """Escalation: the alert's recommended rung, climbed once per earlier occurrence."""
+    recommended = alert.labels.get("action", "notify")
+    if recommended == "notify":
+        return "notify"  # an alert that only asks for a notification never escalates
+    ladder = p.ladders.get(alert.labels.get("fault_class", "")) or (recommended,)
+    if occurrence >= p.inspect_after:
+        return "inspect"
+    start = ladder.index(recommended) if recommended in ladder else 0
+    return ladder[min(start + occurrence - 1, len(ladder) - 1)]
+
+
+def release_verdict(node: NodeView | None, manual: bool) -> Verdict:
+    """May gpuwarden put this node back in service? Only a drain it wrote itself."""
+    if node is None:
+        return deny("ownership", "node unknown to the scheduler")
+    if node.out_of_service and not node.reason.startswith(REASON_PREFIX):
+        return deny("ownership", f"drain reason not written by gpuwarden: {node.reason!r}")
+    return allow("manual" if manual else "probation", "release allowed")

@@ -1,0 +1,212 @@
+"""The journal: SQLite (WAL) record of alerts, decisions, actions, steps and node states.
+
+Sits under the engine and the web API. Every write that matters commits before the caller
+goes on: an alert is accepted only once its idempotency key is committed; an action's intent
+is committed before it runs and its outcome after, so a restart can reconcile what was in
+flight. One connection, guarded by a lock (used from the event loop and worker threads).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from remediation.model import TRANSIENT_GUARDS, Alert
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS alerts(seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT UNIQUE,
+  fingerprint TEXT, starts_at TEXT, status TEXT, node TEXT, labels TEXT, received_at REAL,
+  processed INTEGER NOT NULL DEFAULT 0, repeats INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS alerts_todo ON alerts(processed, seq);
+CREATE TABLE IF NOT EXISTS decisions(id INTEGER PRIMARY KEY AUTOINCREMENT, alert_key TEXT,
+  node TEXT, fault_class TEXT, action TEXT, verdict TEXT, guard TEXT, reason TEXT,
+  evidence TEXT, at REAL);
+CREATE INDEX IF NOT EXISTS decisions_node ON decisions(node, at);
+CREATE TABLE IF NOT EXISTS actions(id INTEGER PRIMARY KEY AUTOINCREMENT, decision_id INTEGER,
+  node TEXT, action TEXT, backend TEXT, state TEXT, outcome TEXT, started_at REAL,
+  finished_at REAL, alert_started REAL, reason TEXT, fault_class TEXT);
+CREATE TABLE IF NOT EXISTS steps(action_id INTEGER, step TEXT, state TEXT, detail TEXT,
+  PRIMARY KEY(action_id, step));
+CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, state TEXT, fault_class TEXT,
+  action TEXT, since REAL, resolved_at REAL, probation_s REAL, flapped INTEGER,
+  released_at REAL, reason TEXT);
+CREATE TABLE IF NOT EXISTS flags(node TEXT, at REAL);
+CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS dry_run_effects(id INTEGER PRIMARY KEY AUTOINCREMENT,
+  action_id INTEGER, node TEXT, op TEXT, detail TEXT, at REAL);
+"""
+HELD_STATES = ("quarantined", "probation", "inspection")
+
+
+class Journal:
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._lock = threading.RLock()
+        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")  # durable across a process crash
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self.db.execute(sql, tuple(args)).fetchall()]
+
+    def scalar(self, sql: str, args: Iterable[Any] = ()) -> Any:
+        with self._lock:
+            row = self.db.execute(sql, tuple(args)).fetchone()
+        return None if row is None else row[0]
+
+    # ------------------------------------------------------------------ alerts
+    def accept(self, alerts: Iterable[Alert], now: float) -> tuple[int, int]:
+        """Record alerts by idempotency key; returns (new, repeated). Committed on return.
+
+        A repeat of an alert whose last decision was a transient denial (budget, breaker,
+        pause, silence, rate) is queued to be decided again: Alertmanager's repeat is our retry.
+        """
+        new = repeated = 0
+        with self.tx() as db:
+            for a in alerts:
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO alerts(key,fingerprint,starts_at,status,node,labels,"
+                    "received_at) VALUES(?,?,?,?,?,?,?)",
+                    (
+                        a.key,
+                        a.fingerprint,
+                        a.starts_at,
+                        a.status,
+                        a.node,
+                        json.dumps(dict(a.labels), sort_keys=True),
+                        now,
+                    ),
+                )
+                if cur.rowcount:
+                    new += 1
+                    continue
+                repeated += 1
+                last = db.execute(
+                    "SELECT verdict, guard FROM decisions WHERE alert_key=? ORDER BY id DESC "
+                    "LIMIT 1",
+                    (a.key,),
+                ).fetchone()
+                retry = last is not None and last[0] == "deny" and last[1] in TRANSIENT_GUARDS
+                db.execute(
+                    "UPDATE alerts SET repeats=repeats+1, processed=CASE WHEN ? THEN 0 ELSE "
+                    "processed END WHERE key=?",
+                    (int(retry), a.key),
+                )
+        return new, repeated
+
+    def todo(self, limit: int = 100) -> list[tuple[int, Alert]]:
+        rows = self.rows(
+            "SELECT seq,fingerprint,starts_at,status,labels FROM alerts WHERE processed=0 "
+            "ORDER BY seq LIMIT ?",
+            (limit,),
+        )
+        return [
+            (
+                r["seq"],
+                Alert(r["fingerprint"], r["starts_at"], r["status"], json.loads(r["labels"])),
+            )
+            for r in rows
+        ]
+
+    def firing_fingerprints(self, node: str) -> set[str]:
+        rows = self.rows(
+            "SELECT fingerprint, status FROM alerts WHERE node=? ORDER BY seq", (node,)
+        )
+        state: dict[str, str] = {}
+        for r in rows:
+            state[r["fingerprint"]] = r["status"]
+        return {fp for fp, st in state.items() if st == "firing"}
+
+    # ------------------------------------------------------------------ decisions/actions
+    def occurrences(self, node: str, fault_class: str, since: float) -> int:
+        return int(
+            self.scalar(
+                "SELECT COUNT(DISTINCT alert_key) FROM decisions WHERE node=? AND fault_class=? "
+                "AND verdict='allow' AND action!='notify' AND at>=?",
+                (node, fault_class, since),
+            )
+        )
+
+    def actions_since(self, since: float) -> int:
+        return int(self.scalar("SELECT COUNT(*) FROM actions WHERE started_at>=?", (since,)))
+
+    def pending_actions(self) -> list[dict[str, Any]]:
+        return self.rows("SELECT * FROM actions WHERE state='pending' ORDER BY id")
+
+    def step_state(self, action_id: int, step: str) -> str | None:
+        return self.scalar(  # type: ignore[no-any-return]
+            "SELECT state FROM steps WHERE action_id=? AND step=?", (action_id, step)
+        )
+
+    def set_step(self, action_id: int, step: str, state: str, detail: str = "") -> None:
+        with self.tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO steps VALUES(?,?,?,?)", (action_id, step, state, detail)
+            )
+
+    def finish_action(self, action_id: int, state: str, outcome: str, now: float) -> None:
+        with self.tx() as db:
+            db.execute(
+                "UPDATE actions SET state=?, outcome=?, finished_at=? WHERE id=?",
+                (state, outcome, now, action_id),
+            )
+
+    # ------------------------------------------------------------------ nodes
+    def held_nodes(self) -> frozenset[str]:
+        marks = ",".join("?" * len(HELD_STATES))
+        rows = self.rows(f"SELECT node FROM nodes WHERE state IN ({marks})", HELD_STATES)
+        return frozenset(r["node"] for r in rows)
+
+    def node(self, node: str) -> dict[str, Any] | None:
+        rows = self.rows("SELECT * FROM nodes WHERE node=?", (node,))
+        return rows[0] if rows else None
+
+    def set_node(self, db: sqlite3.Connection, node: str, **fields: Any) -> None:
+        db.execute("INSERT OR IGNORE INTO nodes(node) VALUES(?)", (node,))
+        sets = ",".join(f"{k}=?" for k in fields)
+        db.execute(f"UPDATE nodes SET {sets} WHERE node=?", (*fields.values(), node))
+
+    # ------------------------------------------------------------------ flags, kv
+    def add_flag(self, db: sqlite3.Connection, node: str, at: float) -> None:
+        db.execute("INSERT INTO flags VALUES(?,?)", (node, at))
+
+    def flags_since(self, since: float) -> list[tuple[str, float]]:
+        return [
+            (r["node"], r["at"])
+            for r in self.rows("SELECT node, at FROM flags WHERE at>=? ORDER BY at", (since,))
+        ]
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        v = self.scalar("SELECT value FROM kv WHERE key=?", (key,))
+        return default if v is None else str(v)
+
+    def put(self, key: str, value: str | None) -> None:
+        with self.tx() as db:
+            if value is None:
+                db.execute("DELETE FROM kv WHERE key=?", (key,))
+            else:
+                db.execute("INSERT OR REPLACE INTO kv VALUES(?,?)", (key, value))

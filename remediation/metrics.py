@@ -1,0 +1,38 @@
+"""Self-metrics on a private registry (names and help from exporter.catalog).
+
+Created per service instance; nothing registers itself at import time.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from exporter import catalog as c
+
+
+def _counter(d: c.MetricDef, reg: CollectorRegistry) -> Counter:
+    return Counter(d.name, d.help, list(d.labels), registry=reg)
+
+
+def _gauge(d: c.MetricDef, reg: CollectorRegistry) -> Gauge:
+    return Gauge(d.name, d.help, list(d.labels), registry=reg)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        reg = self.registry = registry or CollectorRegistry()
+        self.decisions = _counter(c.REMEDIATION_DECISIONS, reg)
+        self.actions = _counter(c.REMEDIATION_ACTIONS, reg)
+        d = c.REMEDIATION_ALERT_TO_ACTION
+        self.alert_to_action = Histogram(
+            d.name, d.help, list(d.labels), buckets=list(d.buckets), registry=reg
+        )
+        self.quarantined = _gauge(c.REMEDIATION_NODES_QUARANTINED, reg)
+        self.breaker = _gauge(c.REMEDIATION_BREAKER_OPEN, reg)
+        self.paused = _gauge(c.REMEDIATION_PAUSED, reg)
+        self.requests = _counter(c.REMEDIATION_WEBHOOK_REQUESTS, reg)
+        self.errors = _counter(c.REMEDIATION_WEBHOOK_ERRORS, reg)
+        self.alerts = _counter(c.REMEDIATION_ALERTS, reg)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,140 @@
+"""Composition root: builds journal, backend, policy, engine, executor and worker from Settings.
+
+Everything injectable (clock, backend, command runner) so tests build the same service
+around fakes or a real Slurm; the HTTP app (app.py) and the CLI sit on top.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from gpuwarden.settings import SettingsError
+from remediation import auth, policy, topology
+from remediation.backends.base import Backend
+from remediation.backends.dryrun import DryRunBackend
+from remediation.backends.runner import Runner, SubprocessRunner
+from remediation.backends.slurm import SlurmBackend
+from remediation.clock import Clock, SystemClock
+from remediation.engine import Engine
+from remediation.executor import Executor
+from remediation.journal import Journal
+from remediation.metrics import Metrics
+from remediation.policy import Policy
+from remediation.settings import Settings
+from remediation.silences import AlertmanagerSilences, NoSilences, Silences
+from remediation.worker import Worker
+
+
+@dataclass
+class Service:
+    settings: Settings
+    policy: Policy
+    journal: Journal
+    backend: Backend
+    engine: Engine
+    executor: Executor
+    worker: Worker
+    metrics: Metrics
+    clock: Clock
+    credentials: auth.Credentials | None
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "paused": self.engine.paused,
+            "breaker_open": self.journal.get("breaker_opened_at") is not None,
+            "dry_run": self.policy.dry_run,
+            "backend": self.backend.name,
+        }
+
+    def decisions(self, node: str | None, limit: int) -> list[dict[str, Any]]:
+        if node:
+            sql, args = (
+                "SELECT * FROM decisions WHERE node=? ORDER BY id DESC LIMIT ?",
+                (node, limit),
+            )
+        else:
+            sql, args = "SELECT * FROM decisions ORDER BY id DESC LIMIT ?", (limit,)  # type: ignore[assignment]
+        return self.journal.rows(sql, args)
+
+    def refresh_gauges(self) -> None:
+        rows = self.journal.rows("SELECT state, COUNT(*) AS n FROM nodes GROUP BY state")
+        for state in ("quarantined", "probation", "inspection"):
+            n = next((r["n"] for r in rows if r["state"] == state), 0)
+            self.metrics.quarantined.labels(state).set(n)
+        self.metrics.paused.set(1 if self.engine.paused else 0)
+        self.metrics.breaker.set(1 if self.status()["breaker_open"] else 0)
+
+    def health_problem(self) -> str:
+        if not self.worker.alive():
+            return "worker not running"
+        try:
+            self.journal.scalar("SELECT 1")
+        except Exception as e:  # the journal is the one thing we cannot act without
+            return f"journal unavailable: {e}"
+        return ""
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        s = self.settings
+        if s.tls_cert_file is None or s.tls_key_file is None:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(str(s.tls_cert_file), str(s.tls_key_file))
+        return ctx
+
+
+def make_backend(s: Settings, topo: dict[str, dict[str, str]], runner: Runner | None) -> Backend:
+    if s.backend == "slurm":
+        return SlurmBackend(runner or SubprocessRunner(), topo, s.command_timeout_s)
+    if s.backend == "kubernetes":
+        from remediation.backends.kubernetes import KubernetesBackend
+
+        return KubernetesBackend.from_config(topo)
+    raise SettingsError(f"--backend {s.backend}: no such backend")
+
+
+def build(
+    s: Settings,
+    *,
+    clock: Clock | None = None,
+    backend: Backend | None = None,
+    runner: Runner | None = None,
+    silences: Silences | None = None,
+) -> Service:
+    pol = policy.load(s.policy)
+    creds = auth.load(s.webhook_token, s.webhook_token_file, s.webhook_basic_auth_file)
+    if not creds.expected and not s.allow_unauthenticated:
+        raise SettingsError(
+            "no webhook credentials: set GPUWARDEN_WEBHOOK_TOKEN, --webhook-token-file or "
+            "--webhook-basic-auth-file (or --allow-unauthenticated for a local test)"
+        )
+    topo = topology.load(s.topology)
+    clock = clock or SystemClock()
+    journal = Journal(s.state_db)
+    real = backend
+    if real is None and s.backend != "dry-run":
+        real = make_backend(s, topo, runner)
+    chosen: Backend = (
+        real
+        if real is not None and not pol.dry_run
+        else DryRunBackend(journal, topo, clock.now, source=real)
+    )
+    metrics = Metrics()
+    if silences is None:
+        silences = AlertmanagerSilences(s.alertmanager) if s.alertmanager else NoSilences()
+    engine = Engine(journal, chosen, pol, clock, metrics, silences)
+    executor = Executor(journal, chosen, pol, clock.now)
+    worker = Worker(engine, executor, s.tick_s)
+    return Service(
+        s,
+        pol,
+        journal,
+        chosen,
+        engine,
+        executor,
+        worker,
+        metrics,
+        clock,
+        creds if creds.expected else None,
+    )

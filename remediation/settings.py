@@ -1,0 +1,42 @@
+"""Settings of the remediation service (flags > GPUWARDEN_<FIELD> env > YAML --config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+BACKENDS = ("dry-run", "slurm", "kubernetes")
+
+
+@dataclass(frozen=True)
+class Settings:
+    listen: str = "127.0.0.1:9836"
+    policy: Path | None = None  # None: the shipped default (dry-run)
+    state_db: Path = Path("gpuwarden-remediation.db")
+    backend: str = "dry-run"
+    webhook_token: str | None = None  # env GPUWARDEN_WEBHOOK_TOKEN only (no flag)
+    webhook_token_file: Path | None = None
+    webhook_basic_auth_file: Path | None = None  # one line user:password
+    allow_unauthenticated: bool = False
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    alertmanager: str | None = None  # for silences
+    topology: Path | None = None
+    tick_s: float = 5.0
+    command_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--backend: {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"--listen: {self.listen!r} is not HOST:PORT")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("--tls-cert-file and --tls-key-file go together")
+        if self.tick_s <= 0 or self.command_timeout_s <= 0:
+            raise ValueError("--tick-s and --command-timeout-s must be > 0")
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)

@@ -1,0 +1,116 @@
+"""The asynchronous worker: decides journaled alerts and executes actions off the request path.
+
+The webhook only journals and wakes this worker, so a slow scheduler never blocks
+Alertmanager. Decisions run one at a time (guards see a consistent journal); actions run
+concurrently across nodes but one at a time per node. On start, actions left ``pending``
+by a crash are finished through the executor's reconciling steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime
+from typing import Any
+
+from remediation.engine import Engine
+from remediation.executor import Executor
+from remediation.model import Verdict
+
+log = logging.getLogger("gpuwarden.remediation")
+
+
+def parse_ts(value: str) -> float | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class Worker:
+    def __init__(self, engine: Engine, executor: Executor, tick_s: float = 5.0) -> None:
+        self.engine, self.executor, self.tick_s = engine, executor, tick_s
+        self.wake = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.locks: dict[str, asyncio.Lock] = {}
+        self.main: asyncio.Task[None] | None = None
+        self.busy = False
+
+    async def start(self) -> None:
+        pending = await asyncio.to_thread(self.engine.journal.pending_actions)
+        for row in pending:  # interrupted by a crash: finish, reconciling each step
+            self._spawn(row)
+        self.main = asyncio.create_task(self._loop())
+
+    def alive(self) -> bool:
+        return self.main is not None and not self.main.done()
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.tick_s)
+            self.wake.clear()
+            try:
+                await self.drain()
+                await asyncio.to_thread(self.engine.tick)
+            except Exception:  # a bug must not kill the worker; it is logged and retried
+                log.exception("worker cycle failed")
+                await asyncio.sleep(1.0)
+
+    async def drain(self) -> None:
+        self.busy = True
+        try:
+            while todo := await asyncio.to_thread(self.engine.journal.todo, 500):
+                for _, alert in todo:
+                    aid = await asyncio.to_thread(self._decide, alert)
+                    if aid is not None:
+                        rows = self.engine.journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
+                        self._spawn(rows[0])
+        finally:
+            self.busy = False
+
+    def _decide(self, alert: Any) -> int | None:
+        try:
+            return self.engine.decide(alert, parse_ts(alert.starts_at))
+        except Exception as e:  # recorded as a denial so the alert is accounted for
+            log.exception("deciding %s failed", alert.key)
+            v = Verdict(False, "error", f"internal error: {type(e).__name__}: {e}")
+            return self.engine._record(alert, alert.node, "", "notify", v, {})
+
+    def _spawn(self, row: dict[str, Any]) -> None:
+        task = asyncio.create_task(self._execute(row))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _execute(self, row: dict[str, Any]) -> None:
+        lock = self.locks.setdefault(row["node"], asyncio.Lock())
+        async with lock:
+            state, outcome = await asyncio.to_thread(self.executor.run, row)
+        m, now = self.engine.metrics, self.engine.clock.now()
+        m.actions.labels(self.engine.backend.name, row["action"], state).inc()
+        if state == "done" and row.get("alert_started"):
+            m.alert_to_action.labels(row["action"]).observe(max(0.0, now - row["alert_started"]))
+        log.info(
+            "action %s %s on %s: %s (%s)", row["id"], row["action"], row["node"], state, outcome
+        )
+
+    async def idle(self, timeout: float = 30.0) -> None:
+        """Wait until every accepted alert is decided and every action finished (tests)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                todo = await asyncio.to_thread(self.engine.journal.todo, 1)
+                if not todo and not self.tasks and not self.busy:
+                    return
+                self.wake.set()
+                await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        if self.main is not None:
+            self.main.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.main
+        for t in list(self.tasks):
+            t.cancel()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=5)

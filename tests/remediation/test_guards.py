@@ -1,0 +1,219 @@
+"""The guards, one at a time and in order, on frozen Situations and a fake clock."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from remediation import guards
+from remediation.guards import Situation
+from remediation.model import Job, NodeView
+from remediation.policy import Budget
+from tests.remediation.helpers import alert, live_policy
+
+NOW = 1_800_000_000.0
+
+
+def fleet(
+    n: int = 10, out: dict[str, str] | None = None, leaf_size: int = 4
+) -> tuple[NodeView, ...]:
+    out = out or {}
+    return tuple(
+        NodeView(
+            f"gpu-node-{i:03d}",
+            f"gpu-node-{i:03d}" in out,
+            out.get(f"gpu-node-{i:03d}", "").startswith("gpuwarden:"),
+            out.get(f"gpu-node-{i:03d}", ""),
+            {"leaf": f"leaf-{(i - 1) // leaf_size}"},
+        )
+        for i in range(1, n + 1)
+    )
+
+
+def situation(node: str = "gpu-node-001", action: str = "drain", **kw: object) -> Situation:
+    fl = kw.pop("fleet", None) or fleet()
+    base = Situation(
+        alert=alert(node),
+        action=action,
+        now=NOW,
+        paused=False,
+        silenced=False,
+        node=next((n for n in fl if n.name == node), None),
+        fleet=fl,  # type: ignore[union-attr]
+        held=frozenset(),
+    )
+    return dataclasses.replace(base, fleet=fl, **kw)  # type: ignore[arg-type]
+
+
+def test_a_healthy_situation_is_allowed_by_every_guard() -> None:
+    v = guards.decide(situation(), live_policy())
+    assert (v.allow, v.guard) == (True, "policy")
+
+
+def test_dry_run_allows_but_says_dry_run_decided() -> None:
+    v = guards.decide(situation(), live_policy(dry_run=True))
+    assert (v.allow, v.guard) == (True, "dry_run")
+
+
+def test_an_action_the_matching_rule_does_not_allow_is_denied() -> None:
+    s = dataclasses.replace(situation(), alert=alert(fault_class="thermal"))
+    assert guards.decide(s, live_policy()).guard == "policy"
+
+
+def test_an_alert_no_rule_matches_is_denied() -> None:
+    v = guards.decide(situation(), live_policy(rules=()))
+    assert (v.allow, v.guard) == (False, "policy")
+
+
+def test_pause_denies_disruptive_actions_but_not_notify() -> None:
+    assert guards.decide(situation(paused=True), live_policy()).guard == "paused"
+    assert guards.decide(situation(action="notify", paused=True), live_policy()).allow
+
+
+@pytest.mark.parametrize(
+    ("silenced", "required", "allowed"),
+    [
+        (True, False, False),
+        (True, True, False),
+        (None, True, False),
+        (None, False, True),
+        (False, True, True),
+    ],
+)
+def test_silences_pause_a_node_and_unknown_fails_closed_only_when_required(
+    silenced: bool | None, required: bool, allowed: bool
+) -> None:
+    v = guards.decide(situation(silenced=silenced), live_policy(require_silence_check=required))
+    assert v.allow is allowed
+    if not allowed:
+        assert v.guard == "silenced"
+
+
+def test_a_node_drained_by_someone_else_is_never_touched() -> None:
+    fl = fleet(out={"gpu-node-001": "operator maintenance"})
+    v = guards.decide(situation(fleet=fl), live_policy())
+    assert (v.allow, v.guard) == (False, "ownership")
+
+
+def test_a_node_we_drained_ourselves_may_escalate() -> None:
+    fl = fleet(out={"gpu-node-001": "gpuwarden: drain xid_fatal d1"})
+    assert guards.decide(situation(fleet=fl, held=frozenset({"gpu-node-001"})), live_policy()).allow
+
+
+def test_a_node_unknown_to_the_scheduler_is_denied() -> None:
+    s = dataclasses.replace(situation(), node=None)
+    assert guards.decide(s, live_policy()).guard == "ownership"
+
+
+def test_an_open_breaker_denies() -> None:
+    assert guards.decide(situation(breaker_open=True), live_policy()).guard == "storm_breaker"
+
+
+def test_rate_limit_denies_at_the_limit_and_not_below() -> None:
+    p = live_policy(rate_max_actions=3)
+    assert guards.decide(situation(recent_actions=2), p).allow
+    assert guards.decide(situation(recent_actions=3), p).guard == "rate_limit"
+
+
+@pytest.mark.parametrize("already_out", range(0, 6))
+def test_fleet_budget_counts_foreign_and_own_outages(already_out: int) -> None:
+    # 10 nodes, 30% and at most 3: the 4th node out is refused.
+    out = {f"gpu-node-{i:03d}": "someone" for i in range(2, 2 + already_out)}
+    p = live_policy(fleet_budget=Budget(0.3, 10))
+    v = guards.decide(situation(fleet=fleet(out=out)), p)
+    assert v.allow is (already_out + 1 <= 3)
+    if not v.allow:
+        assert v.guard == "budget_fleet"
+
+
+def test_fleet_budget_absolute_cap_applies_below_the_fraction() -> None:
+    p = live_policy(fleet_budget=Budget(1.0, 1))
+    s = situation(held=frozenset({"gpu-node-005"}))
+    assert guards.decide(s, p).guard == "budget_fleet"
+
+
+def test_fleet_budget_fails_closed_when_the_fleet_is_unknown() -> None:
+    s = dataclasses.replace(situation(), fleet=())
+    assert guards.budget_fleet(s, live_policy()) is not None
+
+
+def test_domain_budget_limits_one_leaf_while_others_stay_free() -> None:
+    p = live_policy(domain_budgets={"leaf": Budget(0.5, 1)})
+    held = frozenset({"gpu-node-002"})  # same leaf-0 as node 001
+    assert guards.decide(situation(held=held), p).guard == "budget_domain"
+    assert guards.decide(situation(node="gpu-node-005", held=held), p).allow
+
+
+def test_job_budget_never_takes_a_second_node_from_one_job() -> None:
+    job = Job("77", "RUNNING", ("gpu-node-001", "gpu-node-002", "gpu-node-003"))
+    p = live_policy(per_job_max_nodes=1)
+    assert guards.decide(situation(jobs=(job,)), p).allow
+    v = guards.decide(situation(jobs=(job,), held=frozenset({"gpu-node-002"})), p)
+    assert (v.allow, v.guard) == (False, "budget_job")
+
+
+def test_guards_run_in_order_and_the_first_denial_decides() -> None:
+    s = situation(paused=True, breaker_open=True, recent_actions=10_000)
+    assert guards.decide(s, live_policy()).guard == "paused"
+    assert (
+        guards.decide(dataclasses.replace(s, paused=False), live_policy()).guard == "storm_breaker"
+    )
+
+
+def test_breaker_opens_above_the_threshold_of_distinct_nodes() -> None:
+    p = live_policy(storm_max_nodes=3, storm_window_s=60, storm_quiet_s=120)
+    flags = [(f"n{i}", NOW - 10) for i in range(3)] + [("n0", NOW - 5)]
+    assert guards.breaker_opened_at(flags, NOW, p, None) is None
+    flags.append(("n9", NOW))
+    assert guards.breaker_opened_at(flags, NOW, p, None) == NOW
+
+
+def test_breaker_stays_open_while_flags_keep_coming_and_closes_after_quiet() -> None:
+    p = live_policy(storm_max_nodes=3, storm_window_s=60, storm_quiet_s=120)
+    storm = [(f"n{i}", NOW + i) for i in range(5)]
+    opened = guards.breaker_opened_at(storm, NOW + 4, p, None)
+    assert opened == NOW + 4
+    late = [*storm, ("n1", NOW + 100)]  # window passed, but not quiet yet
+    assert guards.breaker_opened_at(late, NOW + 150, p, opened) == opened
+    assert guards.breaker_opened_at(late, NOW + 100 + 119, p, opened) == opened
+    assert guards.breaker_opened_at(late, NOW + 100 + 120, p, opened) is None
+
+
+def test_flap_damping_lengthens_probation_only_within_the_window() -> None:
+    p = live_policy(probation_s=60, flap_multiplier=4, flap_window_s=3600)
+    assert guards.probation_for(p, None, NOW) == (60, False)
+    assert guards.probation_for(p, NOW - 3600, NOW) == (240, True)
+    assert guards.probation_for(p, NOW - 3601, NOW) == (60, False)
+
+
+@pytest.mark.parametrize(
+    ("occurrence", "expected"),
+    [
+        (1, "drain"),
+        (2, "checkpoint_restart"),
+        (3, "reboot"),
+        (4, "inspect"),
+        (9, "inspect"),
+    ],
+)
+def test_the_ladder_climbs_one_rung_per_recurrence(occurrence: int, expected: str) -> None:
+    assert guards.choose_action(live_policy(), alert(), occurrence) == expected
+
+
+def test_a_recommended_rung_higher_on_the_ladder_is_the_starting_point() -> None:
+    a = alert(action="checkpoint_restart")
+    assert guards.choose_action(live_policy(), a, 1) == "checkpoint_restart"
+    assert guards.choose_action(live_policy(), a, 2) == "reboot"
+
+
+def test_an_alert_that_only_asks_for_notify_never_escalates() -> None:
+    assert guards.choose_action(live_policy(), alert(action="notify"), 3) == "notify"
+
+
+def test_release_refuses_a_drain_reason_gpuwarden_did_not_write() -> None:
+    foreign = NodeView("n", True, False, "operator: bad fan")
+    assert guards.release_verdict(foreign, manual=True).guard == "ownership"
+    ours = NodeView("n", True, True, "gpuwarden: drain xid_fatal d3")
+    assert guards.release_verdict(ours, manual=True).allow
+    assert not guards.release_verdict(None, manual=True).allow
