@@ -1,4 +1,4 @@
-"""The GPU collector: NVML -> ``gpuwarden_gpu_*`` and ``gpuwarden_nvlink_*`` samples.
+"""The GPU collector: NVML -> the GPU and NVLink sections of :mod:`exporter.catalog`.
 
 First stage of the exporter's data flow for GPUs: the collection loop calls :meth:`collect`
 once per interval; its samples are rendered by :mod:`exporter.exposition`. Other collectors

@@ -1,7 +1,7 @@
 """XIDs from NVML events: the fallback XID source when the kernel log cannot be read.
 
 Sits beside the kernel-log reader, under the XID counting: the exporter polls it each cycle
-and counts the ``(pci_key, xid)`` pairs it returns into ``gpuwarden_gpu_xid_errors_total``.
+and counts the ``(pci_key, xid)`` pairs it returns into ``catalog.GPU_XID_ERRORS``.
 NVML delivers ``nvmlEventTypeXidCriticalError`` events with the XID number in ``eventData``
 (https://docs.nvidia.com/deploy/nvml-api/group__nvmlEvents.html). Events are only queued for
 GPUs registered on an event set, so registration is retried each poll until every GPU is in.

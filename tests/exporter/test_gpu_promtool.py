@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exporter import catalog as c
 from exporter.collectors.gpu import GpuCollector
 from exporter.exposition import render
 from exporter.sources.nvml_fake import hgx_node, nvml_error
@@ -10,7 +11,7 @@ from tests.realcomp import promtool
 
 def test_healthy_hgx_node_exposition_is_promtool_clean() -> None:
     body = render(GpuCollector(hgx_node("h100", seed="n1"), "n1").collect())
-    assert body.count(b"gpuwarden_gpu_up{") == 8
+    assert body.count(f"{c.GPU_UP.name}{{".encode()) == 8
     result = promtool("check", "metrics", stdin=body)
     assert result.returncode == 0, result.stderr.decode()
 
@@ -32,10 +33,10 @@ def test_dcgm_compat_rendering_parses_and_breaks_only_dcgm_naming_rules() -> Non
     # _COUNTER); promtool
     # lints those (rc 3) but must still parse the text (rc 1 would be a format error).
     body = render(GpuCollector(hgx_node("h100"), "n3").collect(), dcgm=True)
-    assert b"DCGM_FI_DEV_GPU_TEMP{" in body
+    assert f"{c.GPU_TEMPERATURE.dcgm[0].name}{{".encode() in body
     result = promtool("check", "metrics", stdin=body)
     problems = set(result.stderr.decode().splitlines())
     assert result.returncode in (0, 3), problems
-    assert all(p.startswith("DCGM_FI_") for p in problems), problems
+    assert all(p.split()[0] in c.dcgm_names() for p in problems), problems
     naming = ("camelCase", '"_total" suffix', "should not include type 'counter'")
     assert all(any(n in p for n in naming) for p in problems), problems
