@@ -41,7 +41,7 @@ class _Gpu:
     """What the collector remembers about one NVML index between cycles."""
 
     identity: GpuIdentity | None = None
-    info: tuple[str, str, str] = ("", "", "")  # serial, vbios_version, driver_version
+    info: tuple[str, str] = ("", "")  # serial, vbios_version
     failures: int = 0
     last: list[Sample] = field(default_factory=list)  # gpu_up (+ info) of the last good cycle
 
@@ -145,7 +145,7 @@ class GpuCollector:
         serial = text(r.read("serial", self.nvml.nvmlDeviceGetSerial, handle) or "")
         vbios = text(r.read("vbios", self.nvml.nvmlDeviceGetVbiosVersion, handle) or "")
         gpu.identity = GpuIdentity(str(index), uuid, bus_id, name)
-        gpu.info = (serial, vbios, self._driver)
+        gpu.info = (serial, vbios)
 
     def _read_healthy(self, index: int, gpu: _Gpu, handle: Any) -> list[Sample]:
         assert gpu.identity is not None
@@ -167,6 +167,5 @@ class GpuCollector:
         ident = gpu.identity
         if ident is None:
             return []
-        serial, vbios, driver = gpu.info
         lv = (self.node, ident.index, ident.uuid, ident.name, ident.pci_bus_id)
-        return [c.GPU_INFO.make(1.0, *lv, serial, vbios, driver)]
+        return [c.GPU_INFO.make(1.0, *lv, *gpu.info, self._driver)]  # driver: as of last init

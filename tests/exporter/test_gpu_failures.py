@@ -190,3 +190,14 @@ def test_a_malformed_pci_bus_id_is_an_identity_failure_of_that_gpu_only() -> Non
     assert up(s, "0") == (0.0, "nvml_error") and up(s, "1") == (1.0, "")
     assert sorted(col.identities()) == ["0000:2a:00"]
     assert col.read_errors.counts == {"identity": 1}
+
+
+def test_driver_upgrade_shows_in_gpu_info_after_reinit() -> None:
+    nvml = hgx_node(gpus=1)
+    col = GpuCollector(nvml, "n1")
+    col.collect()
+    nvml.initialized, nvml.driver_version = False, "570.86.15"
+    with pytest.raises(NvmlUnavailableError):
+        col.collect()
+    [info] = of(col.collect(), c.GPU_INFO, "0")
+    assert info.labels["driver_version"] == "570.86.15"
