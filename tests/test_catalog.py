@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -116,3 +117,15 @@ def test_one_sample_of_every_metric_passes_promtool_check_metrics() -> None:
     ]
     r = promtool("check", "metrics", stdin=render(samples))
     assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+
+
+def test_the_metrics_doc_is_generated_from_the_catalogue_and_current() -> None:
+    from gpuwarden import metricsdoc
+
+    if os.environ.get("UPDATE_GOLDEN"):
+        metricsdoc.main([])
+    assert metricsdoc.DOC.read_text() == metricsdoc.render(), (
+        "docs/metrics.md is stale: run python -m gpuwarden.metricsdoc"
+    )
+    every = {m.name for m in catalog.all_metrics()}
+    assert all(f"`{name}`" in metricsdoc.DOC.read_text() for name in every)
