@@ -20,6 +20,19 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
 SUPPORTED = {"apiVersion", "kind", "namespace", "labels", "images", "resources", "patches"}
+# Flags each service accepts (ARCHITECTURE.md "Contracts").
+CONTRACT_FLAGS = {
+    "gpuwarden-exporter": {
+        "--listen", "--node", "--source", "--sysfs-root", "--kmsg", "--compat",
+        "--web-config", "--job-map-dir", "--interval",
+    },
+    "gpuwarden-analyzer": {
+        "--prometheus", "--targets", "--listen", "--interval", "--config", "--alertmanager",
+    },
+    "gpuwarden-remediation": {
+        "--listen", "--policy", "--state-db", "--backend", "--webhook-token-file",
+    },
+}  # fmt: skip
 # Kinds without a namespace (the rest get the kustomization's namespace).
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 

@@ -11,26 +11,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.support import KUBE, ROOT, build
+from tests.deploy.support import CONTRACT_FLAGS, KUBE, ROOT, build
 
 BASE = KUBE / "base"
 OVERLAYS = sorted(p.parent for p in (KUBE / "overlays").glob("*/kustomization.yaml"))
 KUBERNETES_VERSION = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 IMAGE = "ghcr.io/gpuwarden/gpuwarden"
-# Flags each service accepts (ARCHITECTURE.md "Contracts").
-CONTRACT_FLAGS = {
-    "gpuwarden-exporter": {
-        "--listen", "--node", "--source", "--sysfs-root", "--kmsg", "--compat",
-        "--web-config", "--job-map-dir", "--interval",
-    },
-    "gpuwarden-analyzer": {
-        "--prometheus", "--targets", "--listen", "--interval", "--config", "--alertmanager",
-    },
-    "gpuwarden-remediation": {
-        "--listen", "--policy", "--state-db", "--backend", "--webhook-token-file",
-    },
-}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

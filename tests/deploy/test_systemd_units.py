@@ -1,0 +1,152 @@
+"""The systemd units: the right entry points and contract flags, hardened, accepted by systemd."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests import realcomp
+from tests.deploy.support import CONTRACT_FLAGS, ROOT
+
+UNITS = ROOT / "deploy" / "systemd"
+SERVICES = ["exporter", "analyzer", "remediation"]
+PREFIX = "/opt/gpuwarden/bin/"
+
+Unit = dict[str, dict[str, list[str]]]
+
+
+def parse_unit(path: Path) -> Unit:
+    """section -> key -> values (systemd keys may repeat, e.g. DeviceAllow)."""
+    unit: Unit = {}
+    section = None
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        assert not line.endswith("\\"), f"{path.name}: keep each setting on one line"
+        if line.startswith("["):
+            section = line.strip("[]")
+            unit.setdefault(section, {})
+            continue
+        assert section, f"{path.name}: {line!r} outside a section"
+        key, sep, value = line.partition("=")
+        assert sep, f"{path.name}: not key=value: {line!r}"
+        unit[section].setdefault(key.strip(), []).append(value.strip())
+    return unit
+
+
+def service(name: str) -> dict[str, list[str]]:
+    return parse_unit(UNITS / f"gpuwarden-{name}.service")["Service"]
+
+
+def last(s: dict[str, list[str]], key: str) -> str:
+    return s[key][-1]
+
+
+def exec_flags(s: dict[str, list[str]]) -> tuple[str, dict[str, str]]:
+    argv = shlex.split(last(s, "ExecStart"))
+    binary, rest = argv[0], argv[1:]
+    assert rest[-1].startswith("$") and rest[-1].endswith("_ARGS"), "site flags come last"
+    pairs = rest[:-1]
+    assert len(pairs) % 2 == 0 and all(f.startswith("--") for f in pairs[::2]), pairs
+    return binary, dict(zip(pairs[::2], pairs[1::2], strict=True))
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_execstart_runs_the_services_entry_point_with_contract_flags(name: str) -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    binary, flags = exec_flags(service(name))
+    entry = f"gpuwarden-{name}"
+    assert binary == PREFIX + entry and entry in scripts
+    assert set(flags) <= CONTRACT_FLAGS[entry]
+    assert flags["--listen"].startswith("0.0.0.0:98")
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_every_unit_reads_its_default_file_and_is_sandboxed(name: str) -> None:
+    unit = parse_unit(UNITS / f"gpuwarden-{name}.service")
+    s = unit["Service"]
+    assert s["EnvironmentFile"] == [f"-/etc/default/gpuwarden-{name}"]
+    assert (UNITS / "default" / f"gpuwarden-{name}").is_file()
+    for key, value in {
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "NoNewPrivileges": "yes",
+        "PrivateTmp": "yes",
+        "RestrictSUIDSGID": "yes",
+        "SystemCallFilter": "@system-service",
+    }.items():
+        assert last(s, key) == value, f"{name}: {key}"
+    assert last(s, "Restart") in {"on-failure", "always"}
+    assert "MemoryMax" in s
+    assert unit["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+def test_exporter_is_a_dynamic_user_with_only_cap_syslog_and_read_only_host_views() -> None:
+    s = service("exporter")
+    _, flags = exec_flags(s)
+    assert last(s, "DynamicUser") == "yes"
+    assert last(s, "AmbientCapabilities") == last(s, "CapabilityBoundingSet") == "CAP_SYSLOG"
+    assert last(s, "ProtectKernelLogs") == "no"  # "yes" would hide /dev/kmsg
+    assert flags["--sysfs-root"] in s["ReadOnlyPaths"]
+    assert flags["--kmsg"] == "/dev/kmsg" and "/dev/kmsg r" in s["DeviceAllow"]
+    assert last(s, "DevicePolicy") == "closed"
+    assert f"-{Path(flags['--job-map-dir']).parent}" in s["ReadOnlyPaths"]
+    assert flags["--job-map-dir"] in (ROOT / "deploy/slurm/prolog.sh").read_text()
+
+
+def test_analyzer_is_a_dynamic_user_without_capabilities_or_devices() -> None:
+    s = service("analyzer")
+    _, flags = exec_flags(s)
+    assert last(s, "DynamicUser") == "yes"
+    assert last(s, "CapabilityBoundingSet") == "" and last(s, "PrivateDevices") == "yes"
+    assert flags["--prometheus"].startswith("http")
+
+
+def test_remediation_keeps_state_in_its_state_directory_and_the_token_off_the_cmdline() -> None:
+    s = service("remediation")
+    _, flags = exec_flags(s)
+    assert flags["--backend"] == "slurm"
+    assert last(s, "User") == "slurm"  # the SlurmUser may scontrol update without root
+    assert last(s, "CapabilityBoundingSet") == ""
+    assert Path(flags["--state-db"]).parent == Path("/var/lib") / last(s, "StateDirectory")
+    (cred,) = s["LoadCredential"]
+    cred_name, _, source = cred.partition(":")
+    assert flags["--webhook-token-file"] == "${CREDENTIALS_DIRECTORY}/" + cred_name
+    assert source.startswith("/etc/gpuwarden/")
+    assert "GPUWARDEN_WEBHOOK_TOKEN" not in (UNITS / "gpuwarden-remediation.service").read_text()
+    assert Path(flags["--policy"]).parent.as_posix() in s["ReadOnlyPaths"]
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_default_files_only_set_args_or_gpuwarden_settings(name: str) -> None:
+    prefix = f"{name.upper()}_ARGS"
+    for line in (UNITS / "default" / f"gpuwarden-{name}").read_text().splitlines():
+        key = line.lstrip("#").partition("=")[0]
+        if "=" in line and " " not in key:
+            assert key == prefix or key.startswith(("GPUWARDEN_", "SLURM_CONF")), line
+
+
+def test_systemd_analyze_verify_accepts_every_unit(tmp_path: Path) -> None:
+    binary = realcomp.require_binary("systemd-analyze")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    units = []
+    for name in SERVICES:
+        # verify also checks that ExecStart is executable: point it at a stand-in.
+        stand_in = bindir / f"gpuwarden-{name}"
+        stand_in.write_text("#!/bin/sh\n")
+        stand_in.chmod(0o755)
+        text = (UNITS / f"gpuwarden-{name}.service").read_text()
+        unit = tmp_path / f"gpuwarden-{name}.service"
+        unit.write_text(text.replace(PREFIX, f"{bindir}/"))
+        units.append(str(unit))
+    result = subprocess.run(
+        [binary, "verify", "--man=no", *units], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "", result.stderr  # unknown keys are only warnings
