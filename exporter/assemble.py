@@ -44,11 +44,18 @@ def collectors_for(
     sysfs: SysfsRoot,
     kmsg: KernelLog,
     *,
-    fallback: XidEventSource | None = None,
+    nvml_xid_events: bool = False,
     job_map_dir: str | None = None,
 ) -> list[Collector]:
-    """The collector set of one node; the real exporter and the simulator both use it."""
+    """The collector set of one node; the real exporter and the simulator both use it.
+
+    ``nvml_xid_events``: NVML XID events back the kernel log up (their read failures are
+    counted with the GPU collector's).
+    """
     gpu = GpuCollector(nvml, node)
+    fallback: XidEventSource | None = (
+        NvmlXidEvents(nvml, read_errors=gpu.read_errors) if nvml_xid_events else None
+    )
     out: list[Collector] = [
         gpu,
         InfinibandCollector(sysfs, node),
