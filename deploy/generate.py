@@ -8,6 +8,7 @@ the Prometheus Operator (PrometheusRule), Grafana's dashboard sidecar (ConfigMap
 
     python deploy/generate.py            # check: exit 1 and show a diff when out of date
     python deploy/generate.py --write    # refresh the generated files
+    python deploy/generate.py --list-rule-files   # what to install into Prometheus' rules dir
 """
 
 from __future__ import annotations
@@ -173,7 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--write", action="store_true", help="refresh the generated files")
     parser.add_argument("--root", type=Path, default=ROOT, help="repository root")
+    parser.add_argument(
+        "--list-rule-files", action="store_true", help="print the alert rule files, one a line"
+    )
     args = parser.parse_args(argv)
+    if args.list_rule_files:
+        for path in alert_rule_files(args.root):
+            print(path.relative_to(args.root).as_posix())
+        return 0
     if args.write:
         for rel in write(args.root):
             print(f"wrote {rel}")

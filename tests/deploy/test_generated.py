@@ -144,6 +144,12 @@ def test_check_mode_fails_with_a_diff_until_write_refreshes(tmp_path: Path, caps
     assert "+    - alert: B" in out and "-    - alert: A" in out
 
 
+def test_list_rule_files_prints_what_bare_metal_installs(tmp_path: Path, capsys) -> None:
+    root = make_root(tmp_path)
+    assert gen.main(["--root", str(root), "--list-rule-files"]) == 0
+    assert capsys.readouterr().out == "alerts/gpu.rules.yml\n"
+
+
 def test_a_broken_dashboard_stops_generation(tmp_path: Path) -> None:
     root = make_root(tmp_path)
     (root / "dashboards" / "json" / "bad.json").write_text("{not json")
