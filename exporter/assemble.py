@@ -83,7 +83,7 @@ def assemble(settings: ExporterSettings) -> Assembly:
         nvml,
         DirSysfs(settings.sysfs_root or "/sys"),
         KernelLogReader(settings.kmsg or "/dev/kmsg"),
-        fallback=NvmlXidEvents(nvml),
+        nvml_xid_events=True,
         job_map_dir=settings.job_map_dir,
     )
     return Assembly(cols)
