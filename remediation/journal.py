@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from remediation.model import TRANSIENT_GUARDS, Alert
+from remediation.model import DISRUPTIVE, TRANSIENT_GUARDS, Alert
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts(seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT UNIQUE,
@@ -143,11 +143,14 @@ class Journal:
 
     # ------------------------------------------------------------------ decisions/actions
     def occurrences(self, node: str, fault_class: str, since: float) -> int:
+        """Allowed disruptive decisions for this node and fault class since ``since``."""
+        acts = sorted(DISRUPTIVE)
+        marks = ",".join("?" * len(acts))
         return int(
             self.scalar(
                 "SELECT COUNT(DISTINCT alert_key) FROM decisions WHERE node=? AND fault_class=? "
-                "AND verdict='allow' AND action!='notify' AND at>=?",
-                (node, fault_class, since),
+                f"AND verdict='allow' AND action IN ({marks}) AND at>=?",
+                (node, fault_class, *acts, since),
             )
         )
 

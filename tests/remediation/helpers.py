@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from remediation import policy as policy_mod
-from remediation.clock import FakeClock
+from remediation.backends.runner import Runner
+from remediation.clock import Clock, FakeClock
 from remediation.model import Alert
 from remediation.policy import Policy
 from remediation.service import Service, build
@@ -100,9 +101,13 @@ def topology_file(tmp: Path, nodes: int, per_leaf: int = 8) -> Path:
 
 
 def service(
-    tmp: Path, policy_text: str = LIVE_POLICY, clock: FakeClock | None = None, **settings: Any
+    tmp: Path,
+    policy_text: str = LIVE_POLICY,
+    clock: Clock | None = None,
+    runner: Runner | None = None,
+    **settings: Any,
 ) -> Service:
     pol = tmp / "policy.yaml"
     pol.write_text(policy_text)
     s = Settings(policy=pol, state_db=tmp / "state.db", webhook_token=TOKEN, tick_s=0.2, **settings)
-    return build(s, clock=clock or FakeClock())
+    return build(s, clock=clock or FakeClock(), runner=runner)
