@@ -1,0 +1,73 @@
+"""NVLink: a link that went down, and a per-link error rate that creeps up.
+
+Reads ``nvlink_up`` (T, node, gpu, link) and ``nvlink_errors_total`` (T, node, gpu, link,
+error_type), only the last few samples (the arrays are the largest in the window). Per-link
+findings (``link=gpu3/7``). A healthy link sees about one CRC error in days, so errors in
+``k`` of the last ``n`` samples with at least ``min_errors`` in total are already a trend;
+a rate above ``drain_rate`` recommends a drain.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzer.detectors.emit import ev, link_subject, mask_findings
+from analyzer.detectors.series import increases, last_valid
+from analyzer.findings import Finding
+from analyzer.window import Window
+from exporter import catalog
+
+
+class NvlinkDetector:
+    name = "nvlink"
+
+    def __init__(
+        self, k: int = 2, n: int = 4, min_errors: float = 3.0, drain_rate: float = 2.0
+    ) -> None:
+        self.k, self.n, self.min_errors, self.drain_rate = k, n, min_errors, drain_rate
+
+    def detect(self, window: Window) -> list[Finding]:
+        if window.empty:
+            return []
+        out: list[Finding] = []
+        up = window.get(catalog.NVLINK_UP)
+        down = None
+        if up is not None:
+            tail = up[-self.n :]
+            down = last_valid(tail) < 0.5
+            run = np.nan_to_num(tail, nan=1.0) < 0.5
+            since = window.t[-self.n :][np.argmax(run, axis=0)]
+
+            def make_down(node: str, subj: str, s: float, ix: tuple[int, ...]) -> Finding:
+                return Finding(node, subj, "nvlink_down", "critical", "drain", self.name, 1.0, s,
+                               ev(up=0.0), "NVLink is down")  # fmt: skip
+
+            out += mask_findings(window, down, since, link_subject, make_down)
+        err = window.get(catalog.NVLINK_ERRORS)
+        if err is not None and err.ndim == 5 and err.shape[0] > self.n:
+            out += self._errors(window, err[-self.n - 1 :], down)
+        return out
+
+    def _errors(self, window: Window, err: np.ndarray, down: np.ndarray | None) -> list[Finding]:
+        total = err.sum(axis=-1)  # NaN stays NaN: a gap is bridged by increases()
+        inc = np.nan_to_num(increases(total), nan=0.0)
+        hits = (inc > 0).sum(axis=0)
+        errors = inc.sum(axis=0)
+        mask = (hits >= self.k) & (errors >= self.min_errors)
+        if down is not None and down.shape == mask.shape:
+            mask &= ~down
+        if not mask.any():
+            return []
+        t = window.t[-self.n - 1 :]
+        span = float(t[-1] - t[0]) or 1.0
+        rate = errors / span
+        since = t[1:][np.argmax(inc > 0, axis=0)]
+
+        def make(node: str, subj: str, s: float, ix: tuple[int, ...]) -> Finding:
+            r = float(rate[ix])
+            action = "drain" if r >= self.drain_rate else "cordon"
+            conf = min(1.0, 0.6 + r / (2 * self.drain_rate))
+            return Finding(node, subj, "nvlink_errors", "warning", action, self.name, conf, s,
+                           ev(errors_per_s=r, errors=errors[ix]), "NVLink errors recurring")  # fmt: skip
+
+        return mask_findings(window, mask, since, link_subject, make)

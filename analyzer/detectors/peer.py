@@ -1,0 +1,135 @@
+"""Peer anomaly (faulty machine): each GPU against its peers in the same job, per metric,
+with median/MAD robust z-scores, a continuity gate (k of the last n samples), and an
+IsolationForest over the multivariate profile as tie-breaker when a group has several
+candidates (after Minder, NSDI 2025; REFERENCE.md §5).
+
+Workload moves utilisation, power and temperature together, so a deviation only counts when
+it has a hardware signature: clocks below the peers', hotter than the peers at no more power,
+or less power than the peers at no less utilisation. Only GPUs whose busy/idle state was
+stable over the look-back are compared (a node that just joined or left a job is not an
+outlier). Reads per-GPU gauges (T, node, gpu); groups from :mod:`analyzer.detectors.groups`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from sklearn.ensemble import IsolationForest
+
+from analyzer.detectors.groups import peer_groups
+from analyzer.detectors.series import robust_z
+from analyzer.findings import Finding
+from analyzer.window import Window
+from exporter import catalog
+
+BUSY = 0.05
+# metric, absolute floor of the robust scale, relative floor (fraction of the group median)
+FEATURES = (
+    ("clock", catalog.GPU_SM_CLOCK, 0.0, 0.01),
+    ("temp", catalog.GPU_TEMPERATURE, 1.5, 0.0),
+    ("power", catalog.GPU_POWER, 5.0, 0.02),
+    ("util", catalog.GPU_UTILIZATION, 0.02, 0.0),
+)
+
+
+class PeerDetector:
+    name = "peer"
+
+    def __init__(
+        self,
+        z: float = 6.0,
+        k: int = 4,
+        n: int = 6,
+        settle: int = 8,
+        max_candidates: int = 2,
+        group_by_job: bool = True,
+        continuity: bool = True,
+    ):
+        self.z, self.k, self.n, self.settle = z, k, n, settle
+        self.max_candidates = max_candidates
+        self.group_by_job, self.continuity = group_by_job, continuity
+
+    def detect(self, window: Window) -> list[Finding]:
+        need = self.n + self.settle
+        if window.empty or len(window.t) < self.n:
+            return []
+        w = window if self.group_by_job else replace(window, jobs={})
+        arrays = {}
+        for key, m, _, _ in FEATURES:
+            a = w.get(m)
+            if a is None or a.ndim != 3:
+                return []
+            arrays[key] = a[-self.n :]
+        util = w.get(catalog.GPU_UTILIZATION)
+        assert util is not None
+        busy = np.nan_to_num(util[-need:], nan=-1.0)
+        state_busy = (busy > BUSY).all(axis=0)
+        state_idle = ((busy <= BUSY) & (busy >= 0)).all(axis=0)
+        out: list[Finding] = []
+        for group, idx in peer_groups(w):
+            stable = state_idle[idx] if group.startswith("idle") else state_busy[idx]
+            if stable.sum() >= 3:
+                out += self._group(w, idx, arrays, stable)
+        return out
+
+    def _group(self, w: Window, idx: np.ndarray, arrays: dict, stable: np.ndarray) -> list[Finding]:
+        flat = stable.reshape(-1)
+        zs = {}
+        for key, _, absf, relf in FEATURES:
+            x = arrays[key][:, idx, :].reshape(self.n, -1).copy()
+            x[:, ~flat] = np.nan
+            with np.errstate(all="ignore"):
+                med = float(np.nanmedian(x))
+            floor = max(absf, relf * abs(med) if np.isfinite(med) else 0.0, 1e-9)
+            zs[key] = np.nan_to_num(robust_z(x, axis=1, floor=floor), nan=0.0)
+        thr, half = self.z, self.z / 2
+        sig = np.stack(
+            [
+                zs["clock"] < -thr,
+                (zs["temp"] > thr) & (zs["power"] < half),
+                (zs["power"] < -thr) & (zs["util"] > -half),
+            ],
+            axis=-1,
+        )  # (n, gpus, signatures)
+        gate = sig.sum(axis=0) >= self.k if self.continuity else sig[-1]
+        cand = np.nonzero(gate.any(axis=1))[0]
+        if len(cand) == 0:
+            return []
+        mag = np.stack([-zs["clock"], zs["temp"], -zs["power"]], axis=-1)
+        score = np.where(gate, np.median(np.abs(mag), axis=0), 0.0).max(axis=1)
+        node_of = np.repeat(idx, w.gpus)
+        if len({int(node_of[c]) for c in cand}) > self.max_candidates:
+            cand = self._tie_break(np.stack(list(zs.values()), axis=-1), cand, node_of)
+        return self._findings(w, cand, node_of, score, gate)
+
+    def _tie_break(self, z: np.ndarray, cand: np.ndarray, node_of: np.ndarray) -> np.ndarray:
+        profile = np.median(z, axis=0)  # (gpus, features)
+        forest = IsolationForest(n_estimators=50, random_state=0).fit(profile)
+        s = -forest.score_samples(profile)  # higher = more anomalous
+        per_node: dict[int, float] = {}
+        for c in cand:
+            per_node[int(node_of[c])] = max(per_node.get(int(node_of[c]), 0.0), float(s[c]))
+        keep = sorted(per_node, key=lambda k: -per_node[k])[: self.max_candidates]
+        return np.array([c for c in cand if int(node_of[c]) in keep], dtype=int)
+
+    def _findings(self, w: Window, cand: np.ndarray, node_of: np.ndarray, score: np.ndarray,
+                  gate: np.ndarray) -> list[Finding]:  # fmt: skip
+        by_node: dict[int, list[int]] = {}
+        for c in cand:
+            by_node.setdefault(int(node_of[c]), []).append(int(c))
+        names = ("clocks low", "hot for its power", "power starved")
+        out = []
+        for n, cs in by_node.items():
+            gpus = [c % w.gpus for c in cs]
+            subjects = ["node"] if len(gpus) >= w.gpus // 2 else [f"gpu={g}" for g in gpus]
+            best = max(cs, key=lambda c: score[c])
+            s = float(score[best])
+            action = "drain" if s >= 2 * self.z and self.continuity else "cordon"
+            why = [names[i] for i in np.nonzero(gate[best])[0]]
+            evidence = {"z": s, "signatures": float(len(why)), "gpus": float(len(gpus))}
+            for subj in subjects:
+                out.append(Finding(w.nodes[n], subj, "faulty_machine", "warning", action,
+                                   self.name, float(min(1.0, s / (3 * self.z))), w.now, evidence,
+                                   "deviates from its peers: " + ", ".join(why)))  # fmt: skip
+        return out

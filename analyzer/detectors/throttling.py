@@ -1,0 +1,87 @@
+"""Sustained throttling: a hardware or thermal clock-event reason held for most of the recent
+window. Power capping and idle are normal and ignored.
+
+Reads ``gpu_clock_throttle_active`` (T, node, gpu, reason in catalogue order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzer.detectors.emit import ev, gpu_subject, mask_findings
+from analyzer.detectors.series import first_true_time, last_valid
+from analyzer.findings import Finding
+from analyzer.window import THROTTLE_REASONS, Window
+from exporter import catalog
+
+HARDWARE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+
+
+class ThrottlingDetector:
+    name = "throttling"
+
+    def __init__(
+        self,
+        span: float = 60.0,
+        fraction: float = 0.75,
+        min_samples: int = 3,
+        cap_fraction: float = 0.8,
+    ):
+        self.span, self.fraction, self.min_samples = span, fraction, min_samples
+        self.cap_fraction = cap_fraction
+
+    def detect(self, window: Window) -> list[Finding]:
+        a = window.get(catalog.GPU_THROTTLE)
+        if window.empty or a is None or a.ndim != 4 or a.shape[-1] != len(THROTTLE_REASONS):
+            return []
+        idx = [THROTTLE_REASONS.index(r) for r in HARDWARE]
+        hw = a[..., idx]
+        active = np.nan_to_num(hw, nan=0.0) >= 0.5
+        anyr = active.any(axis=-1)
+        tail = anyr[window.tail(self.span)]
+        seen = ~np.isnan(hw[window.tail(self.span)]).all(axis=-1)
+        n_seen = seen.sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac = tail.sum(axis=0) / n_seen
+        mask = (n_seen >= self.min_samples) & (frac >= self.fraction)
+        since = first_true_time(anyr, window.t)
+        which = active[-self.min_samples :].sum(axis=0)
+
+        def make(node: str, subj: str, s: float, ix: tuple[int, ...]) -> Finding:
+            n, g = ix
+            reason = HARDWARE[int(np.argmax(which[n, g]))]
+            action = "notify" if reason == "sw_thermal_slowdown" else "cordon"
+            return Finding(
+                node,
+                subj,
+                "throttling",
+                "warning",
+                action,
+                self.name,
+                float(frac[n, g]),
+                s,
+                ev(fraction=frac[n, g]),
+                f"clocks held down by {reason}",
+            )
+
+        out = mask_findings(window, mask, since, gpu_subject, make)
+        return out + self._power_cap(window, mask)
+
+    def _power_cap(self, window: Window, flagged: np.ndarray) -> list[Finding]:
+        """An enforced power limit well below the fleet's: the GPU is capped (and slow)."""
+        lim = window.get(catalog.GPU_POWER_LIMIT)
+        if lim is None or lim.ndim != 3:
+            return []
+        last = last_valid(lim[-self.min_samples :])
+        if not np.isfinite(last).any():
+            return []
+        ref = float(np.nanmedian(last))
+        with np.errstate(invalid="ignore"):
+            capped = (last < self.cap_fraction * ref) & ~flagged
+
+        def make(node: str, subj: str, s: float, ix: tuple[int, ...]) -> Finding:
+            return Finding(node, subj, "throttling", "warning", "cordon", self.name, 0.8, s,
+                           ev(power_limit_w=last[ix], fleet_limit_w=ref),
+                           "power limit far below the fleet's")  # fmt: skip
+
+        return mask_findings(window, capped, None, gpu_subject, make)

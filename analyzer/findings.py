@@ -1,0 +1,135 @@
+"""Findings: what a detector concluded, as frozen values the outputs render.
+
+Detectors produce :class:`Finding` objects; :mod:`analyzer.engine` collects them per cycle,
+:mod:`analyzer.output` turns them into ``gpuwarden_finding`` series, ``/findings`` JSON and
+Alertmanager alerts. Labels and kinds follow docs/contracts.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = frozenset(
+    {
+        "xid_fatal",
+        "xid_repeated_application",
+        "xid_recurring",
+        "gpu_lost",
+        "ecc_uncorrectable",
+        "row_remap_pending",
+        "row_remap_failed",
+        "sbe_rate_high",
+        "nvlink_errors",
+        "nvlink_down",
+        "ib_errors",
+        "ib_flapping",
+        "ib_port_down",
+        "ib_rate_low",
+        "switch_degraded",
+        "pcie_downgrade",
+        "throttling",
+        "faulty_machine",
+        "straggler",
+        "workload_imbalance",
+        "node_missing",
+    }
+)
+SEVERITIES = ("critical", "warning", "info")
+ACTIONS = ("notify", "cordon", "drain", "requeue", "checkpoint_restart", "reboot")
+
+# kind -> fault_class label of docs/contracts.md (alert labels, remediation ladders).
+FAULT_CLASS = {
+    "xid_fatal": "xid_fatal",
+    "xid_repeated_application": "xid_application_repeated",
+    "xid_recurring": "xid_fatal",
+    "gpu_lost": "gpu_lost",
+    "ecc_uncorrectable": "memory",
+    "row_remap_pending": "memory",
+    "row_remap_failed": "memory",
+    "sbe_rate_high": "memory",
+    "nvlink_errors": "nvlink",
+    "nvlink_down": "nvlink",
+    "ib_errors": "infiniband",
+    "ib_flapping": "infiniband",
+    "ib_port_down": "infiniband",
+    "ib_rate_low": "infiniband",
+    "switch_degraded": "switch",
+    "pcie_downgrade": "pcie",
+    "throttling": "thermal",
+    "faulty_machine": "faulty_machine",
+    "straggler": "straggler",
+    "workload_imbalance": "straggler",
+    "node_missing": "gpu_lost",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    node: str
+    subject: str
+    kind: str
+    severity: str
+    action: str
+    detector: str
+    confidence: float
+    since: float
+    evidence: Mapping[str, float] = field(default_factory=dict)
+    summary: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown finding kind {self.kind!r}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}")
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown action {self.action!r}")
+        if self.kind == "workload_imbalance" and self.action != "notify":
+            raise ValueError("workload_imbalance never recommends more than notify")
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.node, self.subject, self.kind)
+
+    @property
+    def fault_class(self) -> str:
+        return FAULT_CLASS.get(self.kind, "faulty_machine")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "subject": self.subject,
+            "kind": self.kind,
+            "severity": self.severity,
+            "action": self.action,
+            "detector": self.detector,
+            "confidence": round(float(self.confidence), 4),
+            "since": self.since,
+            "fault_class": self.fault_class,
+            "evidence": {k: _num(v) for k, v in self.evidence.items()},
+            "summary": self.summary,
+        }
+
+
+def _num(v: float) -> float | None:
+    f = float(v)
+    return None if f != f else round(f, 6)
+
+
+def subject_labels(subject: str) -> dict[str, str]:
+    """Identity labels of a subject: ``gpu=3`` -> gpu, ``link=gpu3/7`` -> gpu+link, ..."""
+    kind, _, value = subject.partition("=")
+    if kind == "gpu":
+        return {"gpu": value}
+    if kind == "link":
+        g, _, link = value.partition("/")
+        return {"gpu": g.removeprefix("gpu"), "link": link}
+    if kind == "port":
+        d, _, p = value.partition("/")
+        return {"device": d, "port": p}
+    if kind == "switch":
+        return {"switch": value}
+    if kind == "job":
+        return {"job_id": value}
+    return {}

@@ -1,0 +1,131 @@
+"""Outputs: findings as ``gpuwarden_finding`` series, ``/findings`` JSON, Alertmanager v2 alerts,
+and the analyzer's self-metrics. Pure rendering; the HTTP edges live in :mod:`analyzer.service`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from analyzer.engine import CycleStats
+from analyzer.findings import Finding, subject_labels
+from exporter import catalog
+
+ALERTNAME = "GpuwardenFinding"
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _line(name: str, labels: Mapping[str, str], value: float) -> str:
+    body = ",".join(f'{k}="{_esc(str(v))}"' for k, v in labels.items())
+    v = "NaN" if math.isnan(value) else repr(float(value))
+    return f"{name}{{{body}}} {v}" if body else f"{name} {v}"
+
+
+def _family(m: catalog.MetricDef, rows: Iterable[tuple[Mapping[str, str], float]]) -> list[str]:
+    out = [f"# HELP {m.name} {m.help}", f"# TYPE {m.name} {m.type}"]
+    out += [_line(m.name, labels, v) for labels, v in rows]
+    return out
+
+
+def render_metrics(
+    findings: Sequence[Finding], stats: CycleStats, source_errors: Mapping[str, int]
+) -> str:
+    """Prometheus text exposition of findings and self-metrics."""
+    lines: list[str] = []
+    lines += _family(
+        catalog.FINDING,
+        (
+            (
+                {
+                    "node": f.node,
+                    "subject": f.subject,
+                    "kind": f.kind,
+                    "severity": f.severity,
+                    "action": f.action,
+                    "detector": f.detector,
+                },
+                1.0,
+            )
+            for f in findings
+        ),
+    )
+    lines += _family(
+        catalog.FINDING_CONFIDENCE,
+        (
+            (
+                {"node": f.node, "subject": f.subject, "kind": f.kind, "detector": f.detector},
+                f.confidence,
+            )
+            for f in findings
+        ),
+    )
+    lines += _family(
+        catalog.ANALYZER_CYCLE_DURATION,
+        (({"detector": d}, s) for d, s in sorted(stats.durations.items())),
+    )
+    lines += _family(
+        catalog.ANALYZER_DETECTOR_ERRORS,
+        (({"detector": d}, float(n)) for d, n in sorted(stats.errors.items())),
+    )
+    lines += _family(catalog.ANALYZER_CYCLES, [({}, float(stats.cycles))])
+    lines += _family(catalog.ANALYZER_SERIES_READ, [({}, float(stats.series_read))])
+    lines += _family(
+        catalog.ANALYZER_SOURCE_ERRORS,
+        (({"source": s}, float(n)) for s, n in sorted(source_errors.items())),
+    )
+    lines += _family(catalog.ANALYZER_LAST_CYCLE, [({}, stats.last_cycle)])
+    return "\n".join(lines) + "\n"
+
+
+def findings_json(findings: Sequence[Finding], now: float) -> dict[str, Any]:
+    return {
+        "generated_at": now,
+        "count": len(findings),
+        "findings": [f.to_json() for f in findings],
+    }
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, tz=dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def alertmanager_alerts(
+    findings: Sequence[Finding], now: float, resolve_after: float, generator_url: str = ""
+) -> list[dict[str, Any]]:
+    """Alertmanager v2 ``POST /api/v2/alerts`` body: one alert per finding, ending
+    ``resolve_after`` seconds from now unless re-sent (so vanished findings resolve)."""
+    out = []
+    for f in findings:
+        labels = {
+            "alertname": ALERTNAME,
+            "node": f.node,
+            "subject": f.subject,
+            "kind": f.kind,
+            "severity": f.severity,
+            "action": f.action,
+            "detector": f.detector,
+            "fault_class": f.fault_class,
+            **subject_labels(f.subject),
+        }
+        if "xid" in f.evidence:
+            labels["xid"] = str(int(f.evidence["xid"]))
+        evidence = ", ".join(f"{k}={v:.4g}" for k, v in f.evidence.items())
+        alert: dict[str, Any] = {
+            "labels": labels,
+            "annotations": {
+                "summary": f.summary or f.kind,
+                "description": f"{f.kind} on {f.node} {f.subject}: {evidence}"
+                f" (confidence {f.confidence:.2f})",
+            },
+            "startsAt": _iso(f.since),
+            "endsAt": _iso(now + resolve_after),
+        }
+        if generator_url:
+            alert["generatorURL"] = generator_url
+        out.append(alert)
+    return out

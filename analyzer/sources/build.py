@@ -1,0 +1,230 @@
+"""Labelled series -> dense :class:`Window` arrays. Shared by the Prometheus and scrape sources.
+
+Pure: takes series already on a time grid (index arrays + values) and places each in the
+array shape of docs/contracts.md, decoding XID counter increases into events and the
+allocation info into the job map. Unknown metrics and malformed labels are skipped and
+counted, never fatal.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from analyzer.window import (
+    ECC_COUNTER_TYPES,
+    ECC_ERROR_TYPES,
+    REMAP_KINDS,
+    THROTTLE_REASONS,
+    Window,
+    XidEvent,
+)
+from exporter import catalog
+
+NVLINKS = 18
+_GPU_FAMILY_AXES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    catalog.GPU_ECC_ERRORS.name: (
+        ("error_type", ECC_ERROR_TYPES),
+        ("counter_type", ECC_COUNTER_TYPES),
+    ),
+    catalog.GPU_THROTTLE.name: (("reason", THROTTLE_REASONS),),
+    catalog.GPU_REMAPPED_ROWS.name: (("kind", REMAP_KINDS),),
+    catalog.NVLINK_ERRORS.name: (("error_type", catalog.NVLINK_ERROR_TYPES),),
+}
+_IB_COUNTER_FAMILIES = (catalog.IB_COUNTER.name, catalog.IB_HW_COUNTER.name)
+
+
+@dataclass(frozen=True)
+class RawSeries:
+    name: str
+    labels: Mapping[str, str]
+    index: np.ndarray  # int positions on the grid
+    values: np.ndarray  # float values
+
+
+@dataclass
+class BuildReport:
+    series: int = 0
+    skipped: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, why: str) -> None:
+        self.skipped += 1
+        self.reasons[why] = self.reasons.get(why, 0) + 1
+
+
+def _int(v: str | None) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def build_window(
+    series: Iterable[RawSeries],
+    grid: np.ndarray,
+    step: float,
+    leaf_of_name: Mapping[str, str] | None = None,
+    report: BuildReport | None = None,
+) -> Window:
+    rep = report if report is not None else BuildReport()
+    items = [s for s in series if s.labels.get("node")]
+    nodes = tuple(sorted({s.labels["node"] for s in items}))
+    T = len(grid)
+    if not nodes or T == 0:
+        return Window(t=np.asarray(grid, dtype=float), nodes=(), metrics={}, step=step)
+    node_ix = {n: i for i, n in enumerate(nodes)}
+    ports = tuple(
+        sorted(
+            {
+                f"{s.labels['device']}/{s.labels['port']}"
+                for s in items
+                if "device" in s.labels and "port" in s.labels
+            }
+        )
+    )
+    port_ix = {p: i for i, p in enumerate(ports)}
+    gpus = max([g + 1 for s in items if (g := _int(s.labels.get("gpu"))) is not None] + [8])
+    links = max([k + 1 for s in items if (k := _int(s.labels.get("link"))) is not None] + [NVLINKS])
+    arrays: dict[str, np.ndarray] = {}
+    ib: dict[str, np.ndarray] = {}
+    xid_series: list[tuple[int, int, int, RawSeries]] = []
+    alloc: dict[str, set[int]] = defaultdict(set)
+    for s in items:
+        rep.series += 1
+        try:
+            metric = catalog.by_name(s.name)
+        except KeyError:
+            rep.skip("unknown metric")
+            continue
+        n = node_ix[s.labels["node"]]
+        if metric is catalog.GPU_XID_ERRORS:
+            g, x = _int(s.labels.get("gpu")), _int(s.labels.get("xid"))
+            if g is None or x is None:
+                rep.skip("bad xid labels")
+            else:
+                xid_series.append((n, g, x, s))
+            continue
+        if metric is catalog.GPU_ALLOCATION_INFO:
+            ok = s.values[~np.isnan(s.values)]
+            if len(ok) and s.index[~np.isnan(s.values)][-1] == T - 1 and s.labels.get("job_id"):
+                alloc[s.labels["job_id"]].add(n)
+            continue
+        if metric.name in _IB_COUNTER_FAMILIES:
+            p = port_ix.get(f"{s.labels.get('device')}/{s.labels.get('port')}")
+            counter = s.labels.get("counter")
+            if p is None or not counter:
+                rep.skip("bad ib labels")
+                continue
+            a = ib.setdefault(counter, np.full((T, len(nodes), len(ports)), np.nan))
+            a[s.index, n, p] = s.values
+            continue
+        pos = _position(metric, s.labels, n, port_ix)
+        if pos is None:
+            rep.skip("bad labels")
+            continue
+        shape = _shape(metric, T, len(nodes), gpus, links, len(ports))
+        if shape is None:
+            rep.skip("unsupported metric")
+            continue
+        a = arrays.setdefault(metric.name, np.full(shape, np.nan))
+        if any(i >= d for i, d in zip(pos, shape[1:], strict=False)):
+            rep.skip("index out of range")
+            continue
+        key: tuple[Any, ...] = (s.index, *pos)
+        a[key] = s.values
+    leaf_of = {node_ix[n]: leaf for n, leaf in (leaf_of_name or {}).items() if n in node_ix}
+    return Window(
+        t=np.asarray(grid, dtype=float),
+        nodes=nodes,
+        metrics=arrays,
+        ib_counters=ib,
+        ports=ports,
+        xids=tuple(_xid_events(xid_series, grid)),
+        jobs={j: tuple(sorted(v)) for j, v in alloc.items()},
+        leaf_of=leaf_of,
+        gpus=gpus,
+        step=step,
+    )
+
+
+def _shape(m: catalog.MetricDef, T: int, N: int, G: int, L: int, P: int) -> tuple[int, ...] | None:
+    if "device" in m.labels and "port" in m.labels:
+        return (T, N, P)
+    if "gpu" not in m.labels:
+        return None
+    base = (T, N, G, L) if "link" in m.labels else (T, N, G)
+    return base + tuple(len(v) for _, v in _GPU_FAMILY_AXES.get(m.name, ()))
+
+
+def _position(
+    m: catalog.MetricDef, labels: Mapping[str, str], n: int, port_ix: Mapping[str, int]
+) -> tuple[int, ...] | None:
+    if "device" in m.labels and "port" in m.labels:
+        p = port_ix.get(f"{labels.get('device')}/{labels.get('port')}")
+        return None if p is None else (n, p)
+    g = _int(labels.get("gpu"))
+    if g is None or g < 0:
+        return None
+    pos = [n, g]
+    if "link" in m.labels:
+        k = _int(labels.get("link"))
+        if k is None or k < 0:
+            return None
+        pos.append(k)
+    for label, values in _GPU_FAMILY_AXES.get(m.name, ()):
+        v = labels.get(label)
+        if v not in values:
+            return None
+        pos.append(values.index(v))
+    return tuple(pos)
+
+
+def _xid_events(xs: list[tuple[int, int, int, RawSeries]], grid: np.ndarray) -> list[XidEvent]:
+    out: list[XidEvent] = []
+    for n, g, x, s in xs:
+        ok = ~np.isnan(s.values)
+        idx, vals = s.index[ok], s.values[ok]
+        if len(idx) == 0:
+            continue
+        order = np.argsort(idx)
+        idx, vals = idx[order], vals[order]
+        prev = np.concatenate([[np.nan if idx[0] == 0 else 0.0], vals[:-1]])
+        inc = np.where(vals < prev, vals, vals - prev)  # a drop is a counter reset
+        for i, d in zip(idx, inc, strict=False):
+            if np.isfinite(d) and d > 0:
+                out.append(XidEvent(float(grid[i]), n, g, x, int(d + 0.5)))
+    return sorted(out, key=lambda e: e.t)
+
+
+# every metric some detector reads; sources fetch exactly these
+QUERIED: tuple[catalog.MetricDef, ...] = (
+    catalog.GPU_UP,
+    catalog.GPU_UTILIZATION,
+    catalog.GPU_TEMPERATURE,
+    catalog.GPU_MEMORY_TEMPERATURE,
+    catalog.GPU_POWER,
+    catalog.GPU_POWER_LIMIT,
+    catalog.GPU_SM_CLOCK,
+    catalog.GPU_THROTTLE,
+    catalog.GPU_ECC_ERRORS,
+    catalog.GPU_ROW_REMAP_PENDING,
+    catalog.GPU_ROW_REMAP_FAILED,
+    catalog.GPU_PCIE_GENERATION,
+    catalog.GPU_PCIE_GENERATION_MAX,
+    catalog.GPU_PCIE_WIDTH,
+    catalog.GPU_PCIE_WIDTH_MAX,
+    catalog.GPU_XID_ERRORS,
+    catalog.GPU_ALLOCATION_INFO,
+    catalog.NVLINK_UP,
+    catalog.NVLINK_ERRORS,
+    catalog.IB_PORT_STATE,
+    catalog.IB_PORT_RATE,
+    catalog.IB_COUNTER,
+    catalog.IB_HW_COUNTER,
+)
+QUERIED_NAMES = frozenset(m.name for m in QUERIED)

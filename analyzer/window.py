@@ -1,0 +1,87 @@
+"""The analysis window: dense arrays of recent history, the one input every detector reads.
+
+Sits in the middle of the analyzer's data flow: a :class:`~analyzer.sources.SeriesSource`
+(Prometheus ``query_range``, the embedded scraper, or the simulator's virtual-time frames)
+builds a :class:`Window`; detectors are pure functions of it. Arrays follow the fleet
+``Frame`` contract (docs/contracts.md) with a leading time axis:
+
+- per GPU ``(T, nodes, gpus)``; per NVLink ``(T, nodes, gpus, links)``; per IB port
+  ``(T, nodes, ports)``; labelled families add the label as the last axis in catalogue
+  order (ECC ``(T, nodes, gpus, 2, 2)``, throttle ``(T, nodes, gpus, reasons)``, NVLink
+  errors ``(T, nodes, gpus, links, 4)``);
+- IB counters by sysfs file name in ``ib_counters`` as ``(T, nodes, ports)``;
+- a value the source did not deliver is NaN. Counters are raw (resets possible).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from exporter import catalog
+
+ECC_ERROR_TYPES = ("corrected", "uncorrected")
+ECC_COUNTER_TYPES = ("volatile", "aggregate")
+THROTTLE_REASONS = tuple(catalog.THROTTLE_REASONS)
+REMAP_KINDS = ("correctable", "uncorrectable")
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """One XID occurrence (or a counter increase of ``count``) on one GPU at time ``t``."""
+
+    t: float
+    node: int
+    gpu: int
+    xid: int
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Window:
+    t: np.ndarray
+    nodes: tuple[str, ...]
+    metrics: Mapping[str, np.ndarray]
+    ib_counters: Mapping[str, np.ndarray] = field(default_factory=dict)
+    ports: tuple[str, ...] = ()
+    xids: tuple[XidEvent, ...] = ()
+    jobs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    leaf_of: Mapping[int, str] = field(default_factory=dict)
+    sku: tuple[str, ...] = ()
+    gpus: int = 8
+    step: float = 15.0
+
+    @property
+    def now(self) -> float:
+        return float(self.t[-1]) if len(self.t) else 0.0
+
+    @property
+    def empty(self) -> bool:
+        return len(self.t) == 0 or len(self.nodes) == 0
+
+    def get(self, metric: catalog.MetricDef) -> np.ndarray | None:
+        """The array for ``metric``, or None when the source has no such series at all."""
+        a = self.metrics.get(metric.name)
+        if a is None or a.size == 0 or a.shape[0] != len(self.t):
+            return None
+        return a
+
+    def tail(self, seconds: float) -> slice:
+        """Index slice of the samples within the last ``seconds``."""
+        if self.empty:
+            return slice(0, 0)
+        first = int(np.searchsorted(self.t, self.now - seconds + 1e-9))
+        return slice(first, len(self.t))
+
+    def series_count(self) -> int:
+        n = sum(int(np.prod(a.shape[1:])) for a in self.metrics.values())
+        return n + sum(int(np.prod(a.shape[1:])) for a in self.ib_counters.values())
+
+    def port_name(self, p: int) -> str:
+        return self.ports[p] if p < len(self.ports) else str(p)
+
+
+def empty_window() -> Window:
+    return Window(t=np.zeros(0), nodes=(), metrics={})
