@@ -1,0 +1,5 @@
+"""``python -m analyzer``: the analyzer service (same as ``gpuwarden-analyzer``)."""
+
+from analyzer.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""The analyzer service: a timed loop (source -> engine -> outputs) behind a small HTTP API.
+
+Edge of the analyzer: serves ``GET /metrics`` (findings + self-metrics), ``GET /findings``
+(JSON), ``GET /healthz``; optionally posts findings to Alertmanager's v2 API each cycle.
+Clock and HTTP clients are injected; a failing source or Alertmanager is counted and the
+loop goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import ClientSession, ClientTimeout, web
+
+from analyzer.engine import Engine
+from analyzer.output import alertmanager_alerts, findings_json, render_metrics
+from analyzer.sources import SeriesSource
+
+log = logging.getLogger(__name__)
+
+
+class AnalyzerService:
+    def __init__(
+        self,
+        source: SeriesSource,
+        engine: Engine,
+        interval: float,
+        alertmanager: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.source, self.engine, self.interval = source, engine, interval
+        self.alertmanager = alertmanager.rstrip("/")
+        self.clock = clock
+        self.source_errors: dict[str, int] = {source.name: 0}
+        self.last_ok: float | None = None
+        self.last_error = ""
+        self._session: ClientSession | None = None
+
+    async def run_cycle(self) -> None:
+        now = self.clock()
+        try:
+            window = await self.source.read(now)
+        except Exception as e:  # a source failure costs a count, never the loop
+            self.source_errors[self.source.name] = self.source_errors.get(self.source.name, 0) + 1
+            self.last_error = f"{type(e).__name__}: {e}"
+            log.warning("source %s failed: %s", self.source.name, self.last_error)
+            return
+        findings = await asyncio.to_thread(self.engine.cycle, window)
+        self.last_ok = now
+        if self.alertmanager:
+            await self._push(findings, now)
+
+    async def _push(self, findings: list[Any], now: float) -> None:
+        body = alertmanager_alerts(findings, now, resolve_after=3 * self.interval)
+        if not body:
+            return
+        try:
+            if self._session is None:
+                self._session = ClientSession(timeout=ClientTimeout(total=5))
+            async with self._session.post(f"{self.alertmanager}/api/v2/alerts", json=body) as r:
+                if r.status >= 300:
+                    raise RuntimeError(f"HTTP {r.status}")
+        except Exception as e:
+            self.source_errors["alertmanager"] = self.source_errors.get("alertmanager", 0) + 1
+            log.warning("alertmanager push failed: %s", e)
+
+    async def loop(self) -> None:
+        while True:
+            started = self.clock()
+            await self.run_cycle()
+            await asyncio.sleep(max(0.0, self.interval - (self.clock() - started)))
+
+    # ------------------------------------------------------------------ HTTP
+    async def metrics(self, _: web.Request) -> web.Response:
+        text = render_metrics(self.engine.findings, self.engine.stats, self.source_errors)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def findings(self, _: web.Request) -> web.Response:
+        return web.json_response(findings_json(self.engine.findings, self.clock()))
+
+    async def healthz(self, _: web.Request) -> web.Response:
+        if self.last_ok is None:
+            return web.Response(status=503, text=f"no cycle completed yet {self.last_error}\n")
+        age = self.clock() - self.last_ok
+        if age > 3 * self.interval:
+            return web.Response(
+                status=503, text=f"last good cycle {age:.0f}s ago: {self.last_error}\n"
+            )
+        return web.Response(text="ok\n")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/findings", self.findings)
+        app.router.add_get("/healthz", self.healthz)
+        app.cleanup_ctx.append(self._background)
+        return app
+
+    async def _background(self, _: web.Application) -> Any:
+        task = asyncio.create_task(self.loop())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            await close()
+        if self._session is not None:
+            await self._session.close()

@@ -1,0 +1,59 @@
+"""The analyzer's settings: flags > GPUWARDEN_<FIELD> environment > YAML ``--config`` file.
+
+Read once at start by :mod:`analyzer.cli`; a bad value stops the start with one line.
+The YAML file may also carry per-site XID overrides (``xid_overrides``), the node -> leaf
+switch map (``leaf_of``) and detector parameters (``detectors``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwarden.settings import SettingsError
+
+
+@dataclass(frozen=True)
+class AnalyzerSettings:
+    prometheus: str = ""
+    targets: str = ""
+    listen: str = "0.0.0.0:9836"
+    interval: float = 15.0
+    window: float = 600.0
+    alertmanager: str = ""
+    xid_overrides: dict[str, Any] = field(default_factory=dict)
+    leaf_of: dict[str, str] = field(default_factory=dict)
+    detectors: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.interval > 0:
+            raise SettingsError(f"interval must be > 0 seconds, got {self.interval}")
+        if self.window < 2 * self.interval:
+            raise SettingsError(
+                f"window ({self.window}s) must cover at least two intervals ({self.interval}s)"
+            )
+        _host, sep, port = self.listen.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SettingsError(f"listen must be HOST:PORT, got {self.listen!r}")
+        for name in ("prometheus", "alertmanager"):
+            url = getattr(self, name)
+            if url and not url.startswith(("http://", "https://")):
+                raise SettingsError(f"{name} must be an http(s) URL, got {url!r}")
+        if not self.prometheus and not self.targets:
+            raise SettingsError(
+                "give --prometheus URL, or --targets FILE_SD for the embedded scrape"
+            )
+        for what in ("xid_overrides", "leaf_of", "detectors"):
+            if not isinstance(getattr(self, what), dict):
+                raise SettingsError(f"{what} must be a mapping")
+        for k in self.xid_overrides:
+            if not str(k).isdigit():
+                raise SettingsError(f"xid_overrides: {k!r} is not an XID number")
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host or "0.0.0.0", int(port)
+
+    def detector_config(self) -> dict[str, Any]:
+        return {**self.detectors, "xid_overrides": self.xid_overrides}
