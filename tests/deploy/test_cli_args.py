@@ -1,0 +1,104 @@
+"""The flags the manifests and units pass are accepted by the services' real CLIs."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy.support import KUBE, ROOT, build
+
+UNITS = ROOT / "deploy" / "systemd"
+
+
+def k8s_args(name: str) -> list[str]:
+    (doc,) = [d for d in build(KUBE / "base") if d["metadata"]["name"] == name and "spec" in d
+              and "template" in d["spec"]]  # fmt: skip
+    args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
+    return [a.replace("$(NODE_NAME)", "gpu-node-001") for a in args]
+
+
+def unit_args(name: str) -> list[str]:
+    text = (UNITS / f"gpuwarden-{name}.service").read_text()
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("ExecStart=")]
+    argv = shlex.split(line.partition("=")[2])
+    assert argv[-1] == f"${name.upper()}_ARGS"  # the site's extra flags, empty here
+    return argv[1:-1]
+
+
+def relocate(args: list[str], tmp: Path, files: dict[str, str | None]) -> list[str]:
+    """Point path flags at temp files (None: a path only; same values otherwise)."""
+    out = []
+    for arg in args:
+        for flag, content in files.items():
+            if arg.startswith(flag + "=") or arg == flag:
+                path = tmp / flag.strip("-")
+                if content is not None:
+                    path.write_text(content)
+                arg = f"{flag}={path}"
+        out.append(arg)
+    return out
+
+
+def pairs_to_equals(args: list[str]) -> list[str]:
+    return [f"{f}={v}" for f, v in zip(args[::2], args[1::2], strict=True)]
+
+
+def test_exporter_settings_load_from_the_daemonset_args() -> None:
+    from exporter.cli import settings_from
+
+    settings, web_config, _ = settings_from(k8s_args("gpuwarden-exporter"))
+    assert settings.node == "gpu-node-001" and settings.source == "nvml"
+    assert settings.sysfs_root == "/host/sys" and settings.kmsg == "/dev/kmsg"
+    assert settings.listen == "0.0.0.0:9835" and web_config is None
+
+
+def test_exporter_settings_load_from_the_unit_args() -> None:
+    from exporter.cli import settings_from
+
+    settings, _, _ = settings_from(unit_args("exporter"))
+    assert settings.job_map_dir == "/run/gpuwarden/jobs" and settings.interval == 10
+
+
+def policy_text() -> str:
+    (cm,) = [d for d in build(KUBE / "base") if d["metadata"]["name"] == "gpuwarden-remediation-policy"]  # fmt: skip
+    return str(cm["data"]["policy.yaml"])
+
+
+def test_remediation_settings_load_from_the_deployment_args(tmp_path: Path) -> None:
+    from remediation.cli import load_settings
+
+    files: dict[str, str | None] = {
+        "--policy": policy_text(),
+        "--webhook-token-file": "s3cret\n",
+        "--state-db": None,
+    }
+    settings, check = load_settings(relocate(k8s_args("gpuwarden-remediation"), tmp_path, files))
+    assert settings.backend == "kubernetes" and not check
+    assert settings.host_port == ("0.0.0.0", 9836)
+    assert settings.webhook_token is None  # the token only ever comes from the file
+
+
+def test_remediation_check_accepts_the_unit_args_with_the_shipped_policy(
+    tmp_path: Path, capsys: Any
+) -> None:
+    from remediation.cli import main
+
+    args = pairs_to_equals(unit_args("remediation"))
+    files: dict[str, str | None] = {
+        "--policy": policy_text(),
+        "--webhook-token-file": "s3cret\n",
+        "--state-db": None,
+    }
+    assert main([*relocate(args, tmp_path, files), "--check"]) == 0
+    assert "ok:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--backend=slurm", "--listen=nonsense"]])
+def test_a_bad_flag_value_would_stop_the_start(args: list[str], tmp_path: Path) -> None:
+    # The check above can fail: the same path rejects a malformed value.
+    from remediation.cli import main
+
+    assert main([*args, f"--state-db={tmp_path / 'db'}", "--check"]) == 2
