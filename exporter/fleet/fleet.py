@@ -96,8 +96,17 @@ class Fleet:
         """Add a fault (now, or at ``onset`` >= now). Raises FaultError and changes nothing on bad
         input."""
         at = self.t if onset is None else onset
-        fault = make_fault(KINDS, self.topo, len(self._faults) + 1, kind, node, target, at,
-                           duration, parameters or {})  # fmt: skip
+        fault = make_fault(
+            KINDS,
+            self.topo,
+            len(self._faults) + 1,
+            kind,
+            node,
+            target,
+            at,
+            duration,
+            parameters or {},
+        )
         if fault.onset < self.t:
             raise FaultError(f"onset {fault.onset} is in the past (fleet time is {self.t})")
         self._faults.append(fault)

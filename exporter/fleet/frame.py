@@ -38,9 +38,13 @@ def _throttle_axis(bits: np.ndarray) -> np.ndarray:
 
 
 def build(
-    t: float, st: FleetState, g: dict[str, np.ndarray], eff: Effects, sku: Sku,
+    t: float,
+    st: FleetState,
+    g: dict[str, np.ndarray],
+    eff: Effects,
+    sku: Sku,
     events: list[Event],
-) -> Frame:  # fmt: skip
+) -> Frame:
     """Copy the model's arrays into a frame, NaN where a real scrape would deliver nothing."""
     down = eff.down
     gone = eff.lost | down[:, None]

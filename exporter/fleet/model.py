@@ -55,8 +55,15 @@ class JobArrays:
     @classmethod
     def of(cls, jobs: Jobs) -> JobArrays:
         n = jobs.n_nodes
-        a = cls(jobs.job_of.copy(), np.ones(n), np.zeros(n), np.zeros(n), np.zeros(n),
-                np.zeros((n, GPUS), dtype=bool), np.zeros(n, dtype=bool))  # fmt: skip
+        a = cls(
+            jobs.job_of.copy(),
+            np.ones(n),
+            np.zeros(n),
+            np.zeros(n),
+            np.zeros(n),
+            np.zeros((n, GPUS), dtype=bool),
+            np.zeros(n, dtype=bool),
+        )
         for j in jobs.running.values():
             a.step_s[j.nodes], a.compute[j.nodes], a.start[j.nodes] = j.step_s, j.compute, j.start
             a.ib_load[j.nodes] = j.ib_load
@@ -79,9 +86,14 @@ def busy_share(ja: JobArrays, eff: Effects, active: np.ndarray) -> tuple[np.ndar
 
 
 def gauges(
-    st: FleetState, ja: JobArrays, eff: Effects, sku: Sku, t0: float, t1: float,
+    st: FleetState,
+    ja: JobArrays,
+    eff: Effects,
+    sku: Sku,
+    t0: float,
+    t1: float,
     rng: np.random.Generator,
-) -> dict[str, np.ndarray]:  # fmt: skip
+) -> dict[str, np.ndarray]:
     """Advance ``st`` from t0 to t1 and return the instantaneous values at t1."""
     dt = t1 - t0
     n = ja.job_of.size
@@ -104,14 +116,26 @@ def gauges(
     _traffic(st, ja, eff, comm, dt, rng)
     _background(st, eff, dt, rng)
     return {
-        "util": util, "mem_util": util * 0.6, "sm_mhz": sm, "power_w": power,
-        "temp": st.temp.copy(), "mem_temp": st.temp + 6.0, "mem_used": mem_used,
-        "throttle": throttle, "power_limit_w": np.minimum(eff.power_cap_w, sku.power_limit_w),
-    }  # fmt: skip
+        "util": util,
+        "mem_util": util * 0.6,
+        "sm_mhz": sm,
+        "power_w": power,
+        "temp": st.temp.copy(),
+        "mem_temp": st.temp + 6.0,
+        "mem_used": mem_used,
+        "throttle": throttle,
+        "power_limit_w": np.minimum(eff.power_cap_w, sku.power_limit_w),
+    }
 
 
-def _traffic(st: FleetState, ja: JobArrays, eff: Effects, comm: np.ndarray, dt: float,
-             rng: np.random.Generator) -> None:  # fmt: skip
+def _traffic(
+    st: FleetState,
+    ja: JobArrays,
+    eff: Effects,
+    comm: np.ndarray,
+    dt: float,
+    rng: np.random.Generator,
+) -> None:
     """NVLink and IB bytes in proportion to the communication share of each GPU's step."""
     up = ~eff.link_down & ~eff.lost[:, :, None] & ~eff.down[:, None, None]
     n_up = np.maximum(up.sum(axis=2, keepdims=True), 1)

@@ -126,9 +126,14 @@ def _draw(rng: np.random.Generator, kind: str, name: str, v: Any) -> Any:
 def _target(rng: np.random.Generator, kind: str, want: str | None) -> str:
     t = want or KINDS[kind].target
     g = int(rng.integers(GPUS))
-    return {"gpu": f"gpu{g}", "gpu_or_node": f"gpu{g}", "node": "node", "switch": "",
-            "link": f"gpu{g}/{int(rng.integers(LINKS))}",
-            "port": port_name(int(rng.integers(PORTS)))}[t]  # fmt: skip
+    return {
+        "gpu": f"gpu{g}",
+        "gpu_or_node": f"gpu{g}",
+        "node": "node",
+        "switch": "",
+        "link": f"gpu{g}/{int(rng.integers(LINKS))}",
+        "port": port_name(int(rng.integers(PORTS))),
+    }[t]
 
 
 def random_faults(rnd: Mapping[str, Any], topo: Topology, seed: int) -> list[dict[str, Any]]:
@@ -144,12 +149,17 @@ def random_faults(rnd: Mapping[str, Any], topo: Topology, seed: int) -> list[dic
             kind = cls["kind"]
             dur = cls.get("duration_s")
             params = {k: _draw(rng, kind, k, v) for k, v in (cls.get("parameters") or {}).items()}
-            out.append({
-                "kind": kind, "node": topo.nodes[int(rng.integers(topo.n_nodes))],
-                "target": _target(rng, kind, cls.get("target")), "onset": float(at),
-                "duration": _draw(rng, kind, "duration_s", dur) if dur else None,
-                "parameters": params, "class": name,
-            })  # fmt: skip
+            out.append(
+                {
+                    "kind": kind,
+                    "node": topo.nodes[int(rng.integers(topo.n_nodes))],
+                    "target": _target(rng, kind, cls.get("target")),
+                    "onset": float(at),
+                    "duration": _draw(rng, kind, "duration_s", dur) if dur else None,
+                    "parameters": params,
+                    "class": name,
+                }
+            )
     return sorted(out, key=lambda f: (f["onset"], f["node"]))
 
 
@@ -168,9 +178,17 @@ def apply(sc: Scenario, fleet: Fleet) -> list[Fault]:
     entries = schedule(sc, fleet.topo, fleet.seed, fleet.t)
     for i, f in enumerate(entries):
         try:
-            make_fault(KINDS, fleet.topo, 0, f["kind"], f.get("node", ""),
-                       str(f.get("target", "")), f["onset"], f.get("duration"),
-                       f.get("parameters") or {})  # fmt: skip
+            make_fault(
+                KINDS,
+                fleet.topo,
+                0,
+                f["kind"],
+                f.get("node", ""),
+                str(f.get("target", "")),
+                f["onset"],
+                f.get("duration"),
+                f.get("parameters") or {},
+            )
         except FaultError as e:
             raise ScenarioError(f"{sc.name}: fault {i} ({f['kind']}): {e}") from None
     return fleet.schedule({**f, "target": str(f.get("target", ""))} for f in entries)

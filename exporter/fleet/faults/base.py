@@ -84,11 +84,17 @@ class Fault:
 
     def to_json(self, topo: Topology) -> dict[str, Any]:
         return {
-            "id": self.id, "kind": self.kind, "node": self.node, "target": self.target,
-            "onset": self.onset, "end": self.end, "parameters": dict(self.parameters),
-            "hardware": self.hardware, "negative_control": self.negative_control,
+            "id": self.id,
+            "kind": self.kind,
+            "node": self.node,
+            "target": self.target,
+            "onset": self.onset,
+            "end": self.end,
+            "parameters": dict(self.parameters),
+            "hardware": self.hardware,
+            "negative_control": self.negative_control,
             "nodes": [topo.nodes[i] for i in self.nodes],
-        }  # fmt: skip
+        }
 
 
 @dataclass
@@ -147,8 +153,12 @@ def resolve_target(kind: FaultKind, topo: Topology, node: str, target: str) -> d
         return {**out, "target": t, "gpu": int(m[1]), "link": int(m[2])}
     if kind.target == "port" and (m := _PORT.match(t)) and int(m[1]) < PORTS:
         return {**out, "target": port_name(int(m[1])), "port": int(m[1])}
-    want = {"gpu": "gpu0..gpu7", "gpu_or_node": "'node' or gpu0..gpu7",
-            "link": "gpu<0-7>/<0-17>", "port": "mlx5_<0-7>/1"}[kind.target]  # fmt: skip
+    want = {
+        "gpu": "gpu0..gpu7",
+        "gpu_or_node": "'node' or gpu0..gpu7",
+        "link": "gpu<0-7>/<0-17>",
+        "port": "mlx5_<0-7>/1",
+    }[kind.target]
     raise FaultError(f"bad target {target!r} for {kind.name}: want {want}")
 
 
@@ -165,9 +175,16 @@ def check_parameters(kind: FaultKind, given: Mapping[str, Any]) -> dict[str, Any
 
 
 def make_fault(
-    kinds: Mapping[str, FaultKind], topo: Topology, fid: int, kind: str, node: str,
-    target: str, onset: float, duration: float | None, parameters: Mapping[str, Any],
-) -> Fault:  # fmt: skip
+    kinds: Mapping[str, FaultKind],
+    topo: Topology,
+    fid: int,
+    kind: str,
+    node: str,
+    target: str,
+    onset: float,
+    duration: float | None,
+    parameters: Mapping[str, Any],
+) -> Fault:
     if kind not in kinds:
         raise FaultError(f"unknown fault kind {kind!r} (known: {', '.join(sorted(kinds))})")
     if not isinstance(node, str) or not isinstance(target, str):
@@ -180,5 +197,13 @@ def make_fault(
     if not isinstance(onset, (int, float)) or not math.isfinite(onset) or onset < 0:
         raise FaultError(f"onset must be a non-negative number of seconds, got {onset!r}")
     end = None if duration is None else float(onset) + float(duration)
-    return Fault(id=fid, kind=kind, onset=float(onset), end=end, parameters=params,
-                 hardware=k.hardware, negative_control=k.negative_control, **where)  # fmt: skip
+    return Fault(
+        id=fid,
+        kind=kind,
+        onset=float(onset),
+        end=end,
+        parameters=params,
+        hardware=k.hardware,
+        negative_control=k.negative_control,
+        **where,
+    )

@@ -82,15 +82,31 @@ def leaf_outage(f: Fault, s: Step) -> None:
 
 
 KINDS = (
-    FaultKind("ib_symbol_errors", "port", symbol_errors,
-              {"peak_rate": Param(50.0, 0.01, 1e6), "ramp_s": Param(1800.0, 1, 1e7),
-               "fail_after_s": Param(0.0, 0, 1e7)},
-              help="symbol-error ramp towards failure (fail_after_s > 0: port goes down)"),
-    FaultKind("ib_flap", "port", flap,
-              {"period_s": Param(600.0, 2, 1e6), "down_s": Param(30.0, 1, 1e6)},
-              help="link flap: down for down_s every period_s"),
+    FaultKind(
+        "ib_symbol_errors",
+        "port",
+        symbol_errors,
+        {
+            "peak_rate": Param(50.0, 0.01, 1e6),
+            "ramp_s": Param(1800.0, 1, 1e7),
+            "fail_after_s": Param(0.0, 0, 1e7),
+        },
+        help="symbol-error ramp towards failure (fail_after_s > 0: port goes down)",
+    ),
+    FaultKind(
+        "ib_flap",
+        "port",
+        flap,
+        {"period_s": Param(600.0, 2, 1e6), "down_s": Param(30.0, 1, 1e6)},
+        help="link flap: down for down_s every period_s",
+    ),
     FaultKind("ib_port_down", "port", port_down, {"disabled": Param(False)}),
-    FaultKind("ib_rate_downgrade", "port", rate_downgrade,
-              {"rate_gbps": Param(200, choices=(100, 200))}, help="400 -> 200 (or 100) Gb/s"),
+    FaultKind(
+        "ib_rate_downgrade",
+        "port",
+        rate_downgrade,
+        {"rate_gbps": Param(200, choices=(100, 200))},
+        help="400 -> 200 (or 100) Gb/s",
+    ),
     FaultKind("leaf_outage", "switch", leaf_outage, help="all IB ports of the leaf's nodes down"),
-)  # fmt: skip
+)

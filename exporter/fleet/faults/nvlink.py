@@ -47,9 +47,17 @@ def nvlink_down(f: Fault, s: Step) -> None:
 
 
 KINDS = (
-    FaultKind("nvlink_errors", "link", nvlink_errors,
-              {"initial_rate": Param(0.05, 0.0001, 1e5), "doubling_s": Param(600.0, 1, 1e7),
-               "max_rate": Param(200.0, 0.001, 1e6), "down_after_s": Param(0.0, 0, 1e7)},
-              help="CRC/replay error ramp on one link; down_after_s > 0 ends it in link down"),
+    FaultKind(
+        "nvlink_errors",
+        "link",
+        nvlink_errors,
+        {
+            "initial_rate": Param(0.05, 0.0001, 1e5),
+            "doubling_s": Param(600.0, 1, 1e7),
+            "max_rate": Param(200.0, 0.001, 1e6),
+            "down_after_s": Param(0.0, 0, 1e7),
+        },
+        help="CRC/replay error ramp on one link; down_after_s > 0 ends it in link down",
+    ),
     FaultKind("nvlink_down", "link", nvlink_down, help="link down (Xid 74)"),
-)  # fmt: skip
+)

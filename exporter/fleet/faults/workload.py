@@ -53,12 +53,32 @@ def reboot(f: Fault, s: Step) -> None:
 
 
 KINDS = (
-    FaultKind("pipeline_imbalance", "node", pipeline_imbalance,
-              {"extra": Param(0.2, 0.01, 2.0), "stages": Param(4, 2, 64)},
-              hardware=False, negative_control=True, help="a whole pipeline stage slower"),
-    FaultKind("checkpoint_pause", "node", checkpoint_pause, {"pause_s": Param(180.0, 1, 86400)},
-              hardware=False, negative_control=True, help="the job on this node checkpoints"),
+    FaultKind(
+        "pipeline_imbalance",
+        "node",
+        pipeline_imbalance,
+        {"extra": Param(0.2, 0.01, 2.0), "stages": Param(4, 2, 64)},
+        hardware=False,
+        negative_control=True,
+        help="a whole pipeline stage slower",
+    ),
+    FaultKind(
+        "checkpoint_pause",
+        "node",
+        checkpoint_pause,
+        {"pause_s": Param(180.0, 1, 86400)},
+        hardware=False,
+        negative_control=True,
+        help="the job on this node checkpoints",
+    ),
     FaultKind("job_stop", "node", job_stop, hardware=False, negative_control=True),
-    FaultKind("reboot", "node", reboot, {"down_s": Param(300.0, 0, 86400)},
-              hardware=False, negative_control=True, help="reboot: gap, then counters reset"),
-)  # fmt: skip
+    FaultKind(
+        "reboot",
+        "node",
+        reboot,
+        {"down_s": Param(300.0, 0, 86400)},
+        hardware=False,
+        negative_control=True,
+        help="reboot: gap, then counters reset",
+    ),
+)
