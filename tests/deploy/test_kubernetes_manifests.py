@@ -234,6 +234,10 @@ def test_analyzer_queries_prometheus_and_needs_no_api_token(docs: list) -> None:
 def test_remediation_is_one_recreated_replica_with_state_on_a_volume(docs: list) -> None:
     d = one(docs, "Deployment", "gpuwarden-remediation")
     assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"] == {"type": "Recreate"}
+    # Reschedule within a minute or two of its node dying, not the default five.
+    waits = {t["key"]: t["tolerationSeconds"] for t in pod_spec(d)["tolerations"]}
+    assert waits.keys() == {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"}
+    assert max(waits.values()) <= 120
     c = container(d)
     f = flags(c)
     assert f["--backend"] == "kubernetes"
