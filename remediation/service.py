@@ -84,13 +84,15 @@ class Service:
         return ctx
 
 
-def make_backend(s: Settings, topo: dict[str, dict[str, str]], runner: Runner | None) -> Backend:
+def make_backend(
+    s: Settings, pol: Policy, topo: dict[str, dict[str, str]], runner: Runner | None
+) -> Backend:
     if s.backend == "slurm":
         return SlurmBackend(runner or SubprocessRunner(), topo, s.command_timeout_s)
     if s.backend == "kubernetes":
         from remediation.backends.kubernetes import KubernetesBackend
 
-        return KubernetesBackend.from_config(topo)
+        return KubernetesBackend.from_config(topo, pol.taint_effect)
     raise SettingsError(f"--backend {s.backend}: no such backend")
 
 
@@ -114,7 +116,7 @@ def build(
     journal = Journal(s.state_db)
     real = backend
     if real is None and s.backend != "dry-run":
-        real = make_backend(s, topo, runner)
+        real = make_backend(s, pol, topo, runner)
     chosen: Backend = (
         real
         if real is not None and not pol.dry_run

@@ -1,0 +1,105 @@
+"""The Kubernetes API seam: the few calls the Kubernetes backend needs, as plain dicts.
+
+``OfficialKubeApi`` wraps the official ``kubernetes`` client (CoreV1Api, responses read as
+raw JSON so that no model validation stands between us and what the server said). Tests
+run it against the kmock emulator over real HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+Obj = dict[str, Any]
+
+
+class KubeApi(Protocol):
+    def list_nodes(self) -> list[Obj]: ...
+
+    def read_node(self, name: str) -> Obj | None: ...
+
+    def patch_node(self, name: str, body: Obj) -> None: ...
+
+    def list_pods(self, node: str) -> list[Obj]: ...
+
+    def read_pod(self, namespace: str, name: str) -> Obj | None: ...
+
+    def patch_pod(self, namespace: str, name: str, body: Obj) -> None: ...
+
+    def evict(self, namespace: str, name: str) -> int:
+        """POST a policy/v1 Eviction; returns the HTTP status (429: a PDB blocks it)."""
+        ...
+
+
+class OfficialKubeApi:
+    def __init__(self, core: Any, timeout: float = 10.0) -> None:
+        self.core, self.timeout = core, timeout
+
+    @classmethod
+    def from_config(cls, host: str | None = None) -> OfficialKubeApi:
+        import kubernetes
+
+        if host is not None:
+            cfg = kubernetes.client.Configuration()
+            cfg.host = host
+            return cls(kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(cfg)))
+        try:
+            kubernetes.config.load_incluster_config()
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config()
+        return cls(kubernetes.client.CoreV1Api())
+
+    def _raw(self, fn: Any, *args: Any, **kw: Any) -> Obj:
+        resp = fn(*args, _preload_content=False, _request_timeout=self.timeout, **kw)
+        return dict(json.loads(resp.data or b"{}"))
+
+    def _or_none(self, fn: Any, *args: Any) -> Obj | None:
+        from kubernetes.client import ApiException
+
+        try:
+            return self._raw(fn, *args)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def list_nodes(self) -> list[Obj]:
+        return list(self._raw(self.core.list_node).get("items") or [])
+
+    def read_node(self, name: str) -> Obj | None:
+        return self._or_none(self.core.read_node, name)
+
+    def patch_node(self, name: str, body: Obj) -> None:
+        self._raw(self.core.patch_node, name, body)
+
+    def list_pods(self, node: str) -> list[Obj]:
+        items = (
+            self._raw(
+                self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}"
+            ).get("items")
+            or []
+        )
+        # Filtered here as well: a selector the server ignores must not widen the blast radius.
+        return [p for p in items if (p.get("spec") or {}).get("nodeName") == node]
+
+    def read_pod(self, namespace: str, name: str) -> Obj | None:
+        return self._or_none(self.core.read_namespaced_pod, name, namespace)
+
+    def patch_pod(self, namespace: str, name: str, body: Obj) -> None:
+        self._raw(self.core.patch_namespaced_pod, name, namespace, body)
+
+    def evict(self, namespace: str, name: str) -> int:
+        from kubernetes.client import ApiException, V1Eviction, V1ObjectMeta
+
+        body = V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=V1ObjectMeta(name=name, namespace=namespace),
+        )
+        try:
+            self.core.create_namespaced_pod_eviction(
+                name, namespace, body, _preload_content=False, _request_timeout=self.timeout
+            )
+        except ApiException as e:
+            return int(e.status)
+        return 201

@@ -1,0 +1,215 @@
+"""Kubernetes backend: cordon, taint, evict through the Eviction API, label, uncordon ours only.
+
+Ownership is an annotation we write when we cordon (``gpuwarden.io/cordoned-by``); a node
+cordoned by anyone else is never touched and never uncordoned. A 429 on eviction means a
+PodDisruptionBudget blocks it: retry with backoff until a deadline, never delete around it.
+Checkpoint requests are a pod annotation the pod reads through a downward-API volume.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from remediation.backends.base import BackendError
+from remediation.backends.kubeapi import KubeApi, Obj, OfficialKubeApi
+from remediation.checkpoint import ANNOTATION as CHECKPOINT_ANNOTATION
+from remediation.model import Job, NodeView
+
+OWNER = "gpuwarden.io/cordoned-by"
+REASON = "gpuwarden.io/reason"
+STATE_LABEL = "gpuwarden.io/quarantine"
+TAINT_KEY = "gpuwarden.io/quarantine"
+REBOOT_LABEL = "gpuwarden.io/reboot-requested"
+DOMAIN_PREFIX = "topology.gpuwarden.io/"
+
+
+def _meta(o: Obj) -> dict[str, Any]:
+    return o.get("metadata") or {}
+
+
+class KubernetesBackend:
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        api: KubeApi,
+        topology: Mapping[str, Mapping[str, str]] | None = None,
+        taint_effect: str = "NoSchedule",
+        evict_deadline_s: float = 120.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api, self.topology, self.effect = api, topology or {}, taint_effect
+        self.evict_deadline_s, self.sleep = evict_deadline_s, sleep
+        self.owners: dict[str, str] = {}  # job id -> controller uid, to find its replacement
+
+    @classmethod
+    def from_config(
+        cls, topology: Mapping[str, Mapping[str, str]], taint_effect: str = "NoSchedule"
+    ) -> KubernetesBackend:
+        return cls(OfficialKubeApi.from_config(), topology, taint_effect)
+
+    def _view(self, n: Obj) -> NodeView:
+        meta, spec = _meta(n), n.get("spec") or {}
+        ann, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+        name = str(meta.get("name"))
+        conds = (n.get("status") or {}).get("conditions") or []
+        not_ready = any(c.get("type") == "Ready" and c.get("status") != "True" for c in conds)
+        cordoned = bool(spec.get("unschedulable"))
+        ours = cordoned and ann.get(OWNER) == "gpuwarden"
+        reason = ann.get(REASON) or "" if ours else ("cordoned" if cordoned else "")
+        domains = {
+            k[len(DOMAIN_PREFIX) :]: v for k, v in labels.items() if k.startswith(DOMAIN_PREFIX)
+        }
+        domains.update(self.topology.get(name, {}))
+        return NodeView(
+            name, cordoned or not_ready, ours, reason or ("NotReady" if not_ready else ""), domains
+        )
+
+    def fleet(self) -> tuple[NodeView, ...]:
+        return tuple(self._view(n) for n in self.api.list_nodes())
+
+    def node(self, name: str) -> NodeView | None:
+        n = self.api.read_node(name)
+        return None if n is None else self._view(n)
+
+    def _taints(self, name: str) -> list[Obj]:
+        n = self.api.read_node(name) or {}
+        taints = (n.get("spec") or {}).get("taints") or []
+        return [t for t in taints if t.get("key") != TAINT_KEY]
+
+    def take_out(self, node: str, reason: str, evict: bool) -> str:
+        view = self.node(node)
+        if view is None:
+            raise BackendError(f"node {node} not found")
+        if view.out_of_service and not view.ours and view.reason == "cordoned":
+            raise BackendError(f"node {node} is cordoned by someone else")
+        taint = {"key": TAINT_KEY, "value": "true", "effect": self.effect}
+        self.api.patch_node(
+            node,
+            {
+                "metadata": {
+                    "annotations": {OWNER: "gpuwarden", REASON: reason},
+                    "labels": {STATE_LABEL: "quarantined"},
+                },
+                "spec": {"unschedulable": True, "taints": [*self._taints(node), taint]},
+            },
+        )
+        if not self.is_taken_out(node):
+            raise BackendError(f"cordon of {node} not visible on read-back")
+        out = "cordoned and tainted"
+        if evict:
+            out += f"; {self._evict_all(node)}"
+        return out
+
+    def is_taken_out(self, node: str) -> bool:
+        v = self.node(node)
+        return v is not None and v.ours
+
+    def release(self, node: str) -> str:
+        view = self.node(node)
+        if view is None:
+            raise BackendError(f"node {node} not found")
+        if view.out_of_service and not view.ours:
+            raise BackendError(f"refusing to uncordon {node}: cordon is not ours ({view.reason})")
+        if not view.ours:
+            return "already in service"
+        self.api.patch_node(
+            node,
+            {
+                "metadata": {
+                    "annotations": {OWNER: None, REASON: None},
+                    "labels": {STATE_LABEL: None},
+                },
+                "spec": {"unschedulable": False, "taints": self._taints(node)},
+            },
+        )
+        after = self.node(node)
+        if after is None or after.ours:
+            raise BackendError(f"uncordon of {node} not visible on read-back")
+        return "uncordoned"
+
+    def _pods(self, node: str) -> list[Obj]:
+        out = []
+        for p in self.api.list_pods(node):
+            owners = _meta(p).get("ownerReferences") or []
+            if any(o.get("kind") == "DaemonSet" for o in owners):
+                continue  # DaemonSet pods stay (kubectl drain --ignore-daemonsets)
+            if "kubernetes.io/config.mirror" in (_meta(p).get("annotations") or {}):
+                continue  # static pods cannot be evicted
+            if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            out.append(p)
+        return out
+
+    def _evict(self, namespace: str, name: str) -> None:
+        deadline, delay = time.monotonic() + self.evict_deadline_s, 0.5
+        while True:
+            status = self.api.evict(namespace, name)
+            if status in (200, 201, 404):
+                return
+            if status != 429:
+                raise BackendError(f"eviction of {namespace}/{name}: HTTP {status}")
+            if time.monotonic() + delay > deadline:
+                raise BackendError(
+                    f"eviction of {namespace}/{name} blocked by a PodDisruptionBudget (429) for "
+                    f"{self.evict_deadline_s:.0f}s; not deleted"
+                )
+            self.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    def _evict_all(self, node: str) -> str:
+        pods = self._pods(node)
+        for p in pods:
+            self._evict(_meta(p).get("namespace", "default"), _meta(p)["name"])
+        return f"evicted {len(pods)} pods"
+
+    def _job(self, p: Obj) -> Job:
+        meta = _meta(p)
+        jid = f"{meta.get('namespace', 'default')}/{meta.get('name')}"
+        phase = str((p.get("status") or {}).get("phase") or "Pending").upper()
+        return Job(jid, phase, ((p.get("spec") or {}).get("nodeName") or "",))
+
+    def jobs_on(self, node: str) -> tuple[Job, ...]:
+        jobs = []
+        for p in self._pods(node):
+            job = self._job(p)
+            ctrl = [o for o in _meta(p).get("ownerReferences") or [] if o.get("controller")]
+            if ctrl:
+                self.owners[job.job_id] = str(ctrl[0].get("uid"))
+            jobs.append(job)
+        return tuple(jobs)
+
+    def job(self, job_id: str) -> Job | None:
+        namespace, _, name = job_id.partition("/")
+        pod = self.api.read_pod(namespace, name)
+        if pod is not None:
+            return self._job(pod)
+        uid = self.owners.get(job_id)
+        if uid is None:
+            return None
+        for n in self.api.list_nodes():  # the replacement pod of the same controller
+            for p in self.api.list_pods(str(_meta(n).get("name"))):
+                if any(o.get("uid") == uid for o in _meta(p).get("ownerReferences") or []):
+                    return Job(job_id, self._job(p).state, self._job(p).nodes, 1)
+        return None
+
+    def request_checkpoint(self, job: Job) -> None:
+        namespace, _, name = job.job_id.partition("/")
+        self.api.patch_pod(
+            namespace,
+            name,
+            {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: str(int(time.time()))}}},
+        )
+
+    def requeue(self, job: Job, exclude: str) -> None:
+        namespace, _, name = job.job_id.partition("/")
+        self._evict(namespace, name)  # the node is cordoned: its controller reschedules elsewhere
+
+    def reboot(self, node: str, reason: str) -> str:
+        self.api.patch_node(node, {"metadata": {"labels": {REBOOT_LABEL: "true"}}})
+        return "reboot requested (node label for the node agent)"
+
+    def mark(self, node: str, state: str) -> None:
+        self.api.patch_node(node, {"metadata": {"labels": {STATE_LABEL: state}}})

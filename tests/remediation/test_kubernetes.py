@@ -1,0 +1,213 @@
+"""The Kubernetes backend over real HTTP against the kmock emulator, with exact requests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kmock
+import pytest
+
+from remediation.backends.base import BackendError
+from remediation.backends.kubeapi import OfficialKubeApi
+from remediation.backends.kubernetes import OWNER, TAINT_KEY, KubernetesBackend
+from remediation.checkpoint import ANNOTATION
+
+
+def node(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"topology.gpuwarden.io/leaf": "leaf-01"},
+            "annotations": {},
+        },
+        "spec": dict(spec),
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def pod(ns: str, name: str, on: str, owner: str = "ReplicaSet") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "annotations": {},
+            "ownerReferences": [
+                {
+                    "kind": owner,
+                    "name": "o",
+                    "uid": f"uid-{name}",
+                    "controller": True,
+                    "apiVersion": "apps/v1",
+                }
+            ],
+        },
+        "spec": {"nodeName": on, "containers": [{"name": "c", "image": "i"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+@pytest.fixture
+async def emu() -> AsyncIterator[kmock.KubernetesEmulator]:
+    async with kmock.KubernetesEmulator() as e, kmock.Server(e):
+        e.resources["v1/nodes"] = {}
+        e.resources["v1/pods"] = {}
+        for n in ("gpu-node-001", "gpu-node-002"):
+            e.objects[kmock.resource("v1/nodes"), None, n] = node(n)
+        e.objects[kmock.resource("v1/pods"), "ml", "train-0"] = pod("ml", "train-0", "gpu-node-001")
+        e.objects[kmock.resource("v1/pods"), "kube-system", "dcgm"] = pod(
+            "kube-system", "dcgm", "gpu-node-001", owner="DaemonSet"
+        )
+        e.objects[kmock.resource("v1/pods"), "ml", "other"] = pod("ml", "other", "gpu-node-002")
+        yield e
+
+
+def backend(e: kmock.KubernetesEmulator, **kw: Any) -> KubernetesBackend:
+    api = OfficialKubeApi.from_config(str(e.url).rstrip("/"))
+    return KubernetesBackend(api, taint_effect="NoExecute", sleep=lambda s: None, **kw)
+
+
+def writes(e: kmock.KubernetesEmulator) -> list[tuple[str, str, Any]]:
+    return [
+        (str(r.method).split(".")[-1].upper(), r.url.path, r.data)
+        for r in list(e)
+        if str(r.method).split(".")[-1].upper() not in ("GET",)
+    ]
+
+
+def allow_eviction(e: kmock.KubernetesEmulator, blocked: int = 0) -> list[str]:
+    calls: list[str] = []
+
+    def evict(req: Any) -> Any:
+        calls.append(req.name)
+        if len(calls) <= blocked:
+            raise kmock.KubernetesError(
+                status=429,
+                reason="TooManyRequests",
+                message="Cannot evict pod as it would violate the pod's disruption budget.",
+            )
+        del e.objects[kmock.resource("v1/pods"), req.namespace, req.name]
+        return {"kind": "Status", "status": "Success"}
+
+    e["post", kmock.subresource("eviction")] << evict
+    return calls
+
+
+async def test_drain_cordons_taints_labels_and_evicts_through_the_eviction_api(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    allow_eviction(emu)
+    b = backend(emu)
+    out = await asyncio.to_thread(b.take_out, "gpu-node-001", "gpuwarden: drain xid d1", True)
+    assert out == "cordoned and tainted; evicted 1 pods"
+    w = writes(emu)
+    assert w[0] == (
+        "PATCH",
+        "/api/v1/nodes/gpu-node-001",
+        {
+            "metadata": {
+                "annotations": {
+                    OWNER: "gpuwarden",
+                    "gpuwarden.io/reason": "gpuwarden: drain xid d1",
+                },
+                "labels": {"gpuwarden.io/quarantine": "quarantined"},
+            },
+            "spec": {
+                "unschedulable": True,
+                "taints": [{"key": TAINT_KEY, "value": "true", "effect": "NoExecute"}],
+            },
+        },
+    )
+    assert w[1][:2] == ("POST", "/api/v1/namespaces/ml/pods/train-0/eviction")
+    assert w[1][2]["kind"] == "Eviction" and w[1][2]["apiVersion"] == "policy/v1"
+    assert len(w) == 2  # the DaemonSet pod and the other node's pod are untouched
+    assert await asyncio.to_thread(b.is_taken_out, "gpu-node-001")
+    view = await asyncio.to_thread(b.node, "gpu-node-001")
+    assert view is not None and view.domains == {"leaf": "leaf-01"}
+
+
+async def test_a_pdb_blocked_eviction_is_retried_with_backoff_and_then_succeeds(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    calls = allow_eviction(emu, blocked=2)
+    b = backend(emu)
+    await asyncio.to_thread(b.take_out, "gpu-node-001", "gpuwarden: drain", True)
+    assert calls == ["train-0"] * 3
+    assert not [w for w in writes(emu) if w[0] == "DELETE"]
+
+
+async def test_a_pdb_that_never_yields_fails_the_action_and_nothing_is_deleted(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    calls = allow_eviction(emu, blocked=10_000)
+    b = backend(emu, evict_deadline_s=1.0)
+    with pytest.raises(BackendError, match="PodDisruptionBudget"):
+        await asyncio.to_thread(b.take_out, "gpu-node-001", "gpuwarden: drain", True)
+    assert len(calls) >= 2
+    assert not [w for w in writes(emu) if w[0] == "DELETE"]
+    assert (kmock.resource("v1/pods"), "ml", "train-0") in emu.objects
+
+
+async def test_a_node_cordoned_by_an_operator_is_neither_taken_nor_uncordoned(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    emu.objects[kmock.resource("v1/nodes"), None, "gpu-node-002"] = node(
+        "gpu-node-002", unschedulable=True
+    )
+    b = backend(emu)
+    with pytest.raises(BackendError, match="someone else"):
+        await asyncio.to_thread(b.take_out, "gpu-node-002", "gpuwarden: drain", False)
+    with pytest.raises(BackendError, match="not ours"):
+        await asyncio.to_thread(b.release, "gpu-node-002")
+    assert writes(emu) == []
+
+
+async def test_uncordon_removes_only_what_we_added(emu: kmock.KubernetesEmulator) -> None:
+    other = {"key": "nvidia.com/gpu", "value": "x", "effect": "NoSchedule"}
+    emu.objects[kmock.resource("v1/nodes"), None, "gpu-node-002"] = node(
+        "gpu-node-002", taints=[other]
+    )
+    b = backend(emu)
+    await asyncio.to_thread(b.take_out, "gpu-node-002", "gpuwarden: cordon d4", False)
+    assert await asyncio.to_thread(b.release, "gpu-node-002") == "uncordoned"
+    last = writes(emu)[-1]
+    assert last[2]["spec"] == {"unschedulable": False, "taints": [other]}
+    assert last[2]["metadata"]["annotations"][OWNER] is None
+
+
+async def test_checkpoint_request_annotates_the_pod_and_requeue_evicts_it(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    allow_eviction(emu)
+    b = backend(emu)
+    [job] = await asyncio.to_thread(b.jobs_on, "gpu-node-001")
+    assert (job.job_id, job.state) == ("ml/train-0", "RUNNING")
+    await asyncio.to_thread(b.request_checkpoint, job)
+    patch = writes(emu)[-1]
+    assert patch[:2] == ("PATCH", "/api/v1/namespaces/ml/pods/train-0")
+    assert ANNOTATION in patch[2]["metadata"]["annotations"]
+    await asyncio.to_thread(b.requeue, job, "gpu-node-001")
+    assert writes(emu)[-1][1] == "/api/v1/namespaces/ml/pods/train-0/eviction"
+    # the controller's replacement on another node is recognised as the job running again
+    emu.objects[kmock.resource("v1/pods"), "ml", "train-0-b"] = {
+        **pod("ml", "train-0-b", "gpu-node-002"),
+        "metadata": {
+            **pod("ml", "train-0-b", "gpu-node-002")["metadata"],
+            "ownerReferences": [
+                {
+                    "kind": "ReplicaSet",
+                    "uid": "uid-train-0",
+                    "controller": True,
+                    "name": "o",
+                    "apiVersion": "apps/v1",
+                }
+            ],
+        },
+    }
+    again = await asyncio.to_thread(b.job, "ml/train-0")
+    assert again is not None and again.nodes == ("gpu-node-002",) and again.state == "RUNNING"
