@@ -63,7 +63,7 @@ def test_prometheus_loads_every_gpuwarden_rule_group() -> None:
     files = {f"gpuwarden-rules/{p.name}": p.read_text() for p in rule_files()}
     targets = PROM / "gpuwarden-targets" / "gpu-nodes.yml"
     files["gpuwarden-targets/gpu-nodes.yml"] = targets.read_text()
-    expected = {g["name"] for p in rule_files() for g in yaml.safe_load(p.read_text())["groups"]}
+    expected = {g["name"] for p in rule_files() for g in gen.load_yaml(p.read_text())["groups"]}
     with realcomp.run_prometheus((PROM / "prometheus.yml").read_text(), files) as prom:
         body = json.loads(realcomp.http_get(f"{prom.url}/api/v1/rules"))
     assert {g["name"] for g in body["data"]["groups"]} == expected
