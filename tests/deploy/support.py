@@ -31,6 +31,7 @@ CONTRACT_FLAGS = {
     },
     "gpuwarden-remediation": {
         "--listen", "--policy", "--state-db", "--backend", "--webhook-token-file",
+        "--alertmanager",
     },
 }  # fmt: skip
 # Kinds without a namespace (the rest get the kustomization's namespace).

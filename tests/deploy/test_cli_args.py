@@ -79,6 +79,7 @@ def test_remediation_settings_load_from_the_deployment_args(tmp_path: Path) -> N
     assert settings.backend == "kubernetes" and not check
     assert settings.host_port == ("0.0.0.0", 9836)
     assert settings.webhook_token is None  # the token only ever comes from the file
+    assert settings.alertmanager == "http://alertmanager-operated.monitoring.svc:9093"
 
 
 def test_remediation_check_accepts_the_unit_args_with_the_shipped_policy(
