@@ -178,6 +178,7 @@ def test_exporter_runs_on_gpu_nodes_with_host_sys_kmsg_and_nvml_but_no_gpu(docs:
     assert "nvidia.com/gpu.present" in keys
     assert {"operator": "Exists"} in spec["tolerations"]  # tainted nodes stay observed
     assert spec["runtimeClassName"] == "nvidia"
+    assert spec["priorityClassName"] == "system-node-critical"  # scheduled on full nodes too
     env = {e["name"]: e for e in c["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
