@@ -51,6 +51,7 @@ class Fleet:
         self.jobs = Jobs(nodes, idle_fraction, mean_job_s, small_job_share)
         self.t = float(start)
         self.events: list[Event] = []  # every kernel-log event so far, in time order
+        self.node_events: dict[int, list[Event]] = {}  # the same, per node index
         self.last: framing.Frame | None = None
         self._faults: list[Fault] = []
         self._fresh: set[int] = set()  # ids whose onset is the current time (not yet fired)
@@ -147,6 +148,8 @@ class Fleet:
         g = model.gauges(self.state, self._job_arrays(), eff, self.sku, t0, t1, self.rng)
         events = sorted(eff.events, key=lambda e: (e.t, e.node, e.gpu))
         self.events.extend(events)
+        for e in events:
+            self.node_events.setdefault(e.node, []).append(e)
         self.t = t1
         self.last = framing.build(t1, self.state, g, eff, self.sku, events)
         return self.last

@@ -1,0 +1,140 @@
+"""`gpuwarden simulate`: serve a simulated fleet over HTTP, with fault injection and truth.
+
+Flags > environment (``GPUWARDEN_<FIELD>``) > YAML ``--config`` > the scenario's ``fleet:``
+section > defaults. A bad value, or a bad scenario, stops the start with one line on stderr
+and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from exporter.fleet import scenario as scenarios
+from exporter.fleet.server import make_app
+from exporter.fleet.simulator import Simulator
+from exporter.settings import parse_listen
+from gpuwarden.settings import SettingsError, load
+
+log = logging.getLogger("gpuwarden.simulate")
+
+
+@dataclass(frozen=True)
+class SimulateSettings:
+    nodes: int | None = None  # None: the scenario's, else 32
+    listen: str = "127.0.0.1:9400"
+    seed: int | None = None  # None: the scenario's, else 0
+    scenario: str | None = None
+    file_sd: str | None = None
+    compat: str | None = None
+    time_scale: float = 1.0
+    tick: float = 1.0
+    nodes_per_leaf: int | None = None
+    sku: str | None = None
+    duration: float = 0.0  # 0: until SIGINT/SIGTERM
+
+    def __post_init__(self) -> None:
+        parse_listen(self.listen)
+        if self.nodes is not None and not 1 <= self.nodes <= 100_000:
+            raise ValueError(f"--nodes: {self.nodes} is outside 1..100000")
+        if self.compat not in (None, "", "dcgm"):
+            raise ValueError(f"--compat: {self.compat!r} is not dcgm")
+        if not 0 < self.time_scale <= 1e6:
+            raise ValueError(f"--time-scale: {self.time_scale} is outside (0, 1e6]")
+        if not 0.01 <= self.tick <= 3600:
+            raise ValueError(f"--tick: {self.tick} s is outside 0.01..3600")
+        if self.duration < 0:
+            raise ValueError(f"--duration: {self.duration} must be >= 0")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpuwarden simulate", description=__doc__.splitlines()[0])
+    a = p.add_argument
+    a("--nodes", help="number of nodes (default: the scenario's, else 32)")
+    a("--listen", help="HOST:PORT (default 127.0.0.1:9400)")
+    a("--seed", help="seed; the same seed and scenario replay bit for bit (default 0)")
+    a("--scenario", help="scenario YAML (fixtures/scenarios/*.yaml)")
+    a("--file-sd", help="write Prometheus file_sd targets (one per node) to this path")
+    a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
+    a("--time-scale", help="virtual seconds per wall second (default 1)")
+    a("--tick", help="wall seconds between model steps at most (default 1)")
+    a("--nodes-per-leaf", help="nodes under one leaf switch (default 32)")
+    a("--sku", choices=["h100", "h200"], help="GPU model (default h100)")
+    a("--duration", help="stop after this many wall seconds (default: run until Ctrl-C)")
+    a("--config", help="YAML file with any of the settings above")
+    a("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def file_sd(sim: Simulator, address: str) -> list[dict[str, object]]:
+    """One target group per node: same address, the node's path, and a ``node`` label."""
+    return [
+        {"targets": [address], "labels": {"__metrics_path__": n["metrics_path"], "node": n["node"]}}
+        for n in sim.nodes()
+    ]
+
+
+def write_file_sd(path: str, groups: list[dict[str, object]]) -> None:
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(groups, indent=1))
+    os.replace(tmp, path)  # atomic: Prometheus never reads half a file
+
+
+def make_simulator(s: SimulateSettings) -> Simulator:
+    sc = scenarios.load(s.scenario) if s.scenario else scenarios.Scenario()
+    fleet = scenarios.build(sc, nodes=s.nodes, seed=s.seed, nodes_per_leaf=s.nodes_per_leaf,
+                            sku=s.sku)  # fmt: skip
+    return Simulator(fleet, dcgm=s.compat == "dcgm", time_scale=s.time_scale, tick_s=s.tick)
+
+
+async def serve(sim: Simulator, s: SimulateSettings, stop: asyncio.Event) -> None:
+    host, port = parse_listen(s.listen)
+    runner = web.AppRunner(make_app(sim), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if port == 0 else port
+    if s.file_sd:
+        write_file_sd(s.file_sd, file_sd(sim, f"{host}:{bound}"))
+    log.info("simulating %d nodes on http://%s:%d", len(sim.fleet.nodes), host, bound)
+    try:
+        if s.duration:
+            await asyncio.wait_for(stop.wait(), s.duration)
+        else:
+            await stop.wait()
+    except TimeoutError:
+        pass
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    flags = {k: v for k, v in vars(ns).items() if k not in ("config", "log_level")}
+    try:
+        settings = load(SimulateSettings, flags, config_file=ns.config)
+        sim = make_simulator(settings)
+    except (SettingsError, scenarios.ScenarioError, ValueError) as e:
+        sys.stderr.write(f"gpuwarden simulate: {e}\n")
+        return 2
+    asyncio.run(_run(sim, settings))
+    return 0
+
+
+async def _run(sim: Simulator, settings: SimulateSettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await serve(sim, settings, stop)

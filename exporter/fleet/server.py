@@ -1,0 +1,72 @@
+"""HTTP for the simulated fleet (``gpuwarden simulate``): per-node metrics, truth, injection.
+
+Sits at the edge: every route is a thin call into :class:`~exporter.fleet.simulator.Simulator`.
+``GET /nodes/<node>/metrics`` (the node's exporter output; 404 unknown node, 503 rebooting),
+``GET /nodes``, ``GET /truth``, ``POST /inject`` (400 with a one-line reason, nothing
+changed, on any bad input), ``GET /healthz``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from exporter.exposition import CONTENT_TYPE
+from exporter.fleet.faults import FaultError
+from exporter.fleet.simulator import NodeDown, Simulator
+
+SIM: web.AppKey[Simulator] = web.AppKey("simulator", Simulator)
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, indent=1))
+
+
+async def node_metrics(request: web.Request) -> web.Response:
+    node = request.match_info["node"]
+    try:
+        body = request.app[SIM].metrics(node)
+    except KeyError:
+        raise web.HTTPNotFound(text=f"unknown node {node!r}\n") from None
+    except NodeDown:
+        raise web.HTTPServiceUnavailable(text=f"node {node} is rebooting\n") from None
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def inject(request: web.Request) -> web.Response:
+    try:
+        payload = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _json({"error": "body is not valid JSON"}, 400)
+    try:
+        fault = request.app[SIM].inject(payload)
+    except FaultError as e:
+        return _json({"error": str(e)}, 400)
+    return _json(fault.to_json(request.app[SIM].fleet.topo), 201)
+
+
+async def truth(request: web.Request) -> web.Response:
+    return _json(request.app[SIM].truth())
+
+
+async def nodes(request: web.Request) -> web.Response:
+    return _json(request.app[SIM].nodes())
+
+
+async def healthz(request: web.Request) -> web.Response:
+    sim = request.app[SIM]
+    sim.sync()
+    return web.Response(text=f"ok: {len(sim.fleet.nodes)} nodes, t={sim.fleet.t:.1f}s\n")
+
+
+def make_app(sim: Simulator) -> web.Application:
+    app = web.Application()
+    app[SIM] = sim
+    app.router.add_get("/nodes/{node}/metrics", node_metrics)
+    app.router.add_get("/nodes", nodes)
+    app.router.add_get("/truth", truth)
+    app.router.add_post("/inject", inject)
+    app.router.add_get("/healthz", healthz)
+    return app
