@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.ensemble import IsolationForest
 
 from analyzer.detectors.groups import peer_groups
-from analyzer.detectors.series import robust_z
+from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
 from analyzer.window import Window
 from exporter import catalog
@@ -60,29 +60,40 @@ class PeerDetector:
             a = w.get(m)
             if a is None or a.ndim != 3:
                 return []
-            arrays[key] = a[-self.n :]
+            arrays[key] = a[-self.n :].reshape(self.n, -1)  # (n, nodes*gpus)
         util = w.get(catalog.GPU_UTILIZATION)
         assert util is not None
-        busy = np.nan_to_num(util[-need:], nan=-1.0)
+        busy = np.nan_to_num(util[-need:], nan=-1.0).reshape(min(need, len(w.t)), -1)
         state_busy = (busy > BUSY).all(axis=0)
         state_idle = ((busy <= BUSY) & (busy >= 0)).all(axis=0)
-        out: list[Finding] = []
-        for group, idx in peer_groups(w):
-            stable = state_idle[idx] if group.startswith("idle") else state_busy[idx]
-            if stable.sum() >= 3:
-                out += self._group(w, idx, arrays, stable)
-        return out
-
-    def _group(self, w: Window, idx: np.ndarray, arrays: dict, stable: np.ndarray) -> list[Finding]:
-        flat = stable.reshape(-1)
+        groups = peer_groups(w)
+        if not groups:
+            return []
+        # every group's GPUs side by side, NaN-padded: one vectorised pass for all groups
+        members = []
+        for name, idx in groups:
+            cols = (idx[:, None] * w.gpus + np.arange(w.gpus)).reshape(-1)
+            stable = state_idle[cols] if name.startswith("idle") else state_busy[cols]
+            members.append(cols[stable])
+        width = max(len(m) for m in members)
+        if width < 3:
+            return []
+        gidx = np.full((len(members), width), -1)
+        for i, m in enumerate(members):
+            gidx[i, : len(m)] = m
+        pad = gidx < 0
         zs = {}
         for key, _, absf, relf in FEATURES:
-            x = arrays[key][:, idx, :].reshape(self.n, -1).copy()
-            x[:, ~flat] = np.nan
+            x = arrays[key][:, np.where(pad, 0, gidx)]  # (n, groups, width)
+            x[:, pad] = np.nan
             with np.errstate(all="ignore"):
-                med = float(np.nanmedian(x))
-            floor = max(absf, relf * abs(med) if np.isfinite(med) else 0.0, 1e-9)
-            zs[key] = np.nan_to_num(robust_z(x, axis=1, floor=floor), nan=0.0)
+                med = nanmedian(np.moveaxis(x, 1, 0).reshape(len(members), -1), axis=1)
+            floor = np.maximum(np.maximum(absf, relf * np.abs(np.nan_to_num(med[:, 0]))), 1e-9)
+            zs[key] = np.nan_to_num(robust_z(x, axis=2, floor=floor[None, :, None]), nan=0.0)
+        return self._judge(w, zs, gidx, pad)
+
+    def _judge(self, w: Window, zs: dict[str, np.ndarray], gidx: np.ndarray,
+               pad: np.ndarray) -> list[Finding]:  # fmt: skip
         thr, half = self.z, self.z / 2
         sig = np.stack(
             [
@@ -91,17 +102,21 @@ class PeerDetector:
                 (zs["power"] < -thr) & (zs["util"] > -half),
             ],
             axis=-1,
-        )  # (n, gpus, signatures)
+        )  # (n, groups, width, signatures)
+        sig[:, pad] = False
         gate = sig.sum(axis=0) >= self.k if self.continuity else sig[-1]
-        cand = np.nonzero(gate.any(axis=1))[0]
-        if len(cand) == 0:
-            return []
         mag = np.stack([-zs["clock"], zs["temp"], -zs["power"]], axis=-1)
-        score = np.where(gate, np.median(np.abs(mag), axis=0), 0.0).max(axis=1)
-        node_of = np.repeat(idx, w.gpus)
-        if len({int(node_of[c]) for c in cand}) > self.max_candidates:
-            cand = self._tie_break(np.stack(list(zs.values()), axis=-1), cand, node_of)
-        return self._findings(w, cand, node_of, score, gate)
+        score = np.where(gate, np.median(np.abs(mag), axis=0), 0.0).max(axis=-1)
+        out: list[Finding] = []
+        for g in np.nonzero(gate.any(axis=(1, 2)))[0]:
+            cand = np.nonzero(gate[g].any(axis=1))[0]
+            node_of = np.where(pad[g], -1, gidx[g] // w.gpus)
+            if len({int(node_of[c]) for c in cand}) > self.max_candidates:
+                z = np.stack([zs[k][:, g] for k in zs], axis=-1)[:, ~pad[g]]
+                cand = self._tie_break(z, cand, node_of[~pad[g]])
+            gpu_of = np.where(pad[g], -1, gidx[g] % w.gpus)
+            out += self._findings(w, cand, node_of, gpu_of, score[g], gate[g])
+        return out
 
     def _tie_break(self, z: np.ndarray, cand: np.ndarray, node_of: np.ndarray) -> np.ndarray:
         profile = np.median(z, axis=0)  # (gpus, features)
@@ -113,15 +128,15 @@ class PeerDetector:
         keep = sorted(per_node, key=lambda k: -per_node[k])[: self.max_candidates]
         return np.array([c for c in cand if int(node_of[c]) in keep], dtype=int)
 
-    def _findings(self, w: Window, cand: np.ndarray, node_of: np.ndarray, score: np.ndarray,
-                  gate: np.ndarray) -> list[Finding]:  # fmt: skip
+    def _findings(self, w: Window, cand: np.ndarray, node_of: np.ndarray, gpu_of: np.ndarray,
+                  score: np.ndarray, gate: np.ndarray) -> list[Finding]:  # fmt: skip
         by_node: dict[int, list[int]] = {}
         for c in cand:
             by_node.setdefault(int(node_of[c]), []).append(int(c))
         names = ("clocks low", "hot for its power", "power starved")
         out = []
         for n, cs in by_node.items():
-            gpus = [c % w.gpus for c in cs]
+            gpus = [int(gpu_of[c]) for c in cs]
             subjects = ["node"] if len(gpus) >= w.gpus // 2 else [f"gpu={g}" for g in gpus]
             best = max(cs, key=lambda c: score[c])
             s = float(score[best])

@@ -72,11 +72,28 @@ def first_true_time(flags: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.where(run > 0, out, np.nan)
 
 
+def nanmedian(x: np.ndarray, axis: int) -> np.ndarray:
+    """NaN-ignoring median along ``axis`` with keepdims (NaN where a row is all NaN).
+
+    numpy's ``nanmedian`` goes through masked arrays and was most of a cycle's time; a sort
+    (NaNs sort last) and two gathers is an order of magnitude faster.
+    """
+    a = np.sort(np.moveaxis(x, axis, -1), axis=-1)
+    n = (~np.isnan(a)).sum(axis=-1, keepdims=True)
+    lo = np.clip((n - 1) // 2, 0, None)
+    hi = np.clip(n // 2, 0, None)
+    if a.shape[-1] == 0:
+        return np.full((*a.shape[:-1], 1), np.nan)
+    m = 0.5 * (np.take_along_axis(a, lo, -1) + np.take_along_axis(a, hi, -1))
+    m = np.where(n > 0, m, np.nan)
+    return np.moveaxis(m, -1, axis)
+
+
 def robust_z(x: np.ndarray, axis: int, floor: float) -> np.ndarray:
     """(x - median) / (1.4826 * MAD), with the scale floored at ``floor`` (NaN-aware)."""
     with np.errstate(all="ignore"):
-        med = np.nanmedian(x, axis=axis, keepdims=True)
-        mad = np.nanmedian(np.abs(x - med), axis=axis, keepdims=True) * 1.4826
+        med = nanmedian(x, axis=axis)
+        mad = nanmedian(np.abs(x - med), axis=axis) * 1.4826
     scale = np.maximum(np.nan_to_num(mad, nan=floor), floor)
     return np.asarray((x - med) / scale)
 
