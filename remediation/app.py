@@ -135,7 +135,6 @@ def build_app(svc: Service) -> web.Application:
         await svc.worker.start()
         yield
         await svc.worker.stop()
-        svc.journal.close()
 
     app.cleanup_ctx.append(lifecycle)
     return app

@@ -64,12 +64,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from remediation.app import build_app
 
     host, port = s.host_port
-    web.run_app(
-        build_app(svc),
-        host=host,
-        port=port,
-        ssl_context=svc.ssl_context(),
-        print=None,
-        access_log=None,
-    )
+    try:
+        web.run_app(
+            build_app(svc),
+            host=host,
+            port=port,
+            ssl_context=svc.ssl_context(),
+            print=None,
+            access_log=None,
+        )
+    finally:
+        svc.journal.close()
     return 0

@@ -8,6 +8,7 @@ commit of their own, like a real scheduler call would happen outside the journal
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 
@@ -29,7 +30,16 @@ class DryRunBackend:
         """``source``: a real scheduler to read the fleet and jobs from (writes never go there)."""
         self.journal, self.topology, self.clock = journal, topology or {}, clock
         self.source = source
-        self.action_id = 0  # set by the executor before each call, for the record
+        self._local = threading.local()  # actions run in parallel worker threads
+
+    @property
+    def action_id(self) -> int:
+        """The action being executed in this thread (set by the executor), for the record."""
+        return int(getattr(self._local, "action_id", 0))
+
+    @action_id.setter
+    def action_id(self, value: int) -> None:
+        self._local.action_id = value
 
     def _record(self, node: str, op: str, **detail: object) -> None:
         with self.journal.tx() as db:

@@ -1,0 +1,165 @@
+"""Crash safety: kill -9 the service at random points during a stream of alerts, 20 times.
+
+After each restart the journal reconciles in-flight actions against the (dry-run) scheduler
+state: no action is executed twice, no accepted alert is lost, the journal stays consistent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.realcomp import free_port, http_get, wait_until
+from tests.remediation.helpers import LIVE_POLICY, TOKEN, alert, payload, topology_file
+
+RUNS = 20
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start(tmp: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "GPUWARDEN_WEBHOOK_TOKEN": TOKEN}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "remediation",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--policy",
+            str(tmp / "policy.yaml"),
+            "--state-db",
+            str(tmp / "state.db"),
+            "--topology",
+            str(tmp / "topology.yaml"),
+            "--tick-s",
+            "0.2",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "log", "ab"),  # noqa: SIM115
+    )
+    wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz", 0.5), 20, 0.05, "service up")
+    return proc
+
+
+def post(port: int, body: bytes) -> int:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/alertmanager",
+        data=body,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=2) as r:
+        return int(r.status)
+
+
+def stream(
+    port: int, bodies: list[tuple[str, bytes]], acked: list[str], stop: threading.Event
+) -> None:
+    for key, body in bodies:
+        if stop.is_set():
+            return
+        try:
+            if post(port, body) == 200:
+                acked.append(key)
+        except (OSError, urllib.error.URLError):
+            return  # killed mid-request: not acknowledged, so Alertmanager would retry
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
+    rng = random.Random(20261129)
+    (tmp_path / "policy.yaml").write_text(LIVE_POLICY)
+    topology_file(tmp_path, 60)
+    alerts = [
+        alert(
+            f"gpu-node-{rng.randint(1, 60):03d}",
+            fp=f"fp{i}",
+            starts_at=f"2026-11-29T10:{i // 60:02d}:{i % 60:02d}Z",
+        )
+        for i in range(400)
+    ]
+    bodies = [(a.key, payload(a)) for a in alerts]
+    acked: list[str] = []
+    sent = 0
+    for _ in range(RUNS):
+        port = free_port()
+        proc = start(tmp_path, port)
+        stop = threading.Event()
+        chunk = bodies[sent : sent + 20]
+        t = threading.Thread(target=stream, args=(port, chunk, acked, stop))
+        t.start()
+        time.sleep(rng.uniform(0.0, 0.25))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+        stop.set()
+        t.join(5)
+        sent += len(chunk)
+    port = free_port()
+    proc = start(tmp_path, port)
+    try:
+        for key, body in bodies[:sent]:  # Alertmanager's retries of everything
+            assert post(port, body) == 200
+
+        def settled() -> bool:
+            db = sqlite3.connect(tmp_path / "state.db")
+            try:
+                todo = db.execute("SELECT COUNT(*) FROM alerts WHERE processed=0").fetchone()[0]
+                pend = db.execute("SELECT COUNT(*) FROM actions WHERE state='pending'").fetchone()[
+                    0
+                ]
+            finally:
+                db.close()
+            return todo == 0 and pend == 0
+
+        wait_until(settled, 60, 0.2, "journal settled")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.row_factory = sqlite3.Row
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    keys = {r[0] for r in db.execute("SELECT key FROM alerts")}
+    assert set(acked) <= keys, "an acknowledged alert was lost"
+    assert keys == {k for k, _ in bodies[:sent]}
+    undecided = db.execute(
+        "SELECT COUNT(*) FROM alerts a WHERE NOT EXISTS "
+        "(SELECT 1 FROM decisions d WHERE d.alert_key=a.key)"
+    ).fetchone()[0]
+    assert undecided == 0
+    twice = db.execute(
+        "SELECT action_id, op, COUNT(*) FROM dry_run_effects GROUP BY action_id, op "
+        "HAVING COUNT(*) > 1"
+    ).fetchall()
+    assert twice == [], "an action was executed twice"
+    per_decision = db.execute(
+        "SELECT d.id, COUNT(a.id) AS n FROM decisions d LEFT JOIN actions a ON a.decision_id=d.id "
+        "WHERE d.verdict='allow' AND d.action IN ('drain','checkpoint_restart','reboot','inspect') "
+        "GROUP BY d.id"
+    ).fetchall()
+    assert per_decision and all(r["n"] == 1 for r in per_decision)
+    states = {r[0] for r in db.execute("SELECT DISTINCT state FROM actions")}
+    assert states <= {"done"}, states
+    drained = {r[0] for r in db.execute("SELECT node FROM dry_run_effects WHERE op='take_out'")}
+    held = {
+        r[0]
+        for r in db.execute("SELECT node FROM nodes WHERE state IN ('quarantined', 'inspection')")
+    }
+    assert drained == held
+    reconciled = db.execute("SELECT COUNT(*) FROM steps WHERE detail LIKE '%restart%'").fetchone()[
+        0
+    ]
+    print(json.dumps({"acked": len(acked), "sent": sent, "reconciled_steps": reconciled}))

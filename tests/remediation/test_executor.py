@@ -1,0 +1,72 @@
+"""The executor's step journal: after a crash, interrupted steps are looked at, not repeated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from remediation.backends.dryrun import DryRunBackend
+from remediation.clock import FakeClock
+from remediation.engine import Engine
+from remediation.executor import Executor
+from remediation.journal import Journal
+from remediation.metrics import Metrics
+from remediation.model import Job
+from tests.remediation.helpers import alert, live_policy
+
+
+class JobsBackend(DryRunBackend):
+    """Dry-run plus one job on the node, whose ack never comes (a hand-written fake)."""
+
+    def jobs_on(self, node: str) -> tuple[Job, ...]:
+        return (Job("42", "RUNNING", (node,)),)
+
+    def job(self, job_id: str) -> Job | None:
+        return Job("42", "RUNNING", ("gpu-node-009",), 1)
+
+
+def setup(tmp: Path, action: str = "drain") -> tuple[Journal, DryRunBackend, Executor, dict]:
+    j = Journal(tmp / "s.db")
+    topo = {f"gpu-node-{i:03d}": {} for i in range(1, 11)}
+    b = JobsBackend(j, topo, FakeClock().now)
+    pol = live_policy(checkpoint=live_policy().checkpoint.__class__(str(tmp), 0.2, "requeue", 2))
+    eng = Engine(j, b, pol, FakeClock(), Metrics())
+    j.accept([alert("gpu-node-001", action=action)], 0)
+    aid = eng.decide(alert("gpu-node-001", action=action))
+    assert aid is not None
+    [row] = j.rows("SELECT * FROM actions WHERE id=?", (aid,))
+    return j, b, Executor(j, b, pol, sleep=lambda s: None), row
+
+
+def effects(j: Journal, op: str) -> int:
+    return int(j.scalar("SELECT COUNT(*) FROM dry_run_effects WHERE op=?", (op,)))
+
+
+def test_a_drain_interrupted_after_it_took_effect_is_reconciled_not_repeated(
+    tmp_path: Path,
+) -> None:
+    j, b, ex, row = setup(tmp_path)
+    j.set_step(row["id"], "take_out", "started")
+    b.action_id = row["id"]
+    b.take_out("gpu-node-001", row["reason"], True)  # happened, then the crash
+    assert ex.run(row) == ("done", "reconciled after restart")
+    assert effects(j, "take_out") == 1
+
+
+def test_a_drain_interrupted_before_it_took_effect_is_done_once(tmp_path: Path) -> None:
+    j, _, ex, row = setup(tmp_path)
+    j.set_step(row["id"], "take_out", "started")
+    assert ex.run(row)[0] == "done"
+    assert effects(j, "take_out") == 1
+
+
+def test_a_checkpoint_signal_is_never_sent_twice_and_no_ack_falls_back_to_requeue(
+    tmp_path: Path,
+) -> None:
+    j, _, ex, row = setup(tmp_path, "checkpoint_restart")
+    j.set_step(row["id"], "take_out", "done")
+    j.set_step(row["id"], "signal:42", "started")  # crashed around the signal
+    state, outcome = ex.run(row)
+    assert effects(j, "checkpoint") == 0
+    assert "no ack by deadline; requeued anyway" in outcome and state == "done"
+    assert effects(j, "requeue") == 1
+    assert j.step_state(row["id"], "requeue:42") == "done"
