@@ -111,7 +111,7 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
     port = free_port()
     proc = start(tmp_path, port)
     try:
-        for key, body in bodies[:sent]:  # Alertmanager's retries of everything
+        for _key, body in bodies[:sent]:  # Alertmanager's retries of everything
             assert post(port, body) == 200
 
         def settled() -> bool:
