@@ -1,0 +1,77 @@
+"""Every shipped policy/topology file parses; bad ones stop the start with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuwarden.settings import SettingsError
+from remediation import intake, policy, topology
+from remediation.backends.hostlist import expand
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "remediation"
+
+
+def test_the_shipped_default_policy_is_dry_run_and_valid() -> None:
+    p = policy.load(None)
+    assert p.dry_run and not p.auto_release
+    assert p.ladders["xid_fatal"][-1] == "inspect"
+    assert p.rule_for({"fault_class": "thermal"}).allow == {"notify"}  # type: ignore[union-attr]
+
+
+def test_the_example_policy_and_topology_parse() -> None:
+    p = policy.load(DEPLOY / "policy.example.yaml")
+    assert not p.dry_run and p.per_job_max_nodes == 1 and p.domain_budgets["leaf"].max_nodes == 4
+    topo = topology.load(DEPLOY / "topology.example.yaml")
+    assert topo["gpu-node-001"] == {"leaf": "leaf-01", "rack": "r01", "nvlink_domain": "nvl-01"}
+    assert topo["gpu-node-004"] == {"leaf": "leaf-02", "rack": "r02"}
+
+
+def test_every_deploy_yaml_is_valid_yaml() -> None:
+    files = sorted(DEPLOY.glob("*.yaml"))
+    assert len(files) >= 4
+    for f in files:
+        assert isinstance(yaml.safe_load(f.read_text()), dict), f
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("dry_run: maybe", "dry_run"),
+        ("colour: blue", "unknown key"),
+        ("rules: [{match: {}, allow: [nuke]}]", "unknown action"),
+        ("rules: [{match: {node: '~['}, allow: [drain]}]", "bad regex"),
+        ("budgets: {fleet: {max_fraction: 1.5}}", "max_fraction"),
+        ("checkpoint: {on_timeout: pray}", "on_timeout"),
+        ("kubernetes: {taint_effect: PreferNoSchedule}", "taint_effect"),
+        ("storm: {max_nodes: 0}", "storm.max_nodes"),
+        ("[1, 2]", "mapping"),
+        ("a: [", "not valid YAML"),
+    ],
+)
+def test_a_bad_policy_is_one_line_naming_the_problem(text: str, words: str) -> None:
+    with pytest.raises(SettingsError) as e:
+        policy.loads(text)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_slurm_hostlists_expand() -> None:
+    assert expand("gpu-node-[001-003,007],vm") == (
+        "gpu-node-001",
+        "gpu-node-002",
+        "gpu-node-003",
+        "gpu-node-007",
+        "vm",
+    )
+    assert expand("") == ()
+
+
+def test_intake_keeps_labels_and_the_idempotency_key() -> None:
+    body = (
+        b'{"version":"4","alerts":[{"status":"firing","labels":{"node":"n1"},'
+        b'"fingerprint":"abc","startsAt":"2026-01-01T00:00:00Z"}]}'
+    )
+    [a] = intake.parse(body)
+    assert a.node == "n1" and a.key == "abc|2026-01-01T00:00:00Z|firing"
