@@ -85,7 +85,7 @@ def render(command: str, body: Any) -> list[str]:
         ]
     if command == "show":
         node = body["node"] or {}
-        return [json.dumps(node, sort_keys=True)] + _decision_lines(body["history"])
+        return [json.dumps(node, sort_keys=True), *_decision_lines(body["history"])]
     if command == "history":
         return _decision_lines(body["decisions"])
     if command == "release":
