@@ -56,6 +56,7 @@ class Simulator:
         self._clock, self._wall = clock, wall
         self._origin = (clock(), fleet.t)
         self._served: dict[str, _Served] = {}
+        self._injected = False  # a fault waits to fire: step at the next read, tick or not
         self.steps = 0
         self.frame = fleet.step(fleet.t)
 
@@ -65,10 +66,11 @@ class Simulator:
 
     def sync(self) -> None:
         """Step the model to now if a tick has passed (cheap when it has not)."""
-        t = self.virtual_now()
-        if t - self.fleet.t >= self.tick_s * self.time_scale:
+        t = max(self.virtual_now(), self.fleet.t)
+        if self._injected or t - self.fleet.t >= self.tick_s * self.time_scale:
             self.frame = self.fleet.step(t)
             self.steps += 1
+            self._injected = False
 
     def metrics(self, node: str) -> bytes:
         """``node``'s exporter output now; KeyError if unknown, NodeDown while it reboots."""
@@ -107,8 +109,11 @@ class Simulator:
             raise FaultError("field 'target' must be a string")
         params = request.get("parameters", {})
         self.sync()
-        return self.fleet.inject(request["kind"], request["node"], target, params,
-                                 duration=request.get("duration"))  # fmt: skip
+        fault = self.fleet.inject(
+            request["kind"], request["node"], target, params, duration=request.get("duration")
+        )
+        self._injected = True
+        return fault  # fmt: skip
 
     def truth(self) -> dict[str, Any]:
         self.sync()
