@@ -1,0 +1,101 @@
+"""Peer anomaly and stragglers: hardware signatures found, workload left alone."""
+
+import numpy as np
+
+from analyzer.detectors.peer import PeerDetector
+from analyzer.detectors.straggler import StragglerDetector
+from exporter import catalog as c
+
+from .synth import healthy, keys, window
+
+
+def test_gpu_with_low_clocks_and_heat_is_a_faulty_machine_finding():
+    d = healthy(nodes=8)
+    d["metrics"][c.GPU_SM_CLOCK.name][-10:, 3, 6] = 1500e6
+    d["metrics"][c.GPU_TEMPERATURE.name][-10:, 3, 6] += 20
+    out = PeerDetector().detect(window(d))
+    assert keys(out) == {("node-03", "gpu=6", "faulty_machine")}
+    assert out[0].action == "drain"
+
+
+def test_busier_gpus_with_normal_clocks_are_workload_not_a_fault():
+    d = healthy(nodes=8)
+    d["metrics"][c.GPU_UTILIZATION.name][:, 2:4] = 0.97
+    d["metrics"][c.GPU_POWER.name][:, 2:4] += 100
+    d["metrics"][c.GPU_TEMPERATURE.name][:, 2:4] += 8
+    assert PeerDetector().detect(window(d)) == []
+
+
+def test_a_node_that_just_left_its_job_is_not_compared_while_it_cools():
+    d = healthy(nodes=8)
+    d["metrics"][c.GPU_UTILIZATION.name][-4:, 5] = 0.0
+    d["metrics"][c.GPU_SM_CLOCK.name][-4:, 5] = 345e6
+    assert PeerDetector().detect(window(d)) == []
+
+
+def test_without_the_continuity_gate_a_single_sample_spike_is_enough():
+    d = healthy(nodes=8)
+    d["metrics"][c.GPU_SM_CLOCK.name][-1, 1, 1] = 1000e6
+    assert PeerDetector().detect(window(d)) == []
+    assert keys(PeerDetector(continuity=False).detect(window(d))) == {
+        ("node-01", "gpu=1", "faulty_machine")
+    }
+
+
+def test_isolation_forest_keeps_only_the_most_anomalous_nodes_when_many_deviate():
+    d = healthy(nodes=16)
+    for n, drop in ((1, 300e6), (4, 500e6), (9, 900e6)):
+        d["metrics"][c.GPU_SM_CLOCK.name][-8:, n, 0] = 1980e6 - drop
+    out = PeerDetector(max_candidates=2).detect(window(d))
+    assert {f.node for f in out} == {"node-04", "node-09"}
+
+
+def _slow(d, node, gpus, slow):
+    u = d["metrics"][c.GPU_UTILIZATION.name]
+    u[:, node, gpus] += 0.8 * slow
+    d["metrics"][c.GPU_SM_CLOCK.name][:, node, gpus] *= 1 - slow
+
+
+def test_one_slow_node_is_the_straggler_and_is_drained_once_persistent():
+    d = healthy(nodes=16, seed=2)
+    _slow(d, 7, slice(None), 0.05)
+    det = StragglerDetector()
+    first = det.detect(window(d))
+    assert keys(first) == {("node-07", "node", "straggler")} and first[0].action == "notify"
+    second = det.detect(window(d))
+    assert second[0].action == "drain" and second[0].evidence["clock_deficit"] == 1.0
+
+
+def test_one_slow_gpu_is_localised_to_that_gpu():
+    d = healthy(nodes=16, seed=3)
+    _slow(d, 11, 4, 0.08)
+    out = StragglerDetector().detect(window(d))
+    assert keys(out) == {("node-11", "gpu=4", "straggler")}
+
+
+def test_a_slow_pipeline_stage_is_workload_imbalance_that_never_drains():
+    d = healthy(nodes=16, seed=4)
+    d["metrics"][c.GPU_UTILIZATION.name][:, 4:8] += 0.1
+    det = StragglerDetector()
+    for _ in range(3):
+        out = det.detect(window(d))
+    assert [(f.kind, f.action, f.subject) for f in out] == [
+        ("workload_imbalance", "notify", "job=42")
+    ]
+
+
+def test_a_busy_node_at_normal_clocks_is_reported_but_not_drained():
+    d = healthy(nodes=16, seed=5)
+    d["metrics"][c.GPU_UTILIZATION.name][:, 3] += 0.05
+    det = StragglerDetector()
+    for _ in range(4):
+        out = det.detect(window(d))
+    assert keys(out) == {("node-03", "node", "straggler")} and out[0].action == "notify"
+
+
+def test_idle_fleet_and_nan_utilisation_give_no_straggler():
+    d = healthy(nodes=8, busy=False)
+    assert StragglerDetector().detect(window(d)) == []
+    d = healthy(nodes=8)
+    d["metrics"][c.GPU_UTILIZATION.name][:] = np.nan
+    assert StragglerDetector().detect(window(d)) == []
