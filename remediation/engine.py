@@ -21,6 +21,7 @@ from remediation.executor import validate
 from remediation.journal import Journal
 from remediation.metrics import Metrics
 from remediation.model import DISRUPTIVE, REASON_PREFIX, Alert, Verdict, deny
+from remediation.pager import NoPager, Pager
 from remediation.policy import Policy
 from remediation.silences import NoSilences, Silences
 
@@ -33,6 +34,7 @@ class Engine:
     clock: Clock
     metrics: Metrics
     silences: Silences = field(default_factory=NoSilences)
+    pager: Pager = field(default_factory=NoPager)
 
     # ------------------------------------------------------------------ pause / breaker
     @property
@@ -58,6 +60,13 @@ class Engine:
         opened = guards.breaker_opened_at(flags, now, p, float(prev) if prev else None)
         if (opened is None) != (prev is None):
             self.journal.put("breaker_opened_at", None if opened is None else repr(opened))
+            if opened is not None:
+                nodes = len({n for n, t in flags if t >= now - p.storm_window_s})
+                self.pager.page(
+                    f"storm breaker open: {nodes} nodes flagged in {p.storm_window_s:.0f}s "
+                    f"(limit {p.storm_max_nodes})",
+                    p.storm_quiet_s,
+                )
         self.metrics.breaker.set(0 if opened is None else 1)
         return opened is not None
 

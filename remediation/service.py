@@ -21,6 +21,7 @@ from remediation.engine import Engine
 from remediation.executor import Executor
 from remediation.journal import Journal
 from remediation.metrics import Metrics
+from remediation.pager import AlertmanagerPager, NoPager
 from remediation.policy import Policy
 from remediation.settings import Settings
 from remediation.silences import AlertmanagerSilences, NoSilences, Silences
@@ -125,7 +126,8 @@ def build(
     metrics = Metrics()
     if silences is None:
         silences = AlertmanagerSilences(s.alertmanager) if s.alertmanager else NoSilences()
-    engine = Engine(journal, chosen, pol, clock, metrics, silences)
+    pager = AlertmanagerPager(s.alertmanager) if s.alertmanager else NoPager()
+    engine = Engine(journal, chosen, pol, clock, metrics, silences, pager)
     executor = Executor(journal, chosen, pol, clock.now)
     worker = Worker(engine, executor, s.tick_s)
     return Service(

@@ -55,7 +55,7 @@ class SlurmBackend:
         state = str(n.get("state", "")).lower()
         reason = str(n.get("reason") or "")
         out = bool(flags & {"DRAIN", "FAIL", "MAINTENANCE"}) or state in OUT_STATES
-        ours = "DRAIN" in flags and reason.startswith(REASON_PREFIX)
+        ours = out and reason.startswith(REASON_PREFIX)  # a drain, or a reboot we asked for
         name = str(n["name"])
         return NodeView(name, out, ours, reason, dict(self.topology.get(name, {})))
 

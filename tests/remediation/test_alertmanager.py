@@ -12,9 +12,18 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from remediation.app import build_app
+from remediation.pager import ALERTNAME
 from remediation.silences import AlertmanagerSilences
 from tests.realcomp import free_port, run_alertmanager
-from tests.remediation.helpers import AUTH, TOKEN, alert, payload, service, topology_file
+from tests.remediation.helpers import (
+    AUTH,
+    LIVE_POLICY,
+    TOKEN,
+    alert,
+    payload,
+    service,
+    topology_file,
+)
 
 AM_CONFIG = """
 route:
@@ -93,3 +102,21 @@ def test_an_unreachable_alertmanager_is_unknown_not_unsilenced() -> None:
     assert (
         AlertmanagerSilences(f"http://127.0.0.1:{free_port()}", 0.5).silenced({"node": "x"}) is None
     )
+
+
+@pytest.mark.real
+async def test_an_opening_storm_breaker_pages_a_human_through_alertmanager(tmp_path: Path) -> None:
+    port = free_port()
+    with run_alertmanager(AM_CONFIG.format(port=port, token=TOKEN)) as am:
+        policy = LIVE_POLICY.replace("storm: {max_nodes: 50,", "storm: {max_nodes: 1,")
+        svc = service(tmp_path, policy, topology=topology_file(tmp_path, 10), alertmanager=am.url)
+        async with TestClient(TestServer(build_app(svc), host="127.0.0.1", port=port)) as client:
+            body = payload(alert("gpu-node-001"), alert("gpu-node-002"))
+            assert (await client.post("/alertmanager", data=body, headers=AUTH)).status == 200
+            await svc.worker.idle()
+            assert svc.journal.rows("SELECT guard FROM decisions WHERE node='gpu-node-002'") == [
+                {"guard": "storm_breaker"}
+            ]
+            with urllib.request.urlopen(f"{am.url}/api/v2/alerts", timeout=5) as r:
+                names = {a["labels"]["alertname"] for a in json.loads(r.read())}
+            assert ALERTNAME in names
