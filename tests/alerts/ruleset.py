@@ -1,0 +1,133 @@
+"""Load the shipped rule files and their promtool tests; list the metric names an expr reads.
+
+Shared by tests/alerts and tests/dashboards (the dashboards query the same recording rules).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ALERTS = ROOT / "alerts"
+RULE_FILES = sorted(ALERTS.glob("*.rules.yml"))
+TEST_FILES = sorted((ALERTS / "tests").glob("*_test.yml"))
+RUNBOOKS = ALERTS / "runbooks.md"
+
+# ARCHITECTURE.md decision 9 and docs/contracts.md.
+ACTIONS = ("notify", "cordon", "drain", "requeue", "checkpoint_restart", "reboot")
+FAULT_CLASSES = (
+    "xid_fatal",
+    "xid_application_repeated",
+    "gpu_lost",
+    "memory",
+    "nvlink",
+    "infiniband",
+    "pcie",
+    "thermal",
+    "straggler",
+    "faulty_machine",
+    "switch",
+)
+SEVERITIES = ("critical", "warning", "info")
+# Series no gpuwarden component exports: Prometheus's own `up`, Alertmanager's counters.
+EXTERNAL_METRICS = frozenset({"up", "alertmanager_notifications_failed_total"})
+
+_KEYWORDS = frozenset(
+    {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring"}
+    | {"group_left", "group_right", "inf", "nan", "atan2"}
+)
+_STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`[^`]*`')
+_BRACES = re.compile(r"\{[^{}]*\}")
+_BRACKETS = re.compile(r"\[[^\[\]]*\]")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+_TOKEN = re.compile(r"(?P<num>\d[\w.]*)|(?P<id>[A-Za-z_:][\w:]*)(?P<call>\s*\()?")
+
+
+@dataclass(frozen=True)
+class Rule:
+    file: Path
+    group: str
+    body: dict[str, Any]
+
+    @property
+    def alert(self) -> str | None:
+        return self.body.get("alert")
+
+    @property
+    def record(self) -> str | None:
+        return self.body.get("record")
+
+    @property
+    def expr(self) -> str:
+        return str(self.body["expr"])
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {k: str(v) for k, v in (self.body.get("labels") or {}).items()}
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return {k: str(v) for k, v in (self.body.get("annotations") or {}).items()}
+
+
+def load_rules(files: list[Path] = RULE_FILES) -> list[Rule]:
+    out = []
+    for f in files:
+        for group in yaml.safe_load(f.read_text())["groups"]:
+            out += [Rule(f, group["name"], r) for r in group["rules"]]
+    return out
+
+
+def alerting_rules() -> list[Rule]:
+    return [r for r in load_rules() if r.alert]
+
+
+def recorded_names() -> frozenset[str]:
+    return frozenset(r.record for r in load_rules() if r.record)
+
+
+def metric_names(expr: str) -> set[str]:
+    """The series names a PromQL expression selects (not functions, keywords or labels)."""
+    text = _STRING.sub('""', expr)
+    text = _BRACES.sub("", text)
+    text = _BRACKETS.sub("", text)
+    text = _GROUPING.sub("", text)
+    names = set()
+    for m in _TOKEN.finditer(text):
+        name = m.group("id")
+        if name and not m.group("call") and name not in _KEYWORDS:
+            names.add(name)
+    return names
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def runbook_sections() -> dict[str, str]:
+    """Anchor -> body text of each `## ` section of alerts/runbooks.md."""
+    sections: dict[str, str] = {}
+    current = None
+    for line in RUNBOOKS.read_text().splitlines():
+        if line.startswith("## "):
+            current = anchor(line[3:])
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line + "\n"
+    return sections
+
+
+def alert_tests() -> list[dict[str, Any]]:
+    """Every alert_rule_test case of every promtool test file."""
+    cases: list[dict[str, Any]] = []
+    for f in TEST_FILES:
+        for test in yaml.safe_load(f.read_text())["tests"]:
+            cases += test.get("alert_rule_test") or []
+    return cases

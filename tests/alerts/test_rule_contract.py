@@ -1,0 +1,158 @@
+"""Every alert keeps the label contract (docs/contracts.md), reads only known metrics, has a
+runbook entry and is covered by promtool unit tests, firing and not firing."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from exporter import catalog
+from tests.alerts.ruleset import (
+    ACTIONS,
+    EXTERNAL_METRICS,
+    FAULT_CLASSES,
+    SEVERITIES,
+    Rule,
+    alert_tests,
+    alerting_rules,
+    load_rules,
+    metric_names,
+    recorded_names,
+    runbook_sections,
+)
+
+ALERTS = alerting_rules()
+ALERT_NAMES = sorted({r.alert for r in ALERTS if r.alert})
+TEMPLATED_ACTION = "{{ $labels.action }}"
+ACTION_SELECTOR = 'action=~"' + "|".join(ACTIONS) + '"'
+IDENTITY = ("node", "gpu", "link", "device", "port", "subject", "reason", "collector")
+
+
+def _id(rule: Rule) -> str:
+    return f"{rule.file.name}:{rule.alert or rule.record}"
+
+
+def test_the_rules_cover_every_subject_the_issue_names() -> None:
+    expected = {
+        "GpuXidFatalHardware", "GpuXidFatalMemory", "GpuXidFatalLink", "GpuXidFatalFirmware",
+        "GpuXidRepeatedApplication", "GpuEccUncorrectable", "GpuRowRemapPending",
+        "GpuRowRemapFailed", "GpuLost", "NvlinkErrorRateHigh", "NvlinkDown",
+        "InfinibandErrorRateHigh", "InfinibandLinkFlapping", "InfinibandPortDown",
+        "InfinibandPortRateLow", "GpuPcieLinkDowngraded", "GpuThrottlingSustained",
+        "FindingStraggler", "FindingDegradedLink", "FindingFaultyMachine",
+        "GpuwardenExporterDown", "GpuwardenExporterStale", "GpuwardenCollectorFailing",
+        "GpuwardenAnalyzerDown", "GpuwardenRemediationDown", "GpuwardenWebhookDeliveryFailing",
+        "GpuwardenRemediationBreakerOpen",
+    }  # fmt: skip
+    assert expected <= set(ALERT_NAMES), expected - set(ALERT_NAMES)
+
+
+@pytest.mark.parametrize("rule", load_rules(), ids=_id)
+def test_every_expr_reads_only_catalogue_metrics_or_recording_rules(rule: Rule) -> None:
+    known = catalog.names() | recorded_names() | EXTERNAL_METRICS
+    unknown = metric_names(rule.expr) - known
+    assert not unknown, f"{_id(rule)} reads unknown metrics {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=_id)
+def test_queries_inside_annotations_read_only_known_metrics(rule: Rule) -> None:
+    known = catalog.names() | recorded_names() | EXTERNAL_METRICS
+    for text in rule.annotations.values():
+        for query in re.findall(r'query "((?:\\.|[^"\\])*)"', text):
+            assert metric_names(query) <= known, f"{_id(rule)}: {query}"
+
+
+def test_the_metric_name_check_catches_a_misspelt_metric() -> None:
+    expr = f'sum by (node) (rate({catalog.GPU_ECC_ERRORS.name}{{error_type="x"}}[5m])) > 0'
+    assert metric_names(expr) == {catalog.GPU_ECC_ERRORS.name}
+    wrong = catalog.GPU_ECC_ERRORS.name.replace("errors_total", "error_total")
+    assert metric_names(expr.replace(catalog.GPU_ECC_ERRORS.name, wrong)) - catalog.names() == {
+        wrong
+    }
+    nested = "absent(gpuwarden:up:by_component{component=\"analyzer\"}) or label_replace(up, 'a', 'b', '', '')"
+    assert metric_names(nested) == {"gpuwarden:up:by_component", "up"}
+
+
+def test_recording_rules_follow_the_level_metric_operation_convention() -> None:
+    for name in recorded_names():
+        assert re.fullmatch(r"gpuwarden:[a-z_]+:[a-z0-9_]+", name), name
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=_id)
+def test_every_alert_has_severity_summary_description_and_runbook(rule: Rule) -> None:
+    assert rule.labels.get("severity") in SEVERITIES
+    assert {"summary", "description", "runbook_url"} <= set(rule.annotations)
+    if not rule.expr.startswith("absent("):  # an absent series has no value to show
+        assert "{{" in rule.annotations["description"], "the description must carry values"
+    assert rule.annotations["runbook_url"].endswith("runbooks.md#" + rule.alert.lower())  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=_id)
+def test_every_alert_names_what_it_is_about(rule: Rule) -> None:
+    """node (plus gpu/link/port ... where relevant), or component for pipeline alerts."""
+    text = rule.annotations["summary"] + rule.annotations["description"]
+    if rule.file.name == "pipeline.rules.yml":
+        assert "component" in rule.labels or 'component="' in rule.expr
+    else:
+        assert "$labels.node" in text
+    if "gpu" in rule.expr and rule.file.name in ("gpu.rules.yml", "memory.rules.yml"):
+        assert "$labels.gpu" in text
+    for identity in ("link", "port"):
+        if f"$labels.{identity}" in text:
+            assert "$labels.node" in text
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=_id)
+def test_an_alert_that_recommends_an_action_uses_the_vocabulary(rule: Rule) -> None:
+    action = rule.labels.get("action")
+    if action is None:
+        assert "fault_class" not in rule.labels
+        return
+    if action == TEMPLATED_ACTION:
+        # Passed through from an analyzer finding: the selector admits only known actions.
+        assert ACTION_SELECTOR in rule.expr
+    else:
+        assert action in ACTIONS
+    assert rule.labels.get("fault_class") in FAULT_CLASSES
+
+
+def test_the_action_check_rejects_an_unknown_action() -> None:
+    assert "format_disk" not in ACTIONS
+    assert ACTION_SELECTOR not in 'gpuwarden_finding{action=~".+"}'
+
+
+def test_every_alert_action_is_one_remediation_knows() -> None:
+    from remediation.model import ACTIONS as REMEDIATION_ACTIONS
+
+    assert set(ACTIONS) <= set(REMEDIATION_ACTIONS)
+
+
+@pytest.mark.parametrize("name", ALERT_NAMES)
+def test_every_alert_has_a_runbook_entry_with_the_four_parts(name: str) -> None:
+    sections = runbook_sections()
+    assert name.lower() in sections, f"alerts/runbooks.md has no '## {name}'"
+    body = sections[name.lower()]
+    for part in ("**Meaning.**", "**Confirm.**", "**Act.**", "**Escalate.**"):
+        assert part in body, f"runbook {name} lacks {part}"
+
+
+def test_the_runbook_has_no_entry_for_an_alert_that_does_not_exist() -> None:
+    assert set(runbook_sections()) == {n.lower() for n in ALERT_NAMES}
+
+
+@pytest.mark.parametrize("name", ALERT_NAMES)
+def test_every_alert_has_a_firing_and_a_silent_promtool_case(name: str) -> None:
+    cases = [c for c in alert_tests() if c["alertname"] == name]
+    assert any(c.get("exp_alerts") for c in cases), f"{name}: no test where it fires"
+    assert any(not c.get("exp_alerts") for c in cases), f"{name}: no test where it stays quiet"
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=_id)
+def test_alerts_on_gauges_wait_out_a_scrape_glitch(rule: Rule) -> None:
+    """Counter windows (increase/rate/absent) already span scrapes; a raw gauge needs `for`."""
+    windowed = re.search(
+        r"\b(increase|rate|avg_over_time|absent)\(|:increase|:rate|:avg", rule.expr
+    )
+    if not windowed:
+        assert rule.body.get("for"), f"{_id(rule)} compares a raw gauge without `for`"

@@ -1,0 +1,86 @@
+"""alerts/xid.rules.yml is generated from the XID catalogue, by class, and never drifts."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from types import ModuleType
+
+import pytest
+
+from tests.alerts.ruleset import ALERTS, Rule, load_rules
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "generate_xid_rules", ALERTS / "generate_xid_rules.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = _generator()
+CATALOGUE = GEN.load_catalogue()
+XID_RULES = [r for r in load_rules([ALERTS / "xid.rules.yml"]) if r.alert]
+
+
+def _xids(rule: Rule) -> set[int]:
+    m = re.search(r'xid=~"([0-9|]+)"', rule.expr)
+    assert m, rule.expr
+    return {int(x) for x in m.group(1).split("|")}
+
+
+def test_the_committed_xid_rules_match_the_catalogue() -> None:
+    if os.environ.get("UPDATE_GOLDEN"):
+        GEN.main([])
+    assert GEN.OUTPUT.read_text() == GEN.render(), (
+        "alerts/xid.rules.yml is stale: run python alerts/generate_xid_rules.py"
+    )
+    assert GEN.main(["--check"]) == 0
+
+
+def test_every_critical_xid_is_in_exactly_one_fatal_rule_of_its_class() -> None:
+    fatal = [r for r in XID_RULES if r.alert and r.alert.startswith("GpuXidFatal")]
+    for xid, entry in CATALOGUE.items():
+        owners = [r for r in fatal if xid in _xids(r)]
+        if entry["severity"] != "critical":
+            assert not owners, f"XID {xid} is not critical but is in {owners[0].alert}"
+            continue
+        assert len(owners) == 1, f"XID {xid}: {[r.alert for r in owners]}"
+        rule = owners[0]
+        assert rule.alert == "GpuXidFatal" + entry["class"].capitalize()
+        assert rule.labels["action"] == entry["action"]
+        assert rule.labels["xid_class"] == entry["class"]
+
+
+def test_every_warning_xid_alerts_with_the_catalogue_action() -> None:
+    errors = [r for r in XID_RULES if r.alert == "GpuXidError"]
+    for xid, entry in CATALOGUE.items():
+        owners = [r for r in errors if xid in _xids(r)]
+        assert len(owners) == (entry["severity"] == "warning"), xid
+        if owners:
+            assert owners[0].labels["action"] == entry["action"]
+
+
+def test_every_repeat_rule_of_the_catalogue_has_its_count_and_window() -> None:
+    repeated = [r for r in XID_RULES if r.alert == "GpuXidRepeatedApplication"]
+    for xid, entry in CATALOGUE.items():
+        owners = [r for r in repeated if xid in _xids(r)]
+        if "repeat" not in entry:
+            assert not owners, xid
+            continue
+        (rule,) = owners
+        assert rule.labels["window"] == entry["repeat"]["window"]
+        assert rule.expr.endswith(f">= {entry['repeat']['count']}")
+        assert f"increase{entry['repeat']['window']}" in rule.expr
+
+
+@pytest.mark.parametrize("severity", ["critical", "warning"])
+def test_a_new_catalogue_entry_changes_the_generated_rules(severity: str) -> None:
+    extra = {**CATALOGUE, 999: {"name": "Test", "class": "hardware", "severity": severity,
+                                "action": "drain"}}  # fmt: skip
+    assert "999" in GEN.render(extra)
+    assert "999" not in GEN.render(CATALOGUE)
