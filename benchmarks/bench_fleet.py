@@ -1,0 +1,162 @@
+"""Fleet simulator cost: virtual-time stepping, and serving a fleet to a real Prometheus.
+
+- virtual time: steps/s and samples/s of ``Fleet.step`` at 1,024 nodes, against a bare numpy
+  pass over arrays of the same shapes (one allocation + one add per array, the floor of
+  building a frame), and the projected wall time of 256 nodes x 24 h at 15 s resolution;
+- serving: Prometheus scrapes every node of ``gpuwarden simulate`` every interval; scrape
+  latency (Prometheus's own ``scrape_duration_seconds``), targets up, and the simulator
+  process's CPU share and RSS, against the in-process cost of one node's collectors + render
+  (what one real exporter spends per scrape).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from exporter.assemble import collectors_for
+from exporter.exposition import render
+from exporter.fleet.fleet import Fleet
+from exporter.fleet.node_view import NodeView
+from tests.realcomp import free_port, http_get, run_prometheus, wait_until, world_readable_tmpdir
+
+Row = dict[str, Any]
+
+
+def _row(name: str, value: float, unit: str, note: str = "") -> Row:
+    return {"name": name, "value": value, "unit": unit, "note": note}
+
+
+def _step_rate(nodes: int, steps: int) -> tuple[float, int, list[np.ndarray]]:
+    fleet = Fleet(nodes, seed=1)
+    frame = fleet.step(15.0)
+    t0 = time.perf_counter()
+    for i in range(steps):
+        frame = fleet.step(30.0 + 15.0 * i)
+    dt = time.perf_counter() - t0
+    arrays = [*frame.metrics.values(), *frame.ib_counters.values()]
+    return steps / dt, sum(a.size for a in arrays), arrays
+
+
+def _numpy_floor(arrays: list[np.ndarray], steps: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        for a in arrays:
+            np.add(a, 1.0)
+    return steps / (time.perf_counter() - t0)
+
+
+def virtual_time(quick: bool) -> list[Row]:
+    steps = 20 if quick else 120
+    rate, samples, arrays = _step_rate(1024, steps)
+    floor = _numpy_floor(arrays, steps)
+    rate256, _, _ = _step_rate(256, steps)
+    day = 86400 / 15
+    return [
+        _row("virtual steps/s, 1,024 nodes", rate, "steps/s", f"{samples:,} samples per step"),
+        _row("virtual samples/s, 1,024 nodes", rate * samples, "samples/s"),
+        _row(
+            "baseline: bare numpy pass, same arrays",
+            floor * samples,
+            "samples/s",
+            f"Fleet.step costs {floor / rate:.1f}x the floor",
+        ),
+        _row(
+            "256 nodes x 24 h at 15 s (projected)",
+            day / rate256,
+            "s",
+            f"{rate256:.0f} steps/s at 256 nodes; goal: a few minutes",
+        ),
+    ]
+
+
+def _node_render_ms(reps: int = 5) -> float:
+    fleet = Fleet(4, seed=1)
+    frame = fleet.step(15)
+    view = NodeView("gpu-node-001", 0)
+    cols = collectors_for(view.name, view.nvml, view.sysfs, view.kmsg)
+    times = []
+    for i in range(reps):
+        frame = fleet.step(30 + 15 * i)
+        t0 = time.perf_counter()
+        view.refresh(frame, [])
+        render([s for col in cols for s in col.collect()])
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _scalar(prom: Any, expr: str) -> float:
+    res = prom.query(expr)
+    return float(res[0]["value"][1]) if res else float("nan")
+
+
+def serving(nodes: int, interval: float, measure_s: float) -> list[Row]:
+    d = world_readable_tmpdir("gpuwarden-bench-fleet-")
+    sd, port = d / "targets.json", free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuwarden", "simulate", "--nodes", str(nodes), "--seed", "1",
+         "--listen", f"127.0.0.1:{port}", "--file-sd", str(sd), "--tick", str(interval / 3),
+         "--log-level", "warning"],
+    )  # fmt: skip
+    try:
+        wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz") and sd.exists(), 60)
+        config = (
+            f"global: {{scrape_interval: {interval:g}s, scrape_timeout: {interval:g}s}}\n"
+            "scrape_configs:\n  - job_name: fleet\n    honor_labels: true\n"
+            f"    file_sd_configs: [{{files: ['{sd}']}}]\n"
+        )
+        with run_prometheus(config) as prom:
+            wait_until(lambda: _scalar(prom, "count(up)") == nodes, 60, 0.5, "targets")
+            time.sleep(interval)  # one full round before measuring
+            cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
+            time.sleep(measure_s)
+            cpu = (_cpu_s(proc.pid) - cpu0) / (time.monotonic() - t0)
+            w = f"[{int(measure_s)}s]"
+            sd_q = "scrape_duration_seconds{job='fleet'}"
+            p50 = _scalar(prom, f"quantile(0.5, avg_over_time({sd_q}{w}))")
+            p99 = _scalar(prom, f"quantile(0.99, max_over_time({sd_q}{w}))")
+            up = _scalar(prom, f"avg(avg_over_time(up{{job='fleet'}}{w}))")
+            series = _scalar(prom, "sum(scrape_samples_scraped{job='fleet'})")
+        per_node = _node_render_ms()
+        need = nodes * per_node / 1e3 / interval
+        return [
+            _row(f"scrape latency p50, {nodes} nodes every {interval:g}s", p50 * 1e3, "ms"),
+            _row(f"scrape latency p99, {nodes} nodes", p99 * 1e3, "ms", "max per target, p99"),
+            _row("targets up", up, "ratio", f"{series:,.0f} samples per round"),
+            _row("simulator CPU share", cpu, "cores", "1.0 = one core busy"),
+            _row("simulator RSS", _rss_mib(proc.pid), "MiB"),
+            _row(
+                "baseline: one node's collectors + render",
+                per_node,
+                "ms",
+                f"x {nodes} nodes / {interval:g}s = {need:.2f} cores needed",
+            ),
+        ]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def run(quick: bool) -> list[Row]:
+    rows = virtual_time(quick)
+    rows += serving(64, 5.0, 20.0) if quick else serving(1024, 15.0, 90.0)
+    return rows
