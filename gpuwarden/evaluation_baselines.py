@@ -5,6 +5,8 @@ z-score, and a Mahalanobis distance over each node's profile. Each is a ``Detect
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from analyzer.detectors.series import increases, last_valid
@@ -117,7 +119,8 @@ class Mahalanobis:
         x = None if w.empty else _profile(w)
         if x is None:
             return []
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             nodes = np.nanmean(x, axis=1)
         ok = np.isfinite(nodes).all(axis=1)
         if ok.sum() < 8:

@@ -29,7 +29,8 @@ class Recording:
     """Wraps an HTTP client and keeps each response by query, for ``UPDATE_GOLDEN=1``."""
 
     def __init__(self, inner) -> None:
-        self.inner, self.bodies = inner, {}
+        self.inner = inner
+        self.bodies: dict[str, object] = {}
 
     async def get_json(self, url, params):
         body = await self.inner.get_json(url, params)
