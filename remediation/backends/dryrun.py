@@ -31,6 +31,9 @@ class DryRunBackend:
         self.journal, self.topology, self.clock = journal, topology or {}, clock
         self.source = source
         self._local = threading.local()  # actions run in parallel worker threads
+        self._lock = threading.RLock()
+        self._cache: dict[str, str] | None = None
+        self._base: tuple[NodeView, ...] | None = None
 
     @property
     def action_id(self) -> int:
@@ -42,24 +45,36 @@ class DryRunBackend:
         self._local.action_id = value
 
     def _record(self, node: str, op: str, **detail: object) -> None:
-        with self.journal.tx() as db:
-            db.execute(
-                "INSERT INTO dry_run_effects(action_id,node,op,detail,at) VALUES(?,?,?,?,?)",
-                (self.action_id, node, op, json.dumps(detail, sort_keys=True), self.clock()),
-            )
+        self._out()  # the cache is loaded before it is kept in step
+        with self._lock:
+            with self.journal.tx() as db:
+                db.execute(
+                    "INSERT INTO dry_run_effects(action_id,node,op,detail,at) VALUES(?,?,?,?,?)",
+                    (self.action_id, node, op, json.dumps(detail, sort_keys=True), self.clock()),
+                )
+            self._apply(node, op, detail)
 
     def _out(self) -> dict[str, str]:
-        rows = self.journal.rows(
-            "SELECT node, op, detail FROM dry_run_effects WHERE op IN ('take_out','release') "
-            "ORDER BY id"
-        )
-        out: dict[str, str] = {}
-        for r in rows:
-            if r["op"] == "take_out":
-                out[r["node"]] = json.loads(r["detail"]).get("reason", REASON_PREFIX)
-            else:
-                out.pop(r["node"], None)
-        return out
+        """Nodes this backend took out (reason by node): read once, then kept in step.
+
+        This backend is the only writer of its records, so the cache cannot go stale."""
+        with self._lock:
+            if self._cache is None:
+                rows = self.journal.rows(
+                    "SELECT node, op, detail FROM dry_run_effects "
+                    "WHERE op IN ('take_out','release') ORDER BY id"
+                )
+                self._cache = {}
+                for r in rows:
+                    self._apply(r["node"], r["op"], json.loads(r["detail"]))
+            return dict(self._cache)
+
+    def _apply(self, node: str, op: str, detail: dict[str, object]) -> None:
+        assert self._cache is not None
+        if op == "take_out":
+            self._cache[node] = str(detail.get("reason", REASON_PREFIX))
+        elif op == "release":
+            self._cache.pop(node, None)
 
     def fleet(self) -> tuple[NodeView, ...]:
         out = self._out()
@@ -68,9 +83,13 @@ class DryRunBackend:
                 NodeView(n.name, True, True, out[n.name], n.domains) if n.name in out else n
                 for n in self.source.fleet()
             )
+        if self._base is None:
+            self._base = tuple(
+                NodeView(n, domains=dict(d)) for n, d in sorted(self.topology.items())
+            )
         return tuple(
-            NodeView(n, n in out, n in out, out.get(n, ""), dict(d))
-            for n, d in sorted(self.topology.items())
+            NodeView(n.name, True, True, out[n.name], n.domains) if n.name in out else n
+            for n in self._base
         )
 
     def node(self, name: str) -> NodeView | None:
