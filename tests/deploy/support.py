@@ -28,6 +28,7 @@ CONTRACT_FLAGS = {
     },
     "gpuwarden-analyzer": {
         "--prometheus", "--targets", "--listen", "--interval", "--config", "--alertmanager",
+        "--window",
     },
     "gpuwarden-remediation": {
         "--listen", "--policy", "--state-db", "--backend", "--webhook-token-file",

@@ -62,6 +62,28 @@ def test_exporter_settings_load_from_the_unit_args() -> None:
     assert settings.job_map_dir == "/run/gpuwarden/jobs" and settings.interval == 10
 
 
+def analyzer_settings(args: list[str]) -> Any:
+    from analyzer.cli import _parser
+    from analyzer.settings import AnalyzerSettings
+    from gpuwarden.settings import load
+
+    flags = vars(_parser().parse_args(args))
+    assert flags.pop("config") is None and flags.pop("once") is False
+    return load(AnalyzerSettings, flags, env={})
+
+
+def test_analyzer_settings_load_from_the_deployment_args() -> None:
+    settings = analyzer_settings(k8s_args("gpuwarden-analyzer"))
+    assert settings.prometheus == "http://prometheus-operated.monitoring.svc:9090"
+    assert settings.host_port == ("0.0.0.0", 9837) and settings.interval == 30
+
+
+def test_analyzer_settings_load_from_the_unit_args() -> None:
+    settings = analyzer_settings(pairs_to_equals(unit_args("analyzer")))
+    assert settings.prometheus == "http://127.0.0.1:9090"
+    assert settings.host_port == ("0.0.0.0", 9837)
+
+
 def policy_text() -> str:
     (cm,) = [d for d in build(KUBE / "base") if d["metadata"]["name"] == "gpuwarden-remediation-policy"]  # fmt: skip
     return str(cm["data"]["policy.yaml"])
