@@ -112,7 +112,9 @@ def gauges(
     st.energy_j += np.where(eff.down[:, None] | eff.lost, 0.0, power * dt)
     mem_used = np.where(ja.in_use, 0.8 * sku.memory_bytes, 555_745_280.0)
     throttle = eff.throttle | np.where(active, 0, IDLE_BIT)
-    comm = np.where(active, 1.0 - busy, 0.0) * ja.multi[:, None]
+    # Bytes per step are fixed by the job, so a stretched step (a straggler, an uneven stage)
+    # moves fewer bytes per second everywhere in the job; waiting is not transmitting.
+    comm = np.where(active, ((1.0 - ja.compute) / step_rel)[:, None], 0.0)
     _traffic(st, ja, eff, comm, dt, rng)
     _background(st, eff, dt, rng)
     return {
@@ -136,14 +138,17 @@ def _traffic(
     dt: float,
     rng: np.random.Generator,
 ) -> None:
-    """NVLink and IB bytes in proportion to the communication share of each GPU's step."""
+    """NVLink bytes for jobs on several GPUs of a node, IB bytes for multi-node jobs, in
+    proportion to the nominal communication share of a step over the actual step time."""
     up = ~eff.link_down & ~eff.lost[:, :, None] & ~eff.down[:, None, None]
     n_up = np.maximum(up.sum(axis=2, keepdims=True), 1)
-    per_link = (NVLINK_GPU_BYTES_S * 0.5 * comm)[:, :, None] * up / n_up * dt
+    nvl = comm * (ja.in_use.sum(axis=1) > 1)[:, None]
+    per_link = (NVLINK_GPU_BYTES_S * 0.5 * nvl)[:, :, None] * up / n_up * dt
     st.nvl_tx += per_link
     st.nvl_rx += per_link * rng.uniform(0.97, 1.03, per_link.shape[:2])[:, :, None]
     port_up = eff.port_state == PORT_ACTIVE
-    ib_bytes = NDR_BYTES_S * eff.port_rate * ja.ib_load[:, None] * comm * port_up * dt
+    ib = comm * ja.multi[:, None]
+    ib_bytes = NDR_BYTES_S * eff.port_rate * ja.ib_load[:, None] * ib * port_up * dt
     st.ib_tx += ib_bytes
     st.ib_rx += ib_bytes * rng.uniform(0.97, 1.03, ib_bytes.shape)
     st.ib[IB["port_xmit_packets"]] += ib_bytes / 4096.0

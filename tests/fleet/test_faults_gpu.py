@@ -7,7 +7,20 @@ import numpy as np
 from exporter import catalog as c
 from exporter.fleet.fleet import Fleet
 from exporter.fleet.frame import Frame
-from tests.fleet.helpers import ECC, POWER, SM, TEMP, UP, UTIL, at, busy_fleet, peers, run, xids
+from tests.fleet.helpers import (
+    ECC,
+    IB_TX,
+    POWER,
+    SM,
+    TEMP,
+    UP,
+    UTIL,
+    at,
+    busy_fleet,
+    peers,
+    run,
+    xids,
+)
 
 NODE, N = "gpu-node-003", 2
 ONSET = 600.0
@@ -153,3 +166,11 @@ def test_straggler_gpu_runs_slower_and_cooler_while_its_peers_idle_more() -> Non
 def test_straggler_node_slows_every_gpu_of_the_node() -> None:
     _, frames = inject("straggler", target="node", slowdown=0.1)
     assert np.all(frames[-1][SM][N] == round(1980 * 0.9) * 1e6)
+
+
+def test_straggler_lowers_the_network_throughput_of_its_whole_job() -> None:
+    fleet, frames = inject("straggler", until=1800, slowdown=0.25)
+    job = np.append(peers(fleet, N), N)
+    before = at(frames, ONSET - 15)[IB_TX][job] - at(frames, ONSET - 300)[IB_TX][job]
+    after = frames[-1][IB_TX][job] - at(frames, 1800 - 285)[IB_TX][job]
+    assert after.sum() < 0.85 * before.sum()
