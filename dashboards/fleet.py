@@ -1,0 +1,97 @@
+"""Fleet overview: is the fleet healthy, what is broken, what is out of service, how busy."""
+
+from __future__ import annotations
+
+from grafanalib import core as g
+
+from dashboards import names as n
+from dashboards.panels import Layout, dashboard, query_variable, stat, state_timeline, table
+from dashboards.panels import timeseries as ts
+from exporter import catalog as c
+
+UID = "gpuwarden-fleet"
+NODE = 'node=~"$node"'
+HEALTH = {0: ("healthy", "green"), 1: ("degraded", "yellow"), 2: ("failing", "red")}
+
+
+def node_health() -> str:
+    """Per node: 2 if a GPU is lost or a critical alert fires, 1 on a warning or finding."""
+    return f"""max by (node) (
+  2 * (1 - {c.GPU_UP.name}{{{NODE}}})
+  or 2 * {n.ALERTS}{{alertstate="firing", severity="critical", {NODE}}}
+  or {n.ALERTS}{{alertstate="firing", severity="warning", {NODE}}}
+  or clamp_max({c.FINDING.name}{{{NODE}}}, 1)
+)"""
+
+
+def build() -> g.Dashboard:
+    lay = Layout()
+    lay.add(stat("Nodes reporting", f"count(count by (node) ({c.GPU_INFO.name}{{{NODE}}})) or vector(0)", "none"), 4, 4)  # fmt: skip
+    lay.add(stat("GPUs up", f"sum({c.GPU_UP.name}{{{NODE}}}) or vector(0)", "none"), 4, 4)
+    lay.add(
+        stat("GPUs lost", f"count({c.GPU_UP.name}{{{NODE}}} == 0) or vector(0)", "none",
+             thresholds=[("green", None), ("red", 1)]),
+        4, 4,
+    )  # fmt: skip
+    lay.add(
+        stat("Active findings", f"count({c.FINDING.name}{{{NODE}}} == 1) or vector(0)", "none",
+             thresholds=[("green", None), ("orange", 1)]),
+        4, 4,
+    )  # fmt: skip
+    lay.add(
+        stat("Quarantined nodes", f"sum({c.REMEDIATION_NODES_QUARANTINED.name}) or vector(0)",
+             "none", thresholds=[("green", None), ("orange", 1)]),
+        4, 4,
+    )  # fmt: skip
+    lay.add(
+        stat("Firing alerts", f'count({n.ALERTS}{{alertstate="firing"}}) or vector(0)', "none",
+             thresholds=[("green", None), ("red", 1)]),
+        4, 4,
+    )  # fmt: skip
+    lay.add(
+        state_timeline("Node health map", node_health(), "{{node}}", HEALTH,
+                       "0 healthy, 1 a warning alert or analyzer finding, 2 a lost GPU or a"
+                       " critical alert."),
+        24, 10,
+    )  # fmt: skip
+    lay.add(
+        table(
+            "Active findings",
+            f"sum by (node, subject, kind, severity, action, detector)"
+            f" ({c.FINDING.name}{{{NODE}}} == 1) or on() vector(0)",
+            "none",
+            "One row per analyzer finding; a single 0 row means none.",
+        ),
+        12, 8,
+    )  # fmt: skip
+    lay.add(
+        table(
+            "Firing alerts by node",
+            f'count by (node, alertname, severity) ({n.ALERTS}{{alertstate="firing"}})'
+            " or on() vector(0)",
+            "none",
+        ),
+        12, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Quarantined nodes by state",
+           [(f"sum by (state) ({c.REMEDIATION_NODES_QUARANTINED.name}) or on() vector(0)",
+             "{{state}}")], "none"),
+        8, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("GPU utilisation per node",
+           [(f"avg by (node) ({c.GPU_UTILIZATION.name}{{{NODE}}})", "{{node}}")],
+           "percentunit"),
+        8, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Fleet power draw", [(f"sum({c.GPU_POWER.name}{{{NODE}}})", "all GPUs")], "watt"),
+        8, 8,
+    )  # fmt: skip
+    node = query_variable("node", "Node", f"label_values({c.GPU_INFO.name}, node)", True, True)
+    return dashboard(
+        "gpuwarden / Fleet overview", UID,
+        "Health of every node at a glance: lost GPUs, findings, alerts, quarantines and load.",
+        lay, [node], ("fleet",),
+    )  # fmt: skip

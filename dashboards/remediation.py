@@ -1,0 +1,94 @@
+"""Remediation: what the remediation service decided and did, its breaker and its inbox."""
+
+from __future__ import annotations
+
+from grafanalib import core as g
+
+from dashboards.panels import Layout, dashboard, stat, state_timeline, table
+from dashboards.panels import timeseries as ts
+from exporter import catalog as c
+
+UID = "gpuwarden-remediation"
+RATE = "[$__rate_interval]"
+
+
+def build() -> g.Dashboard:
+    lay = Layout()
+    lay.add(
+        state_timeline("Circuit breaker", f"max({c.REMEDIATION_BREAKER_OPEN.name})", "breaker",
+                       {0: ("closed", "green"), 1: ("open", "red")}),
+        12, 4,
+    )  # fmt: skip
+    lay.add(
+        state_timeline("Paused by an operator", f"max({c.REMEDIATION_PAUSED.name})", "paused",
+                       {0: ("running", "green"), 1: ("paused", "orange")}),
+        12, 4,
+    )  # fmt: skip
+    lay.add(
+        stat("Quarantined nodes", f"sum({c.REMEDIATION_NODES_QUARANTINED.name}) or vector(0)",
+             "none", thresholds=[("green", None), ("orange", 1.0)]),
+        6, 4,
+    )  # fmt: skip
+    lay.add(
+        stat("Actions in range",
+             f"sum(increase({c.REMEDIATION_ACTIONS.name}[$__range])) or vector(0)", "none"),
+        6, 4,
+    )  # fmt: skip
+    lay.add(
+        stat("Denied decisions in range",
+             f'sum(increase({c.REMEDIATION_DECISIONS.name}{{verdict="deny"}}[$__range]))'
+             " or vector(0)", "none"),
+        6, 4,
+    )  # fmt: skip
+    lay.add(
+        stat("Alert to action, p90",
+             f"histogram_quantile(0.9, sum by (le) (rate({c.REMEDIATION_ALERT_TO_ACTION.name}"
+             f"_bucket{RATE}))) or vector(0)", "s"),
+        6, 4,
+    )  # fmt: skip
+    lay.add(
+        ts("Decisions by guard and verdict",
+           [(f"sum by (guard, verdict) (rate({c.REMEDIATION_DECISIONS.name}{RATE}))"
+             " or on() vector(0)", "{{guard}} {{verdict}}")], "ops"),
+        12, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Actions by outcome",
+           [(f"sum by (action, outcome) (rate({c.REMEDIATION_ACTIONS.name}{RATE}))"
+             " or on() vector(0)", "{{action}} {{outcome}}")], "ops"),
+        12, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Quarantined nodes by state",
+           [(f"sum by (state) ({c.REMEDIATION_NODES_QUARANTINED.name})", "{{state}}")], "none"),
+        12, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Webhook: alerts received and requests",
+           [(f"sum by (status) (rate({c.REMEDIATION_ALERTS.name}{RATE}))", "alerts {{status}}"),
+            (f"sum by (code) (rate({c.REMEDIATION_WEBHOOK_REQUESTS.name}{RATE}))",
+             "HTTP {{code}}"),
+            (f"sum by (reason) (rate({c.REMEDIATION_WEBHOOK_ERRORS.name}{RATE}))"
+             " or on() vector(0)", "rejected {{reason}}")], "ops"),
+        12, 8,
+    )  # fmt: skip
+    lay.add(
+        table("Journal: actions in range",
+              f"sum by (backend, action, outcome) (increase({c.REMEDIATION_ACTIONS.name}"
+              "[$__range])) > 0 or on() vector(0)", "none",
+              "Counts per action and outcome. The journal itself (each decision with its"
+              " evidence) is `gpuwarden quarantine history` or GET /api/v1/decisions."),
+        12, 8,
+    )  # fmt: skip
+    lay.add(
+        table("Journal: decisions in range",
+              f"sum by (guard, verdict, action) (increase({c.REMEDIATION_DECISIONS.name}"
+              "[$__range])) > 0 or on() vector(0)", "none"),
+        12, 8,
+    )  # fmt: skip
+    return dashboard(
+        "gpuwarden / Remediation", UID,
+        "Decisions and actions of the remediation service, its circuit breaker, pause state,"
+        " quarantined nodes and webhook inbox.",
+        lay, [], ("remediation",),
+    )  # fmt: skip
