@@ -171,11 +171,12 @@ class Engine:
 
     def _situation(self, alert: Alert, action: str, now: float) -> guards.Situation:
         p, disruptive = self.policy, action in DISRUPTIVE
+        error = ""
         try:
             fleet = self.backend.fleet() if disruptive else ()
             jobs = self.backend.jobs_on(alert.node) if disruptive else ()
-        except BackendError:
-            fleet, jobs = (), ()  # unknown node -> the ownership guard denies (fail closed)
+        except BackendError as e:
+            fleet, jobs, error = (), (), str(e)  # the scheduler guard denies (fail closed)
         node = next((n for n in fleet if n.name == alert.node), None)
         return guards.Situation(
             alert=alert,
@@ -189,6 +190,7 @@ class Engine:
             jobs=jobs,
             breaker_open=self.breaker_open() if disruptive else False,
             recent_actions=self.journal.actions_since(now - p.rate_window_s),
+            scheduler_error=error,
         )
 
     def _resolved(self, alert: Alert) -> None:

@@ -71,7 +71,8 @@ class Executor:
         out = self._step(
             aid,
             "take_out",
-            lambda: self.backend.take_out(node, str(a["reason"]), act != "cordon"),
+            # jobs are moved one by one below (checkpoint first), so only drain/inspect evict
+            lambda: self.backend.take_out(node, str(a["reason"]), act in ("drain", "inspect")),
             lambda: self.backend.is_taken_out(node),
         )
         if act in ("cordon", "drain", "inspect"):

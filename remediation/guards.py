@@ -28,6 +28,7 @@ class Situation:
     jobs: tuple[Job, ...] = ()
     breaker_open: bool = False
     recent_actions: int = 0
+    scheduler_error: str = ""  # the scheduler could not be asked
 
 
 Guard = Callable[[Situation, Policy], Verdict | None]
@@ -51,6 +52,12 @@ def silenced(s: Situation, p: Policy) -> Verdict | None:
         return deny("silenced", f"an active Alertmanager silence matches node {s.alert.node}")
     if s.silenced is None and p.require_silence_check:
         return deny("silenced", "Alertmanager silences could not be checked (policy requires it)")
+    return None
+
+
+def scheduler(s: Situation, p: Policy) -> Verdict | None:
+    if s.scheduler_error:
+        return deny("scheduler", f"scheduler state unknown: {s.scheduler_error}")
     return None
 
 
@@ -138,6 +145,7 @@ GUARDS: tuple[Guard, ...] = (
     policy_rule,
     paused,
     silenced,
+    scheduler,
     ownership,
     storm_breaker,
     rate_limit,

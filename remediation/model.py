@@ -23,6 +23,7 @@ TRANSIENT_GUARDS = frozenset(
         "budget_domain",
         "budget_job",
         "idle",
+        "scheduler",
     }
 )
 REASON_PREFIX = "gpuwarden:"

@@ -217,3 +217,8 @@ def test_release_refuses_a_drain_reason_gpuwarden_did_not_write() -> None:
     ours = NodeView("n", True, True, "gpuwarden: drain xid_fatal d3")
     assert guards.release_verdict(ours, manual=True).allow
     assert not guards.release_verdict(None, manual=True).allow
+
+
+def test_an_unreachable_scheduler_denies_before_anything_is_assumed() -> None:
+    v = guards.decide(situation(scheduler_error="sinfo: rc 1"), live_policy())
+    assert (v.allow, v.guard) == (False, "scheduler")

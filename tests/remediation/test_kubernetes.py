@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import kmock
 import pytest
 
+from remediation import checkpoint
 from remediation.backends.base import BackendError
 from remediation.backends.kubeapi import OfficialKubeApi
 from remediation.backends.kubernetes import OWNER, TAINT_KEY, KubernetesBackend
 from remediation.checkpoint import ANNOTATION
+from remediation.clock import FakeClock
+from remediation.engine import Engine
+from remediation.executor import Executor
+from remediation.journal import Journal
+from remediation.metrics import Metrics
+from remediation.policy import Checkpoint
+from tests.remediation.helpers import alert, live_policy
 
 
 def node(name: str, **spec: Any) -> dict[str, Any]:
@@ -211,3 +222,66 @@ async def test_checkpoint_request_annotates_the_pod_and_requeue_evicts_it(
     }
     again = await asyncio.to_thread(b.job, "ml/train-0")
     assert again is not None and again.nodes == ("gpu-node-002",) and again.state == "RUNNING"
+
+
+async def test_checkpoint_then_restart_on_kubernetes_end_to_end(
+    emu: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    """Cordon (no eviction yet), annotate, the pod acks, evict, its replacement runs elsewhere."""
+
+    def evict(req: Any) -> Any:  # the ReplicaSet controller, in one line: replace elsewhere
+        del emu.objects[kmock.resource("v1/pods"), req.namespace, req.name]
+        emu.objects[kmock.resource("v1/pods"), "ml", "train-0-x"] = {
+            **pod("ml", "train-0-x", "gpu-node-002"),
+            "metadata": {
+                "name": "train-0-x",
+                "namespace": "ml",
+                "annotations": {},
+                "ownerReferences": [
+                    {
+                        "kind": "ReplicaSet",
+                        "uid": "uid-train-0",
+                        "controller": True,
+                        "name": "o",
+                        "apiVersion": "apps/v1",
+                    }
+                ],
+            },
+        }
+        return {"kind": "Status", "status": "Success"}
+
+    emu["post", kmock.subresource("eviction")] << evict
+    b = backend(emu)
+    journal = Journal(tmp_path / "s.db")
+    ck = Checkpoint(str(tmp_path), deadline_s=10, on_timeout="requeue", restart_deadline_s=10)
+    pol = live_policy(checkpoint=ck)
+    engine = Engine(journal, b, pol, FakeClock(), Metrics())
+    executor = Executor(journal, b, pol, sleep=time.sleep)
+    a = alert("gpu-node-001", action="checkpoint_restart")
+    journal.accept([a], 0)
+    aid = await asyncio.to_thread(engine.decide, a)
+    assert aid is not None
+    [row] = journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
+
+    def the_pod() -> None:  # reads its annotations (the downward API's view), saves, acks
+        api = OfficialKubeApi.from_config(str(emu.url).rstrip("/"))
+        for _ in range(200):
+            p = api.read_pod("ml", "train-0") or {}
+            if ANNOTATION in ((p.get("metadata") or {}).get("annotations") or {}):
+                checkpoint.acknowledge(str(tmp_path), "ml/train-0", step=123)
+                return
+            time.sleep(0.05)
+
+    pod_thread = threading.Thread(target=the_pod)
+    pod_thread.start()
+    state, outcome = await asyncio.to_thread(executor.run, row)
+    pod_thread.join(5)
+    assert state == "done", outcome
+    assert "ack received" in outcome and "running elsewhere" in outcome
+    w = [(m, path) for m, path, _ in writes(emu)]
+    assert w == [
+        ("PATCH", "/api/v1/nodes/gpu-node-001"),  # cordon + taint, no eviction yet
+        ("PATCH", "/api/v1/namespaces/ml/pods/train-0"),  # checkpoint request
+        ("POST", "/api/v1/namespaces/ml/pods/train-0/eviction"),
+    ]
+    journal.close()

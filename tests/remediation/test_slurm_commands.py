@@ -1,0 +1,78 @@
+"""The exact Slurm commands, with a hand-written fake runner (the real ones: test_slurm.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from remediation.backends.runner import Result
+from remediation.backends.slurm import SlurmBackend
+from remediation.clock import FakeClock
+from remediation.model import Job
+from tests.remediation.helpers import alert, service
+
+
+class FakeRunner:
+    """Answers sinfo/squeue from a tiny in-memory cluster and records every command."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[list[str]] = []
+        self.fail = fail
+        self.job_state = "RUNNING"
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> Result:
+        self.calls.append(list(argv))
+        if self.fail:
+            return Result(1, "", "slurm_load_node error: Unable to contact slurm controller")
+        if argv[0] == "sinfo":
+            nodes = [{"name": "gpu-node-001", "state": "mixed", "state_flags": [], "reason": ""}]
+            return Result(0, json.dumps({"nodes": nodes}), "")
+        if argv[0] == "squeue":
+            jobs = [
+                {
+                    "job_id": 7,
+                    "job_state": self.job_state,
+                    "nodes": "gpu-node-[001-002]",
+                    "restart_cnt": 0,
+                }
+            ]
+            return Result(0, json.dumps({"jobs": jobs}), "")
+        if list(argv[:2]) == ["scontrol", "requeuehold"]:
+            self.job_state = "PENDING"
+        return Result(0, "", "")
+
+
+def test_requeue_holds_waits_for_pending_excludes_the_node_then_releases() -> None:
+    r = FakeRunner()
+    SlurmBackend(r, sleep=lambda s: None).requeue(
+        Job("7", "RUNNING", ("gpu-node-001",)), "gpu-node-001"
+    )
+    writes = [c for c in r.calls if c[0] != "squeue"]
+    assert writes == [
+        ["scontrol", "requeuehold", "7"],
+        ["scontrol", "update", "JobId=7", "ExcNodeList=gpu-node-001"],
+        ["scontrol", "update", "JobId=7", "StartTime=now"],
+        ["scontrol", "release", "7"],
+    ]
+
+
+def test_checkpoint_request_is_usr1_to_every_step_of_the_job() -> None:
+    r = FakeRunner()
+    SlurmBackend(r).request_checkpoint(Job("7", "RUNNING", ()))
+    assert r.calls == [["scancel", "--signal=USR1", "--full", "7"]]
+
+
+def test_jobs_on_a_node_expand_the_hostlist() -> None:
+    [j] = SlurmBackend(FakeRunner()).jobs_on("gpu-node-002")
+    assert j.nodes == ("gpu-node-001", "gpu-node-002")
+
+
+def test_an_unreachable_slurmctld_is_a_recorded_denial_not_an_action(tmp_path: Path) -> None:
+    svc = service(tmp_path, clock=FakeClock(), runner=FakeRunner(fail=True), backend="slurm")
+    svc.journal.accept([alert("gpu-node-001")], 0)
+    assert svc.engine.decide(alert("gpu-node-001")) is None
+    [d] = svc.journal.rows("SELECT verdict, guard, reason FROM decisions")
+    assert (d["verdict"], d["guard"]) == ("deny", "scheduler")
+    assert "Unable to contact" in d["reason"]
+    svc.journal.close()
