@@ -10,6 +10,7 @@ nodes whose probation passed; ``release`` is the manual path. All calls are sync
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,6 +208,8 @@ class Engine:
                 {},
                 node_state={"state": "probation", "resolved_at": self.clock.now()},
             )
+            with contextlib.suppress(BackendError):  # the label is informative only
+                self.backend.mark(node, "probation")
         else:
             v = Verdict(
                 True,

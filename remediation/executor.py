@@ -23,6 +23,10 @@ from remediation.policy import Policy
 Sleep = Callable[[float], None]
 
 
+class Deferred(Exception):
+    """The action waits for a condition (an idle node); it stays in the journal as deferred."""
+
+
 def ack_path(ack_dir: str, job_id: str) -> Path:
     return Path(ack_dir) / f"{job_id.replace('/', '_')}.ack"
 
@@ -45,10 +49,17 @@ class Executor:
             self.backend.action_id = action["id"]
         try:
             state, outcome = "done", self._plan(action)
+        except Deferred as e:
+            state, outcome = "deferred", str(e)
         except BackendError as e:
             state, outcome = "failed", str(e)
         self.journal.finish_action(action["id"], state, outcome, self.clock())
         return state, outcome
+
+    def retry_deferred(self, held: frozenset[str]) -> list[tuple[str, str]]:
+        """Run deferred actions again, for nodes still held; returns (state, outcome) each."""
+        rows = self.journal.rows("SELECT * FROM actions WHERE state='deferred' ORDER BY id")
+        return [self.run(r) for r in rows if r["node"] in held]
 
     def _step(
         self, aid: int, name: str, do: Callable[[], str], observed: Callable[[], bool] | None
@@ -80,8 +91,8 @@ class Executor:
             return out
         jobs = self.backend.jobs_on(node)
         if act == "reboot":
-            if jobs:
-                return f"{out}; reboot deferred: node busy ({len(jobs)} jobs)"
+            if jobs:  # reboot when idle: the worker retries deferred actions each tick
+                raise Deferred(f"{out}; reboot deferred: node busy ({len(jobs)} jobs)")
             return self._step(
                 aid, "reboot", lambda: self.backend.reboot(node, str(a["reason"])), None
             )

@@ -54,6 +54,8 @@ class Worker:
             try:
                 await self.drain()
                 await asyncio.to_thread(self.engine.tick)
+                held = await asyncio.to_thread(self.engine.journal.held_nodes)
+                await asyncio.to_thread(self.executor.retry_deferred, held)
             except Exception:  # a bug must not kill the worker; it is logged and retried
                 log.exception("worker cycle failed")
                 await asyncio.sleep(1.0)

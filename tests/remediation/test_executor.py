@@ -70,3 +70,14 @@ def test_a_checkpoint_signal_is_never_sent_twice_and_no_ack_falls_back_to_requeu
     assert "no ack by deadline; requeued anyway" in outcome and state == "done"
     assert effects(j, "requeue") == 1
     assert j.step_state(row["id"], "requeue:42") == "done"
+
+
+def test_a_reboot_waits_for_an_idle_node_and_happens_once_it_is(tmp_path: Path) -> None:
+    j, b, ex, row = setup(tmp_path, "reboot")
+    state, outcome = ex.run(row)
+    assert state == "deferred" and "node busy (1 jobs)" in outcome
+    assert effects(j, "reboot") == 0
+    b.jobs_on = lambda node: ()  # type: ignore[method-assign]  # the job ended
+    assert ex.retry_deferred(frozenset({"gpu-node-001"})) == [("done", "would reboot")]
+    assert effects(j, "reboot") == 1 and effects(j, "take_out") == 1
+    assert ex.retry_deferred(frozenset({"gpu-node-001"})) == []

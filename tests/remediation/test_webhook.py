@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import base64
+import ssl
+import subprocess
 from pathlib import Path
 
+import aiohttp
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from remediation.app import build_app
 from remediation.clock import FakeClock
 from remediation.service import Service
+from tests.realcomp import free_port
 from tests.remediation.helpers import AUTH, alert, payload, service, topology_file
 
 Pair = tuple[Service, TestClient]
@@ -168,3 +173,49 @@ async def test_api_lists_nodes_decisions_and_metrics(svc_client: Pair) -> None:
     )
     assert 'gpuwarden_remediation_nodes_quarantined{state="quarantined"} 1.0' in text
     assert (await client.get("/healthz")).status == 200
+
+
+async def test_tls_is_served_when_a_certificate_is_given(tmp_path: Path) -> None:
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    svc = service(
+        tmp_path,
+        clock=FakeClock(),
+        topology=topology_file(tmp_path, 4),
+        tls_cert_file=cert,
+        tls_key_file=key,
+    )
+    runner = web.AppRunner(build_app(svc))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=svc.ssl_context()).start()
+    try:
+        trust = ssl.create_default_context(cafile=str(cert))
+        async with aiohttp.ClientSession() as s:
+            url = f"https://127.0.0.1:{port}/alertmanager"
+            async with s.post(url, data=payload(alert()), headers=AUTH, ssl=trust) as r:
+                assert r.status == 200
+    finally:
+        await runner.cleanup()
