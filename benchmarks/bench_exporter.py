@@ -135,9 +135,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 "--node",
                 "bench-node",
                 "--listen",
-                f"127.0.0.1:{port}",
-                "--interval",
-                "1",
+                f"127.0.0.1:{port}",  # default 5 s collection interval
             ],
             port,
         )
