@@ -248,9 +248,10 @@ class Engine:
 
     def tick(self) -> list[str]:
         """Release nodes whose probation passed (if the policy allows); returns them."""
-        if not self.policy.auto_release:
+        p, now, released = self.policy, self.clock.now(), []
+        self.journal.prune_flags(now - 2 * max(p.storm_window_s, p.storm_quiet_s))
+        if not p.auto_release:
             return []
-        now, released = self.clock.now(), []
         for r in self.journal.rows("SELECT * FROM nodes WHERE state='probation'"):
             if now - (r["resolved_at"] or now) < (r["probation_s"] or 0):
                 continue

@@ -203,6 +203,10 @@ class Journal:
             for r in self.rows("SELECT node, at FROM flags WHERE at>=? ORDER BY at", (since,))
         ]
 
+    def prune_flags(self, before: float) -> None:
+        with self.tx() as db:
+            db.execute("DELETE FROM flags WHERE at < ?", (before,))
+
     def get(self, key: str, default: str | None = None) -> str | None:
         v = self.scalar("SELECT value FROM kv WHERE key=?", (key,))
         return default if v is None else str(v)

@@ -145,6 +145,13 @@ class SlurmBackend:
         self._run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
         self._run("scontrol", "release", job.job_id)
 
+    def hold(self, job_id: str) -> None:
+        """Keep a job from starting (a running job keeps running, reason JobHeldAdmin)."""
+        self._run("scontrol", "hold", job_id)
+
+    def release_job(self, job_id: str) -> None:
+        self._run("scontrol", "release", job_id)
+
     def reboot(self, node: str, reason: str) -> str:
         self._run("scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", node)
         return "reboot requested"

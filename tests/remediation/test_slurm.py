@@ -106,3 +106,13 @@ async def test_the_service_refuses_to_release_a_node_an_operator_drained(
         last = svc.journal.rows("SELECT guard, verdict FROM decisions ORDER BY id DESC LIMIT 1")
     assert clean_slurm.node_state("gpu-node-004")["reason"] == "operator: RMA"
     assert last == [{"guard": "ownership", "verdict": "deny"}]
+
+
+def test_hold_and_release_of_a_pending_job(clean_slurm: SlurmCluster) -> None:
+    job = clean_slurm.sbatch("--begin=now+60", "--wrap", "sleep 1")
+    b = backend(clean_slurm)
+    b.hold(job)
+    reason = clean_slurm.run("squeue", "-h", "-j", job, "-o", "%r").strip()
+    assert reason == "JobHeldAdmin"
+    b.release_job(job)
+    assert clean_slurm.run("squeue", "-h", "-j", job, "-o", "%r").strip() != "JobHeldAdmin"

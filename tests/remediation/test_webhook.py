@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ssl
 import subprocess
@@ -15,7 +16,7 @@ from remediation.app import build_app
 from remediation.clock import FakeClock
 from remediation.service import Service
 from tests.realcomp import free_port
-from tests.remediation.helpers import AUTH, alert, payload, service, topology_file
+from tests.remediation.helpers import AUTH, LIVE_POLICY, alert, payload, service, topology_file
 
 Pair = tuple[Service, TestClient]
 
@@ -219,3 +220,27 @@ async def test_tls_is_served_when_a_certificate_is_given(tmp_path: Path) -> None
                 assert r.status == 200
     finally:
         await runner.cleanup()
+
+
+async def test_healthz_says_503_with_the_reason_when_the_worker_is_gone(svc_client: Pair) -> None:
+    svc, client = svc_client
+    assert svc.worker.main is not None
+    svc.worker.main.cancel()
+    await asyncio.sleep(0.05)
+    r = await client.get("/healthz")
+    assert r.status == 503 and (await r.json())["error"] == "worker not running"
+
+
+async def test_a_failing_validation_command_blocks_the_automatic_release(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    text = LIVE_POLICY + "validate_command: [/bin/false, '{node}']\n"
+    svc = service(tmp_path, text, clock=clock, topology=topology_file(tmp_path, 4))
+    async with TestClient(TestServer(build_app(svc))) as client:
+        await post(client, payload(alert("gpu-node-001")))
+        await post(client, payload(alert("gpu-node-001", status="resolved")))
+        await svc.worker.idle()
+        clock.advance(61)
+        assert svc.engine.tick() == []
+        assert decisions(svc)[-1]["guard"] == "validation"
+        assert svc.journal.node("gpu-node-001")["state"] == "probation"
