@@ -95,7 +95,7 @@ def fatal_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
                     "summary": f"Fatal {cls} XID {{{{ $labels.xid }}}} on {{{{ $labels.node }}}}"
                     " GPU {{ $labels.gpu }}",
                     "description": f"XID {{{{ $labels.xid }}}} ({meaning_template(cat, xids)})"
-                    " was logged {{ printf \"%.0f\" $value }} time(s) in the last "
+                    ' was logged {{ printf "%.0f" $value }} time(s) in the last '
                     f"{FATAL_WINDOW} on {{{{ $labels.node }}}} GPU {{{{ $labels.gpu }}}}"
                     f" ({{{{ $labels.uuid }}}}). Recommended action: {action}.",
                     "runbook_url": runbook(alert),
@@ -120,7 +120,7 @@ def warning_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
             "annotations": {
                 "summary": "XID {{ $labels.xid }} on {{ $labels.node }} GPU {{ $labels.gpu }}",
                 "description": f"XID {{{{ $labels.xid }}}} ({meaning_template(cat, xids)})"
-                f" was logged {{{{ printf \"%.0f\" $value }}}} time(s) in the last {FATAL_WINDOW}"
+                f' was logged {{{{ printf "%.0f" $value }}}} time(s) in the last {FATAL_WINDOW}'
                 " on {{ $labels.node }} GPU {{ $labels.gpu }}. Recommended action: "
                 f"{action}.",
                 "runbook_url": runbook(alert),
@@ -151,7 +151,7 @@ def repeat_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
                 "summary": "XID {{ $labels.xid }} repeats on {{ $labels.node }} GPU "
                 "{{ $labels.gpu }}",
                 "description": f"XID {{{{ $labels.xid }}}} ({meaning_template(cat, xids)})"
-                f" was logged {{{{ printf \"%.0f\" $value }}}} times in {window} on the same GPU"
+                f' was logged {{{{ printf "%.0f" $value }}}} times in {window} on the same GPU'
                 f" ({{{{ $labels.node }}}} GPU {{{{ $labels.gpu }}}}); {count} or more"
                 " points at the hardware, not the application.",
                 "runbook_url": runbook(alert),

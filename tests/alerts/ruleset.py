@@ -5,6 +5,7 @@ Shared by tests/alerts and tests/dashboards (the dashboards query the same recor
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,17 +77,23 @@ class Rule:
 
 
 def load_rules(files: list[Path] = RULE_FILES) -> list[Rule]:
+    return list(_load_rules(tuple(files)))
+
+
+@functools.cache
+def _load_rules(files: tuple[Path, ...]) -> tuple[Rule, ...]:
     out = []
     for f in files:
         for group in yaml.safe_load(f.read_text())["groups"]:
             out += [Rule(f, group["name"], r) for r in group["rules"]]
-    return out
+    return tuple(out)
 
 
 def alerting_rules() -> list[Rule]:
     return [r for r in load_rules() if r.alert]
 
 
+@functools.cache
 def recorded_names() -> frozenset[str]:
     return frozenset(r.record for r in load_rules() if r.record)
 
@@ -111,6 +118,7 @@ def anchor(heading: str) -> str:
     return text.replace(" ", "-")
 
 
+@functools.cache
 def runbook_sections() -> dict[str, str]:
     """Anchor -> body text of each `## ` section of alerts/runbooks.md."""
     sections: dict[str, str] = {}
@@ -124,6 +132,7 @@ def runbook_sections() -> dict[str, str]:
     return sections
 
 
+@functools.cache
 def alert_tests() -> list[dict[str, Any]]:
     """Every alert_rule_test case of every promtool test file."""
     cases: list[dict[str, Any]] = []

@@ -12,6 +12,7 @@ from tests.alerts.ruleset import (
     ACTIONS,
     EXTERNAL_METRICS,
     FAULT_CLASSES,
+    ROOT,
     SEVERITIES,
     Rule,
     alert_tests,
@@ -119,7 +120,7 @@ def test_an_alert_that_recommends_an_action_uses_the_vocabulary(rule: Rule) -> N
 
 def test_the_action_check_rejects_an_unknown_action() -> None:
     assert "format_disk" not in ACTIONS
-    assert ACTION_SELECTOR not in 'gpuwarden_finding{action=~".+"}'
+    assert ACTION_SELECTOR not in catalog.FINDING.name + '{action=~".+"}'
 
 
 def test_every_alert_action_is_one_remediation_knows() -> None:
@@ -156,3 +157,9 @@ def test_alerts_on_gauges_wait_out_a_scrape_glitch(rule: Rule) -> None:
     )
     if not windowed:
         assert rule.body.get("for"), f"{_id(rule)} compares a raw gauge without `for`"
+
+
+def test_every_alert_is_documented_in_docs_alerts_md() -> None:
+    doc = (ROOT / "docs" / "alerts.md").read_text()
+    missing = [name for name in ALERT_NAMES if f"`{name}`" not in doc]
+    assert not missing, f"docs/alerts.md does not list {missing}"
