@@ -1,0 +1,249 @@
+"""`gpuwarden demo`: the whole stack on a simulated fleet, with a short story of faults.
+
+Starts the simulator, remediation, (real Prometheus and Alertmanager with the project's
+rules and routes, when installed), and the analyzer; injects a story (an XID 79, an NVLink
+error ramp, a straggler, and an application XID that must be ignored), and prints a live
+timeline of injections, alerts, findings, decisions and node states. Ctrl-C (or
+``--duration``) stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuwarden.processes import StartError
+from gpuwarden.stack import Stack, StackOptions, servers_installed
+from gpuwarden.timeline import Seen, diff, http_fetch, snapshot
+
+
+@dataclass(frozen=True)
+class Step:
+    at: float
+    node: str
+    kind: str
+    target: str
+    parameters: dict[str, Any]
+    note: str
+
+
+DEFAULT_STORY = [
+    Step(
+        10,
+        "gpu-node-003",
+        "xid",
+        "gpu2",
+        {"xid": 79},
+        "GPU 2 falls off the bus: XID 79 in the kernel log, NVML says GPU lost",
+    ),
+    Step(
+        25,
+        "gpu-node-007",
+        "nvlink_errors",
+        "gpu5/3",
+        {"initial_rate": 5, "doubling_s": 20, "max_rate": 500},
+        "NVLink 3 of GPU 5 starts failing: CRC errors double every 20 s",
+    ),
+    Step(
+        40,
+        "gpu-node-012",
+        "straggler",
+        "gpu4",
+        {"slowdown": 0.15},
+        "GPU 4 runs 15% slow; its job peers wait for it at every step",
+    ),
+    Step(
+        55,
+        "gpu-node-020",
+        "app_xid",
+        "gpu1",
+        {"xid": 13},
+        "the job on GPU 1 hits an out-of-range access: XID 13, the job's fault (ignore)",
+    ),
+]
+
+
+def load_story(path: str | None) -> list[Step]:
+    if not path:
+        return DEFAULT_STORY
+    data = yaml.safe_load(Path(path).read_text()) or []
+    return [
+        Step(
+            float(s["at"]),
+            s["node"],
+            s["kind"],
+            s.get("target", ""),
+            dict(s.get("parameters") or {}),
+            s.get("note", ""),
+        )
+        for s in data
+    ]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpuwarden demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--nodes", type=int, default=32, help="simulated nodes (default 32)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=0,
+        help="stop after this many seconds (default: run until Ctrl-C)",
+    )
+    p.add_argument("--scenario", help="simulator scenario YAML (background fault mix)")
+    p.add_argument(
+        "--story",
+        help="YAML list of {at, node, kind, target, parameters, note} "
+        "to inject instead of the built-in story",
+    )
+    p.add_argument(
+        "--base-port",
+        type=int,
+        default=9840,
+        help="ports used: simulator +0, analyzer +1, remediation +2, "
+        "Prometheus +3, Alertmanager +4 (default 9840)",
+    )
+    p.add_argument("--workdir", default=".demo", help="configs, logs and state (default .demo)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=5.0,
+        help="Prometheus scrape and rule interval in seconds (default 5)",
+    )
+    p.add_argument(
+        "--no-servers",
+        action="store_true",
+        help="do not start Prometheus/Alertmanager even when installed",
+    )
+    return p
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _banner(stack: Stack, backend: str) -> None:
+    u = stack.urls
+    _say("gpuwarden demo is running. Open:")
+    _say(f"  simulator     {u.simulator}/nodes   (truth: {u.simulator}/truth)")
+    _say(f"  analyzer      {u.analyzer}/findings")
+    _say(
+        f"  remediation   {u.remediation}/api/v1/decisions  (backend: {backend}; "
+        f"token in {stack.opts.workdir / 'webhook.token'})"
+    )
+    if u.prometheus:
+        _say(f"  Prometheus    {u.prometheus}/alerts")
+        _say(f"  Alertmanager  {u.alertmanager}/#/alerts")
+    else:
+        _say(
+            "  (Prometheus/Alertmanager not installed: the analyzer scrapes the simulator "
+            "itself and no alerts reach remediation; `make demo` as root installs them)"
+        )
+    _say("Ctrl-C stops everything.\n")
+
+
+def run(ns: argparse.Namespace) -> int:
+    workdir = Path(ns.workdir).resolve()
+    shutil.rmtree(workdir, ignore_errors=True)
+    stack = Stack(
+        StackOptions(
+            workdir=workdir,
+            nodes=ns.nodes,
+            seed=ns.seed,
+            base_port=ns.base_port,
+            scrape_interval_s=ns.scrape_interval,
+            analyzer_interval_s=ns.scrape_interval,
+            real_servers=not ns.no_servers,
+            scenario=Path(ns.scenario).resolve() if ns.scenario else None,
+        )
+    )
+    story = sorted(load_story(ns.story), key=lambda s: s.at)
+    _say(f"starting the stack on {ns.nodes} simulated nodes (logs in {workdir / 'logs'}) ...")
+    t0 = time.monotonic()
+    try:
+        stack.start()
+    except StartError as e:
+        _say(f"gpuwarden demo: a service did not start: {e}")
+        return 1
+    _say(
+        f"stack up in {time.monotonic() - t0:.0f}s "
+        f"({'real Prometheus + Alertmanager' if stack.urls.prometheus else 'embedded'})"
+    )
+    _banner(stack, stack.opts.backend)
+    try:
+        _loop(stack, story, ns.duration)
+    except KeyboardInterrupt:
+        _say("\ninterrupted")
+    finally:
+        _say("stopping everything the demo started ...")
+        stack.stop()
+    return 0
+
+
+def _loop(stack: Stack, story: list[Step], duration: float) -> None:
+    fetch = http_fetch(stack.token)
+    seen = Seen()
+    start = time.monotonic()
+    pending = list(story)
+    while not duration or time.monotonic() - start < duration:
+        t = time.monotonic() - start
+        while pending and pending[0].at <= t:
+            step = pending.pop(0)
+            _say(f"[{t:7.1f}s] STORY    {step.node:<14} {step.note}")
+            try:
+                stack.inject(step.node, step.kind, step.target, **step.parameters)
+            except OSError as e:  # HTTPError included: say so, keep the demo going
+                _say(f"[{t:7.1f}s] STORY    {step.node:<14} injection failed: {e}")
+        snap = snapshot(
+            fetch,
+            stack.urls.simulator,
+            stack.urls.analyzer,
+            stack.urls.remediation,
+            stack.urls.prometheus,
+        )
+        for event in diff(seen, snap, t):
+            _say(event.line())
+        dead = stack.sup.failed()
+        if dead:
+            _say(f"{dead[0].name} exited unexpectedly:\n{dead[0].tail()}")
+            return
+        if not pending and not duration and int(t) % 60 == 0:
+            _say(f"[{t:7.1f}s] ...       story told; watching (Ctrl-C to stop)")
+        time.sleep(1.0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if ns.nodes < 21 and not ns.story:
+        print(
+            "gpuwarden demo: --nodes must be >= 21 for the built-in story (it uses "
+            "gpu-node-020); pass --story for a smaller fleet",
+            file=sys.stderr,
+        )
+        return 2
+    if not servers_installed() and not ns.no_servers and os.geteuid() == 0:
+        print(
+            "note: Debian prometheus/prometheus-alertmanager missing; `make demo` installs "
+            "them as root",
+            file=sys.stderr,
+        )
+    signal.signal(signal.SIGTERM, _interrupt)  # stop cleanly when killed, as on Ctrl-C
+    return run(ns)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
