@@ -87,7 +87,13 @@ class Executor:
             lambda: self.backend.is_taken_out(node),
         )
         if act in ("cordon", "drain", "inspect"):
-            self.backend.mark(node, "inspection" if act == "inspect" else "quarantined")
+            state = "inspection" if act == "inspect" else "quarantined"
+
+            def mark() -> str:
+                self.backend.mark(node, state)
+                return f"marked {state}"
+
+            self._step(aid, "mark", mark, None)  # journaled like every write: never twice
             return out
         jobs = self.backend.jobs_on(node)
         if act == "reboot":

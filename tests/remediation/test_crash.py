@@ -62,7 +62,7 @@ def post(port: int, body: bytes) -> int:
         headers={"Authorization": f"Bearer {TOKEN}"},
         method="POST",
     )
-    with urllib.request.urlopen(req, timeout=2) as r:
+    with urllib.request.urlopen(req, timeout=10) as r:
         return int(r.status)
 
 
