@@ -112,7 +112,7 @@ def dashboard_configmaps(root: Path = ROOT) -> list[dict[str, Any]]:
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": {
-                    "name": f"gpuwarden-dashboard-{k8s_name(path.stem)}",
+                    "name": f"gpuwarden-dashboard-{k8s_name(path.stem.removeprefix('gpuwarden-'))}",
                     "labels": {**DASHBOARD_LABEL, "app.kubernetes.io/component": "dashboards"},
                     # Folder for sidecars run with folderAnnotation=grafana_folder.
                     "annotations": {"grafana_folder": "gpuwarden"},

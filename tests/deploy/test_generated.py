@@ -116,7 +116,7 @@ def make_root(tmp_path: Path) -> Path:
     unit = {"rule_files": ["../gpu.rules.yml"], "tests": []}
     (root / "alerts" / "gpu_test.yml").write_text(yaml.safe_dump(unit))
     (root / "alerts" / "tests" / "more.yml").write_text(yaml.safe_dump(rule))
-    (root / "dashboards" / "json" / "GPU_Fleet.json").write_text('{"title": "GPU fleet"}')
+    (root / "dashboards" / "json" / "gpuwarden-GPU_Fleet.json").write_text('{"title": "GPU"}')
     shutil.copy(ROOT / "remediation/default_policy.yaml", root / "remediation")
     return root
 
