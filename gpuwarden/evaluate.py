@@ -63,7 +63,11 @@ def _pick_node(fleet: Fleet, p: Planned, busy_until: np.ndarray, t: float,
 
 def _inject(fleet: Fleet, p: Planned, busy_until: np.ndarray, rng: np.random.Generator) -> None:
     if p.kind == "leaf_outage":
-        leaf = str(rng.choice(sorted(set(fleet.leaf_of))))
+        free = sorted({lf for lf in fleet.leaf_of} - {lf for i, lf in enumerate(fleet.leaf_of)
+                                                       if busy_until[i] > p.onset})  # fmt: skip
+        if not free:
+            return
+        leaf = str(rng.choice(free))
         fleet.inject(p.kind, leaf, leaf, p.parameters, onset=p.onset, duration=p.duration)
         for i, lf in enumerate(fleet.leaf_of):
             if lf == leaf:

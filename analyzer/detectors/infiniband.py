@@ -29,6 +29,7 @@ RATE_LIMITS = {
 }
 # any increase is fatal for running jobs
 ANY_INCREASE = (
+    "link_downed",
     "local_link_integrity_errors",
     "excessive_buffer_overrun_errors",
     "rnr_nak_retry_err",

@@ -22,7 +22,7 @@ class NvlinkDetector:
     name = "nvlink"
 
     def __init__(
-        self, k: int = 2, n: int = 4, min_errors: float = 3.0, drain_rate: float = 2.0
+        self, k: int = 2, n: int = 6, min_errors: float = 3.0, drain_rate: float = 2.0
     ) -> None:
         self.k, self.n, self.min_errors, self.drain_rate = k, n, min_errors, drain_rate
 

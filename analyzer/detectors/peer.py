@@ -63,9 +63,12 @@ class PeerDetector:
             arrays[key] = a[-self.n :].reshape(self.n, -1)  # (n, nodes*gpus)
         util = w.get(catalog.GPU_UTILIZATION)
         assert util is not None
-        busy = np.nan_to_num(util[-need:], nan=-1.0).reshape(min(need, len(w.t)), -1)
-        state_busy = (busy > BUSY).all(axis=0)
-        state_idle = ((busy <= BUSY) & (busy >= 0)).all(axis=0)
+        u = util[-need:].reshape(min(need, len(w.t)), -1)
+        known = ~np.isnan(u)
+        enough = known.mean(axis=0) >= 0.5  # a scrape gap is neither busy nor idle
+        with np.errstate(invalid="ignore"):
+            state_busy = ~(known & (u <= BUSY)).any(axis=0) & enough
+            state_idle = ~(known & (u > BUSY)).any(axis=0) & enough
         groups = peer_groups(w)
         if not groups:
             return []

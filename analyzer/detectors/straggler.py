@@ -62,7 +62,7 @@ class StragglerDetector:
 
     def _job(self, w: Window, job: str, idx: np.ndarray, u: np.ndarray, c: np.ndarray | None,
              streaks: dict[tuple[str, str], tuple[int, float]]) -> Finding | None:  # fmt: skip
-        busy = (np.nan_to_num(u, nan=0.0) > BUSY).all(axis=(0, 2))  # whole node busy throughout
+        busy = _busy_throughout(u)
         if busy.sum() < self.min_nodes:
             return None
         with np.errstate(all="ignore"):
@@ -118,6 +118,15 @@ def _imbalance(w: Window, job: str, idx: np.ndarray, nodes: np.ndarray, shape: s
     return Finding(w.nodes[idx[int(nodes[0])]], f"job={job}", "workload_imbalance", "info",
                    "notify", detector, 0.7, w.now, {"nodes": float(len(nodes))},
                    f"job {job}: {shape} imbalance across {len(nodes)} nodes (workload)")  # fmt: skip
+
+
+def _busy_throughout(u: np.ndarray) -> np.ndarray:
+    """Nodes with no known idle sample and at least half of their samples known (a scrape
+    gap is not idleness)."""
+    known = ~np.isnan(u)
+    with np.errstate(invalid="ignore"):
+        idle = known & (u <= BUSY)
+    return np.asarray(~idle.any(axis=(0, 2)) & (known.mean(axis=(0, 2)) >= 0.5))
 
 
 def _contiguous(nodes: np.ndarray) -> bool:

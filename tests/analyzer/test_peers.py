@@ -99,3 +99,14 @@ def test_idle_fleet_and_nan_utilisation_give_no_straggler():
     d = healthy(nodes=8)
     d["metrics"][c.GPU_UTILIZATION.name][:] = np.nan
     assert StragglerDetector().detect(window(d)) == []
+
+
+def test_scrape_gaps_do_not_hide_a_straggler_or_a_faulty_gpu():
+    d = healthy(nodes=16, seed=6)
+    _slow(d, 9, slice(None), 0.08)
+    d["metrics"][c.GPU_TEMPERATURE.name][-10:, 2, 1] += 25
+    rng = np.random.default_rng(6)
+    for a in d["metrics"].values():
+        a[rng.random(a.shape) < 0.3] = np.nan
+    assert ("node-09", "node", "straggler") in keys(StragglerDetector().detect(window(d)))
+    assert ("node-02", "gpu=1", "faulty_machine") in keys(PeerDetector().detect(window(d)))

@@ -145,3 +145,10 @@ def test_empty_and_nan_windows_give_no_finding():
     for det in (MemoryDetector(), NvlinkDetector(), InfinibandDetector(), PcieDetector(),
                 ThrottlingDetector(), MissingDetector()):  # fmt: skip
         assert det.detect(w) == [], det.name
+
+
+def test_any_link_downed_increase_is_an_ib_error_even_between_state_samples():
+    d = healthy()
+    d["ib"]["link_downed"][-2:, 4, 3] = 1
+    out = InfinibandDetector().detect(window(d))
+    assert keys(out) == {("node-04", "port=mlx5_3/1", "ib_errors")}
