@@ -138,22 +138,26 @@ def serving(nodes: int, interval: float, measure_s: float) -> list[Row]:
             series = _scalar(prom, "sum(scrape_samples_scraped{job='fleet'})")
         per_node = _node_render_ms()
         need = nodes * per_node / 1e3 / interval
+        load = os.getloadavg()[0]
         return [
-            _row(f"scrape latency p50, {nodes} nodes every {interval:g}s", p50 * 1e3, "ms"),
+            _row(f"scrape latency p50, {nodes} nodes every {interval:g}s", p50 * 1e3, "ms",
+                 f"scrape timeout {interval:g}s"),
             _row(f"scrape latency p99, {nodes} nodes", p99 * 1e3, "ms", "max per target, p99"),
             _row("targets up", up, "ratio", f"{series:,.0f} samples per round"),
-            _row("simulator CPU share", cpu, "cores", "1.0 = one core busy"),
+            _row("simulator CPU share", cpu, "cores", f"machine load average {load:.1f}"),
             _row("simulator RSS", _rss_mib(proc.pid), "MiB"),
-            _row(
-                "baseline: one node's collectors + render",
-                per_node,
-                "ms",
-                f"x {nodes} nodes / {interval:g}s = {need:.2f} cores needed",
-            ),
-        ]
+            _row("baseline: one node's collectors + render", per_node, "ms",
+                 f"x {nodes} nodes / {interval:g}s = {need:.2f} cores needed"),
+            _row(f"nodes one core can serve every {interval:g}s", interval * 1e3 / per_node,
+                 "nodes", "at the baseline cost per node"),
+        ]  # fmt: skip
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:  # busy rendering a backlog of scrapes: stop it hard
+            proc.kill()
+            proc.wait(10)
 
 
 def run(quick: bool) -> list[Row]:
