@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
-APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge
+APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl
 
 .PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules clean
 
@@ -20,7 +20,7 @@ venv: $(BIN)/.installed
 
 # Debian packages for the real-component tests; installed only when root and missing.
 system-deps:
-	@missing=""; for b in prometheus promtool prometheus-alertmanager amtool slurmctld slurmd munged; do \
+	@missing=""; for b in prometheus promtool prometheus-alertmanager amtool slurmctld slurmd munged systemd-analyze openssl; do \
 	  command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
