@@ -86,17 +86,23 @@ class PeerDetector:
             gidx[i, : len(m)] = m
         pad = gidx < 0
         zs = {}
+        knowns = {}
         for key, _, absf, relf in FEATURES:
             x = arrays[key][:, np.where(pad, 0, gidx)]  # (n, groups, width)
             x[:, pad] = np.nan
+            knowns[key] = ~np.isnan(x)
             with np.errstate(all="ignore"):
                 med = nanmedian(np.moveaxis(x, 1, 0).reshape(len(members), -1), axis=1)
             floor = np.maximum(np.maximum(absf, relf * np.abs(np.nan_to_num(med[:, 0]))), 1e-9)
             zs[key] = np.nan_to_num(robust_z(x, axis=2, floor=floor[None, :, None]), nan=0.0)
-        return self._judge(w, zs, gidx, pad)
+        k = knowns
+        known = np.stack(
+            [k["clock"], k["temp"] & k["power"], k["power"] & k["util"]], axis=-1
+        )  # which samples could show each signature
+        return self._judge(w, zs, gidx, pad, known)
 
     def _judge(self, w: Window, zs: dict[str, np.ndarray], gidx: np.ndarray,
-               pad: np.ndarray) -> list[Finding]:  # fmt: skip
+               pad: np.ndarray, known: np.ndarray) -> list[Finding]:  # fmt: skip
         thr, half = self.z, self.z / 2
         sig = np.stack(
             [
@@ -107,7 +113,13 @@ class PeerDetector:
             axis=-1,
         )  # (n, groups, width, signatures)
         sig[:, pad] = False
-        gate = sig.sum(axis=0) >= self.k if self.continuity else sig[-1]
+        if self.continuity:
+            # k of n, counted over the samples that arrived (a gap neither confirms nor denies)
+            n_known = known.sum(axis=0)
+            need = np.maximum(np.ceil(self.k * n_known / self.n), 2)
+            gate = (sig.sum(axis=0) >= need) & (n_known >= self.n // 2)
+        else:
+            gate = sig[-1]
         mag = np.stack([-zs["clock"], zs["temp"], -zs["power"]], axis=-1)
         score = np.where(gate, np.median(np.abs(mag), axis=0), 0.0).max(axis=-1)
         out: list[Finding] = []
