@@ -327,7 +327,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--missing", type=float, default=0.3, help="also run with this share missing")
     p.add_argument("--no-fault-free", action="store_true", help="skip the fault-free seeds")
     p.add_argument("--straggler-trials", type=int, default=10)
-    p.add_argument("--out", default="evaluation-results")
+    p.add_argument("--out", default="out/evaluation")
     return p
 
 
