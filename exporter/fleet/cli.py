@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from exporter.fleet import scenario as scenarios
-from exporter.fleet.server import make_app
+from exporter.fleet.server import FORWARDED, Forward, make_app
 from exporter.fleet.simulator import Simulator
 from exporter.settings import parse_listen
 from gpuwarden.settings import SettingsError, load
@@ -42,6 +47,9 @@ class SimulateSettings:
     nodes_per_leaf: int | None = None
     sku: str | None = None
     duration: float = 0.0  # 0: until SIGINT/SIGTERM
+    workers: int = 1  # processes; node i is served by worker i % workers on port + i % workers
+    shard: int | None = None  # internal: this process is worker <shard> of a --workers run
+    epoch: float | None = None  # internal: the wall time all workers count virtual time from
 
     def __post_init__(self) -> None:
         parse_listen(self.listen)
@@ -55,6 +63,10 @@ class SimulateSettings:
             raise ValueError(f"--tick: {self.tick} s is outside 0.01..3600")
         if self.duration < 0:
             raise ValueError(f"--duration: {self.duration} must be >= 0")
+        if not 1 <= self.workers <= 64:
+            raise ValueError(f"--workers: {self.workers} is outside 1..64")
+        if self.workers > 1 and parse_listen(self.listen)[1] == 0:
+            raise ValueError("--workers > 1 needs a fixed --listen port (workers use port + i)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,16 +83,22 @@ def build_parser() -> argparse.ArgumentParser:
     a("--nodes-per-leaf", help="nodes under one leaf switch (default 32)")
     a("--sku", choices=["h100", "h200"], help="GPU model (default h100)")
     a("--duration", help="stop after this many wall seconds (default: run until Ctrl-C)")
+    a("--workers", help="processes serving the nodes, on ports PORT..PORT+N-1 (default 1)")
+    a("--shard", help=argparse.SUPPRESS)
+    a("--epoch", help=argparse.SUPPRESS)
     a("--config", help="YAML file with any of the settings above")
     a("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
 
-def file_sd(sim: Simulator, address: str) -> list[dict[str, object]]:
-    """One target group per node: same address, the node's path, and a ``node`` label."""
+def file_sd(sim: Simulator, addresses: list[str]) -> list[dict[str, object]]:
+    """One target group per node: its worker's address, its path, and a ``node`` label."""
     return [
-        {"targets": [address], "labels": {"__metrics_path__": n["metrics_path"], "node": n["node"]}}
-        for n in sim.nodes()
+        {
+            "targets": [addresses[i % len(addresses)]],
+            "labels": {"__metrics_path__": n["metrics_path"], "node": n["node"]},
+        }
+        for i, n in enumerate(sim.nodes())
     ]
 
 
@@ -94,18 +112,68 @@ def make_simulator(s: SimulateSettings) -> Simulator:
     sc = scenarios.load(s.scenario) if s.scenario else scenarios.Scenario()
     fleet = scenarios.build(sc, nodes=s.nodes, seed=s.seed, nodes_per_leaf=s.nodes_per_leaf,
                             sku=s.sku)  # fmt: skip
-    return Simulator(fleet, dcgm=s.compat == "dcgm", time_scale=s.time_scale, tick_s=s.tick)
+    return Simulator(fleet, dcgm=s.compat == "dcgm", time_scale=s.time_scale, tick_s=s.tick,
+                     epoch=s.epoch, shard=(s.shard or 0, s.workers))  # fmt: skip
+
+
+def worker_argv(s: SimulateSettings, i: int) -> list[str]:
+    """The command line of worker ``i``: the same fleet, its own port, no file_sd."""
+    host, port = parse_listen(s.listen)
+    argv = [sys.executable, "-m", "gpuwarden", "simulate", "--listen", f"{host}:{port + i}",
+            "--shard", str(i), "--epoch", repr(s.epoch), "--log-level", "warning"]  # fmt: skip
+    for name in ("nodes", "seed", "scenario", "compat", "time_scale", "tick", "nodes_per_leaf",
+                 "sku", "duration", "workers"):  # fmt: skip
+        value = getattr(s, name)
+        if value is not None:
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
+
+
+def forwarder(s: SimulateSettings) -> Forward | None:
+    """POST an applied injection (with its onset) to every other worker."""
+    if s.workers == 1:
+        return None
+    host, port = parse_listen(s.listen)
+    urls = [f"http://{host}:{port + i}/inject" for i in range(1, s.workers)]
+
+    async def forward(payload: dict[str, Any]) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            for url in urls:
+                try:
+                    async with http.post(url, json=payload, headers={FORWARDED: "1"}) as r:
+                        if r.status != 201:
+                            log.error("worker %s refused an injection: %s", url, await r.text())
+                except aiohttp.ClientError as e:
+                    log.error("worker %s unreachable for an injection: %s", url, e)
+
+    return forward
+
+
+async def _wait_healthy(urls: list[str], timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        for url in urls:
+            while True:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with http.get(url) as r:
+                        if r.status == 200:
+                            break
+                if asyncio.get_running_loop().time() > deadline:
+                    raise TimeoutError(f"worker {url} did not start")
+                await asyncio.sleep(0.1)
 
 
 async def serve(sim: Simulator, s: SimulateSettings, stop: asyncio.Event) -> None:
     host, port = parse_listen(s.listen)
-    runner = web.AppRunner(make_app(sim), access_log=None, handle_signals=False)
+    runner = web.AppRunner(make_app(sim, forwarder(s)), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = runner.addresses[0][1] if port == 0 else port
-    if s.file_sd:
-        write_file_sd(s.file_sd, file_sd(sim, f"{host}:{bound}"))
+    if s.file_sd and not s.shard:
+        await _wait_healthy([f"http://{host}:{port + i}/healthz" for i in range(1, s.workers)])
+        addresses = [f"{host}:{bound + i}" for i in range(s.workers)]
+        write_file_sd(s.file_sd, file_sd(sim, addresses))
     log.info("simulating %d nodes on http://%s:%d", len(sim.fleet.nodes), host, bound)
     try:
         if s.duration:
@@ -124,11 +192,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags = {k: v for k, v in vars(ns).items() if k not in ("config", "log_level")}
     try:
         settings = load(SimulateSettings, flags, config_file=ns.config)
+        if settings.workers > 1 and settings.shard is None:
+            settings = replace(settings, shard=0, epoch=time.time())
         sim = make_simulator(settings)
     except (SettingsError, scenarios.ScenarioError, ValueError) as e:
         sys.stderr.write(f"gpuwarden simulate: {e}\n")
         return 2
-    asyncio.run(_run(sim, settings))
+    workers = [] if settings.shard else [
+        subprocess.Popen(worker_argv(settings, i)) for i in range(1, settings.workers)
+    ]  # fmt: skip
+    try:
+        asyncio.run(_run(sim, settings))
+    finally:
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            try:
+                w.wait(10)
+            except subprocess.TimeoutExpired:
+                w.kill()
     return 0
 
 

@@ -8,7 +8,11 @@ changed, on any bad input), ``GET /healthz``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -17,7 +21,11 @@ from exporter.exposition import CONTENT_TYPE
 from exporter.fleet.faults import FaultError
 from exporter.fleet.simulator import NodeDown, Simulator
 
+log = logging.getLogger("gpuwarden.simulate")
+Forward = Callable[[dict[str, Any]], Awaitable[None]]
 SIM: web.AppKey[Simulator] = web.AppKey("simulator", Simulator)
+FORWARD: web.AppKey[Forward | None] = web.AppKey("forward", object)  # type: ignore[arg-type]
+FORWARDED = "X-Gpuwarden-Forwarded"  # an injection another worker already checked and applied
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -29,7 +37,9 @@ async def node_metrics(request: web.Request) -> web.Response:
     try:
         body = request.app[SIM].metrics(node)
     except KeyError:
-        raise web.HTTPNotFound(text=f"unknown node {node!r}\n") from None
+        raise web.HTTPNotFound(
+            text=f"unknown node {node!r} (or served by another worker)\n"
+        ) from None
     except NodeDown:
         raise web.HTTPServiceUnavailable(text=f"node {node} is rebooting\n") from None
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
@@ -40,11 +50,15 @@ async def inject(request: web.Request) -> web.Response:
         payload = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         return _json({"error": "body is not valid JSON"}, 400)
+    sim, forwarded = request.app[SIM], FORWARDED in request.headers
     try:
-        fault = request.app[SIM].inject(payload)
+        fault = sim.inject(payload, lead_ticks=2 if sim.shard[1] > 1 else 1, late_ok=forwarded)
     except FaultError as e:
         return _json({"error": str(e)}, 400)
-    return _json(fault.to_json(request.app[SIM].fleet.topo), 201)
+    forward = request.app[FORWARD]
+    if forward is not None and not forwarded:  # the other workers step the same fleet
+        await forward({**payload, "onset": fault.onset})
+    return _json(fault.to_json(sim.fleet.topo), 201)
 
 
 async def truth(request: web.Request) -> web.Response:
@@ -61,9 +75,27 @@ async def healthz(request: web.Request) -> web.Response:
     return web.Response(text=f"ok: {len(sim.fleet.nodes)} nodes, t={sim.fleet.t:.1f}s\n")
 
 
-def make_app(sim: Simulator) -> web.Application:
+async def _keep_stepping(app: web.Application) -> AsyncIterator[None]:
+    """Step the model every tick even when nobody scrapes, so workers stay in lockstep."""
+    sim = app[SIM]
+
+    async def loop() -> None:
+        while True:
+            sim.sync()
+            await asyncio.sleep(sim.tick_s)
+
+    task = asyncio.create_task(loop())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def make_app(sim: Simulator, forward: Forward | None = None) -> web.Application:
     app = web.Application()
     app[SIM] = sim
+    app[FORWARD] = forward
+    app.cleanup_ctx.append(_keep_stepping)
     app.router.add_get("/nodes/{node}/metrics", node_metrics)
     app.router.add_get("/nodes", nodes)
     app.router.add_get("/truth", truth)

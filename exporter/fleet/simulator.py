@@ -9,6 +9,7 @@ A node's body is rendered at most once per model step. The clock is injected.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from exporter.fleet.faults import Fault, FaultError
 from exporter.fleet.fleet import Fleet
 from exporter.fleet.node_view import NodeView
 
-INJECT_KEYS = {"node", "kind", "target", "parameters", "duration"}
+INJECT_KEYS = {"node", "kind", "target", "parameters", "duration", "onset"}
 
 
 class NodeDown(Exception):
@@ -37,8 +38,10 @@ class _Served:
 
 
 class Simulator:
-    """``fleet`` driven by ``clock`` (seconds) at ``time_scale`` virtual seconds per second;
-    the model steps when ``tick_s`` wall seconds have passed since its last step."""
+    """``fleet`` on a clock: virtual time = (clock - epoch) x ``time_scale``, stepped on a grid of
+    ``tick_s`` wall seconds. Every grid point is stepped, in order, whoever asks, so workers
+    that share seed, scenario, epoch and injections hold the same fleet (``--workers``);
+    ``shard=(i, k)`` serves the nodes whose index is i modulo k."""
 
     def __init__(
         self,
@@ -47,34 +50,46 @@ class Simulator:
         dcgm: bool = False,
         time_scale: float = 1.0,
         tick_s: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
         wall: Callable[[], float] = time.time,
+        epoch: float | None = None,
+        shard: tuple[int, int] = (0, 1),
     ) -> None:
-        if not time_scale > 0:
-            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        if not time_scale > 0 or not tick_s > 0:
+            raise ValueError(f"time_scale and tick must be > 0, got {time_scale}, {tick_s}")
         self.fleet, self.dcgm, self.time_scale, self.tick_s = fleet, dcgm, time_scale, tick_s
+        self.shard = shard
         self._clock, self._wall = clock, wall
-        self._origin = (clock(), fleet.t)
+        self._epoch = clock() if epoch is None else epoch
+        self._t0 = fleet.t
         self._served: dict[str, _Served] = {}
-        self._injected = False  # a fault waits to fire: step at the next read, tick or not
-        self.steps = 0
+        self.steps = 0  # grid points stepped so far
         self.frame = fleet.step(fleet.t)
 
+    @property
+    def tick_v(self) -> float:
+        """One tick in virtual seconds."""
+        return self.tick_s * self.time_scale
+
+    def grid(self, k: int) -> float:
+        return self._t0 + k * self.tick_v
+
     def virtual_now(self) -> float:
-        c0, t0 = self._origin
-        return t0 + (self._clock() - c0) * self.time_scale
+        return self._t0 + (self._clock() - self._epoch) * self.time_scale
 
     def sync(self) -> None:
-        """Step the model to now if a tick has passed (cheap when it has not)."""
-        t = max(self.virtual_now(), self.fleet.t)
-        if self._injected or t - self.fleet.t >= self.tick_s * self.time_scale:
-            self.frame = self.fleet.step(t)
+        """Step every grid point up to now, in order (cheap when none has passed)."""
+        due = math.floor((self.virtual_now() - self._t0) / self.tick_v + 1e-9)
+        while self.steps < due:
             self.steps += 1
-            self._injected = False
+            self.frame = self.fleet.step(self.grid(self.steps))
 
     def metrics(self, node: str) -> bytes:
-        """``node``'s exporter output now; KeyError if unknown, NodeDown while it reboots."""
+        """``node``'s exporter output now; KeyError if unknown (or another worker's),
+        NodeDown while it reboots."""
         i = self.fleet.topo.index[node]
+        if i % self.shard[1] != self.shard[0]:
+            raise KeyError(node)
         self.sync()
         up = self.frame[c.GPU_UP.name][i]
         if up[0] != up[0]:  # NaN: the whole node is unreachable
@@ -94,8 +109,10 @@ class Simulator:
         self._served[node] = served = _Served(view, loop)
         return served
 
-    def inject(self, request: Any) -> Fault:
-        """``POST /inject`` body -> fault now; FaultError (nothing changed) on any bad input."""
+    def inject(self, request: Any, *, lead_ticks: int = 1, late_ok: bool = False) -> Fault:
+        """``POST /inject`` body -> a fault at the grid point ``lead_ticks`` ahead (or at the
+        request's ``onset``); FaultError, nothing changed, on any bad input. ``late_ok``: a
+        forwarded request whose onset this worker has already passed starts now instead."""
         if not isinstance(request, Mapping):
             raise FaultError("body must be a JSON object with node, kind, target, parameters")
         extra = sorted(set(request) - INJECT_KEYS)
@@ -107,13 +124,13 @@ class Simulator:
         target = request.get("target", "")
         if not isinstance(target, str):
             raise FaultError("field 'target' must be a string")
-        params = request.get("parameters", {})
         self.sync()
-        fault = self.fleet.inject(
-            request["kind"], request["node"], target, params, duration=request.get("duration")
-        )
-        self._injected = True
-        return fault  # fmt: skip
+        onset = request.get("onset", self.grid(self.steps + lead_ticks))
+        if late_ok and isinstance(onset, (int, float)):
+            onset = max(float(onset), self.fleet.t)
+        return self.fleet.inject(request["kind"], request["node"], target,
+                                 request.get("parameters", {}), onset=onset,
+                                 duration=request.get("duration"))  # fmt: skip
 
     def truth(self) -> dict[str, Any]:
         self.sync()

@@ -81,13 +81,15 @@ async def test_nodes_and_healthz_describe_the_fleet(client: TestClient[Any, Any]
     assert (await client.get("/healthz")).status == 200
 
 
-async def test_injected_xid_79_shows_in_the_next_scrape_and_in_truth(
+async def test_injected_xid_79_shows_at_the_next_tick_and_in_truth(
     client: TestClient[Any, Any], clock: Clock
 ) -> None:
     await scrape(client, "gpu-node-003")
     req = {"node": "gpu-node-003", "kind": "xid", "target": "gpu5", "parameters": {"xid": 79}}
     r = await client.post("/inject", json=req)
     assert r.status == 201, await r.text()
+    assert (await r.json())["onset"] == 1.0  # the next grid point (tick 1 s)
+    clock.t += 1
     body = await scrape(client, "gpu-node-003")
     assert samples(body, c.GPU_UP.name, gpu="5") == [0.0]
     assert samples(body, c.GPU_XID_ERRORS.name, gpu="5", xid="79") == [1.0]
@@ -140,6 +142,7 @@ async def test_rebooting_node_answers_503_then_comes_back_with_monotonic_counter
     tx = samples(before, c.IB_TRANSMIT.name, device="mlx5_0")[0]
     req = {"node": "gpu-node-002", "kind": "reboot", "parameters": {"down_s": 60}}
     assert (await client.post("/inject", json=req)).status == 201
+    clock.t += 1
     r = await client.get("/nodes/gpu-node-002/metrics")
     assert r.status == 503 and "rebooting" in await r.text()
     clock.t += 120
