@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -92,16 +93,52 @@ def _node_render_ms(reps: int = 5) -> float:
     return statistics.median(times) * 1e3
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _free_ports(n: int) -> int:
+    """A port p with p .. p + n - 1 all free (workers listen on consecutive ports)."""
+    for _ in range(100):
+        p = free_port()
+        try:
+            for i in range(1, n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p + i))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError(f"no {n} consecutive free ports")
 
 
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _family(pid: int) -> list[int]:
+    """``pid`` and its direct children (the --workers processes)."""
+    kids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int(_stat(int(d.name))[1]) == pid:
+                    kids.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return [pid, *kids]
+
+
+def _cpu_s(pids: list[int]) -> float:
+    ticks = 0
+    for pid in pids:
+        fields = _stat(pid)
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mib(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) / 1024
+    return total
 
 
 def _scalar(prom: Any, expr: str) -> float:
@@ -109,13 +146,13 @@ def _scalar(prom: Any, expr: str) -> float:
     return float(res[0]["value"][1]) if res else float("nan")
 
 
-def serving(nodes: int, interval: float, measure_s: float) -> list[Row]:
+def serving(nodes: int, interval: float, measure_s: float, workers: int = 1) -> list[Row]:
     d = world_readable_tmpdir("gpuwarden-bench-fleet-")
-    sd, port = d / "targets.json", free_port()
+    sd, port = d / "targets.json", _free_ports(workers)
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuwarden", "simulate", "--nodes", str(nodes), "--seed", "1",
          "--listen", f"127.0.0.1:{port}", "--file-sd", str(sd), "--tick", str(interval / 3),
-         "--log-level", "warning"],
+         "--workers", str(workers), "--log-level", "warning"],
     )  # fmt: skip
     try:
         wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz") and sd.exists(), 60)
@@ -127,9 +164,11 @@ def serving(nodes: int, interval: float, measure_s: float) -> list[Row]:
         with run_prometheus(config) as prom:
             wait_until(lambda: _scalar(prom, "count(up)") == nodes, 60, 0.5, "targets")
             time.sleep(interval)  # one full round before measuring
-            cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
+            pids = _family(proc.pid)
+            cpu0, t0 = _cpu_s(pids), time.monotonic()
             time.sleep(measure_s)
-            cpu = (_cpu_s(proc.pid) - cpu0) / (time.monotonic() - t0)
+            cpu = (_cpu_s(pids) - cpu0) / (time.monotonic() - t0)
+            rss = _rss_mib(pids)
             w = f"[{int(measure_s)}s]"
             sd_q = "scrape_duration_seconds{job='fleet'}"
             p50 = _scalar(prom, f"quantile(0.5, avg_over_time({sd_q}{w}))")
@@ -144,8 +183,9 @@ def serving(nodes: int, interval: float, measure_s: float) -> list[Row]:
                  f"scrape timeout {interval:g}s"),
             _row(f"scrape latency p99, {nodes} nodes", p99 * 1e3, "ms", "max per target, p99"),
             _row("targets up", up, "ratio", f"{series:,.0f} samples per round"),
-            _row("simulator CPU share", cpu, "cores", f"machine load average {load:.1f}"),
-            _row("simulator RSS", _rss_mib(proc.pid), "MiB"),
+            _row("simulator CPU share", cpu, "cores",
+                 f"{workers} worker(s); machine load average {load:.1f}"),
+            _row("simulator RSS", rss, "MiB", f"all {workers} worker(s)"),
             _row("baseline: one node's collectors + render", per_node, "ms",
                  f"x {nodes} nodes / {interval:g}s = {need:.2f} cores needed"),
             _row(f"nodes one core can serve every {interval:g}s", interval * 1e3 / per_node,
@@ -162,5 +202,7 @@ def serving(nodes: int, interval: float, measure_s: float) -> list[Row]:
 
 def run(quick: bool) -> list[Row]:
     rows = virtual_time(quick)
-    rows += serving(64, 5.0, 20.0) if quick else serving(1024, 15.0, 90.0)
+    if quick:
+        return rows + serving(64, 5.0, 20.0)
+    return rows + serving(1024, 15.0, 90.0, workers=min(8, os.cpu_count() or 1))
     return rows
