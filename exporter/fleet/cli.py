@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from exporter.fleet import scenario as scenarios
-from exporter.fleet.server import FORWARDED, Forward, make_app
+from exporter.fleet import workers
+from exporter.fleet.server import make_app
 from exporter.fleet.simulator import Simulator
 from exporter.settings import parse_listen
 from gpuwarden.settings import SettingsError, load
@@ -116,62 +113,19 @@ def make_simulator(s: SimulateSettings) -> Simulator:
                      epoch=s.epoch, shard=(s.shard or 0, s.workers))  # fmt: skip
 
 
-def worker_argv(s: SimulateSettings, i: int) -> list[str]:
-    """The command line of worker ``i``: the same fleet, its own port, no file_sd."""
-    host, port = parse_listen(s.listen)
-    argv = [sys.executable, "-m", "gpuwarden", "simulate", "--listen", f"{host}:{port + i}",
-            "--shard", str(i), "--epoch", repr(s.epoch), "--log-level", "warning"]  # fmt: skip
-    for name in ("nodes", "seed", "scenario", "compat", "time_scale", "tick", "nodes_per_leaf",
-                 "sku", "duration", "workers"):  # fmt: skip
-        value = getattr(s, name)
-        if value is not None:
-            argv += [f"--{name.replace('_', '-')}", str(value)]
-    return argv
-
-
-def forwarder(s: SimulateSettings) -> Forward | None:
-    """POST an applied injection (with its onset) to every other worker."""
-    if s.workers == 1:
-        return None
-    host, port = parse_listen(s.listen)
-    urls = [f"http://{host}:{port + i}/inject" for i in range(1, s.workers)]
-
-    async def forward(payload: dict[str, Any]) -> None:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
-            for url in urls:
-                try:
-                    async with http.post(url, json=payload, headers={FORWARDED: "1"}) as r:
-                        if r.status != 201:
-                            log.error("worker %s refused an injection: %s", url, await r.text())
-                except aiohttp.ClientError as e:
-                    log.error("worker %s unreachable for an injection: %s", url, e)
-
-    return forward
-
-
-async def _wait_healthy(urls: list[str], timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
-        for url in urls:
-            while True:
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    async with http.get(url) as r:
-                        if r.status == 200:
-                            break
-                if asyncio.get_running_loop().time() > deadline:
-                    raise TimeoutError(f"worker {url} did not start")
-                await asyncio.sleep(0.1)
-
-
 async def serve(sim: Simulator, s: SimulateSettings, stop: asyncio.Event) -> None:
     host, port = parse_listen(s.listen)
-    runner = web.AppRunner(make_app(sim, forwarder(s)), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        make_app(sim, workers.forwarder(s)), access_log=None, handle_signals=False
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = runner.addresses[0][1] if port == 0 else port
     if s.file_sd and not s.shard:
-        await _wait_healthy([f"http://{host}:{port + i}/healthz" for i in range(1, s.workers)])
+        await workers.wait_healthy(
+            [f"http://{host}:{port + i}/healthz" for i in range(1, s.workers)]
+        )
         addresses = [f"{host}:{bound + i}" for i in range(s.workers)]
         write_file_sd(s.file_sd, file_sd(sim, addresses))
     log.info("simulating %d nodes on http://%s:%d", len(sim.fleet.nodes), host, bound)
@@ -198,19 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, scenarios.ScenarioError, ValueError) as e:
         sys.stderr.write(f"gpuwarden simulate: {e}\n")
         return 2
-    workers = [] if settings.shard else [
-        subprocess.Popen(worker_argv(settings, i)) for i in range(1, settings.workers)
-    ]  # fmt: skip
+    others = [] if settings.shard else workers.start(settings)
     try:
         asyncio.run(_run(sim, settings))
     finally:
-        for w in workers:
-            w.terminate()
-        for w in workers:
-            try:
-                w.wait(10)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        workers.stop(others)
     return 0
 
 
