@@ -97,7 +97,8 @@ def fatal_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
                     "description": f"XID {{{{ $labels.xid }}}} ({meaning_template(cat, xids)})"
                     ' was logged {{ printf "%.0f" $value }} time(s) in the last '
                     f"{FATAL_WINDOW} on {{{{ $labels.node }}}} GPU {{{{ $labels.gpu }}}}"
-                    f" ({{{{ $labels.uuid }}}}). Recommended action: {action}.",
+                    f"{{{{ with $labels.uuid }}}} ({{{{ . }}}}){{{{ end }}}}. Recommended action:"
+                    f" {action}.",
                     "runbook_url": runbook(alert),
                 },
             }
