@@ -169,6 +169,17 @@ def dashboard(
         tags=["gpuwarden", *tags],
         panels=layout.panels,
         templating=g.Templating(list=list(variables)),
+        # A drop-down of every gpuwarden dashboard, carrying the time range and variables.
+        links=[
+            g.DashboardLink(
+                asDropdown=True,
+                tags=["gpuwarden"],
+                title="gpuwarden",
+                type="dashboards",
+                includeVars=True,
+                keepTime=True,
+            )
+        ],
         time=g.Time("now-6h", "now"),
         refresh="1m",
         timezone="utc",

@@ -130,3 +130,12 @@ def test_the_structure_checks_catch_a_broken_dashboard() -> None:
     ]
     with pytest.raises(AssertionError):
         test_every_variable_used_is_defined(broken)
+
+
+def test_every_dashboard_links_to_the_others_keeping_time_and_variables(
+    board: dict[str, Any],
+) -> None:
+    (link,) = board["links"]
+    assert link["type"] == "dashboards" and link["tags"] == ["gpuwarden"]
+    assert link["keepTime"] and link["includeVars"]
+    assert "gpuwarden" in board["tags"]
