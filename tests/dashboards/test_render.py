@@ -55,3 +55,13 @@ def test_the_umbrella_command_renders_the_same_files(tmp_path: Path) -> None:
     assert gpuwarden_main(["dashboards", "--out", str(tmp_path)]) == 0
     for name, text in rendered().items():
         assert (tmp_path / name).read_text() == text
+
+
+def test_python_dash_m_dashboards_checks_the_committed_files() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "dashboards", "--check"], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
