@@ -57,14 +57,13 @@ class Engine:
     def breaker_open(self) -> bool:
         p, now = self.policy, self.clock.now()
         prev = self.journal.get("breaker_opened_at")
-        flags = self.journal.flags_since(now - max(p.storm_window_s, p.storm_quiet_s))
-        opened = guards.breaker_opened_at(flags, now, p, float(prev) if prev else None)
+        distinct, last = self.journal.flag_summary(now - p.storm_window_s)
+        opened = guards.breaker_opened_at(distinct, last, now, p, float(prev) if prev else None)
         if (opened is None) != (prev is None):
             self.journal.put("breaker_opened_at", None if opened is None else repr(opened))
             if opened is not None:
-                nodes = len({n for n, t in flags if t >= now - p.storm_window_s})
                 self.pager.page(
-                    f"storm breaker open: {nodes} nodes flagged in {p.storm_window_s:.0f}s "
+                    f"storm breaker open: {distinct} nodes flagged in {p.storm_window_s:.0f}s "
                     f"(limit {p.storm_max_nodes})",
                     p.storm_quiet_s,
                 )

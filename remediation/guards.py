@@ -168,19 +168,20 @@ def decide(s: Situation, p: Policy, guards: Sequence[Guard] = GUARDS) -> Verdict
 
 
 def breaker_opened_at(
-    flags: Sequence[tuple[str, float]], now: float, p: Policy, opened_at: float | None
+    distinct_recent: int, last_flag: float | None, now: float, p: Policy, opened_at: float | None
 ) -> float | None:
     """Storm breaker state: the time it opened, or None while closed.
 
-    Opens when more than ``storm_max_nodes`` distinct nodes were flagged within the window;
-    closes by itself once no node has been flagged for ``storm_quiet_s`` (no manual reset).
+    ``distinct_recent``: distinct nodes flagged within the storm window; ``last_flag``: the
+    time of the latest flag. Opens when more than ``storm_max_nodes`` nodes were flagged
+    within the window; closes by itself once no node has been flagged for ``storm_quiet_s``
+    (no manual reset).
     """
-    recent = {n for n, t in flags if now - p.storm_window_s <= t <= now}
-    if len(recent) > p.storm_max_nodes:
+    if distinct_recent > p.storm_max_nodes:
         return opened_at if opened_at is not None else now
     if opened_at is None:
         return None
-    last = max((t for _, t in flags if t <= now), default=opened_at)
+    last = last_flag if last_flag is not None else opened_at
     return opened_at if now - last < p.storm_quiet_s else None
 
 

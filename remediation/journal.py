@@ -35,7 +35,11 @@ CREATE TABLE IF NOT EXISTS steps(action_id INTEGER, step TEXT, state TEXT, detai
 CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, state TEXT, fault_class TEXT,
   action TEXT, since REAL, resolved_at REAL, probation_s REAL, flapped INTEGER,
   released_at REAL, reason TEXT);
-CREATE TABLE IF NOT EXISTS flags(node TEXT, at REAL);
+CREATE TABLE IF NOT EXISTS flags(node TEXT PRIMARY KEY, at REAL);
+CREATE INDEX IF NOT EXISTS flags_at ON flags(at);
+CREATE INDEX IF NOT EXISTS actions_started ON actions(started_at);
+CREATE INDEX IF NOT EXISTS actions_state ON actions(state);
+CREATE INDEX IF NOT EXISTS alerts_node ON alerts(node);
 CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS dry_run_effects(id INTEGER PRIMARY KEY AUTOINCREMENT,
   action_id INTEGER, node TEXT, op TEXT, detail TEXT, at REAL);
@@ -195,7 +199,18 @@ class Journal:
 
     # ------------------------------------------------------------------ flags, kv
     def add_flag(self, db: sqlite3.Connection, node: str, at: float) -> None:
-        db.execute("INSERT INTO flags VALUES(?,?)", (node, at))
+        # The latest flag per node is all the storm breaker needs: bounded by the fleet size.
+        db.execute("INSERT OR REPLACE INTO flags VALUES(?,?)", (node, at))
+
+    def flag_summary(self, since: float) -> tuple[int, float | None]:
+        """(distinct nodes flagged since ``since``, time of the latest flag)."""
+        with self._lock:
+            row = self.db.execute(
+                "SELECT (SELECT COUNT(*) FROM flags WHERE at>=?), (SELECT MAX(at) "
+                "FROM flags)",
+                (since,),
+            ).fetchone()
+        return int(row[0]), row[1]
 
     def flags_since(self, since: float) -> list[tuple[str, float]]:
         return [

@@ -9,7 +9,7 @@ import pytest
 from remediation import guards
 from remediation.guards import Situation
 from remediation.model import Job, NodeView
-from remediation.policy import Budget
+from remediation.policy import Budget, Policy
 from tests.remediation.helpers import alert, live_policy
 
 NOW = 1_800_000_000.0
@@ -161,23 +161,31 @@ def test_guards_run_in_order_and_the_first_denial_decides() -> None:
     )
 
 
+def breaker(
+    flags: list[tuple[str, float]], now: float, p: Policy, opened: float | None
+) -> float | None:
+    recent = {n for n, t in flags if now - p.storm_window_s <= t <= now}
+    last = max((t for _, t in flags if t <= now), default=None)
+    return guards.breaker_opened_at(len(recent), last, now, p, opened)
+
+
 def test_breaker_opens_above_the_threshold_of_distinct_nodes() -> None:
     p = live_policy(storm_max_nodes=3, storm_window_s=60, storm_quiet_s=120)
     flags = [(f"n{i}", NOW - 10) for i in range(3)] + [("n0", NOW - 5)]
-    assert guards.breaker_opened_at(flags, NOW, p, None) is None
+    assert breaker(flags, NOW, p, None) is None
     flags.append(("n9", NOW))
-    assert guards.breaker_opened_at(flags, NOW, p, None) == NOW
+    assert breaker(flags, NOW, p, None) == NOW
 
 
 def test_breaker_stays_open_while_flags_keep_coming_and_closes_after_quiet() -> None:
     p = live_policy(storm_max_nodes=3, storm_window_s=60, storm_quiet_s=120)
     storm = [(f"n{i}", NOW + i) for i in range(5)]
-    opened = guards.breaker_opened_at(storm, NOW + 4, p, None)
+    opened = breaker(storm, NOW + 4, p, None)
     assert opened == NOW + 4
     late = [*storm, ("n1", NOW + 100)]  # window passed, but not quiet yet
-    assert guards.breaker_opened_at(late, NOW + 150, p, opened) == opened
-    assert guards.breaker_opened_at(late, NOW + 100 + 119, p, opened) == opened
-    assert guards.breaker_opened_at(late, NOW + 100 + 120, p, opened) is None
+    assert breaker(late, NOW + 150, p, opened) == opened
+    assert breaker(late, NOW + 100 + 119, p, opened) == opened
+    assert breaker(late, NOW + 100 + 120, p, opened) is None
 
 
 def test_flap_damping_lengthens_probation_only_within_the_window() -> None:
