@@ -33,7 +33,6 @@ from tests.realcomp import (
     run_alertmanager,
     run_prometheus,
     wait_until,
-    world_readable_tmpdir,
 )
 
 pytestmark = pytest.mark.real
@@ -148,8 +147,8 @@ def _config(sd: Path, stand_in: int, alertmanager: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def prom() -> Iterator[Prometheus]:
-    d = world_readable_tmpdir("gpuwarden-dash-")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    d = tmp_path_factory.mktemp("dash")
     am_config = "route: {receiver: none}\nreceivers: [{name: none}]\n"
     with _simulator(d) as (sim, sd), run_alertmanager(am_config) as am:
         nodes = [group["labels"]["node"] for group in json.loads(sd.read_text())]
