@@ -146,13 +146,15 @@ def _scalar(prom: Any, expr: str) -> float:
     return float(res[0]["value"][1]) if res else float("nan")
 
 
-def serving(nodes: int, interval: float, measure_s: float, workers: int = 1) -> list[Row]:
+def serving(
+    nodes: int, interval: float, measure_s: float, workers: int = 1, stale: float = 0.0
+) -> list[Row]:
     d = world_readable_tmpdir("gpuwarden-bench-fleet-")
     sd, port = d / "targets.json", _free_ports(workers)
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuwarden", "simulate", "--nodes", str(nodes), "--seed", "1",
          "--listen", f"127.0.0.1:{port}", "--file-sd", str(sd), "--tick", str(interval / 3),
-         "--workers", str(workers), "--log-level", "warning"],
+         "--workers", str(workers), "--max-staleness", str(stale), "--log-level", "warning"],
     )  # fmt: skip
     try:
         wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz") and sd.exists(), 60)
@@ -184,7 +186,7 @@ def serving(nodes: int, interval: float, measure_s: float, workers: int = 1) -> 
             _row(f"scrape latency p99, {nodes} nodes", p99 * 1e3, "ms", "max per target, p99"),
             _row("targets up", up, "ratio", f"{series:,.0f} samples per round"),
             _row("simulator CPU share", cpu, "cores",
-                 f"{workers} worker(s); machine load average {load:.1f}"),
+                 f"{workers} worker(s), max staleness {stale:g}s; load average {load:.1f}"),
             _row("simulator RSS", rss, "MiB", f"all {workers} worker(s)"),
             _row("baseline: one node's collectors + render", per_node, "ms",
                  f"x {nodes} nodes / {interval:g}s = {need:.2f} cores needed"),
@@ -204,5 +206,7 @@ def run(quick: bool) -> list[Row]:
     rows = virtual_time(quick)
     if quick:
         return rows + serving(64, 5.0, 20.0)
-    return rows + serving(1024, 15.0, 90.0, workers=min(8, os.cpu_count() or 1))
+    workers = min(8, os.cpu_count() or 1)
+    rows += serving(1024, 15.0, 90.0, workers)
+    return rows + serving(1024, 15.0, 90.0, workers, stale=120.0)
     return rows

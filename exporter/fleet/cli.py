@@ -44,6 +44,7 @@ class SimulateSettings:
     nodes_per_leaf: int | None = None
     sku: str | None = None
     duration: float = 0.0  # 0: until SIGINT/SIGTERM
+    max_staleness: float = 0.0  # serve a node's last body for up to this long (load shedding)
     workers: int = 1  # processes; node i is served by worker i % workers on port + i % workers
     shard: int | None = None  # internal: this process is worker <shard> of a --workers run
     epoch: float | None = None  # internal: the wall time all workers count virtual time from
@@ -60,6 +61,8 @@ class SimulateSettings:
             raise ValueError(f"--tick: {self.tick} s is outside 0.01..3600")
         if self.duration < 0:
             raise ValueError(f"--duration: {self.duration} must be >= 0")
+        if self.max_staleness < 0:
+            raise ValueError(f"--max-staleness: {self.max_staleness} must be >= 0")
         if not 1 <= self.workers <= 64:
             raise ValueError(f"--workers: {self.workers} is outside 1..64")
         if self.workers > 1 and parse_listen(self.listen)[1] == 0:
@@ -80,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--nodes-per-leaf", help="nodes under one leaf switch (default 32)")
     a("--sku", choices=["h100", "h200"], help="GPU model (default h100)")
     a("--duration", help="stop after this many wall seconds (default: run until Ctrl-C)")
+    a(
+        "--max-staleness",
+        help="serve a node's last body for up to this many seconds unless a "
+        "fault touched it (sheds load on big fleets; default 0: always fresh)",
+    )
     a("--workers", help="processes serving the nodes, on ports PORT..PORT+N-1 (default 1)")
     a("--shard", help=argparse.SUPPRESS)
     a("--epoch", help=argparse.SUPPRESS)
@@ -110,7 +118,8 @@ def make_simulator(s: SimulateSettings) -> Simulator:
     fleet = scenarios.build(sc, nodes=s.nodes, seed=s.seed, nodes_per_leaf=s.nodes_per_leaf,
                             sku=s.sku)  # fmt: skip
     return Simulator(fleet, dcgm=s.compat == "dcgm", time_scale=s.time_scale, tick_s=s.tick,
-                     epoch=s.epoch, shard=(s.shard or 0, s.workers))  # fmt: skip
+                     epoch=s.epoch, shard=(s.shard or 0, s.workers),
+                     max_stale_s=s.max_staleness)  # fmt: skip
 
 
 async def serve(sim: Simulator, s: SimulateSettings, stop: asyncio.Event) -> None:

@@ -9,6 +9,7 @@ seed drives every draw, and nothing reads the wall clock, so a seed replays bit 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -82,6 +83,17 @@ class Fleet:
 
     def faults(self) -> list[Fault]:
         return list(self._faults)
+
+    def changed(self, node: int, since: float) -> bool:
+        """Did a fault touching ``node`` start, end or (a reboot) come back in (since, now]?"""
+        for f in self._faults:
+            if node not in f.nodes:
+                continue
+            back = f.onset + float(f.parameters.get("down_s", 0.0))
+            edges = (f.onset, back, math.inf if f.end is None else f.end)
+            if any(since < e <= self.t for e in edges):
+                return True
+        return False
 
     # ------------------------------------------------------------------ faults in
     def inject(

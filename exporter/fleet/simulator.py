@@ -34,6 +34,8 @@ class _Served:
     view: NodeView
     loop: CollectionLoop
     steps: int = -1  # model step the body was rendered at
+    t: float = -math.inf  # model time the body was rendered at
+    wall: float = -math.inf  # wall time it was rendered at
     body: bytes = b""
 
 
@@ -54,11 +56,12 @@ class Simulator:
         wall: Callable[[], float] = time.time,
         epoch: float | None = None,
         shard: tuple[int, int] = (0, 1),
+        max_stale_s: float = 0.0,
     ) -> None:
         if not time_scale > 0 or not tick_s > 0:
             raise ValueError(f"time_scale and tick must be > 0, got {time_scale}, {tick_s}")
         self.fleet, self.dcgm, self.time_scale, self.tick_s = fleet, dcgm, time_scale, tick_s
-        self.shard = shard
+        self.shard, self.max_stale_s = shard, max_stale_s
         self._clock, self._wall = clock, wall
         self._epoch = clock() if epoch is None else epoch
         self._t0 = fleet.t
@@ -95,11 +98,18 @@ class Simulator:
         if up[0] != up[0]:  # NaN: the whole node is unreachable
             raise NodeDown(node)
         served = self._served.get(node) or self._serve(node, i)
-        if served.steps != self.steps:
+        if served.steps != self.steps and self._due(served, i):
             served.view.refresh(self.frame, self.fleet.node_events.get(i, []))
             served.body = served.loop.run_once().body
-            served.steps = self.steps
+            served.steps, served.t, served.wall = self.steps, self.fleet.t, self._clock()
         return served.body
+
+    def _due(self, served: _Served, i: int) -> bool:
+        """Render again? Always, unless ``max_stale_s`` lets a body live that long (a load
+        shedder for big fleets); a fault edge on the node always renders at once."""
+        if self._clock() - served.wall >= self.max_stale_s:
+            return True
+        return self.fleet.changed(i, served.t)
 
     def _serve(self, node: str, i: int) -> _Served:
         view = NodeView(node, i, self.fleet.topo.sku)

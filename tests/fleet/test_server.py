@@ -165,3 +165,21 @@ async def test_truth_is_json_with_time_and_seed(client: TestClient[Any, Any]) ->
     r = await client.get("/truth")
     data = json.loads(await r.text())
     assert data["seed"] == 3 and data["faults"] == [] and data["time"] >= 0
+
+
+async def test_max_staleness_serves_the_last_body_until_a_fault_touches_the_node(
+    clock: Clock,
+) -> None:
+    sim = Simulator(busy_fleet(2), clock=clock, max_stale_s=60)
+    async with TestClient(TestServer(make_app(sim))) as cl:
+        first = await scrape(cl, "gpu-node-001")
+        clock.t += 10
+        assert await scrape(cl, "gpu-node-001") == first  # ten ticks later, still the same
+        req = {"node": "gpu-node-001", "kind": "straggler", "target": "gpu2"}
+        assert (await cl.post("/inject", json=req)).status == 201
+        clock.t += 1
+        touched = await scrape(cl, "gpu-node-001")
+        assert touched != first
+        assert samples(touched, c.GPU_SM_CLOCK.name, gpu="2") == [round(1980 * 0.9) * 1e6]
+        clock.t += 61
+        assert await scrape(cl, "gpu-node-001") != touched  # too old: rendered again
