@@ -206,8 +206,7 @@ class Journal:
         """(distinct nodes flagged since ``since``, time of the latest flag)."""
         with self._lock:
             row = self.db.execute(
-                "SELECT (SELECT COUNT(*) FROM flags WHERE at>=?), (SELECT MAX(at) "
-                "FROM flags)",
+                "SELECT (SELECT COUNT(*) FROM flags WHERE at>=?), (SELECT MAX(at) FROM flags)",
                 (since,),
             ).fetchone()
         return int(row[0]), row[1]
