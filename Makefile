@@ -52,5 +52,11 @@ evaluate: venv
 dashboards: venv
 	$(BIN)/python -m dashboards
 
+# Regenerate what is generated from other sources (XID rules, dashboards, deploy, docs).
+rules: venv
+	$(BIN)/python alerts/generate_xid_rules.py
+	$(BIN)/python deploy/generate.py --write
+	$(BIN)/python -m gpuwarden.metricsdoc
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo

@@ -237,6 +237,7 @@ class Stack:
             "scrape_configs": [
                 {
                     "job_name": "gpuwarden-exporter",
+                    "honor_labels": True,  # the exporter's own node label is the truth
                     "file_sd_configs": [
                         {"files": [str(w / "targets.json")], "refresh_interval": "5s"}
                     ],
