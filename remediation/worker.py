@@ -36,6 +36,7 @@ class Worker:
         self.locks: dict[str, asyncio.Lock] = {}
         self.main: asyncio.Task[None] | None = None
         self.busy = False
+        self.stopping = False
 
     async def start(self) -> None:
         pending = await asyncio.to_thread(self.engine.journal.pending_actions)
@@ -47,9 +48,11 @@ class Worker:
         return self.main is not None and not self.main.done()
 
     async def _loop(self) -> None:
-        while True:
+        while not self.stopping:
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.tick_s)
+                async with asyncio.timeout(self.tick_s):
+                    await self.wake.wait()
             self.wake.clear()
             try:
                 await self.drain()
@@ -108,10 +111,10 @@ class Worker:
                 await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
+        self.stopping = True
         if self.main is not None:
             self.main.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.main
+            await asyncio.wait({self.main}, timeout=5)
         for t in list(self.tasks):
             t.cancel()
         if self.tasks:
