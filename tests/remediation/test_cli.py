@@ -83,3 +83,16 @@ def test_python_dash_m_remediation_validates_the_shipped_default(tmp_path: Path)
         cwd=Path(__file__).resolve().parents[2],
     )
     assert p.returncode == 0 and "dry_run=True" in p.stdout
+
+
+def test_the_umbrella_cli_dispatches_remediation_and_quarantine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuwarden import cli as umbrella
+
+    monkeypatch.setenv("GPUWARDEN_WEBHOOK_TOKEN", TOKEN)
+    assert umbrella.main(["remediation", "--check", "--state-db", str(tmp_path / "s.db")]) == 0
+    assert "dry_run=True" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        umbrella.main(["quarantine", "--help"])
+    assert e.value.code == 0 and "release" in capsys.readouterr().out
