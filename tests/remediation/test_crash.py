@@ -21,36 +21,37 @@ from pathlib import Path
 
 import pytest
 
-from tests.realcomp import free_port, http_get, wait_until
+from tests.realcomp import free_port, http_get, wait_until, world_readable_tmpdir
 from tests.remediation.helpers import LIVE_POLICY, TOKEN, alert, payload, topology_file
+from tests.slurmcluster import SlurmCluster
 
 RUNS = 20
 REPO = Path(__file__).resolve().parents[2]
 
 
-def start(tmp: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "GPUWARDEN_WEBHOOK_TOKEN": TOKEN}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "remediation",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--policy",
-            str(tmp / "policy.yaml"),
-            "--state-db",
-            str(tmp / "state.db"),
-            "--topology",
-            str(tmp / "topology.yaml"),
-            "--tick-s",
-            "0.2",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "log", "ab"),  # noqa: SIM115
-    )
+def start(
+    tmp: Path, port: int, env: dict[str, str] | None = None, *extra: str
+) -> subprocess.Popen[bytes]:
+    env = {**(env or os.environ), "GPUWARDEN_WEBHOOK_TOKEN": TOKEN}
+    topo = ["--topology", str(tmp / "topology.yaml")] if (tmp / "topology.yaml").exists() else []
+    argv = [
+        sys.executable,
+        "-m",
+        "remediation",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--policy",
+        str(tmp / "policy.yaml"),
+        "--state-db",
+        str(tmp / "state.db"),
+        *topo,
+        "--tick-s",
+        "0.2",
+        *extra,
+    ]
+    log = open(tmp / "log", "ab")  # noqa: SIM115 - the child keeps its own copy
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    log.close()
     wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz", 0.5), 20, 0.05, "service up")
     return proc
 
@@ -163,3 +164,53 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
         0
     ]
     print(json.dumps({"acked": len(acked), "sent": sent, "reconciled_steps": reconciled}))
+
+
+@pytest.mark.real
+def test_a_kill_after_the_drain_took_effect_is_reconciled_against_real_slurm_not_repeated(
+    clean_slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """kill -9 exactly between the scheduler's change and its journal entry."""
+    d = world_readable_tmpdir("gpuwarden-shim-")
+    (d / "scontrol").write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {d}/calls.log\n'
+        '/usr/bin/scontrol "$@"; rc=$?\n'
+        f'case "$*" in *State=DRAIN*) echo $$ > {d}/pid; exec sleep 30;; esac\n'
+        "exit $rc\n"
+    )
+    (d / "scontrol").chmod(0o755)
+    (tmp_path / "policy.yaml").write_text(LIVE_POLICY)
+    env = {**clean_slurm.env, "PATH": f"{d}:{os.environ['PATH']}"}
+    port = free_port()
+    proc = start(tmp_path, port, env, "--backend", "slurm")
+    try:
+        assert post(port, payload(alert("gpu-node-003"))) == 200
+        wait_until(lambda: (d / "pid").exists(), 20, 0.05, "drain issued")
+        os.kill(proc.pid, signal.SIGKILL)  # the drain happened; its journal entry did not
+        proc.wait(5)
+        os.kill(int((d / "pid").read_text()), signal.SIGKILL)
+        assert "DRAIN" in clean_slurm.node_state("gpu-node-003")["flags"]
+        db = sqlite3.connect(tmp_path / "state.db")
+        assert db.execute("SELECT state FROM actions").fetchall() == [("pending",)]
+        assert db.execute("SELECT step, state FROM steps").fetchall() == [("take_out", "started")]
+        db.close()
+        proc = start(tmp_path, free_port(), env, "--backend", "slurm")
+
+        def finished() -> list[tuple[str, str]]:
+            db = sqlite3.connect(tmp_path / "state.db")
+            try:
+                return db.execute(
+                    "SELECT state, outcome FROM actions WHERE state!='pending'"
+                ).fetchall()
+            finally:
+                db.close()
+
+        [(state, outcome)] = wait_until(finished, 20, 0.1, "action finished after restart")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert state == "done" and outcome == "reconciled after restart"
+    drains = [c for c in (d / "calls.log").read_text().splitlines() if "State=DRAIN" in c]
+    assert len(drains) == 1  # never drained twice
+    assert str(clean_slurm.node_state("gpu-node-003")["reason"]).startswith("gpuwarden: drain")
