@@ -26,6 +26,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from tests.realcomp import free_port, require_binary, wait_until, world_readable_tmpdir
 
@@ -55,6 +56,12 @@ def _conf(
         lines.append(f"NodeName={name} NodeAddr=127.0.0.1 Port={ports[name]} {node}")
     lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+class NodeState(TypedDict):
+    state: str  # sinfo --json "state", e.g. idle, mixed, down, unknown
+    flags: list[str]  # "state_flags", e.g. ["DRAIN"], ["NOT_RESPONDING"]
+    reason: str
 
 
 @dataclass
@@ -89,15 +96,15 @@ class SlurmCluster:
             raise RuntimeError(f"sbatch failed: {out.stderr.strip()}")
         return out.stdout.strip().split(";")[0]
 
-    def node_state(self, name: str) -> dict[str, object]:
+    def node_state(self, name: str) -> NodeState:
         data = json.loads(self.run("sinfo", "--json"))
         for n in data["nodes"]:
             if n["name"] == name:
-                return {
-                    "state": n["state"],
-                    "flags": list(n.get("state_flags", [])),
-                    "reason": n.get("reason", ""),
-                }
+                return NodeState(
+                    state=str(n["state"]),
+                    flags=[str(f) for f in n.get("state_flags") or []],
+                    reason=str(n.get("reason") or ""),
+                )
         raise KeyError(name)
 
     def job_state(self, job_id: str) -> str:
@@ -118,7 +125,7 @@ class SlurmCluster:
         self.cancel_all()
         for name in self.nodes:
             st = self.node_state(name)
-            if "DRAIN" in st["flags"] or st["state"] in ("down", "fail"):  # type: ignore[operator]
+            if "DRAIN" in st["flags"] or st["state"] in ("down", "fail"):
                 self.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
 
     def stop(self) -> None:

@@ -26,7 +26,7 @@ class JobsBackend(DryRunBackend):
 
 def setup(tmp: Path, action: str = "drain") -> tuple[Journal, DryRunBackend, Executor, dict]:
     j = Journal(tmp / "s.db")
-    topo = {f"gpu-node-{i:03d}": {} for i in range(1, 11)}
+    topo: dict[str, dict[str, str]] = {f"gpu-node-{i:03d}": {} for i in range(1, 11)}
     b = JobsBackend(j, topo, FakeClock().now)
     pol = live_policy(checkpoint=live_policy().checkpoint.__class__(str(tmp), 0.2, "requeue", 2))
     eng = Engine(j, b, pol, FakeClock(), Metrics())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -31,8 +32,13 @@ def fleet(
     )
 
 
-def situation(node: str = "gpu-node-001", action: str = "drain", **kw: object) -> Situation:
-    fl = kw.pop("fleet", None) or fleet()
+def situation(
+    node: str = "gpu-node-001",
+    action: str = "drain",
+    fleet_: tuple[NodeView, ...] | None = None,
+    **kw: Any,
+) -> Situation:
+    fl = fleet_ or fleet()
     base = Situation(
         alert=alert(node),
         action=action,
@@ -40,10 +46,10 @@ def situation(node: str = "gpu-node-001", action: str = "drain", **kw: object) -
         paused=False,
         silenced=False,
         node=next((n for n in fl if n.name == node), None),
-        fleet=fl,  # type: ignore[union-attr]
+        fleet=fl,
         held=frozenset(),
     )
-    return dataclasses.replace(base, fleet=fl, **kw)  # type: ignore[arg-type]
+    return dataclasses.replace(base, **kw)
 
 
 def test_a_healthy_situation_is_allowed_by_every_guard() -> None:
@@ -92,13 +98,15 @@ def test_silences_pause_a_node_and_unknown_fails_closed_only_when_required(
 
 def test_a_node_drained_by_someone_else_is_never_touched() -> None:
     fl = fleet(out={"gpu-node-001": "operator maintenance"})
-    v = guards.decide(situation(fleet=fl), live_policy())
+    v = guards.decide(situation(fleet_=fl), live_policy())
     assert (v.allow, v.guard) == (False, "ownership")
 
 
 def test_a_node_we_drained_ourselves_may_escalate() -> None:
     fl = fleet(out={"gpu-node-001": "gpuwarden: drain xid_fatal d1"})
-    assert guards.decide(situation(fleet=fl, held=frozenset({"gpu-node-001"})), live_policy()).allow
+    assert guards.decide(
+        situation(fleet_=fl, held=frozenset({"gpu-node-001"})), live_policy()
+    ).allow
 
 
 def test_a_node_unknown_to_the_scheduler_is_denied() -> None:
@@ -121,7 +129,7 @@ def test_fleet_budget_counts_foreign_and_own_outages(already_out: int) -> None:
     # 10 nodes, 30% and at most 3: the 4th node out is refused.
     out = {f"gpu-node-{i:03d}": "someone" for i in range(2, 2 + already_out)}
     p = live_policy(fleet_budget=Budget(0.3, 10))
-    v = guards.decide(situation(fleet=fleet(out=out)), p)
+    v = guards.decide(situation(fleet_=fleet(out=out)), p)
     assert v.allow is (already_out + 1 <= 3)
     if not v.allow:
         assert v.guard == "budget_fleet"

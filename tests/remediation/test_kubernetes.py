@@ -66,8 +66,8 @@ def pod(ns: str, name: str, on: str, owner: str = "ReplicaSet") -> dict[str, Any
 @pytest.fixture
 async def emu() -> AsyncIterator[kmock.KubernetesEmulator]:
     async with kmock.KubernetesEmulator() as e, kmock.Server(e):
-        e.resources["v1/nodes"] = {}
-        e.resources["v1/pods"] = {}
+        e.resources["v1/nodes"] = kmock.ResourceInfo()
+        e.resources["v1/pods"] = kmock.ResourceInfo()
         for n in ("gpu-node-001", "gpu-node-002"):
             e.objects[kmock.resource("v1/nodes"), None, n] = node(n)
         e.objects[kmock.resource("v1/pods"), "ml", "train-0"] = pod("ml", "train-0", "gpu-node-001")

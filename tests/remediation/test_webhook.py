@@ -7,6 +7,7 @@ import base64
 import ssl
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -26,6 +27,12 @@ async def post(client: TestClient, body: bytes, headers: dict[str, str] | None =
     return r.status
 
 
+def node_rec(svc: Service, node: str) -> dict[str, Any]:
+    rec = svc.journal.node(node)
+    assert rec is not None, f"{node} not in the journal"
+    return rec
+
+
 def decisions(svc: Service) -> list[dict]:
     return svc.journal.rows("SELECT * FROM decisions ORDER BY id")
 
@@ -42,7 +49,7 @@ async def test_a_firing_alert_is_accepted_decided_and_the_node_drained(svc_clien
         "policy",
     )
     assert svc.backend.is_taken_out("gpu-node-003")
-    assert svc.journal.node("gpu-node-003")["state"] == "quarantined"
+    assert node_rec(svc, "gpu-node-003")["state"] == "quarantined"
     [a] = svc.journal.rows("SELECT * FROM actions")
     assert a["state"] == "done" and a["reason"].startswith("gpuwarden: drain xid_fatal")
 
@@ -67,11 +74,11 @@ async def test_a_resolved_alert_starts_probation_and_release_follows_it(
     await svc.worker.idle()
     await post(client, payload(alert("gpu-node-004", status="resolved")))
     await svc.worker.idle()
-    assert svc.journal.node("gpu-node-004")["state"] == "probation"
+    assert node_rec(svc, "gpu-node-004")["state"] == "probation"
     assert svc.engine.tick() == []  # probation (60 s) not over yet
     clock.advance(61)
     assert svc.engine.tick() == ["gpu-node-004"]
-    assert svc.journal.node("gpu-node-004")["state"] == "released"
+    assert node_rec(svc, "gpu-node-004")["state"] == "released"
     assert not svc.backend.is_taken_out("gpu-node-004")
 
 
@@ -87,7 +94,7 @@ async def test_a_node_failing_again_soon_after_release_gets_a_longer_probation(
     clock.advance(300)
     await post(client, payload(alert("gpu-node-005", starts_at="2026-11-29T11:00:00Z")))
     await svc.worker.idle()
-    rec = svc.journal.node("gpu-node-005")
+    rec = node_rec(svc, "gpu-node-005")
     assert rec["state"] == "quarantined" and rec["flapped"] == 1 and rec["probation_s"] == 240
     assert rec["action"] == "checkpoint_restart"  # second occurrence: one rung up
 
@@ -243,4 +250,4 @@ async def test_a_failing_validation_command_blocks_the_automatic_release(
         clock.advance(61)
         assert svc.engine.tick() == []
         assert decisions(svc)[-1]["guard"] == "validation"
-        assert svc.journal.node("gpu-node-001")["state"] == "probation"
+        assert node_rec(svc, "gpu-node-001")["state"] == "probation"
