@@ -97,36 +97,29 @@ class Prometheus:
 
 
 @contextlib.contextmanager
-def run_prometheus(
-    config_yaml: str, extra_files: dict[str, str] | None = None, data_dir: Path | None = None
-) -> Iterator[Prometheus]:
-    """Run Prometheus with ``config_yaml`` (and files beside it, e.g. rules) until the block ends."""
-    binary = require_binary("prometheus")
-    d = world_readable_tmpdir("gpuwarden-prom-")
-    (d / "prometheus.yml").write_text(config_yaml)
-    for name, text in (extra_files or {}).items():
+def _daemon(
+    binary: str,
+    prefix: str,
+    files: dict[str, str],
+    argv: list[str],
+) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    """Run ``binary`` on a free loopback port with ``files`` in a fresh dir until the block ends.
+
+    ``argv`` may use ``{dir}`` and ``{port}``; readiness is ``GET /-/ready``.
+    """
+    path = require_binary(binary)
+    d = world_readable_tmpdir(prefix)
+    for name, text in files.items():
         (d / name).parent.mkdir(parents=True, exist_ok=True)
         (d / name).write_text(text)
     port = free_port()
-    data = data_dir or d / "data"
-    log = open(d / "prometheus.log", "wb")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={d / 'prometheus.yml'}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-            f"--web.external-url=http://127.0.0.1:{port}",
-            "--web.enable-lifecycle",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    log = open(d / "daemon.log", "wb")  # noqa: SIM115 - closed in finally
+    args = [a.format(dir=d, port=port) for a in argv]
+    proc = subprocess.Popen([path, *args], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: http_get(f"{url}/-/ready", 1.0), 20, 0.05, "prometheus ready")
-        yield Prometheus(url, d, proc)
+        wait_until(lambda: http_get(f"{url}/-/ready", 1.0), 20, 0.05, f"{binary} ready")
+        yield url, d, proc
     finally:
         proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -134,6 +127,25 @@ def run_prometheus(
         proc.kill()
         log.close()
         shutil.rmtree(d, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def run_prometheus(
+    config_yaml: str, extra_files: dict[str, str] | None = None, data_dir: Path | None = None
+) -> Iterator[Prometheus]:
+    """Run Prometheus with ``config_yaml`` (and files beside it, e.g. rules) until the block ends."""
+    data = str(data_dir) if data_dir else "{dir}/data"
+    argv = [
+        "--config.file={dir}/prometheus.yml",
+        f"--storage.tsdb.path={data}",
+        "--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+        "--web.external-url=http://127.0.0.1:{port}",
+        "--web.enable-lifecycle",
+    ]
+    files = {"prometheus.yml": config_yaml, **(extra_files or {})}
+    with _daemon("prometheus", "gpuwarden-prom-", files, argv) as (url, d, proc):
+        yield Prometheus(url, d, proc)
 
 
 @dataclass
@@ -155,35 +167,20 @@ class Alertmanager:
 
 @contextlib.contextmanager
 def run_alertmanager(config_yaml: str) -> Iterator[Alertmanager]:
-    binary = require_binary("prometheus-alertmanager")
-    d = world_readable_tmpdir("gpuwarden-am-")
-    (d / "am.yml").write_text(config_yaml)
-    port = free_port()
-    log = open(d / "am.log", "wb")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={d / 'am.yml'}",
-            f"--storage.path={d / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-            f"--web.external-url=http://127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: http_get(f"{url}/-/ready", 1.0), 20, 0.05, "alertmanager ready")
+    argv = [
+        "--config.file={dir}/am.yml",
+        "--storage.path={dir}/data",
+        "--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+        "--log.level=warn",
+        "--web.external-url=http://127.0.0.1:{port}",
+    ]
+    with _daemon("prometheus-alertmanager", "gpuwarden-am-", {"am.yml": config_yaml}, argv) as (
+        url,
+        d,
+        proc,
+    ):
         yield Alertmanager(url, d, proc)
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-        proc.kill()
-        log.close()
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
