@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from exporter import catalog
 from remediation.app import build_app
 from remediation.pager import ALERTNAME
 from remediation.silences import AlertmanagerSilences
@@ -85,7 +86,7 @@ async def test_alerts_through_alertmanager_reach_the_webhook_with_auth_and_a_sil
             [row] = svc.journal.rows("SELECT fingerprint, starts_at FROM alerts")
             assert len(row["fingerprint"]) == 16 and row["starts_at"]  # Alertmanager's own
             metrics = await (await client.get("/metrics")).text()
-            assert 'gpuwarden_remediation_webhook_requests_total{code="200"}' in metrics
+            assert f'{catalog.REMEDIATION_WEBHOOK_REQUESTS.name}{{code="200"}}' in metrics
             assert "unauthorized" not in metrics
 
             silence(am.url, "gpu-node-002")

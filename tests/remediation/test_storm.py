@@ -7,6 +7,7 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient, TestServer
 
+from exporter import catalog
 from remediation.app import build_app
 from remediation.clock import FakeClock
 from tests.remediation.helpers import AUTH, LIVE_POLICY, alert, payload, service, topology_file
@@ -44,7 +45,7 @@ async def test_a_storm_never_exceeds_the_budget_opens_the_breaker_and_accounts_f
             clock.advance(1.5)
         metrics = await (await client.get("/metrics")).text()
     assert 0 < max_out <= 15
-    assert "gpuwarden_remediation_breaker_open 1.0" in metrics
+    assert f"{catalog.REMEDIATION_BREAKER_OPEN.name} 1.0" in metrics
     assert svc.journal.get("breaker_opened_at") is not None
     rows = svc.journal.rows(
         "SELECT a.key, COUNT(d.id) AS n FROM alerts a LEFT JOIN decisions d ON d.alert_key=a.key "

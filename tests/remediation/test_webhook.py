@@ -13,6 +13,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from exporter import catalog
 from remediation.app import build_app
 from remediation.clock import FakeClock
 from remediation.service import Service
@@ -176,10 +177,10 @@ async def test_api_lists_nodes_decisions_and_metrics(svc_client: Pair) -> None:
     assert dec["decisions"][0]["action"] == "drain"
     text = await (await client.get("/metrics")).text()
     assert (
-        'gpuwarden_remediation_decisions_total{action="drain",guard="policy",verdict="allow"} 1.0'
+        f'{catalog.REMEDIATION_DECISIONS.name}{{action="drain",guard="policy",verdict="allow"}} 1.0'
         in text
     )
-    assert 'gpuwarden_remediation_nodes_quarantined{state="quarantined"} 1.0' in text
+    assert f'{catalog.REMEDIATION_NODES_QUARANTINED.name}{{state="quarantined"}} 1.0' in text
     assert (await client.get("/healthz")).status == 200
 
 
