@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import yaml
 from gpuwarden.settings import SettingsError
 from remediation import intake, policy, topology
 from remediation.backends.hostlist import expand
+from tests.realcomp import require_binary
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "remediation"
 
@@ -75,3 +77,26 @@ def test_intake_keeps_labels_and_the_idempotency_key() -> None:
     )
     [a] = intake.parse(body)
     assert a.node == "n1" and a.key == "abc|2026-01-01T00:00:00Z|firing"
+
+
+@pytest.mark.real
+def test_the_alertmanager_receiver_example_passes_amtool_and_routes_drains_to_gpuwarden() -> None:
+    amtool = require_binary("amtool")
+    f = str(DEPLOY / "alertmanager-receiver.yaml")
+    assert (
+        subprocess.run([amtool, "check-config", f], capture_output=True, timeout=60).returncode == 0
+    )
+    routes = subprocess.run(
+        [amtool, "config", "routes", "test", f"--config.file={f}", "action=drain", "node=n1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "gpuwarden-remediation" in routes.stdout
+    notify = subprocess.run(
+        [amtool, "config", "routes", "test", f"--config.file={f}", "action=notify"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "gpuwarden-remediation" not in notify.stdout
