@@ -123,6 +123,11 @@ class Engine:
         self.metrics.decisions.labels(v.guard, v.verdict, action).inc()
         return aid
 
+    def record_error(self, alert: Alert, error: Exception) -> None:
+        """A bug while deciding: recorded as a denial, so the alert is still accounted for."""
+        v = deny("error", f"internal error: {type(error).__name__}: {error}")
+        self._record(alert, alert.node, alert.labels.get("fault_class", ""), "notify", v, {})
+
     def decide(self, alert: Alert, alert_started: float | None = None) -> int | None:
         """Decide one accepted alert; returns the id of the action to execute, if any."""
         if alert.status == "resolved":

@@ -22,7 +22,6 @@ TRANSIENT_GUARDS = frozenset(
         "budget_fleet",
         "budget_domain",
         "budget_job",
-        "idle",
         "scheduler",
     }
 )

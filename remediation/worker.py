@@ -16,7 +16,6 @@ from typing import Any
 
 from remediation.engine import Engine
 from remediation.executor import Executor
-from remediation.model import Verdict
 
 log = logging.getLogger("gpuwarden.remediation")
 
@@ -80,8 +79,8 @@ class Worker:
             return self.engine.decide(alert, parse_ts(alert.starts_at))
         except Exception as e:  # recorded as a denial so the alert is accounted for
             log.exception("deciding %s failed", alert.key)
-            v = Verdict(False, "error", f"internal error: {type(e).__name__}: {e}")
-            return self.engine._record(alert, alert.node, "", "notify", v, {})
+            self.engine.record_error(alert, e)
+            return None
 
     def _spawn(self, row: dict[str, Any]) -> None:
         task = asyncio.create_task(self._execute(row))

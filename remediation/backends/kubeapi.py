@@ -20,7 +20,9 @@ class KubeApi(Protocol):
 
     def patch_node(self, name: str, body: Obj) -> None: ...
 
-    def list_pods(self, node: str) -> list[Obj]: ...
+    def list_pods(self, node: str | None) -> list[Obj]:
+        """Pods on ``node`` (every pod when None)."""
+        ...
 
     def read_pod(self, namespace: str, name: str) -> Obj | None: ...
 
@@ -72,13 +74,11 @@ class OfficialKubeApi:
     def patch_node(self, name: str, body: Obj) -> None:
         self._raw(self.core.patch_node, name, body)
 
-    def list_pods(self, node: str) -> list[Obj]:
-        items = (
-            self._raw(
-                self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}"
-            ).get("items")
-            or []
-        )
+    def list_pods(self, node: str | None) -> list[Obj]:
+        selector = {} if node is None else {"field_selector": f"spec.nodeName={node}"}
+        items = self._raw(self.core.list_pod_for_all_namespaces, **selector).get("items") or []
+        if node is None:
+            return list(items)
         # Filtered here as well: a selector the server ignores must not widen the blast radius.
         return [p for p in items if (p.get("spec") or {}).get("nodeName") == node]
 

@@ -189,10 +189,10 @@ class KubernetesBackend:
         uid = self.owners.get(job_id)
         if uid is None:
             return None
-        for n in self.api.list_nodes():  # the replacement pod of the same controller
-            for p in self.api.list_pods(str(_meta(n).get("name"))):
-                if any(o.get("uid") == uid for o in _meta(p).get("ownerReferences") or []):
-                    return Job(job_id, self._job(p).state, self._job(p).nodes, 1)
+        for p in self.api.list_pods(None):  # the replacement pod of the same controller
+            if any(o.get("uid") == uid for o in _meta(p).get("ownerReferences") or []):
+                job = self._job(p)
+                return Job(job_id, job.state, job.nodes, 1)
         return None
 
     def request_checkpoint(self, job: Job) -> None:

@@ -15,10 +15,22 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from exporter import catalog
 from remediation.app import build_app
+from remediation.backends.dryrun import DryRunBackend
 from remediation.clock import FakeClock
-from remediation.service import Service
+from remediation.journal import Journal
+from remediation.model import NodeView
+from remediation.service import Service, build
+from remediation.settings import Settings
 from tests.realcomp import free_port
-from tests.remediation.helpers import AUTH, LIVE_POLICY, alert, payload, service, topology_file
+from tests.remediation.helpers import (
+    AUTH,
+    LIVE_POLICY,
+    TOKEN,
+    alert,
+    payload,
+    service,
+    topology_file,
+)
 
 Pair = tuple[Service, TestClient]
 
@@ -252,3 +264,30 @@ async def test_a_failing_validation_command_blocks_the_automatic_release(
         assert svc.engine.tick() == []
         assert decisions(svc)[-1]["guard"] == "validation"
         assert node_rec(svc, "gpu-node-001")["state"] == "probation"
+
+
+class BrokenBackend(DryRunBackend):
+    """A backend with a bug (a hand-written fake)."""
+
+    def fleet(self) -> tuple[NodeView, ...]:
+        raise ZeroDivisionError("bug")
+
+
+async def test_a_bug_while_deciding_is_a_recorded_denial_and_the_service_stays_healthy(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "policy.yaml").write_text(LIVE_POLICY)
+    s = Settings(
+        policy=tmp_path / "policy.yaml", state_db=tmp_path / "s.db", webhook_token=TOKEN, tick_s=0.2
+    )
+    journal_for_fake = Journal(tmp_path / "fake.db")
+    svc = build(s, clock=FakeClock(), backend=BrokenBackend(journal_for_fake))
+    async with TestClient(TestServer(build_app(svc))) as client:
+        assert await post(client, payload(alert())) == 200
+        await svc.worker.idle()
+        [d] = decisions(svc)
+        assert (d["verdict"], d["guard"]) == ("deny", "error") and "ZeroDivisionError" in d[
+            "reason"
+        ]
+        assert (await client.get("/healthz")).status == 200
+    journal_for_fake.close()
