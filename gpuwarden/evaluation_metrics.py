@@ -124,6 +124,7 @@ class Score:
     false_drains: int
     drains_on_negative_controls: dict[str, int]
     node_days: float
+    fp_kinds: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         hw = [f for f in self.faults if f["hardware"]]
@@ -199,6 +200,7 @@ def score(
     false_drains = 0
     nc_drains: dict[str, int] = {}
     counted = 0
+    fp_kinds: dict[str, int] = {}
     for i, ep in enumerate(episodes):
         if i in tp_eps:
             counted += 1
@@ -208,8 +210,10 @@ def score(
             continue
         counted += 1
         fp += 1
+        tag = f"{ep.detector}/{ep.kind}" + ("/drain" if ep.drains else "")
+        fp_kinds[tag] = fp_kinds.get(tag, 0) + 1
         if ep.drains:
             false_drains += 1
             for t in on_nc:
                 nc_drains[t.kind] = nc_drains.get(t.kind, 0) + 1
-    return Score(faults, counted, len(tp_eps), fp, false_drains, nc_drains, node_days)
+    return Score(faults, counted, len(tp_eps), fp, false_drains, nc_drains, node_days, fp_kinds)

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from analyzer.detectors.series import robust_z
+from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
 from analyzer.window import Window
 from exporter import catalog
@@ -65,8 +65,12 @@ class StragglerDetector:
         busy = _busy_throughout(u)
         if busy.sum() < self.min_nodes:
             return None
+        # deviation from the job's median at each sample first: the step rhythm moves every
+        # peer together, and a scrape gap must not turn that rhythm into a difference
+        ub = np.where(busy[None, :, None], u, np.nan)
+        dev = ub - nanmedian(ub.reshape(ub.shape[0], -1), axis=1)[:, :, None]
         with np.errstate(all="ignore"):
-            um = np.nanmean(u, axis=0)  # (N, G)
+            um = np.nanmean(dev, axis=0)  # (N, G)
         um[~busy] = np.nan
         zg = np.nan_to_num(robust_z(um.reshape(-1), axis=0, floor=self.floor), nan=0.0)
         zg = zg.reshape(um.shape)
