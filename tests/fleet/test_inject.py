@@ -58,6 +58,15 @@ CASES = [
         "true or false",
     ),
     ({"kind": "xid", "node": "gpu-node-001", "target": "gpu0", "duration": 0}, "duration"),
+    (
+        {
+            "kind": "ib_flap",
+            "node": "gpu-node-001",
+            "target": "mlx5_0/1",
+            "parameters": {"period_s": 60, "down_s": 60},
+        },
+        "down_s must be shorter than period_s",
+    ),
     ({"kind": "xid", "node": "gpu-node-001", "target": "gpu0", "onset": 10}, "in the past"),
 ]
 

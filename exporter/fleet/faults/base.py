@@ -127,6 +127,7 @@ class FaultKind:
     negative_control: bool = False
     help: str = ""
     clears_on_reboot: Callable[[Fault], bool] = lambda f: False
+    check: Callable[[Mapping[str, Any]], str] = lambda p: ""  # cross-parameter rule: "" = ok
 
 
 _GPU = re.compile(r"^(?:gpu)?(\d+)$")
@@ -192,6 +193,8 @@ def make_fault(
     k = kinds[kind]
     where = resolve_target(k, topo, node, target)
     params = check_parameters(k, parameters)
+    if problem := k.check(params):
+        raise FaultError(f"bad parameters for {kind}: {problem}")
     if duration is not None and (not isinstance(duration, (int, float)) or not duration > 0):
         raise FaultError(f"duration must be a positive number of seconds, got {duration!r}")
     if not isinstance(onset, (int, float)) or not math.isfinite(onset) or onset < 0:

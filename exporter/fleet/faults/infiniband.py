@@ -8,6 +8,8 @@ to the jobs running over it (REFERENCE.md §3).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from exporter.fleet.effects import PHYS_DISABLED, PHYS_POLLING
 from exporter.fleet.faults.base import Fault, FaultKind, Param, Step
@@ -72,6 +74,10 @@ def rate_downgrade(f: Fault, s: Step) -> None:
         s.eff.port_rate[f.nodes[0], f.port] = float(f.parameters["rate_gbps"]) / 400.0
 
 
+def _flap_check(p: Mapping[str, Any]) -> str:
+    return "" if p["down_s"] < p["period_s"] else "down_s must be shorter than period_s"
+
+
 def leaf_outage(f: Fault, s: Step) -> None:
     """The leaf switch dies: every IB port of every node under it goes down at once."""
     if f.starts_in(s.t0, s.t1):
@@ -99,6 +105,7 @@ KINDS = (
         flap,
         {"period_s": Param(600.0, 2, 1e6), "down_s": Param(30.0, 1, 1e6)},
         help="link flap: down for down_s every period_s",
+        check=_flap_check,
     ),
     FaultKind("ib_port_down", "port", port_down, {"disabled": Param(False)}),
     FaultKind(
