@@ -48,7 +48,8 @@ def synthetic_window(nodes: int, seed: int = 0) -> Window:
         c.IB_PORT_RATE.name: np.full((T, nodes, P), 50e9),
     }
     ib = {k: np.cumsum(rng.poisson(0.01, (T, nodes, P)), axis=0).astype(float)
-          for k in ("symbol_error", "port_rcv_errors", "link_downed")}  # fmt: skip
+          for k in ("symbol_error", "port_rcv_errors")}  # fmt: skip
+    ib["link_downed"] = np.zeros((T, nodes, P))
     m[c.GPU_SM_CLOCK.name][:, 3, 2] = 1500e6
     m[c.NVLINK_UP.name][-2:, 5, 1, 4] = 0
     m[c.IB_PORT_STATE.name][-3:, 7, 0] = 1
