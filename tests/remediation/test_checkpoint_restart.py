@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,11 +50,18 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+@pytest.fixture
+def job_dir() -> Iterator[Path]:
+    d = world_readable_tmpdir("gpuwarden-job-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.mark.real
 async def test_a_real_job_checkpoints_is_requeued_off_the_bad_node_and_resumes_its_step_count(
-    clean_slurm: SlurmCluster, tmp_path: Path
+    clean_slurm: SlurmCluster, tmp_path: Path, job_dir: Path
 ) -> None:
-    d = world_readable_tmpdir("gpuwarden-job-")
+    d = job_dir
     repo = str(Path(__file__).resolve().parents[2])
     (d / "job.py").write_text(JOB.format(repo=repo, d=str(d)))
     out = d / "job.out"
