@@ -21,7 +21,7 @@ from remediation.journal import Journal
 from remediation.model import NodeView
 from remediation.service import Service, build
 from remediation.settings import Settings
-from tests.realcomp import free_port
+from tests.realcomp import free_port, require_binary
 from tests.remediation.helpers import (
     AUTH,
     LIVE_POLICY,
