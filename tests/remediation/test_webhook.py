@@ -200,7 +200,7 @@ async def test_tls_is_served_when_a_certificate_is_given(tmp_path: Path) -> None
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
     subprocess.run(
         [
-            "openssl",
+            require_binary("openssl"),
             "req",
             "-x509",
             "-newkey",
