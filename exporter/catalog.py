@@ -40,7 +40,7 @@ class DcgmField:
     sum_over: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one object per metric: identity is equality, hashing cheap
 class MetricDef:
     name: str
     type: MetricType

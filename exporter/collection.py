@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 from exporter import __version__, catalog
 from exporter.catalog import Sample
 from exporter.collectors.base import Collector, ReadErrors
-from exporter.exposition import render
+from exporter.exposition import Prefixes, render
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,7 @@ class CollectionLoop:
         self._before_cycle = before_cycle  # the simulated source advances its model here
         self._timer = timer
         self._cycles = 0
+        self._prefixes = Prefixes()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.snapshot: Snapshot = EMPTY
@@ -96,7 +97,7 @@ class CollectionLoop:
                 last_xid.update(st.collector.last_xid())
         self._cycles += 1
         samples += self._self_samples()
-        body = render(samples, dcgm=self._dcgm, last_xid=last_xid)
+        body = render(samples, dcgm=self._dcgm, last_xid=last_xid, prefixes=self._prefixes)
         snap = Snapshot(
             body,
             self._wall(),

@@ -41,9 +41,37 @@ def format_value(v: float) -> str:
     return repr(v)
 
 
-def _series(name: str, labels: Iterable[tuple[str, str]], value: float) -> str:
+def _prefix(name: str, labels: Iterable[tuple[str, str]]) -> str:
+    """``name{labels} `` (the value follows); empty label values are omitted."""
     inner = ",".join(f'{k}="{escape_label(v)}"' for k, v in labels if v != "")
-    return f"{name}{{{inner}}} {format_value(value)}" if inner else f"{name} {format_value(value)}"
+    return f"{name}{{{inner}}} " if inner else f"{name} "
+
+
+def _series(name: str, labels: Iterable[tuple[str, str]], value: float) -> str:
+    return _prefix(name, labels) + format_value(value)
+
+
+class Prefixes:
+    """Rendered ``name{labels} `` per series, kept between cycles.
+
+    A node's series are the same from cycle to cycle, and escaping labels was half the cost
+    of a render. The cache is dropped whenever it outgrows twice the series of the last
+    render, so label churn (job ids, a reset GPU) cannot grow it without bound.
+    """
+
+    def __init__(self) -> None:
+        self._map: dict[tuple[str, tuple[str, ...]], str] = {}
+
+    def get(self, metric: MetricDef, values: tuple[str, ...]) -> str:
+        key = (metric.name, values)
+        p = self._map.get(key)
+        if p is None:
+            p = self._map[key] = _prefix(metric.name, zip(metric.labels, values, strict=True))
+        return p
+
+    def trim(self, series: int) -> None:
+        if len(self._map) > 2 * series + 64:
+            self._map.clear()
 
 
 def _header(name: str, help_: str, type_: str) -> list[str]:
@@ -57,19 +85,21 @@ def group(samples: Iterable[Sample]) -> dict[MetricDef, list[Sample]]:
     return out
 
 
-def render_native(grouped: dict[MetricDef, list[Sample]]) -> list[str]:
+def render_native(
+    grouped: dict[MetricDef, list[Sample]], prefixes: Prefixes | None = None
+) -> list[str]:
+    cache = prefixes or Prefixes()
     lines: list[str] = []
     for metric, samples in grouped.items():
         if metric.name.startswith("DCGM_"):
             continue
         lines += _header(metric.name, metric.help, metric.type)
-        names = metric.labels
         seen: set[tuple[str, ...]] = set()
         for s in samples:
             if s.label_values in seen:  # one series once, even if a source repeated it
                 continue
             seen.add(s.label_values)
-            lines.append(_series(metric.name, zip(names, s.label_values, strict=True), s.value))
+            lines.append(cache.get(metric, s.label_values) + format_value(s.value))
     return lines
 
 
@@ -135,10 +165,17 @@ def _int_or_str(v: str) -> tuple[int, str]:
 
 
 def render(
-    samples: Iterable[Sample], *, dcgm: bool = False, last_xid: dict[str, int] | None = None
+    samples: Iterable[Sample],
+    *,
+    dcgm: bool = False,
+    last_xid: dict[str, int] | None = None,
+    prefixes: Prefixes | None = None,
 ) -> bytes:
+    """The exposition of ``samples``; pass the same ``prefixes`` every cycle to reuse work."""
     grouped = group(samples)
-    lines = render_native(grouped)
+    lines = render_native(grouped, prefixes)
+    if prefixes is not None:
+        prefixes.trim(sum(len(v) for v in grouped.values()))
     if dcgm:
         lines += render_dcgm(grouped, last_xid or {})
     return ("\n".join(lines) + "\n").encode()
