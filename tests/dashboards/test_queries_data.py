@@ -48,8 +48,8 @@ STAND_IN_LABELS = {
 
 
 # Which stand-in path serves a catalogue metric: by the service that owns it.
-OWNERS = {"gpuwarden_analyzer": "/analyzer", "gpuwarden_finding": "/analyzer",
-          "gpuwarden_remediation": "/remediation"}  # fmt: skip
+OWNERS = {catalog.PREFIX + "analyzer": "/analyzer", catalog.FINDING.name: "/analyzer",
+          catalog.PREFIX + "remediation": "/remediation"}  # fmt: skip
 
 
 def _owner(name: str) -> str:

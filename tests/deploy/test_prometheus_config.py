@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter import catalog
 from tests import realcomp
 from tests.deploy.support import ROOT, load_generator
 
@@ -118,6 +119,6 @@ def test_shard_keeps_one_hashmod_bucket_and_only_node_local_rules() -> None:
         text = path.read_text()
         # A shard sees only its own nodes: absent() fires on every shard, and the analyzer's
         # findings and pipeline health are scraped centrally.
-        global_only = "absent(" in text or "gpuwarden_finding" in text
+        global_only = "absent(" in text or catalog.FINDING.name in text
         assert (path.name in shard_rules) != global_only, path.name
     assert shard_rules <= {p.name for p in rule_files()}
