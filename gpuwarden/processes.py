@@ -10,12 +10,45 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def world_readable_tmpdir(prefix: str) -> Path:
+    """A temp dir under /tmp with 0755 (daemons running as other users must reach it)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    d.chmod(0o755)
+    return d
+
+
+def wait_until(
+    pred: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition"
+) -> Any:
+    """Poll ``pred`` until it returns something true; TimeoutError says what and the last error."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:  # the thing is still starting
+            last_exc = e
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what} (last error: {last_exc})")
 
 
 class StartError(RuntimeError):

@@ -10,10 +10,7 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
-import tempfile
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from gpuwarden.processes import free_port, wait_until, world_readable_tmpdir
+
+__all__ = ["free_port", "wait_until", "world_readable_tmpdir"]
 
 
 def require_binary(name: str) -> str:
@@ -35,37 +36,10 @@ def require_binary(name: str) -> str:
     raise AssertionError("unreachable")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def world_readable_tmpdir(prefix: str) -> Path:
-    """A temp dir under /tmp with 0755 (daemons running as other users must reach it)."""
-    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    d.chmod(0o755)
-    return d
-
-
 def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bytes:
     req = urllib.request.Request(url, headers=headers or {})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return bytes(r.read())
-
-
-def wait_until(pred: Any, timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            v = pred()
-            if v:
-                return v
-        except Exception as e:  # the thing is still starting
-            last_exc = e
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what} (last error: {last_exc})")
 
 
 @dataclass
