@@ -18,33 +18,13 @@ from pathlib import Path
 import pytest
 
 from exporter import catalog
+from gpuwarden import demojob
 from gpuwarden.stack import Stack, StackOptions
 from tests.realcomp import free_port, require_binary, wait_until, world_readable_tmpdir
 from tests.slurmcluster import SlurmCluster, slurm_cluster
 
 pytestmark = pytest.mark.real
-REPO = Path(__file__).resolve().parents[2]
 BUDGET = 2  # nodes gpuwarden may hold out of service at once in this fleet
-
-JOB = """
-import json, os, sys, time
-sys.path.insert(0, {repo!r})
-from remediation import checkpoint
-checkpoint.install()
-state = os.path.join({d!r}, "state.json")
-step = json.load(open(state))["step"] if os.path.exists(state) else 0
-node = os.environ.get("SLURMD_NODENAME", "?")
-print(f"start step={{step}} node={{node}}", flush=True)
-while step < 1000000:
-    step += 1
-    time.sleep(0.05)
-    if checkpoint.checkpoint_requested():
-        json.dump({{"step": step}}, open(state + ".tmp", "w"))
-        os.replace(state + ".tmp", state)
-        checkpoint.acknowledge(step=step)
-        print(f"checkpoint step={{step}} node={{node}}", flush=True)
-        checkpoint.reset()
-"""
 
 
 @dataclass
@@ -129,24 +109,10 @@ def _free(port: int) -> bool:
         return True
 
 
-def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
-
-
 def test_xid_79_under_a_running_job_drains_the_node_and_moves_the_job(loop: Loop) -> None:
-    (loop.jobdir / "job.py").write_text(JOB.format(repo=str(REPO), d=str(loop.jobdir)))
-    out = loop.jobdir / "job.out"
-    job = loop.slurm.sbatch(
-        "--requeue",
-        "--open-mode=append",
-        f"--output={out}",
-        "--gres=gpu:1",
-        f"--export=ALL,GPUWARDEN_ACK_DIR={loop.jobdir}",
-        "--wrap",
-        f"exec python3 {loop.jobdir}/job.py",
-    )
-    wait_until(lambda: _lines(out), 30, 0.1, "job started")
-    bad = _lines(out)[0].split("node=")[1].strip()
+    job = demojob.submit(loop.slurm, loop.jobdir)
+    wait_until(lambda: demojob.lines(loop.jobdir), 30, 0.1, "job started")
+    bad = demojob.lines(loop.jobdir)[0].split("node=")[1].strip()
     time.sleep(3)  # let the job count some steps first
 
     t0 = time.monotonic()
@@ -158,12 +124,16 @@ def test_xid_79_under_a_running_job_drains_the_node_and_moves_the_job(loop: Loop
     reason = str(loop.slurm.node_state(bad)["reason"])
     assert reason.startswith("gpuwarden:")
     restarted = wait_until(
-        lambda: [ln for ln in _lines(out)[1:] if ln.startswith("start") and bad not in ln],
+        lambda: [
+            ln for ln in demojob.lines(loop.jobdir)[1:] if ln.startswith("start") and bad not in ln
+        ],
         90,
         0.5,
         "job restarted on another node",
     )
-    assert any(ln.startswith("checkpoint") for ln in _lines(out)), "job never checkpointed"
+    assert any(ln.startswith("checkpoint") for ln in demojob.lines(loop.jobdir)), (
+        "job never checkpointed"
+    )
     resumed_step = int(restarted[-1].split("step=")[1].split()[0])
     assert resumed_step > 0, "the job started over instead of resuming its checkpoint"
     assert loop.slurm.job_state(job) in ("RUNNING", "PENDING", "CONFIGURING")
