@@ -10,6 +10,7 @@ timeline of injections, alerts, findings, decisions and node states. Ctrl-C (or
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -22,7 +23,8 @@ from typing import Any
 
 import yaml
 
-from gpuwarden.processes import StartError
+from gpuwarden import demojob, slurmlab
+from gpuwarden.processes import StartError, wait_until
 from gpuwarden.stack import Stack, StackOptions, servers_installed
 from gpuwarden.timeline import Seen, diff, http_fetch, snapshot
 
@@ -37,14 +39,15 @@ class Step:
     note: str
 
 
+JOB_NODE = "{job}"  # the node the demo training job runs on (gpu-node-003 without Slurm)
 DEFAULT_STORY = [
     Step(
         10,
-        "gpu-node-003",
+        JOB_NODE,
         "xid",
         "gpu2",
         {"xid": 79},
-        "GPU 2 falls off the bus: XID 79 in the kernel log, NVML says GPU lost",
+        "GPU 2 falls off the bus under the training job: XID 79, NVML says GPU lost",
     ),
     Step(
         25,
@@ -129,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not start Prometheus/Alertmanager even when installed",
     )
+    p.add_argument(
+        "--no-slurm",
+        action="store_true",
+        help="dry-run remediation even when Slurm is installed (Slurm needs root)",
+    )
     return p
 
 
@@ -156,9 +164,29 @@ def _banner(stack: Stack, backend: str) -> None:
     _say("Ctrl-C stops everything.\n")
 
 
+def _want_slurm(ns: argparse.Namespace) -> bool:
+    return not ns.no_slurm and os.geteuid() == 0 and not slurmlab.missing_binaries()
+
+
 def run(ns: argparse.Namespace) -> int:
     workdir = Path(ns.workdir).resolve()
     shutil.rmtree(workdir, ignore_errors=True)
+    with contextlib.ExitStack() as exits:
+        slurm = None
+        if _want_slurm(ns):
+            _say(f"starting a Slurm cluster: 3 slurmd + {ns.nodes - 3} ghost nodes ...")
+            slurm = exits.enter_context(slurmlab.slurm_cluster(live=3, ghosts=ns.nodes - 3))
+        return _run_stack(ns, workdir, slurm)
+    return 1
+
+
+def _run_stack(ns: argparse.Namespace, workdir: Path, slurm: slurmlab.SlurmCluster | None) -> int:
+    checkpoint = {
+        "ack_dir": str(workdir / "job"),
+        "deadline_s": 20,
+        "on_timeout": "requeue",
+        "restart_deadline_s": 60,
+    }
     stack = Stack(
         StackOptions(
             workdir=workdir,
@@ -168,7 +196,9 @@ def run(ns: argparse.Namespace) -> int:
             scrape_interval_s=ns.scrape_interval,
             analyzer_interval_s=ns.scrape_interval,
             real_servers=not ns.no_servers,
+            slurm_env=slurm.env if slurm else None,
             scenario=Path(ns.scenario).resolve() if ns.scenario else None,
+            policy={"checkpoint": checkpoint},
         )
     )
     story = sorted(load_story(ns.story), key=lambda s: s.at)
@@ -184,8 +214,9 @@ def run(ns: argparse.Namespace) -> int:
         f"({'real Prometheus + Alertmanager' if stack.urls.prometheus else 'embedded'})"
     )
     _banner(stack, stack.opts.backend)
+    job_node = _start_job(slurm, workdir / "job")
     try:
-        _loop(stack, story, ns.duration)
+        _loop(stack, story, ns.duration, job_node)
     except KeyboardInterrupt:
         _say("\ninterrupted")
     finally:
@@ -194,7 +225,33 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _loop(stack: Stack, story: list[Step], duration: float) -> None:
+def _start_job(slurm: slurmlab.SlurmCluster | None, d: Path) -> str:
+    """With Slurm: a training job that checkpoints on request; returns the node it runs on."""
+    if slurm is None:
+        return "gpu-node-003"
+    d.mkdir(parents=True, exist_ok=True)
+    d.chmod(0o777)
+    job = demojob.submit(slurm, d)
+    wait_until(lambda: demojob.lines(d), 30, 0.2, "demo job started")
+    node = demojob.lines(d)[0].split("node=")[1].strip()
+    _say(f"[    0.0s] JOB      {node:<14} training job {job} running (output: {d / 'job.out'})")
+    return node
+
+
+def _job_events(d: Path, seen: Seen, t: float) -> list[str]:
+    out = []
+    for i, line in enumerate(demojob.lines(d)[1:], 1):
+        if not seen.new(f"job/{i}", line):
+            continue
+        what, _, node = line.partition(" node=")  # "start step=N" / "checkpoint step=N"
+        if node:
+            out.append(f"[{t:7.1f}s] JOB      {node:<14} {what}")
+        else:  # Slurm's own lines (requeue, cancel notices)
+            out.append(f"[{t:7.1f}s] JOB      {'':<14} {line.strip()}")
+    return out
+
+
+def _loop(stack: Stack, story: list[Step], duration: float, job_node: str) -> None:
     fetch = http_fetch(stack.token)
     seen = Seen()
     start = time.monotonic()
@@ -203,9 +260,10 @@ def _loop(stack: Stack, story: list[Step], duration: float) -> None:
         t = time.monotonic() - start
         while pending and pending[0].at <= t:
             step = pending.pop(0)
-            _say(f"[{t:7.1f}s] STORY    {step.node:<14} {step.note}")
+            node = job_node if step.node == JOB_NODE else step.node
+            _say(f"[{t:7.1f}s] STORY    {node:<14} {step.note}")
             try:
-                stack.inject(step.node, step.kind, step.target, **step.parameters)
+                stack.inject(node, step.kind, step.target, **step.parameters)
             except OSError as e:  # HTTPError included: say so, keep the demo going
                 _say(f"[{t:7.1f}s] STORY    {step.node:<14} injection failed: {e}")
         snap = snapshot(
@@ -217,6 +275,8 @@ def _loop(stack: Stack, story: list[Step], duration: float) -> None:
         )
         for event in diff(seen, snap, t):
             _say(event.line())
+        for line in _job_events(stack.opts.workdir / "job", seen, t):
+            _say(line)
         dead = stack.sup.failed()
         if dead:
             _say(f"{dead[0].name} exited unexpectedly:\n{dead[0].tail()}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +127,7 @@ def http_fetch(token: str) -> Fetch:
     def fetch(url: str, auth: bool) -> Any:
         headers = {"Authorization": f"Bearer {token}"} if auth else {}
         req = urllib.request.Request(url, headers=headers)
-        with urllib.request.urlopen(req, timeout=5) as r:
+        with urllib.request.urlopen(req, timeout=3) as r:
             return json.loads(r.read())
 
     return fetch
@@ -144,11 +145,16 @@ def snapshot(
     }
     if prometheus:
         calls["alerts"] = (f"{prometheus}/api/v1/alerts", False)
-    out: dict[str, Any] = {}
-    for name, (url, auth) in calls.items():
+
+    def one(item: tuple[str, tuple[str, bool]]) -> tuple[str, Any]:
+        name, (url, auth) = item
         try:
             body = fetch(url, auth)
         except Exception:  # a service still starting or briefly busy: next poll
-            continue
-        out[name] = body["data"]["alerts"] if name == "alerts" else body
+            return name, None
+        return name, body["data"]["alerts"] if name == "alerts" else body
+
+    # In parallel, so one slow service (an analyzer mid-cycle) does not stall the timeline.
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        out = {k: v for k, v in pool.map(one, calls.items()) if v is not None}
     return out

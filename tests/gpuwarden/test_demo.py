@@ -1,0 +1,65 @@
+"""`gpuwarden demo` starts the stack, tells its story, and stops everything it started."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from gpuwarden.demo import build_parser, main
+from tests.e2e.test_whole_loop import _port_block
+
+
+def test_the_built_in_story_needs_a_fleet_that_has_its_nodes(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["--nodes", "8"]) == 2
+    assert "--nodes must be >= 21" in capsys.readouterr().err
+
+
+def test_help_documents_nodes_duration_scenario_and_ports() -> None:
+    text = build_parser().format_help()
+    for flag in ("--nodes", "--duration", "--scenario", "--story", "--base-port"):
+        assert flag in text
+
+
+def test_a_short_demo_injects_its_story_prints_the_timeline_and_cleans_up(tmp_path: Path) -> None:
+    story = tmp_path / "story.yaml"
+    story.write_text(
+        "- {at: 1, node: gpu-node-002, kind: xid, target: gpu0, "
+        "parameters: {xid: 79}, note: a GPU falls off the bus}\n"
+    )
+    base = _port_block()
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuwarden",
+            "demo",
+            "--nodes",
+            "4",
+            "--duration",
+            "15",
+            "--story",
+            str(story),
+            "--no-servers",
+            "--no-slurm",
+            "--base-port",
+            str(base),
+            "--workdir",
+            str(tmp_path / "demo"),
+            "--scrape-interval",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "STORY    gpu-node-002   a GPU falls off the bus" in out
+    assert "INJECT   gpu-node-002   xid on gpu0 xid=79 (fault)" in out
+    assert "stopping everything the demo started" in out
+    for port in range(base, base + 3):  # simulator, analyzer, remediation are gone
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine
+            s.bind(("127.0.0.1", port))  # a process still listening is not
