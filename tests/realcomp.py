@@ -157,6 +157,18 @@ def run_alertmanager(config_yaml: str) -> Iterator[Alertmanager]:
         yield Alertmanager(url, d, proc)
 
 
+def self_signed_cert(d: Path) -> tuple[Path, Path]:
+    """A throw-away certificate and key for 127.0.0.1 (real TLS in tests), via openssl."""
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(
+        [require_binary("openssl"), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+         "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
 def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [require_binary("promtool"), *args], input=stdin, capture_output=True, timeout=60

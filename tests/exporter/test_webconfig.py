@@ -15,36 +15,9 @@ import bcrypt
 import pytest
 
 from exporter.webconfig import WebConfigError, load_web_config
-from tests.realcomp import free_port, wait_until
+from tests.realcomp import free_port, self_signed_cert, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _self_signed(d: Path) -> tuple[Path, Path]:
-    cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
 
 
 def _basic(user: str, password: str) -> str:
@@ -86,7 +59,7 @@ def test_a_bad_web_config_is_refused_with_a_reason(tmp_path: Path, text: str, me
 @pytest.fixture(scope="module")
 def https_exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     d = tmp_path_factory.mktemp("tls")
-    cert, key = _self_signed(d)
+    cert, key = self_signed_cert(d)
     h = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
     (d / "web.yml").write_text(
         f"tls_server_config:\n  cert_file: {cert.name}\n  key_file: {key.name}\n"

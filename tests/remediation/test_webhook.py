@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from remediation.journal import Journal
 from remediation.model import NodeView
 from remediation.service import Service, build
 from remediation.settings import Settings
-from tests.realcomp import free_port, require_binary
+from tests.realcomp import free_port, self_signed_cert
 from tests.remediation.helpers import (
     AUTH,
     LIVE_POLICY,
@@ -197,30 +196,7 @@ async def test_api_lists_nodes_decisions_and_metrics(svc_client: Pair) -> None:
 
 
 async def test_tls_is_served_when_a_certificate_is_given(tmp_path: Path) -> None:
-    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(
-        [
-            require_binary("openssl"),
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    cert, key = self_signed_cert(tmp_path)
     svc = service(
         tmp_path,
         clock=FakeClock(),
