@@ -96,8 +96,16 @@ class StragglerDetector:
         slow_clock = self._clock_deficit(c, busy, n, None if subject == "node" else int(gpus[0]))
         self._jobs_seen[node].add(job)
         follows = len(self._jobs_seen[node]) >= 2
-        confirmed = count + 1 >= self.streak and (slow_clock or follows)
-        action = "drain" if confirmed else "notify"
+        # Only clocks below the peers' prove hardware: a node that straggles again in another
+        # job may simply hold a slow pipeline stage again, so that alone earns a cordon.
+        persistent = count + 1 >= self.streak
+        action = (
+            "drain"
+            if persistent and slow_clock
+            else "cordon"
+            if persistent and follows
+            else "notify"
+        )
         why = "clocks below its peers" if slow_clock else "no clock deficit (may be workload)"
         return Finding(node, subject, "straggler", "warning", action, self.name,
                        float(min(1.0, 0.4 + zval / (4 * self.z) + 0.2 * slow_clock)), since,

@@ -110,3 +110,14 @@ def test_scrape_gaps_do_not_hide_a_straggler_or_a_faulty_gpu():
         a[rng.random(a.shape) < 0.3] = np.nan
     assert ("node-09", "node", "straggler") in keys(StragglerDetector().detect(window(d)))
     assert ("node-02", "gpu=1", "faulty_machine") in keys(PeerDetector().detect(window(d)))
+
+
+def test_a_node_that_straggled_in_an_earlier_job_is_cordoned_not_drained_without_slow_clocks():
+    d = healthy(nodes=16, seed=7)
+    d["metrics"][c.GPU_UTILIZATION.name][:, 5] += 0.06
+    det = StragglerDetector()
+    det.detect(window(d, jobs={"1": tuple(range(16))}))
+    out = []
+    for _ in range(2):
+        out = det.detect(window(d, jobs={"2": tuple(range(16))}))
+    assert keys(out) == {("node-05", "node", "straggler")} and out[0].action == "cordon"
