@@ -17,7 +17,7 @@ from gpuwarden.settings import SettingsError
 class AnalyzerSettings:
     prometheus: str = ""
     targets: str = ""
-    listen: str = "0.0.0.0:9836"
+    listen: str = "0.0.0.0:9837"
     interval: float = 15.0
     window: float = 600.0
     alertmanager: str = ""

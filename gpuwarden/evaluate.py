@@ -171,14 +171,7 @@ def run_stragglers(seed: int, nodes: int, slowdowns: Sequence[float], trials: in
     """One job spanning every node; one slow node at a time (plus pipeline-imbalance
     controls): top-1 localisation, detection, and drains on the controls."""
     fleet = Fleet(nodes, seed, idle_fraction=0.0)
-    # The fleet has no public "place this job" call yet: end the drawn jobs and start one
-    # spanning all nodes through the Jobs object (see docs/analyzer.md, requests).
-    for job in list(fleet.jobs.running.values()):
-        fleet.jobs._finish(job, 0.0)
-    fleet.jobs.free_since[:] = -np.inf
-    fleet.jobs._start(np.arange(nodes), 0.0, fleet.rng)
-    only = next(iter(fleet.jobs.running.values()))
-    only.end, only.stages = 1e12, 4
+    fleet.jobs.place(np.arange(nodes), 0.0, fleet.rng, end=1e12, stages=4)
     rng = np.random.default_rng(40_000 + seed)
     buf = FrameBuffer(fleet.nodes, 600.0, step, dict(enumerate(fleet.leaf_of)),
                       [port_name(p) for p in range(8)])  # fmt: skip

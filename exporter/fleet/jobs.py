@@ -106,6 +106,25 @@ class Jobs:
         self.job_of[nodes] = job.id
         self.version += 1
 
+    def place(
+        self,
+        nodes: np.ndarray,
+        t: float,
+        rng: np.random.Generator,
+        *,
+        end: float | None = None,
+        stages: int | None = None,
+    ) -> Job:
+        """End the jobs on ``nodes`` and start one job spanning them (for experiments)."""
+        for job in [j for j in self.running.values() if np.isin(j.nodes, nodes).any()]:
+            self._finish(job, t)
+        self.free_since[nodes] = -np.inf
+        self._start(np.asarray(nodes), t, rng)
+        job = self.running[self._next_id - 1]
+        job.end = job.end if end is None else end
+        job.stages = job.stages if stages is None else stages
+        return job
+
     def _finish(self, job: Job, t: float) -> None:
         job.end = t
         self.history.append((job.id, job.start, t, tuple(job.nodes.tolist())))
