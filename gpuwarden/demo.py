@@ -194,7 +194,7 @@ def _run_stack(ns: argparse.Namespace, workdir: Path, slurm: slurmlab.SlurmClust
             seed=ns.seed,
             base_port=ns.base_port,
             scrape_interval_s=ns.scrape_interval,
-            analyzer_interval_s=ns.scrape_interval,
+            analyzer_interval_s=max(10.0, ns.scrape_interval),
             real_servers=not ns.no_servers,
             slurm_env=slurm.env if slurm else None,
             scenario=Path(ns.scenario).resolve() if ns.scenario else None,

@@ -120,7 +120,9 @@ def build_window(
             if p is None or not counter:
                 rep.skip("bad ib labels")
                 continue
-            a = ib.setdefault(counter, np.full((T, len(nodes), len(ports)), np.nan))
+            a = ib.get(counter)
+            if a is None:  # not setdefault: that would allocate a full array per series
+                a = ib[counter] = np.full((T, len(nodes), len(ports)), np.nan)
             a[s.index, n, p] = s.values
             continue
         pos = _position(metric, s.labels, n, port_ix)
@@ -131,7 +133,9 @@ def build_window(
         if shape is None:
             rep.skip("unsupported metric")
             continue
-        a = arrays.setdefault(metric.name, np.full(shape, np.nan))
+        a = arrays.get(metric.name)
+        if a is None:  # allocated once per metric, not once per series
+            a = arrays[metric.name] = np.full(shape, np.nan)
         if any(i >= d for i, d in zip(pos, shape[1:], strict=False)):
             rep.skip("index out of range")
             continue

@@ -8,6 +8,7 @@ raises :class:`SourceError` with the reason; a single bad sample is skipped.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -43,7 +44,9 @@ class AiohttpJson:
                     raise SourceError(f"{url}: HTTP {r.status}")
                 import json
 
-                return json.loads(text)
+                # Off the event loop: a big query_range answer takes long to decode, and the
+                # service's /metrics and /healthz must keep answering meanwhile.
+                return await asyncio.to_thread(json.loads, text)
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             raise SourceError(f"{url}: {type(e).__name__}: {e}") from None
 
@@ -70,18 +73,31 @@ def parse_matrix(body: Any, name: str, start: float, step: float, T: int) -> lis
     for item in result:
         if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
             continue
-        idx, vals = [], []
-        for pair in item.get("values") or []:
-            try:
-                ts, v = float(pair[0]), float(pair[1])
-            except (TypeError, ValueError, IndexError):
-                continue
-            i = round((ts - start) / step)
-            if 0 <= i < T and not math.isinf(v):
-                idx.append(i)
-                vals.append(v)
+        idx, vals = _place(item.get("values") or [], start, step, T)
         labels = {str(k): str(v) for k, v in item["metric"].items() if k != "__name__"}
-        out.append(RawSeries(name, labels, np.array(idx, dtype=int), np.array(vals, dtype=float)))
+        out.append(RawSeries(name, labels, idx, vals))
+    return out
+
+
+def _place(values: Any, start: float, step: float, T: int) -> tuple[np.ndarray, np.ndarray]:
+    """(grid index, value) of ``[[ts, "value"], ...]``; vectorised, with a per-pair fallback
+    that skips malformed pairs when the fast path cannot parse them."""
+    try:
+        arr = np.asarray(values, dtype=float).reshape(-1, 2)
+    except (TypeError, ValueError):
+        arr = np.asarray(_good_pairs(values), dtype=float).reshape(-1, 2)
+    i = np.rint((arr[:, 0] - start) / step).astype(int)
+    keep = (i >= 0) & (i < T) & ~np.isinf(arr[:, 1])
+    return i[keep], arr[keep, 1]
+
+
+def _good_pairs(values: Any) -> list[tuple[float, float]]:
+    out = []
+    for pair in values if isinstance(values, list) else []:
+        try:
+            out.append((float(pair[0]), float(pair[1])))
+        except (TypeError, ValueError, IndexError):
+            continue
     return out
 
 
@@ -118,9 +134,11 @@ class PrometheusSource:
                 "step": repr(self.step),
             }
             body = await self.http.get_json(f"{self.url}/api/v1/query_range", params)
-            series += parse_matrix(body, m.name, start, self.step, T)
+            series += await asyncio.to_thread(parse_matrix, body, m.name, start, self.step, T)
         self.report = BuildReport()
-        return build_window(series, grid, self.step, self.leaf_of, self.report)
+        return await asyncio.to_thread(
+            build_window, series, grid, self.step, self.leaf_of, self.report
+        )
 
     async def close(self) -> None:
         close = getattr(self.http, "close", None)

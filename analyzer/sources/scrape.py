@@ -113,7 +113,8 @@ class ScrapeSource:
 
     async def _one(self, t: Target) -> dict[Key, float]:
         try:
-            return parse_exposition(await self.fetcher.fetch(t.url), t.labels)
+            text = await self.fetcher.fetch(t.url)
+            return await asyncio.to_thread(parse_exposition, text, t.labels)  # off the loop
         except Exception:
             self.errors += 1
             return {}
@@ -126,7 +127,7 @@ class ScrapeSource:
         self.rounds.append((now, merged))
         while self.rounds and self.rounds[0][0] < now - self.span:
             self.rounds.popleft()
-        return self.window()
+        return await asyncio.to_thread(self.window)
 
     def window(self) -> Window:
         grid = np.array([t for t, _ in self.rounds], dtype=float)
