@@ -14,39 +14,19 @@ import numpy as np
 
 from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
-from analyzer.window import THROTTLE_REASONS, Window, XidEvent
+from analyzer.window import Window, XidEvent
 from exporter import catalog as c
+from tests.analyzer.synth import PORTS, healthy
 
-T, G, L, P = 41, 8, 18, 8
+T, P = 41, 8
 
 
 def synthetic_window(nodes: int, seed: int = 0) -> Window:
-    """A busy fleet in 16-node jobs with noise, plus a handful of faults to find."""
-    rng = np.random.default_rng(seed)
-    shape = (T, nodes, G)
-    util = np.clip(0.8 + rng.normal(0, 0.015, shape), 0, 1)
-    power = 70 + 600 * util + rng.normal(0, 3, shape)
-    m = {
-        c.GPU_UP.name: np.ones(shape),
-        c.GPU_UTILIZATION.name: util,
-        c.GPU_POWER.name: power,
-        c.GPU_POWER_LIMIT.name: np.full(shape, 700.0),
-        c.GPU_TEMPERATURE.name: np.round(27 + 0.075 * power),
-        c.GPU_MEMORY_TEMPERATURE.name: np.round(33 + 0.075 * power),
-        c.GPU_SM_CLOCK.name: np.full(shape, 1980e6),
-        c.GPU_THROTTLE.name: np.zeros((*shape, len(THROTTLE_REASONS))),
-        c.GPU_ECC_ERRORS.name: np.zeros((*shape, 2, 2)),
-        c.GPU_ROW_REMAP_PENDING.name: np.zeros(shape),
-        c.GPU_ROW_REMAP_FAILED.name: np.zeros(shape),
-        c.GPU_PCIE_GENERATION.name: np.full(shape, 5.0),
-        c.GPU_PCIE_GENERATION_MAX.name: np.full(shape, 5.0),
-        c.GPU_PCIE_WIDTH.name: np.full(shape, 16.0),
-        c.GPU_PCIE_WIDTH_MAX.name: np.full(shape, 16.0),
-        c.NVLINK_UP.name: np.ones((T, nodes, G, L)),
-        c.NVLINK_ERRORS.name: np.zeros((T, nodes, G, L, 4)),
-        c.IB_PORT_STATE.name: np.full((T, nodes, P), 4.0),
-        c.IB_PORT_RATE.name: np.full((T, nodes, P), 50e9),
-    }
+    """A busy fleet in 16-node jobs with noise (the detector tests' healthy fleet), plus a
+    handful of faults to find."""
+    d = healthy(nodes=nodes, T=T, seed=seed)
+    m = d["metrics"]
+    rng = np.random.default_rng(seed + 1)
     ib = {k: np.cumsum(rng.poisson(0.01, (T, nodes, P)), axis=0).astype(float)
           for k in ("symbol_error", "port_rcv_errors")}  # fmt: skip
     ib["link_downed"] = np.zeros((T, nodes, P))
@@ -55,9 +35,8 @@ def synthetic_window(nodes: int, seed: int = 0) -> Window:
     m[c.IB_PORT_STATE.name][-3:, 7, 0] = 1
     jobs = {str(j): tuple(range(s, min(s + 16, nodes))) for j, s in enumerate(range(0, nodes, 16))}
     return Window(
-        t=10_000 + 15.0 * np.arange(T), nodes=tuple(f"node-{i:05d}" for i in range(nodes)),
-        metrics=m, ib_counters=ib, ports=tuple(f"mlx5_{p}/1" for p in range(P)),
-        xids=(XidEvent(10_500.0, 9, 0, 79),), jobs=jobs,
+        t=d["t"], nodes=d["nodes"], metrics=m, ib_counters=ib, ports=PORTS,
+        xids=(XidEvent(float(d["t"][0]) + 500.0, 9, 0, 79),), jobs=jobs,
         leaf_of={i: f"leaf-{i // 32:03d}" for i in range(nodes)}, step=15.0,
     )  # fmt: skip
 
