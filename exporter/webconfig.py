@@ -36,7 +36,7 @@ _KNOWN = {"tls_server_config", "basic_auth_users", "http_server_config"}
 
 
 class WebConfigError(ValueError):
-    pass
+    """The web config file cannot be used; the message says why, in one line."""
 
 
 @dataclass

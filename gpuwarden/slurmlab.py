@@ -36,7 +36,7 @@ BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sbatch")
 
 
 class MissingBinary(RuntimeError):
-    pass
+    """A Slurm or munge binary is not installed."""
 
 
 def missing_binaries() -> list[str]:
