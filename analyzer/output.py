@@ -37,32 +37,10 @@ def render_metrics(
 ) -> str:
     """Prometheus text exposition of findings and self-metrics."""
     lines: list[str] = []
-    lines += _family(
-        catalog.FINDING,
-        (
-            (
-                {
-                    "node": f.node,
-                    "subject": f.subject,
-                    "kind": f.kind,
-                    "severity": f.severity,
-                    "action": f.action,
-                    "detector": f.detector,
-                },
-                1.0,
-            )
-            for f in findings
-        ),
-    )
+    lines += _family(catalog.FINDING, ((_labels(f, catalog.FINDING), 1.0) for f in findings))
     lines += _family(
         catalog.FINDING_CONFIDENCE,
-        (
-            (
-                {"node": f.node, "subject": f.subject, "kind": f.kind, "detector": f.detector},
-                f.confidence,
-            )
-            for f in findings
-        ),
+        ((_labels(f, catalog.FINDING_CONFIDENCE), f.confidence) for f in findings),
     )
     lines += _family(
         catalog.ANALYZER_CYCLE_DURATION,
@@ -80,6 +58,12 @@ def render_metrics(
     )
     lines += _family(catalog.ANALYZER_LAST_CYCLE, [({}, stats.last_cycle)])
     return "\n".join(lines) + "\n"
+
+
+def _labels(f: Finding, metric: catalog.MetricDef) -> dict[str, str]:
+    """The finding's values for exactly the metric's catalogue labels (one source for the
+    finding series, its confidence series and the Alertmanager alert)."""
+    return {k: str(getattr(f, k)) for k in metric.labels}
 
 
 def findings_json(findings: Sequence[Finding], now: float) -> dict[str, Any]:
@@ -103,12 +87,7 @@ def alertmanager_alerts(
     for f in findings:
         labels = {
             "alertname": ALERTNAME,
-            "node": f.node,
-            "subject": f.subject,
-            "kind": f.kind,
-            "severity": f.severity,
-            "action": f.action,
-            "detector": f.detector,
+            **_labels(f, catalog.FINDING),
             "fault_class": f.fault_class,
             **subject_labels(f.subject),
         }
