@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from remediation.model import Alert
 from remediation.policy import Policy
 from remediation.service import Service, build
 from remediation.settings import Settings
+from tests.realcomp import http_get, wait_until
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -111,3 +115,34 @@ def service(
     pol.write_text(policy_text)
     s = Settings(policy=pol, state_db=tmp / "state.db", webhook_token=TOKEN, tick_s=0.2, **settings)
     return build(s, clock=clock or FakeClock(), runner=runner)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start_service(
+    tmp: Path, port: int, env: dict[str, str] | None = None, *extra: str
+) -> subprocess.Popen[bytes]:
+    """Run ``python -m remediation`` on ``port`` with ``tmp``'s policy, state and topology."""
+    env = {**(env or os.environ), "GPUWARDEN_WEBHOOK_TOKEN": TOKEN}
+    topo = ["--topology", str(tmp / "topology.yaml")] if (tmp / "topology.yaml").exists() else []
+    argv = [
+        sys.executable,
+        "-m",
+        "remediation",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--policy",
+        str(tmp / "policy.yaml"),
+        "--state-db",
+        str(tmp / "state.db"),
+        *topo,
+        "--tick-s",
+        "0.2",
+        *extra,
+    ]
+    log = open(tmp / "log", "ab")  # noqa: SIM115 - the child keeps its own copy
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    log.close()
+    wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz", 0.5), 20, 0.05, "service up")
+    return proc

@@ -12,8 +12,6 @@ import random
 import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -23,39 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.realcomp import free_port, http_get, wait_until, world_readable_tmpdir
+from tests.realcomp import free_port, wait_until, world_readable_tmpdir
 from tests.remediation.helpers import LIVE_POLICY, TOKEN, alert, payload, topology_file
+from tests.remediation.helpers import start_service as start
 from tests.slurmcluster import SlurmCluster
 
 RUNS = 20
-REPO = Path(__file__).resolve().parents[2]
-
-
-def start(
-    tmp: Path, port: int, env: dict[str, str] | None = None, *extra: str
-) -> subprocess.Popen[bytes]:
-    env = {**(env or os.environ), "GPUWARDEN_WEBHOOK_TOKEN": TOKEN}
-    topo = ["--topology", str(tmp / "topology.yaml")] if (tmp / "topology.yaml").exists() else []
-    argv = [
-        sys.executable,
-        "-m",
-        "remediation",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--policy",
-        str(tmp / "policy.yaml"),
-        "--state-db",
-        str(tmp / "state.db"),
-        *topo,
-        "--tick-s",
-        "0.2",
-        *extra,
-    ]
-    log = open(tmp / "log", "ab")  # noqa: SIM115 - the child keeps its own copy
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
-    log.close()
-    wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz", 0.5), 20, 0.05, "service up")
-    return proc
 
 
 def post(port: int, body: bytes) -> int:

@@ -6,10 +6,7 @@ Always a 4xx (never a 5xx), nothing journaled, and the service healthy afterward
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -20,10 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.realcomp import free_port, http_get, wait_until
-from tests.remediation.helpers import LIVE_POLICY, TOKEN
+from tests.realcomp import free_port, http_get
+from tests.remediation.helpers import LIVE_POLICY, TOKEN, start_service
 
-REPO = Path(__file__).resolve().parents[2]
 GOOD = f"Bearer {TOKEN}"
 
 json_values = st.recursive(
@@ -63,27 +59,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     tmp = tmp_path_factory.mktemp("fuzz")
     (tmp / "policy.yaml").write_text(LIVE_POLICY)
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "remediation",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--policy",
-            str(tmp / "policy.yaml"),
-            "--state-db",
-            str(tmp / "s.db"),
-        ],
-        cwd=REPO,
-        env={**os.environ, "GPUWARDEN_WEBHOOK_TOKEN": TOKEN},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_service(tmp, port)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: http_get(f"{url}/healthz", 0.5), 20, 0.05, "service up")
-        yield url, tmp / "s.db"
+        yield url, tmp / "state.db"
     finally:
         proc.terminate()
         proc.wait(10)
