@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter import catalog
+from gpuwarden.processes import free_port_block
 from gpuwarden.stack import Stack, StackOptions
-from tests.e2e.test_whole_loop import _port_block
 from tests.realcomp import wait_until, world_readable_tmpdir
 from tests.slurmcluster import SlurmCluster, slurm_cluster
 
@@ -108,7 +108,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 workdir=world_readable_tmpdir("gpuwarden-bench-e2e-"),
                 nodes=n + 2,
                 seed=9,
-                base_port=_port_block(),
+                base_port=free_port_block(5),
                 scrape_interval_s=1,
                 analyzer_interval_s=2,
                 slurm_env=sc.env,

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,8 @@ from exporter.assemble import collectors_for
 from exporter.exposition import render
 from exporter.fleet.fleet import Fleet
 from exporter.fleet.node_view import NodeView
-from tests.realcomp import free_port, http_get, run_prometheus, wait_until, world_readable_tmpdir
+from gpuwarden.processes import free_port_block
+from tests.realcomp import http_get, run_prometheus, wait_until, world_readable_tmpdir
 
 Row = dict[str, Any]
 
@@ -93,20 +93,6 @@ def _node_render_ms(reps: int = 5) -> float:
     return statistics.median(times) * 1e3
 
 
-def _free_ports(n: int) -> int:
-    """A port p with p .. p + n - 1 all free (workers listen on consecutive ports)."""
-    for _ in range(100):
-        p = free_port()
-        try:
-            for i in range(1, n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p + i))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError(f"no {n} consecutive free ports")
-
-
 def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
@@ -150,7 +136,7 @@ def serving(
     nodes: int, interval: float, measure_s: float, workers: int = 1, stale: float = 0.0
 ) -> list[Row]:
     d = world_readable_tmpdir("gpuwarden-bench-fleet-")
-    sd, port = d / "targets.json", _free_ports(workers)
+    sd, port = d / "targets.json", free_port_block(workers)
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuwarden", "simulate", "--nodes", str(nodes), "--seed", "1",
          "--listen", f"127.0.0.1:{port}", "--file-sd", str(sd), "--tick", str(interval / 3),

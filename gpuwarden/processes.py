@@ -27,6 +27,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_block(n: int) -> int:
+    """A port p with p .. p + n - 1 all free on loopback (a stack or workers on consecutive
+    ports)."""
+    for _ in range(100):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        try:
+            for i in range(1, n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no block of {n} free ports")
+
+
 def world_readable_tmpdir(prefix: str) -> Path:
     """A temp dir under /tmp with 0755 (daemons running as other users must reach it)."""
     d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))

@@ -19,8 +19,9 @@ import pytest
 
 from exporter import catalog
 from gpuwarden import demojob
+from gpuwarden.processes import free_port_block
 from gpuwarden.stack import Stack, StackOptions
-from tests.realcomp import free_port, require_binary, wait_until, world_readable_tmpdir
+from tests.realcomp import require_binary, wait_until, world_readable_tmpdir
 from tests.slurmcluster import SlurmCluster, slurm_cluster
 
 pytestmark = pytest.mark.real
@@ -60,7 +61,7 @@ def loop() -> Iterator[Loop]:
                 workdir=world_readable_tmpdir("gpuwarden-e2e-"),
                 nodes=8,
                 seed=5,
-                base_port=_port_block(),
+                base_port=free_port_block(5),
                 scrape_interval_s=1,
                 analyzer_interval_s=2,
                 tick_s=1,
@@ -87,26 +88,6 @@ def loop() -> Iterator[Loop]:
             yield Loop(stack, sc, jobdir)
         finally:
             stack.stop()
-
-
-def _port_block() -> int:
-    """Five consecutive free ports (simulator, analyzer, remediation, Prometheus, AM)."""
-    for _ in range(50):
-        base = free_port()
-        if base < 60000 and all(_free(base + i) for i in range(1, 5)):
-            return base
-    raise RuntimeError("no block of 5 free ports")
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def test_xid_79_under_a_running_job_drains_the_node_and_moves_the_job(loop: Loop) -> None:

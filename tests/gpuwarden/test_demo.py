@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from gpuwarden.demo import build_parser, main
-from tests.e2e.test_whole_loop import _port_block
+from gpuwarden.processes import free_port_block
 
 
 def test_the_built_in_story_needs_a_fleet_that_has_its_nodes(capsys) -> None:  # type: ignore[no-untyped-def]
@@ -28,7 +28,7 @@ def test_a_short_demo_injects_its_story_prints_the_timeline_and_cleans_up(tmp_pa
         "- {at: 1, node: gpu-node-002, kind: xid, target: gpu0, "
         "parameters: {xid: 79}, note: a GPU falls off the bus}\n"
     )
-    base = _port_block()
+    base = free_port_block(5)
     r = subprocess.run(
         [
             sys.executable,
