@@ -160,8 +160,9 @@ def test_a_real_gpu_job_is_in_the_job_map_while_it_runs_and_gone_after_it_ends()
             )  # fmt: skip
             job_id = submitted.stdout.strip().split(";")[0]
             job_map = DirJobMap(jobs)
-            running = wait_until(job_map.allocations, 30, 0.1, "prolog wrote the job map")
-            assert running == {"0": job_id, "1": job_id}
+            # The prolog writes one file per GPU, so a poll can land between the two renames.
+            wait_until(lambda: len(job_map.allocations()) >= 2, 30, 0.1, "prolog wrote both GPUs")
+            assert job_map.allocations() == {"0": job_id, "1": job_id}
             assert job_map.read_errors.counts == {}
             release.touch()
             wait_until(lambda: not squeue(env), 30, 0.1, "job finished")
