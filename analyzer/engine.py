@@ -90,4 +90,13 @@ def _fold_switches(found: list[Finding], window: Window) -> list[Finding]:
     if not switches:
         return found
     under = {window.nodes[n] for n, leaf in window.leaf_of.items() if leaf in switches}
-    return [f for f in found if not (f.node in under and f.kind in SWITCH_EXPLAINS)]
+    return [
+        f
+        for f in found
+        if not (f.node in under and f.kind in SWITCH_EXPLAINS and not _gpu_evidence(f))
+    ]
+
+
+def _gpu_evidence(f: Finding) -> bool:
+    """A switch slows the network, not the GPU: clocks below the peers' are the node's own."""
+    return f.evidence.get("clock_deficit", 0.0) > 0 or f.evidence.get("clocks_low", 0.0) > 0

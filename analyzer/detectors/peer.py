@@ -157,7 +157,8 @@ class PeerDetector:
             s = float(score[best])
             action = "drain" if s >= 2 * self.z and self.continuity else "cordon"
             why = [names[i] for i in np.nonzero(gate[best])[0]]
-            evidence = {"z": s, "signatures": float(len(why)), "gpus": float(len(gpus))}
+            evidence = {"z": s, "signatures": float(len(why)), "gpus": float(len(gpus)),
+                        "clocks_low": float(bool(gate[best][0]))}  # fmt: skip
             for subj in subjects:
                 out.append(Finding(w.nodes[n], subj, "faulty_machine", "warning", action,
                                    self.name, float(min(1.0, s / (3 * self.z))), w.now, evidence,

@@ -11,6 +11,7 @@ Remembers per node the jobs in which it straggled, and per (job, node) the strea
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -54,46 +55,67 @@ class StragglerDetector:
                 continue
             u = util[-self.n :, idx, :]
             c = clock[-self.n :, idx, :] if clock is not None and clock.ndim == 3 else None
-            f = self._job(window, job, idx, u, c, streaks)
-            if f is not None:
-                out.append(f)
+            out += self._job(window, job, idx, u, c, streaks)
         self._streaks = streaks
         return out
 
     def _job(self, w: Window, job: str, idx: np.ndarray, u: np.ndarray, c: np.ndarray | None,
-             streaks: dict[tuple[str, str], tuple[int, float]]) -> Finding | None:  # fmt: skip
+             streaks: dict[tuple[str, str], tuple[int, float]]) -> list[Finding]:  # fmt: skip
         busy = _busy_throughout(u)
         if busy.sum() < self.min_nodes:
-            return None
+            return []
         # deviation from the job's median at each sample first: the step rhythm moves every
         # peer together, and a scrape gap must not turn that rhythm into a difference
         ub = np.where(busy[None, :, None], u, np.nan)
-        dev = ub - nanmedian(ub.reshape(ub.shape[0], -1), axis=1)[:, :, None]
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():  # an all-NaN column is expected: a node not busy
+            warnings.simplefilter("ignore", RuntimeWarning)
+            dev = ub - nanmedian(ub.reshape(ub.shape[0], -1), axis=1)[:, :, None]
             um = np.nanmean(dev, axis=0)  # (N, G)
-        um[~busy] = np.nan
-        zg = np.nan_to_num(robust_z(um.reshape(-1), axis=0, floor=self.floor), nan=0.0)
-        zg = zg.reshape(um.shape)
-        with np.errstate(all="ignore"):
+            um[~busy] = np.nan
+            zg = np.nan_to_num(robust_z(um.reshape(-1), axis=0, floor=self.floor), nan=0.0)
+            zg = zg.reshape(um.shape)
             zn = np.nan_to_num(robust_z(np.nanmean(um, axis=1), 0, self.floor * 0.6), nan=0.0)
         hot_nodes = np.nonzero((zn > self.z) | (zg > self.z).any(axis=1))[0]
         if len(hot_nodes) == 0:
-            return None
-        if len(hot_nodes) > self.max_hardware_nodes:
-            shape = "stage" if _contiguous(hot_nodes) else "scattered"
-            return _imbalance(w, job, idx, hot_nodes, shape, self.name)
-        n = int(hot_nodes[0])
+            return []
+        slow: list[tuple[int, str, int | None, bool]] = []
+        for n in map(int, hot_nodes):
+            subject, g = self._subject(zn, zg, n, u.shape[2])
+            slow.append((n, subject, g, self._clock_deficit(c, busy, n, g)))
+        if len(hot_nodes) <= self.max_hardware_nodes:
+            return [self._finding(w, job, idx, n, subject, g, deficit, zn, zg, um, streaks)
+                    for n, subject, g, deficit in slow]  # fmt: skip
+        # Several nodes stand out. Clocks below the peers' are the hardware's doing whatever
+        # else is going on (a throttled node and a slow one can share a job); the others
+        # are a pipeline stage or scattered imbalance: workload, never more than notify.
+        out = [self._finding(w, job, idx, n, subject, g, True, zn, zg, um, streaks)
+               for n, subject, g, deficit in slow if deficit]  # fmt: skip
+        rest = [(n, subject, g) for n, subject, g, deficit in slow if not deficit]
+        if len(rest) > self.max_hardware_nodes:
+            nodes = np.array([n for n, _, _ in rest], dtype=int)
+            shape = "stage" if _contiguous(nodes) else "scattered"
+            out.append(_imbalance(w, job, idx, nodes, shape, self.name))
+        else:
+            out += [self._finding(w, job, idx, n, subject, g, False, zn, zg, um, streaks)
+                    for n, subject, g in rest]  # fmt: skip
+        return out
+
+    def _subject(self, zn: np.ndarray, zg: np.ndarray, n: int, gpus: int) -> tuple[str, int | None]:
+        """The whole node, or its most deviating GPU when only some of its GPUs stand out."""
+        hot = np.nonzero(zg[n] > self.z)[0]
+        whole = zn[n] > self.z and (zg[n] > self.z / 2).sum() >= gpus // 2
+        if whole or len(hot) == 0:
+            return "node", None
+        g = int(hot[np.argmax(zg[n, hot])])
+        return f"gpu={g}", g
+
+    def _finding(self, w: Window, job: str, idx: np.ndarray, n: int, subject: str,
+                 g: int | None, slow_clock: bool, zn: np.ndarray, zg: np.ndarray,
+                 um: np.ndarray, streaks: dict[tuple[str, str], tuple[int, float]]) -> Finding:  # fmt: skip
         node = w.nodes[idx[n]]
-        gpus = np.nonzero(zg[n] > self.z)[0]
-        whole = zn[n] > self.z and (zg[n] > self.z / 2).sum() >= u.shape[2] // 2
-        subject = "node" if whole or len(gpus) == 0 else f"gpu={int(gpus[0])}"
-        if subject != "node":
-            gpus = gpus[np.argsort(-zg[n, gpus])]
-            subject = f"gpu={int(gpus[0])}"
-        zval = float(zn[n]) if subject == "node" else float(zg[n, gpus[0]])
+        zval = float(zn[n]) if g is None else float(zg[n, g])
         count, since = self._streaks.get((job, node), (0, w.now))
         streaks[(job, node)] = (count + 1, since)
-        slow_clock = self._clock_deficit(c, busy, n, None if subject == "node" else int(gpus[0]))
         self._jobs_seen[node].add(job)
         follows = len(self._jobs_seen[node]) >= 2
         # Only clocks below the peers' prove hardware: a node that straggles again in another
@@ -107,16 +129,20 @@ class StragglerDetector:
             else "notify"
         )
         why = "clocks below its peers" if slow_clock else "no clock deficit (may be workload)"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            excess = float(np.nanmean(um[n]) - np.nanmedian(um))
         return Finding(node, subject, "straggler", "warning", action, self.name,
                        float(min(1.0, 0.4 + zval / (4 * self.z) + 0.2 * slow_clock)), since,
-                       {"z": zval, "busy_excess": float(np.nanmean(um[n]) - np.nanmedian(um)),
+                       {"z": zval, "busy_excess": excess,
                         "jobs": float(len(self._jobs_seen[node])), "clock_deficit": float(slow_clock)},
                        f"job {job} waits on this {subject.split('=')[0]}: {why}")  # fmt: skip
 
     def _clock_deficit(self, c: np.ndarray | None, busy: np.ndarray, n: int, g: int | None) -> bool:
         if c is None:
             return False
-        with np.errstate(all="ignore"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             cm = np.nanmean(c, axis=0)
         cm[~busy] = np.nan
         med = float(np.nanmedian(cm)) if np.isfinite(cm).any() else 0.0

@@ -121,3 +121,25 @@ def test_a_node_that_straggled_in_an_earlier_job_is_cordoned_not_drained_without
     for _ in range(2):
         out = det.detect(window(d, jobs={"2": tuple(range(16))}))
     assert keys(out) == {("node-05", "node", "straggler")} and out[0].action == "cordon"
+
+
+def test_a_slow_node_sharing_a_job_with_a_busier_stage_is_still_the_hardware_straggler():
+    d = healthy(nodes=16, seed=8)
+    d["metrics"][c.GPU_UTILIZATION.name][:, 4:8] += 0.1  # a heavy pipeline stage
+    _slow(d, 12, slice(None), 0.08)  # and one node with slow clocks elsewhere in the job
+    det = StragglerDetector()
+    for _ in range(2):
+        out = det.detect(window(d))
+    assert {(f.node, f.kind, f.action) for f in out} == {
+        ("node-12", "straggler", "drain"),
+        ("node-04", "workload_imbalance", "notify"),
+    }
+
+
+def test_two_nodes_with_slow_clocks_in_one_job_are_two_stragglers_not_imbalance():
+    d = healthy(nodes=16, seed=9)
+    _slow(d, 2, slice(None), 0.08)
+    _slow(d, 9, slice(None), 0.1)
+    out = StragglerDetector().detect(window(d))
+    assert keys(out) == {("node-02", "node", "straggler"), ("node-09", "node", "straggler")}
+    assert all(f.evidence["clock_deficit"] == 1.0 for f in out)

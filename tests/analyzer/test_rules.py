@@ -8,6 +8,8 @@ from analyzer.detectors.missing import MissingDetector
 from analyzer.detectors.nvlink import NvlinkDetector
 from analyzer.detectors.pcie import PcieDetector
 from analyzer.detectors.throttling import ThrottlingDetector
+from analyzer.engine import Engine
+from analyzer.findings import Finding
 from analyzer.window import THROTTLE_REASONS
 from exporter import catalog as c
 
@@ -152,3 +154,26 @@ def test_any_link_downed_increase_is_an_ib_error_even_between_state_samples():
     d["ib"]["link_downed"][-2:, 4, 3] = 1
     out = InfinibandDetector().detect(window(d))
     assert keys(out) == {("node-04", "port=mlx5_3/1", "ib_errors")}
+
+
+def test_a_degraded_leaf_explains_its_nodes_network_symptoms_but_not_their_slow_clocks():
+    d = healthy(nodes=8)
+    d["metrics"][c.IB_PORT_STATE.name][-2:, 4:8, :] = 1
+    leaf = {i: ("leaf-01" if i < 4 else "leaf-02") for i in range(8)}
+    w = window(d, leaf_of=leaf)
+    slow = Finding("node-05", "node", "straggler", "warning", "drain", "straggler", 1.0, 0.0,
+                   {"clock_deficit": 1.0})  # fmt: skip
+    waiting = Finding("node-06", "node", "straggler", "warning", "notify", "straggler", 1.0, 0.0,
+                      {"clock_deficit": 0.0})  # fmt: skip
+
+    class Fixed:
+        name = "fixed"
+
+        def detect(self, window: object) -> list[Finding]:
+            return [slow, waiting]
+
+    out = Engine([InfinibandDetector(), Fixed()]).cycle(w)
+    assert {(f.node, f.kind) for f in out} == {
+        ("leaf-02", "switch_degraded"),
+        ("node-05", "straggler"),
+    }
