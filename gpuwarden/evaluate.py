@@ -16,6 +16,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -303,7 +304,7 @@ def plot(agg: dict[str, Any], path: Path) -> None:
     kinds = agg["gpuwarden"]["per_kind"]
     names = [k for k in kinds if kinds[k]["ttd"]]
     fig, ax = plt.subplots(figsize=(10, 5))
-    ax.boxplot([kinds[k]["ttd"] for k in names], vert=False, tick_labels=names)
+    ax.boxplot([kinds[k]["ttd"] for k in names], orientation="horizontal", tick_labels=names)
     ax.axvline(60, ls="--", c="grey", label="gray target (median 60 s)")
     ax.axvline(180, ls=":", c="grey", label="gray target (p95 3 min)")
     ax.set_xlabel("time to detect (s, virtual)")
@@ -326,31 +327,63 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--missing", type=float, default=0.3, help="also run with this share missing")
     p.add_argument("--no-fault-free", action="store_true", help="skip the fault-free seeds")
     p.add_argument("--straggler-trials", type=int, default=10)
+    p.add_argument("--jobs", type=int, default=1, help="seeds evaluated in parallel processes")
     p.add_argument("--out", default="out/evaluation")
     return p
 
 
+def _one_seed(
+    job: tuple[int, argparse.Namespace],
+) -> tuple[dict[str, Any], list[Any], list[Any], list[Any]]:
+    """Every run of one seed (main, fault-free, missing data, stragglers): seeds are
+    independent, so ``--jobs`` runs them in parallel processes with the same results."""
+    seed, a = job
+    horizon = a.hours * 3600.0
+    run = run_seed(seed, a.nodes, horizon, a.step, a.cycle, a.per_kind, a.controls)
+    free, miss, strag = [], [], []
+    if not a.no_fault_free:
+        free.append(run_seed(100 + seed, a.nodes, horizon, a.step, a.cycle, a.per_kind,
+                             a.controls, hardware=False, compare=False))  # fmt: skip
+    if a.missing > 0:
+        miss.append(run_seed(seed, a.nodes, horizon, a.step, a.cycle, a.per_kind, a.controls,
+                             missing=a.missing, compare=False))  # fmt: skip
+    if a.straggler_trials > 0:
+        strag.append(run_stragglers(seed, a.nodes, (0.03, 0.05, 0.1), a.straggler_trials,
+                                    a.step, a.cycle))  # fmt: skip
+    return run, free, miss, strag
+
+
+class _Inline:
+    """``--jobs 1``: the same interface as the process pool, in this process."""
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def map(self, fn: Any, items: Sequence[Any]) -> Any:
+        return map(fn, items)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     a = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    if a.nodes < 8 or a.hours <= 0.5 or a.seeds < 1:
-        print("gpuwarden evaluate: need --nodes >= 8, --hours > 0.5, --seeds >= 1", file=sys.stderr)
+    if a.nodes < 8 or a.hours <= 0.5 or a.seeds < 1 or a.jobs < 1:
+        print("gpuwarden evaluate: need --nodes >= 8, --hours > 0.5, --seeds >= 1, --jobs >= 1",
+              file=sys.stderr)  # fmt: skip
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    horizon = a.hours * 3600.0
     runs, free, miss, strag = [], [], [], []
-    for seed in range(a.seeds):
-        runs.append(run_seed(seed, a.nodes, horizon, a.step, a.cycle, a.per_kind, a.controls))
-        print(f"seed {seed}: {runs[-1]['wall_s']:.0f}s", file=sys.stderr)
-        if not a.no_fault_free:
-            free.append(run_seed(100 + seed, a.nodes, horizon, a.step, a.cycle, a.per_kind,
-                                 a.controls, hardware=False, compare=False))  # fmt: skip
-        if a.missing > 0:
-            miss.append(run_seed(seed, a.nodes, horizon, a.step, a.cycle, a.per_kind, a.controls,
-                                 missing=a.missing, compare=False))  # fmt: skip
-        if a.straggler_trials > 0:
-            strag.append(run_stragglers(seed, a.nodes, (0.03, 0.05, 0.1), a.straggler_trials,
-                                        a.step, a.cycle))  # fmt: skip
+    with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Inline() as pool:
+        for seed, (r, f, m, st) in zip(
+            range(a.seeds), pool.map(_one_seed, [(seed, a) for seed in range(a.seeds)]), strict=True
+        ):
+            print(f"seed {seed}: {r['wall_s']:.0f}s", file=sys.stderr)
+            runs.append(r)
+            free += f
+            miss += m
+            strag += st
     agg = aggregate(runs)
     agg_free = aggregate(free) if free else None
     agg_miss = aggregate(miss) if miss else None

@@ -1,9 +1,10 @@
 """The evaluation harness: event-level scoring, and a small-fleet short-horizon run."""
 
+import json
 import math
 
 from analyzer.findings import Finding
-from gpuwarden.evaluate import aggregate, run_seed, table
+from gpuwarden.evaluate import aggregate, main, run_seed, table
 from gpuwarden.evaluation_metrics import EpisodeTracker, Truth, expected_subject, score
 
 
@@ -60,3 +61,21 @@ def test_small_fleet_evaluation_finds_the_injected_faults_without_false_drains()
     agg = aggregate([r])
     text = table(agg, None, None, [])
     assert "| gpuwarden |" in text and not math.isnan(agg["gpuwarden"]["f1"]["mean"])
+
+
+def test_seeds_evaluated_in_parallel_processes_give_the_same_results_as_one_by_one(tmp_path):
+    args = ["--nodes", "8", "--hours", "0.6", "--seeds", "2", "--straggler-trials", "0",
+            "--missing", "0", "--no-fault-free"]  # fmt: skip
+    results = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / jobs
+        assert main([*args, "--jobs", jobs, "--out", str(out)]) == 0
+        data = json.loads((out / "evaluation.json").read_text())
+        results[jobs] = (data["aggregate"], [r["results"] for r in data["runs"]])
+    assert results["1"] == results["2"]
+    assert [r["seed"] for r in data["runs"]] == [0, 1]
+
+
+def test_evaluate_refuses_nonsense_sizes_with_exit_2():
+    assert main(["--nodes", "4"]) == 2
+    assert main(["--jobs", "0"]) == 2
