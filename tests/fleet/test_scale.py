@@ -1,8 +1,7 @@
-"""The model is fast and small enough for the sizes the issue names."""
+"""The model is small enough for the sizes the issue names (its speed is measured in
+``benchmarks/bench_fleet.py``, not asserted here)."""
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
@@ -20,15 +19,3 @@ def test_a_fleet_of_1024_nodes_steps_in_one_process_with_small_arrays() -> None:
     state = sum(a.nbytes for a in vars(fleet.state).values() if isinstance(a, np.ndarray))
     frame_bytes = sum(a.nbytes for a in (*frame.metrics.values(), *frame.ib_counters.values()))
     assert state < 64 * 2**20 and frame_bytes < 64 * 2**20
-
-
-def test_256_nodes_for_a_day_at_15_s_would_take_minutes_not_hours() -> None:
-    fleet = Fleet(256, seed=1)
-    fleet.step(15)
-    steps = 60
-    t0 = time.perf_counter()
-    for i in range(steps):
-        fleet.step(30 + 15 * i)
-    per_step = (time.perf_counter() - t0) / steps
-    projected_day = per_step * 86400 / 15
-    assert projected_day < 300, f"{projected_day:.0f} s for 256 nodes x 24 h"
