@@ -5,9 +5,12 @@ and the analyzer's self-metrics. Pure rendering; the HTTP edges live in :mod:`an
 from __future__ import annotations
 
 import datetime as dt
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from analyzer.engine import CycleStats
 from analyzer.findings import Finding, subject_labels
@@ -16,48 +19,55 @@ from exporter import catalog
 ALERTNAME = "GpuwardenFinding"
 
 
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _family(m: catalog.MetricDef, rows: Iterable[tuple[Mapping[str, str], float]]) -> Metric:
+    family = (CounterMetricFamily if m.type == "counter" else GaugeMetricFamily)(
+        m.name, m.help, labels=list(m.labels)
+    )
+    for labels, value in rows:
+        family.add_metric([labels[k] for k in m.labels], value)
+    return family
 
 
-def _line(name: str, labels: Mapping[str, str], value: float) -> str:
-    body = ",".join(f'{k}="{_esc(str(v))}"' for k, v in labels.items())
-    v = "NaN" if math.isnan(value) else repr(float(value))
-    return f"{name}{{{body}}} {v}" if body else f"{name} {v}"
+class _Snapshot(Collector):
+    """The families of one render, handed to prometheus_client's text writer (the same
+    writer remediation's registry uses), so the text format has one implementation."""
 
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
 
-def _family(m: catalog.MetricDef, rows: Iterable[tuple[Mapping[str, str], float]]) -> list[str]:
-    out = [f"# HELP {m.name} {m.help}", f"# TYPE {m.name} {m.type}"]
-    out += [_line(m.name, labels, v) for labels, v in rows]
-    return out
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
 
 
 def render_metrics(
     findings: Sequence[Finding], stats: CycleStats, source_errors: Mapping[str, int]
 ) -> str:
     """Prometheus text exposition of findings and self-metrics."""
-    lines: list[str] = []
-    lines += _family(catalog.FINDING, ((_labels(f, catalog.FINDING), 1.0) for f in findings))
-    lines += _family(
-        catalog.FINDING_CONFIDENCE,
-        ((_labels(f, catalog.FINDING_CONFIDENCE), f.confidence) for f in findings),
-    )
-    lines += _family(
-        catalog.ANALYZER_CYCLE_DURATION,
-        (({"detector": d}, s) for d, s in sorted(stats.durations.items())),
-    )
-    lines += _family(
-        catalog.ANALYZER_DETECTOR_ERRORS,
-        (({"detector": d}, float(n)) for d, n in sorted(stats.errors.items())),
-    )
-    lines += _family(catalog.ANALYZER_CYCLES, [({}, float(stats.cycles))])
-    lines += _family(catalog.ANALYZER_SERIES_READ, [({}, float(stats.series_read))])
-    lines += _family(
-        catalog.ANALYZER_SOURCE_ERRORS,
-        (({"source": s}, float(n)) for s, n in sorted(source_errors.items())),
-    )
-    lines += _family(catalog.ANALYZER_LAST_CYCLE, [({}, stats.last_cycle)])
-    return "\n".join(lines) + "\n"
+    families = [
+        _family(catalog.FINDING, ((_labels(f, catalog.FINDING), 1.0) for f in findings)),
+        _family(
+            catalog.FINDING_CONFIDENCE,
+            ((_labels(f, catalog.FINDING_CONFIDENCE), f.confidence) for f in findings),
+        ),
+        _family(
+            catalog.ANALYZER_CYCLE_DURATION,
+            (({"detector": d}, s) for d, s in sorted(stats.durations.items())),
+        ),
+        _family(
+            catalog.ANALYZER_DETECTOR_ERRORS,
+            (({"detector": d}, float(n)) for d, n in sorted(stats.errors.items())),
+        ),
+        _family(catalog.ANALYZER_CYCLES, [({}, float(stats.cycles))]),
+        _family(catalog.ANALYZER_SERIES_READ, [({}, float(stats.series_read))]),
+        _family(
+            catalog.ANALYZER_SOURCE_ERRORS,
+            (({"source": s}, float(n)) for s, n in sorted(source_errors.items())),
+        ),
+        _family(catalog.ANALYZER_LAST_CYCLE, [({}, stats.last_cycle)]),
+    ]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(families))
+    return generate_latest(registry).decode()
 
 
 def _labels(f: Finding, metric: catalog.MetricDef) -> dict[str, str]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
 
 from analyzer.cli import main as cli_main
 from analyzer.detectors.memory import MemoryDetector
@@ -19,7 +20,7 @@ from analyzer.output import alertmanager_alerts, render_metrics
 from analyzer.service import AnalyzerService
 from analyzer.sources.scrape import ScrapeSource, Target, load_targets, parse_exposition
 from exporter import catalog as c
-from tests.realcomp import free_port, run_alertmanager, wait_until
+from tests.realcomp import free_port, promtool, run_alertmanager, wait_until
 
 from .synth import healthy, window
 
@@ -69,11 +70,19 @@ def test_metrics_render_findings_and_self_metrics():
     eng = Engine([Fixed([F])])
     eng.cycle(window(healthy(nodes=2, T=3)))
     text = render_metrics(eng.findings, eng.stats, {"prometheus": 2})
-    line = (f'{c.FINDING.name}{{node="node-01",subject="gpu=3",kind="xid_fatal",'
-            f'severity="critical",action="drain",detector="fixed"}} 1.0')  # fmt: skip
-    assert line in text.splitlines()
-    assert f'{c.ANALYZER_SOURCE_ERRORS.name}{{source="prometheus"}} 2.0' in text
-    assert f"{c.ANALYZER_CYCLES.name} 1.0" in text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    finding = {"node": "node-01", "subject": "gpu=3", "kind": "xid_fatal",
+               "severity": "critical", "action": "drain", "detector": "fixed"}  # fmt: skip
+    assert samples[(c.FINDING.name, tuple(sorted(finding.items())))] == 1.0
+    assert samples[(c.ANALYZER_SOURCE_ERRORS.name, (("source", "prometheus"),))] == 2.0
+    assert samples[(c.ANALYZER_CYCLES.name, ())] == 1.0
+    assert f"# TYPE {c.ANALYZER_CYCLES.name} counter" in text.splitlines()
+    lint = promtool("check", "metrics", stdin=text.encode())
+    assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout.decode()
 
 
 def test_alertmanager_alerts_carry_identity_labels_and_end_unless_resent():
