@@ -90,14 +90,10 @@ class StragglerDetector:
         # are a pipeline stage or scattered imbalance: workload, never more than notify.
         out = [self._finding(w, job, idx, n, subject, g, True, zn, zg, um, streaks)
                for n, subject, g, deficit in slow if deficit]  # fmt: skip
-        rest = [(n, subject, g) for n, subject, g, deficit in slow if not deficit]
-        if len(rest) > self.max_hardware_nodes:
-            nodes = np.array([n for n, _, _ in rest], dtype=int)
-            shape = "stage" if _contiguous(nodes) else "scattered"
-            out.append(_imbalance(w, job, idx, nodes, shape, self.name))
-        else:
-            out += [self._finding(w, job, idx, n, subject, g, False, zn, zg, um, streaks)
-                    for n, subject, g in rest]  # fmt: skip
+        rest = np.array([n for n, _, _, deficit in slow if not deficit], dtype=int)
+        if len(rest):
+            shape = "stage" if _contiguous(rest) else "scattered"
+            out.append(_imbalance(w, job, idx, rest, shape, self.name))
         return out
 
     def _subject(self, zn: np.ndarray, zg: np.ndarray, n: int, gpus: int) -> tuple[str, int | None]:

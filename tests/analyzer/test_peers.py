@@ -143,3 +143,14 @@ def test_two_nodes_with_slow_clocks_in_one_job_are_two_stragglers_not_imbalance(
     out = StragglerDetector().detect(window(d))
     assert keys(out) == {("node-02", "node", "straggler"), ("node-09", "node", "straggler")}
     assert all(f.evidence["clock_deficit"] == 1.0 for f in out)
+
+
+def test_a_busy_node_beside_a_throttled_one_is_workload_not_a_second_straggler():
+    d = healthy(nodes=8, seed=10)
+    d["metrics"][c.GPU_UTILIZATION.name][:, 1] += 0.1  # a heavier stage on one node
+    _slow(d, 2, slice(None), 0.2)  # a throttled node in the same job
+    out = StragglerDetector().detect(window(d))
+    assert {(f.node, f.kind) for f in out} == {
+        ("node-02", "straggler"),
+        ("node-01", "workload_imbalance"),
+    }
