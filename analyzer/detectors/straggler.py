@@ -78,10 +78,11 @@ class StragglerDetector:
         hot_nodes = np.nonzero((zn > self.z) | (zg > self.z).any(axis=1))[0]
         if len(hot_nodes) == 0:
             return []
+        clock_z = self._clock_z(c, busy)
         slow: list[tuple[int, str, int | None, bool]] = []
         for n in map(int, hot_nodes):
             subject, g = self._subject(zn, zg, n, u.shape[2])
-            slow.append((n, subject, g, self._clock_deficit(c, busy, n, g)))
+            slow.append((n, subject, g, self._clock_deficit(clock_z, n, g)))
         if len(hot_nodes) <= self.max_hardware_nodes:
             return [self._finding(w, job, idx, n, subject, g, deficit, zn, zg, um, streaks)
                     for n, subject, g, deficit in slow]  # fmt: skip
@@ -134,15 +135,21 @@ class StragglerDetector:
                         "jobs": float(len(self._jobs_seen[node])), "clock_deficit": float(slow_clock)},
                        f"job {job} waits on this {subject.split('=')[0]}: {why}")  # fmt: skip
 
-    def _clock_deficit(self, c: np.ndarray | None, busy: np.ndarray, n: int, g: int | None) -> bool:
+    @staticmethod
+    def _clock_z(c: np.ndarray | None, busy: np.ndarray) -> np.ndarray | None:
+        """Robust z of each busy GPU's mean clock against the job's busy GPUs, (N, G)."""
         if c is None:
-            return False
+            return None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             cm = np.nanmean(c, axis=0)
         cm[~busy] = np.nan
         med = float(np.nanmedian(cm)) if np.isfinite(cm).any() else 0.0
-        z = robust_z(cm.reshape(-1), axis=0, floor=max(0.005 * abs(med), 1e-9)).reshape(cm.shape)
+        return robust_z(cm.reshape(-1), axis=0, floor=max(0.005 * abs(med), 1e-9)).reshape(cm.shape)
+
+    def _clock_deficit(self, z: np.ndarray | None, n: int, g: int | None) -> bool:
+        if z is None:
+            return False
         mine = z[n] if g is None else z[n, g : g + 1]
         return bool(np.nanmedian(mine) < -self.clock_z)
 
