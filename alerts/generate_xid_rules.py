@@ -6,6 +6,11 @@ XID to the catalogue changes the alerts without anyone editing rule YAML by hand
 
     python alerts/generate_xid_rules.py           # rewrite alerts/xid.rules.yml
     python alerts/generate_xid_rules.py --check   # exit 1 if the committed file is stale
+    python alerts/generate_xid_rules.py --site-config /etc/gpuwarden/analyzer.yaml \
+        --output /etc/prometheus/rules/xid.rules.yml  # with the site's xid_overrides
+
+A site that overrides XIDs for the analyzer (``xid_overrides`` in its config) generates its
+rules from the same file, so the alerts and the analyzer recommend the same action.
 
 tests/alerts/test_xid_generation.py fails when the committed file drifts from the catalogue.
 """
@@ -13,6 +18,7 @@ tests/alerts/test_xid_generation.py fails when the committed file drifts from th
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -20,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from analyzer.xidcat import load_catalog
 from exporter.catalog import GPU_XID_ERRORS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +45,42 @@ WINDOW_SECONDS = {"m": 60, "h": 3600, "d": 86400}
 def load_catalogue(path: Path = CATALOGUE) -> dict[int, dict[str, Any]]:
     data = yaml.safe_load(path.read_text())
     return {int(k): v for k, v in data["xids"].items()}
+
+
+def with_overrides(
+    cat: dict[int, dict[str, Any]], overrides: dict[Any, Any]
+) -> dict[int, dict[str, Any]]:
+    """The catalogue with a site's ``xid_overrides`` merged field by field, as the analyzer
+    merges them; checked by the analyzer's own loader, so the two cannot disagree on what
+    is valid. Raises ValueError naming the XID and the field."""
+    if not isinstance(overrides, dict):
+        raise ValueError("xid_overrides: expected a mapping of XID -> fields")
+    for key in overrides:
+        if not str(key).isdigit():
+            raise ValueError(f"xid_overrides: {key!r} is not an XID number")
+    load_catalog(CATALOGUE, overrides)
+    out = {k: dict(v) for k, v in cat.items()}
+    for key, fields in overrides.items():
+        xid = int(key)
+        base = out.get(xid, {"name": f"XID {xid}", "class": "unknown", "severity": "warning",
+                             "action": "notify"})  # fmt: skip
+        merged = {**base, **{f: fields[f] for f in ("name", "class", "severity", "action")
+                             if f in fields}}  # fmt: skip
+        if "repeat" in fields:
+            merged["repeat"] = {**base.get("repeat", {}), **fields["repeat"]}
+            window = str(merged["repeat"].get("window", ""))
+            if not re.fullmatch(r"[1-9]\d*[smhd]", window):
+                raise ValueError(f"xid {xid}: repeat window {window!r} is not like 30m or 24h")
+        out[xid] = merged
+    return out
+
+
+def site_overrides(path: Path) -> dict[Any, Any]:
+    """``xid_overrides`` from an analyzer config file (absent: none)."""
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a YAML mapping")
+    return data.get("xid_overrides") or {}
 
 
 def increase_record(window: str) -> str:
@@ -194,23 +237,40 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def render(cat: dict[int, dict[str, Any]] | None = None) -> str:
+def render(cat: dict[int, dict[str, Any]] | None = None, source: str = "") -> str:
     body = yaml.dump(document(cat or load_catalogue()), Dumper=_Dumper, sort_keys=False, width=100)
-    return HEADER + body
+    header = (
+        HEADER
+        if not source
+        else HEADER.replace(
+            "xid_catalog.yaml.\n", f"xid_catalog.yaml\n# with the xid_overrides of {source}.\n", 1
+        )
+    )
+    return header + body
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if the file is stale")
+    parser.add_argument("--site-config", type=Path, help="analyzer config with xid_overrides")
+    parser.add_argument("--output", type=Path, default=OUTPUT, help=f"default {OUTPUT}")
     args = parser.parse_args(argv)
-    text = render()
+    try:
+        cat = load_catalogue()
+        if args.site_config:
+            cat = with_overrides(cat, site_overrides(args.site_config))
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        print(f"generate_xid_rules: {e}", file=sys.stderr)
+        return 2
+    text = render(cat, str(args.site_config or ""))
     if args.check:
-        if OUTPUT.read_text() != text:
-            print(f"{OUTPUT} is stale: run python alerts/generate_xid_rules.py", file=sys.stderr)
+        if not args.output.exists() or args.output.read_text() != text:
+            print(f"{args.output} is stale: run python alerts/generate_xid_rules.py",
+                  file=sys.stderr)  # fmt: skip
             return 1
         return 0
-    OUTPUT.write_text(text)
-    print(f"wrote {OUTPUT}")
+    args.output.write_text(text)
+    print(f"wrote {args.output}")
     return 0
 
 

@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 
 from tests.alerts.ruleset import ALERTS, Rule, load_rules
+from tests.realcomp import promtool
 
 
 def _generator() -> ModuleType:
@@ -84,3 +85,48 @@ def test_a_new_catalogue_entry_changes_the_generated_rules(severity: str) -> Non
                                 "action": "drain"}}  # fmt: skip
     assert "999" in GEN.render(extra)
     assert "999" not in GEN.render(CATALOGUE)
+
+
+def test_a_sites_xid_overrides_reach_the_generated_rules_that_promtool_accepts(tmp_path) -> None:
+    site = tmp_path / "analyzer.yaml"
+    site.write_text(
+        "xid_overrides:\n"
+        "  63: {severity: critical, action: drain}\n"  # catalogue: a warning
+        "  13: {repeat: {count: 5}}\n"  # keeps its 1h window
+        "  1001: {name: Vendor fault, class: hardware, severity: critical, action: reboot}\n"
+    )
+    out = tmp_path / "xid.rules.yml"
+    assert GEN.main(["--site-config", str(site), "--output", str(out)]) == 0
+    text = out.read_text()
+    assert f"with the xid_overrides of {site}" in text.splitlines()[1]
+    rules = [r for r in load_rules([out]) if r.alert]
+    drain = [r for r in rules if r.alert.startswith("GpuXidFatal") and 63 in _xids(r)]
+    assert [(r.labels["action"], r.labels["severity"]) for r in drain] == [("drain", "critical")]
+    assert any(1001 in _xids(r) and r.labels["action"] == "reboot" for r in rules)
+    (repeat13,) = [r for r in rules if r.alert == "GpuXidRepeatedApplication" and 13 in _xids(r)]
+    assert repeat13.expr.endswith(">= 5") and repeat13.labels["window"] == "1h"
+    check = promtool("check", "rules", str(out))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert GEN.main(["--check", "--site-config", str(site), "--output", str(out)]) == 0
+    assert GEN.main(["--check", "--output", str(out)]) == 1  # without the overrides: stale
+
+
+@pytest.mark.parametrize(
+    ("overrides", "complaint"),
+    [
+        ("xid_overrides: {63: {action: explode}}", "unknown action"),
+        ("xid_overrides: {abc: {action: drain}}", "'abc' is not an XID number"),
+        ("xid_overrides: {13: {repeat: {window: 90}}}", "not like 30m"),
+        ("xid_overrides: [63]", "expected a mapping"),
+        ("- not a mapping", "expected a YAML mapping"),
+    ],
+)
+def test_bad_site_overrides_exit_2_with_the_reason_and_write_nothing(
+    tmp_path, capsys, overrides: str, complaint: str
+) -> None:
+    site = tmp_path / "analyzer.yaml"
+    site.write_text(overrides + "\n")
+    out = tmp_path / "xid.rules.yml"
+    assert GEN.main(["--site-config", str(site), "--output", str(out)]) == 2
+    assert complaint in capsys.readouterr().err
+    assert not out.exists()
