@@ -75,6 +75,10 @@ class StragglerDetector:
             zg = np.nan_to_num(robust_z(um.reshape(-1), axis=0, floor=self.floor), nan=0.0)
             zg = zg.reshape(um.shape)
             zn = np.nan_to_num(robust_z(np.nanmean(um, axis=1), 0, self.floor * 0.6), nan=0.0)
+        # A mean over fewer samples (scrape gaps) is noisier than its peers': its z shrinks.
+        known = np.sum(~np.isnan(dev), axis=0).astype(float)  # (N, G)
+        zg = zg * _evidence(known, busy)
+        zn = zn * _evidence(known.sum(axis=1), busy)
         hot_nodes = np.nonzero((zn > self.z) | (zg > self.z).any(axis=1))[0]
         if len(hot_nodes) == 0:
             return []
@@ -159,6 +163,15 @@ def _imbalance(w: Window, job: str, idx: np.ndarray, nodes: np.ndarray, shape: s
     return Finding(w.nodes[idx[int(nodes[0])]], f"job={job}", "workload_imbalance", "info",
                    "notify", detector, 0.7, w.now, {"nodes": float(len(nodes))},
                    f"job {job}: {shape} imbalance across {len(nodes)} nodes (workload)")  # fmt: skip
+
+
+def _evidence(known: np.ndarray, busy: np.ndarray) -> np.ndarray:
+    """sqrt(samples behind each mean / the typical busy peer's), at most 1: the standard
+    error of a mean grows as 1/sqrt(n), so a z from a gappy series counts for less."""
+    ref = float(np.median(known[busy])) if busy.any() else 0.0
+    if ref <= 0:
+        return np.ones_like(known)
+    return np.asarray(np.minimum(1.0, np.sqrt(known / ref)))
 
 
 def _busy_throughout(u: np.ndarray) -> np.ndarray:

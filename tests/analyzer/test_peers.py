@@ -154,3 +154,11 @@ def test_a_busy_node_beside_a_throttled_one_is_workload_not_a_second_straggler()
         ("node-02", "straggler"),
         ("node-01", "workload_imbalance"),
     }
+
+
+def test_a_gpu_seen_in_half_the_samples_needs_more_excess_to_count_as_a_straggler():
+    d = healthy(nodes=16, seed=11)
+    d["metrics"][c.GPU_UTILIZATION.name][-12:, 5, 3] += 0.032  # z 6 with every sample
+    assert keys(StragglerDetector().detect(window(d))) == {("node-05", "gpu=3", "straggler")}
+    d["metrics"][c.GPU_UTILIZATION.name][-12::2, 5, 3] = np.nan  # every other scrape lost
+    assert StragglerDetector().detect(window(d)) == []
