@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from remediation.app import build_app
 from remediation.clock import FakeClock
 from remediation.service import Service
+from tests.realcomp import world_readable_tmpdir
 from tests.remediation.helpers import service, topology_file
 from tests.slurmcluster import SlurmCluster, slurm_cluster
 
@@ -36,3 +38,11 @@ def slurm() -> Iterator[SlurmCluster]:
 def clean_slurm(slurm: SlurmCluster) -> SlurmCluster:
     slurm.reset_nodes()
     return slurm
+
+
+@pytest.fixture
+def readable_dir() -> Iterator[Path]:
+    """A scratch directory that Slurm jobs (another user) can read and write; removed after."""
+    d = world_readable_tmpdir("gpuwarden-test-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from remediation import checkpoint
 from remediation.app import build_app
 from remediation.backends.runner import SubprocessRunner
 from remediation.clock import SystemClock
-from tests.realcomp import wait_until, world_readable_tmpdir
+from tests.realcomp import wait_until
 from tests.remediation.helpers import AUTH, LIVE_POLICY, alert, payload, service
 from tests.slurmcluster import SlurmCluster
 
@@ -50,18 +48,11 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-@pytest.fixture
-def job_dir() -> Iterator[Path]:
-    d = world_readable_tmpdir("gpuwarden-job-")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 @pytest.mark.real
 async def test_a_real_job_checkpoints_is_requeued_off_the_bad_node_and_resumes_its_step_count(
-    clean_slurm: SlurmCluster, tmp_path: Path, job_dir: Path
+    clean_slurm: SlurmCluster, tmp_path: Path, readable_dir: Path
 ) -> None:
-    d = job_dir
+    d = readable_dir
     repo = str(Path(__file__).resolve().parents[2])
     (d / "job.py").write_text(JOB.format(repo=repo, d=str(d)))
     out = d / "job.out"

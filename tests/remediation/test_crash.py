@@ -9,19 +9,17 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import sqlite3
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.realcomp import free_port, wait_until, world_readable_tmpdir
+from tests.realcomp import free_port, wait_until
 from tests.remediation.helpers import LIVE_POLICY, TOKEN, alert, payload, topology_file
 from tests.remediation.helpers import start_service as start
 from tests.slurmcluster import SlurmCluster
@@ -139,19 +137,12 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
     print(json.dumps({"acked": len(acked), "sent": sent, "reconciled_steps": reconciled}))
 
 
-@pytest.fixture
-def shim_dir() -> Iterator[Path]:
-    d = world_readable_tmpdir("gpuwarden-shim-")
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 @pytest.mark.real
 def test_a_kill_after_the_drain_took_effect_is_reconciled_against_real_slurm_not_repeated(
-    clean_slurm: SlurmCluster, tmp_path: Path, shim_dir: Path
+    clean_slurm: SlurmCluster, tmp_path: Path, readable_dir: Path
 ) -> None:
     """kill -9 exactly between the scheduler's change and its journal entry."""
-    d = shim_dir
+    d = readable_dir
     (d / "scontrol").write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {d}/calls.log\n'
