@@ -35,9 +35,10 @@ system-deps:
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: venv
-	$(BIN)/mypy exporter analyzer remediation dashboards gpuwarden
+	$(BIN)/mypy common exporter simulator analyzer remediation dashboards gpuwarden
 
 test: venv system-deps lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -20,7 +20,7 @@ from analyzer.settings import AnalyzerSettings
 from analyzer.sources import SeriesSource, SourceError
 from analyzer.sources.prometheus import PrometheusSource
 from analyzer.sources.scrape import ScrapeSource, load_targets
-from gpuwarden.settings import SettingsError, load
+from common.settings import SettingsError, load
 
 
 def _parser() -> argparse.ArgumentParser:

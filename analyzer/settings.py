@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwarden.settings import SettingsError
+from common.settings import SettingsError
 
 
 @dataclass(frozen=True)

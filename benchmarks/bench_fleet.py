@@ -23,9 +23,9 @@ import numpy as np
 
 from exporter.assemble import collectors_for
 from exporter.exposition import render
-from exporter.fleet.fleet import Fleet
-from exporter.fleet.node_view import NodeView
 from gpuwarden.processes import free_port_block
+from simulator.fleet import Fleet
+from simulator.node_view import NodeView
 from tests.realcomp import http_get, run_prometheus, wait_until, world_readable_tmpdir
 
 Row = dict[str, Any]

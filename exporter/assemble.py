@@ -1,15 +1,17 @@
 """Wires sources to collectors for one node, from the exporter's settings.
 
 ``--source nvml``: the pynvml module, /sys (or ``--sysfs-root``), /dev/kmsg (or ``--kmsg``)
-with NVML XID events as the fallback. ``--source simulated``: one simulated node of the fleet
-model (8 GPUs x 18 NVLinks, 8 IB ports); an explicit ``--sysfs-root`` or ``--kmsg`` replaces
-the simulated tree or log, so recorded fixtures can be replayed against simulated GPUs.
+with NVML XID events as the fallback. Any other ``--source`` is a plugin: an entry point in
+the ``gpuwarden.exporter_sources`` group, a callable ``(settings) -> Assembly``. The node
+agent carries no simulator code: ``--source simulated`` is provided by the ``simulator``
+package (:mod:`simulator.exporter_source`), loaded only when asked for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any
 
 from exporter.collectors.base import Collector
@@ -66,17 +68,28 @@ def collectors_for(
     return out
 
 
-def assemble(settings: ExporterSettings) -> Assembly:
-    if settings.source == "simulated":
-        from exporter.fleet import single_node  # the fleet model is only loaded when asked
+SOURCE_PLUGIN_GROUP = "gpuwarden.exporter_sources"
 
-        sim = single_node(settings.node, seed=settings.seed)
-        sysfs: SysfsRoot = DirSysfs(settings.sysfs_root) if settings.sysfs_root else sim.sysfs
-        kmsg: KernelLog = KernelLogReader(settings.kmsg) if settings.kmsg else sim.kmsg
-        cols = collectors_for(
-            settings.node, sim.nvml, sysfs, kmsg, job_map_dir=settings.job_map_dir
+
+class SourceUnavailable(ValueError):
+    """The asked-for ``--source`` is not installed here (no plugin provides it)."""
+
+
+def plugin_source(name: str) -> Callable[[ExporterSettings], Assembly]:
+    """The callable that a ``gpuwarden.exporter_sources`` entry point named ``name`` provides."""
+    found = [ep for ep in entry_points(group=SOURCE_PLUGIN_GROUP) if ep.name == name]
+    if not found:
+        raise SourceUnavailable(
+            f"no plugin provides --source {name} (entry point group {SOURCE_PLUGIN_GROUP}); "
+            "install the full gpuwarden distribution for the simulated source"
         )
-        return Assembly(cols, before_cycle=sim.advance)
+    factory: Callable[[ExporterSettings], Assembly] = found[0].load()
+    return factory
+
+
+def assemble(settings: ExporterSettings) -> Assembly:
+    if settings.source != "nvml":
+        return plugin_source(settings.source)(settings)
     nvml = _real_nvml()
     cols = collectors_for(
         settings.node,

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+from common.settings import SettingsError, load
 from exporter import __version__
 from exporter.collection import CollectionLoop
 from exporter.settings import ExporterSettings, parse_listen
 from exporter.webconfig import WebConfig, WebConfigError, load_web_config
-from gpuwarden.settings import SettingsError, load
 
 log = logging.getLogger("gpuwarden.exporter")
 

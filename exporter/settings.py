@@ -1,7 +1,7 @@
 """The exporter's settings: one frozen dataclass, validated before anything starts.
 
 Flags > environment (``GPUWARDEN_<FIELD>``) > YAML file (``--config``), see
-:mod:`gpuwarden.settings`. A bad value stops the start with a one-line reason.
+:mod:`common.settings`. A bad value stops the start with a one-line reason.
 """
 
 from __future__ import annotations

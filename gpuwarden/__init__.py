@@ -2,5 +2,5 @@
 
 This package is the composition root (demo, evaluation): it may import every other package.
 The parts themselves (exporter, analyzer, remediation, dashboards) only share data, plus the
-leaf modules :mod:`exporter.catalog` and :mod:`gpuwarden.settings`.
+leaf modules :mod:`exporter.catalog` and :mod:`common.settings`.
 """

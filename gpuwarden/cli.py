@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 # returns an exit code.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "exporter": ("exporter.cli", "main", "run the per-node exporter (= gpuwarden-exporter)"),
-    "simulate": ("exporter.fleet.cli", "main", "serve a simulated GPU fleet with fault injection"),
+    "simulate": ("simulator.cli", "main", "serve a simulated GPU fleet with fault injection"),
     "analyzer": ("analyzer.cli", "main", "run the analyzer (= gpuwarden-analyzer)"),
-    "evaluate": ("gpuwarden.evaluate", "main", "score the analyzer on the simulator, offline"),
+    "evaluate": ("gpuwarden.lab.evaluate", "main", "score the analyzer on the simulator, offline"),
     "remediation": (
         "remediation.cli",
         "main",

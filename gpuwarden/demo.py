@@ -23,7 +23,8 @@ from typing import Any
 
 import yaml
 
-from gpuwarden import demojob, slurmlab
+from gpuwarden import demojob
+from gpuwarden.lab import slurmlab
 from gpuwarden.processes import StartError, wait_until
 from gpuwarden.stack import Stack, StackOptions, servers_installed
 from gpuwarden.timeline import Seen, diff, http_fetch, snapshot

@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
 
 
 def submit(sc: object, state_dir: Path) -> str:
-    """Submit the job to a :class:`gpuwarden.slurmlab.SlurmCluster`; returns the job id."""
+    """Submit the job to a :class:`gpuwarden.lab.slurmlab.SlurmCluster`; returns the job id."""
     repo = Path(__file__).resolve().parents[1]
     return sc.sbatch(  # type: ignore[attr-defined, no-any-return]
         "--requeue",

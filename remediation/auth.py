@@ -11,7 +11,7 @@ import hmac
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuwarden.settings import SettingsError
+from common.settings import SettingsError
 
 
 @dataclass(frozen=True)

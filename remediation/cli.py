@@ -11,8 +11,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from gpuwarden import settings as gsettings
-from gpuwarden.settings import SettingsError
+from common import settings as gsettings
+from common.settings import SettingsError
 from remediation.settings import BACKENDS, Settings
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpuwarden.settings import SettingsError
+from common.settings import SettingsError
 from remediation.model import ACTIONS
 
 

@@ -10,7 +10,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwarden.settings import SettingsError
+from common.settings import SettingsError
 from remediation import auth, policy, topology
 from remediation.backends.base import Backend
 from remediation.backends.dryrun import DryRunBackend

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpuwarden.settings import SettingsError
+from common.settings import SettingsError
 
 Topology = Mapping[str, Mapping[str, str]]  # node -> {domain type -> domain name}
 

@@ -1,4 +1,4 @@
-"""The real Slurm mini-cluster for tests (see :mod:`gpuwarden.slurmlab`).
+"""The real Slurm mini-cluster for tests (see :mod:`gpuwarden.lab.slurmlab`).
 
 Missing Slurm binaries skip the test on a developer machine and fail it under ``CI``.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from gpuwarden.slurmlab import BINARIES, NodeState, SlurmCluster
-from gpuwarden.slurmlab import slurm_cluster as _slurm_cluster
+from gpuwarden.lab.slurmlab import BINARIES, NodeState, SlurmCluster
+from gpuwarden.lab.slurmlab import slurm_cluster as _slurm_cluster
 from tests.realcomp import require_binary
 
 __all__ = ["NodeState", "SlurmCluster", "slurm_cluster"]

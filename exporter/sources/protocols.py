@@ -3,7 +3,7 @@
 Real implementations: the ``pynvml`` module itself (nvidia-ml-py) for :class:`NvmlApi`,
 :class:`exporter.sources.sysfs.DirSysfs` for :class:`SysfsRoot`,
 :class:`exporter.sources.kmsg.KernelLogReader` for :class:`KernelLog`.
-Fakes: :mod:`exporter.sources.nvml_fake`, :class:`exporter.sources.sysfs.DictSysfs`,
+Fakes: :mod:`simulator.nvml_fake`, :class:`exporter.sources.sysfs.DictSysfs`,
 :class:`exporter.sources.kmsg.ListKernelLog`. The fleet simulator drives the same fakes.
 """
 

@@ -5,7 +5,7 @@ import yaml
 
 from analyzer.settings import AnalyzerSettings
 from analyzer.xidcat import CATALOG_PATH, load_catalog
-from gpuwarden.settings import SettingsError, load
+from common.settings import SettingsError, load
 
 
 def test_every_shipped_xid_entry_has_class_severity_and_action_for_the_alert_generator():

@@ -4,8 +4,8 @@ import json
 import math
 
 from analyzer.findings import Finding
-from gpuwarden.evaluate import aggregate, main, run_seed, table
-from gpuwarden.evaluation_metrics import EpisodeTracker, Truth, expected_subject, score
+from gpuwarden.lab.evaluate import aggregate, main, run_seed, table
+from gpuwarden.lab.evaluation_metrics import EpisodeTracker, Truth, expected_subject, score
 
 
 def _f(node, subject, kind, action="drain"):

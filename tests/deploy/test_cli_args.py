@@ -65,7 +65,7 @@ def test_exporter_settings_load_from_the_unit_args() -> None:
 def analyzer_settings(args: list[str]) -> Any:
     from analyzer.cli import _parser
     from analyzer.settings import AnalyzerSettings
-    from gpuwarden.settings import load
+    from common.settings import load
 
     flags = vars(_parser().parse_args(args))
     assert flags.pop("config") is None and flags.pop("once") is False

@@ -19,8 +19,8 @@ from exporter import catalog
 from exporter.assemble import collectors_for
 from exporter.collection import CollectionLoop
 from exporter.sources.kmsg import ListKernelLog
-from exporter.sources.nvml_fake import FakeGpuState, FakeNvml
 from exporter.sources.sysfs import DictSysfs
+from simulator.nvml_fake import FakeGpuState, FakeNvml
 from tests.realcomp import promtool
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from exporter import catalog as c
 from exporter.collectors.gpu import GpuCollector
-from exporter.sources.nvml_fake import hgx_node
+from simulator.nvml_fake import hgx_node
 
 UNC_VOL = (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
 # one step: (reload the driver first?, growth of the raw counters after it)

@@ -8,7 +8,7 @@ import pytest
 from exporter import catalog as c
 from exporter.catalog import MetricDef, Sample
 from exporter.collectors.gpu import GpuCollector, NvmlUnavailableError
-from exporter.sources.nvml_fake import hgx_node, nvml_error
+from simulator.nvml_fake import hgx_node, nvml_error
 
 UNKNOWN = pynvml.NVML_ERROR_UNKNOWN
 

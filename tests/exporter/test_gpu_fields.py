@@ -8,7 +8,7 @@ import pytest
 from exporter import catalog as c
 from exporter.catalog import MetricDef, Sample
 from exporter.collectors.gpu import GpuCollector
-from exporter.sources.nvml_fake import FakeGpuState, FakeNvml, hgx_node
+from simulator.nvml_fake import FakeGpuState, FakeNvml, hgx_node
 
 CORR, UNC = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 VOL, AGG = pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC

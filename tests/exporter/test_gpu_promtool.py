@@ -5,7 +5,7 @@ from __future__ import annotations
 from exporter import catalog as c
 from exporter.collectors.gpu import GpuCollector
 from exporter.exposition import render
-from exporter.sources.nvml_fake import hgx_node, nvml_error
+from simulator.nvml_fake import hgx_node, nvml_error
 from tests.realcomp import promtool
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 
 from exporter.sources.nvml_events import NvmlXidEvents
-from exporter.sources.nvml_fake import FakeEventData, hgx_node, nvml_error
+from simulator.nvml_fake import FakeEventData, hgx_node, nvml_error
 
 
 def test_xid_events_are_drained_and_mapped_to_pci_keys() -> None:

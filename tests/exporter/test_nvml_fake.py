@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from exporter.sources.nvml_fake import FakeGpuState, FakeNvml, hgx_node, nvml_error
+from simulator.nvml_fake import FakeGpuState, FakeNvml, hgx_node, nvml_error
 
 
 def test_errors_are_the_real_pynvml_subclasses() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwarden.settings import SettingsError
+from common.settings import SettingsError
 from remediation import intake, policy, topology
 from remediation.backends.hostlist import expand
 from tests.realcomp import require_binary

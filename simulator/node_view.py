@@ -1,0 +1,146 @@
+"""One simulated node as the real exporter sees it: FakeNvml, DictSysfs and ListKernelLog.
+
+Sits between a :class:`~simulator.frame.Frame` (the fleet's arrays) and the exporter's
+real collectors. :meth:`NodeView.refresh` copies one node's slice of a frame into the fakes in
+each source's own units (NVML mW / mJ / MHz / %, sysfs text with data in 4-byte words), and
+appends that node's new kernel-log events. Views are made lazily and refreshed only when a
+node is scraped, so a big fleet costs nothing for nodes nobody reads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pynvml
+
+from exporter import catalog as c
+from exporter.sources.kmsg import ListKernelLog
+from exporter.sources.sysfs import DictSysfs
+from simulator.effects import Event
+from simulator.frame import Frame
+from simulator.kernel_log import kmsg_lines
+from simulator.nvml_fake import FakeGpuState, FakeNvml
+from simulator.state import IB_COUNTERS, IB_HW_COUNTERS
+from simulator.topology import GPUS, LINKS, PORTS, gpu_uuid, pci_bus_id
+
+DRIVER = "550.127.05"
+ECC_COUNTER = (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC)
+ECC_KEYS = [
+    [(pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, ct) for ct in ECC_COUNTER],
+    [(pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, ct) for ct in ECC_COUNTER],
+]  # frame axes: error_type x counter_type
+NVLINK_COUNTER = (
+    pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+    pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
+    pynvml.NVML_NVLINK_ERROR_DL_REPLAY,
+    pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,
+)  # catalog.NVLINK_ERROR_TYPES order
+THROTTLE_BITS = np.array(list(c.THROTTLE_REASONS.values()))
+STATE = {1: "1: DOWN", 2: "2: INIT", 3: "3: ARMED", 4: "4: ACTIVE"}
+PHYS = {2: "2: Polling", 3: "3: Disabled", 5: "5: LinkUp"}
+SPEED = {400: "400 Gb/sec (4X NDR)", 200: "200 Gb/sec (4X HDR)", 100: "100 Gb/sec (4X EDR)"}
+STATIC_COUNTERS = ("VL15_dropped", "port_rcv_constraint_errors", "port_rcv_switch_relay_errors",
+                   "port_xmit_constraint_errors")  # fmt: skip
+
+
+def _base(p: int) -> str:
+    return f"class/infiniband/mlx5_{p}"
+
+
+class NodeView:
+    """The fakes of node ``index``; ``name`` is what the exporter calls the node."""
+
+    def __init__(self, name: str, index: int, sku: str = "h100") -> None:
+        self.name, self.index, self.sku = name, index, sku
+        factory = FakeGpuState.h200 if sku == "h200" else FakeGpuState.h100
+        gpus = [factory(g, seed=name) for g in range(GPUS)]
+        for g, gpu in enumerate(gpus):
+            gpu.uuid, gpu.pci_bus_id = gpu_uuid(name, g), pci_bus_id(g)
+        self.nvml = FakeNvml(gpus, driver_version=DRIVER)
+        self.sysfs = DictSysfs(self._static_files(index))
+        self.kmsg = ListKernelLog()
+        self.events_seen = 0
+        self._seq = 1000
+
+    @staticmethod
+    def _static_files(index: int) -> dict[str, str]:
+        files: dict[str, str] = {}
+        for p in range(PORTS):
+            b = _base(p)
+            files |= {f"{b}/board_id": "MT_0000000838", f"{b}/fw_ver": "28.39.1002",
+                      f"{b}/hca_type": "MT4129", f"{b}/node_guid": f"b83f:d203:{index:04x}:{p:04x}",
+                      f"{b}/ports/1/link_layer": "InfiniBand"}  # fmt: skip
+            files |= {f"{b}/ports/1/counters/{n}": "0" for n in STATIC_COUNTERS}
+        return files
+
+    def refresh(self, frame: Frame, events: list[Event]) -> None:
+        """Copy this node's values from ``frame`` and log its events not yet logged."""
+        i = self.index
+        up = frame[c.GPU_UP.name][i]
+        if np.isnan(up).all():
+            return  # the node is down: nothing to read (the server answers 503)
+        for g, gpu in enumerate(self.nvml.gpus):
+            gpu.lost = bool(up[g] == 0)
+            if not gpu.lost:
+                _gpu(gpu, frame, i, g)
+        self._ports(frame, i)
+        for e in events[self.events_seen :]:
+            self._seq += 1
+            self.kmsg.extend(kmsg_lines(e, self._seq, self.sku))
+        self.events_seen = len(events)
+
+    def _ports(self, frame: Frame, i: int) -> None:
+        state = frame[c.IB_PORT_STATE.name][i].astype(int).tolist()
+        phys = frame[c.IB_PORT_PHYS_STATE.name][i].astype(int).tolist()
+        gbps = (frame[c.IB_PORT_RATE.name][i] * 8 / 1e9).round().astype(int).tolist()
+        tx = (frame[c.IB_TRANSMIT.name][i] // 4).astype(np.int64).tolist()
+        rx = (frame[c.IB_RECEIVE.name][i] // 4).astype(np.int64).tolist()
+        counters = {n: frame.ib_counters[n][i].astype(np.int64).tolist() for n in IB_COUNTERS}
+        hw = {n: frame.ib_counters[n][i].astype(np.int64).tolist() for n in IB_HW_COUNTERS}
+        s = self.sysfs
+        for p in range(PORTS):
+            b = f"{_base(p)}/ports/1"
+            s.set(f"{b}/state", STATE[state[p]])
+            s.set(f"{b}/phys_state", PHYS[phys[p]])
+            s.set(f"{b}/rate", SPEED.get(gbps[p], f"{gbps[p]} Gb/sec"))
+            s.set(f"{b}/counters/port_xmit_data", str(tx[p]))
+            s.set(f"{b}/counters/port_rcv_data", str(rx[p]))
+            for n, v in counters.items():
+                s.set(f"{b}/counters/{n}", str(v[p]))
+            for n, v in hw.items():
+                s.set(f"{b}/hw_counters/{n}", str(v[p]))
+
+
+def _gpu(gpu: FakeGpuState, f: Frame, i: int, g: int) -> None:
+    """One GPU's NVML state, in NVML's units."""
+    v = {m.name: float(f[m.name][i, g]) for m in (c.GPU_TEMPERATURE, c.GPU_MEMORY_TEMPERATURE,
+         c.GPU_POWER, c.GPU_POWER_LIMIT, c.GPU_ENERGY, c.GPU_UTILIZATION,
+         c.GPU_MEMORY_UTILIZATION, c.GPU_SM_CLOCK, c.GPU_MEMORY_CLOCK, c.GPU_MEMORY_USED,
+         c.GPU_PCIE_REPLAY, c.GPU_PCIE_GENERATION, c.GPU_PCIE_WIDTH, c.GPU_RECOVERY_ACTION,
+         c.GPU_ROW_REMAP_PENDING, c.GPU_ROW_REMAP_FAILED)}  # fmt: skip
+    gpu.temperature_c = int(v[c.GPU_TEMPERATURE.name])
+    gpu.memory_temperature_c = int(v[c.GPU_MEMORY_TEMPERATURE.name])
+    gpu.power_mw = int(v[c.GPU_POWER.name] * 1000)
+    gpu.power_limit_mw = int(v[c.GPU_POWER_LIMIT.name] * 1000)
+    gpu.energy_mj = int(v[c.GPU_ENERGY.name] * 1000)
+    gpu.util_gpu_pct = round(v[c.GPU_UTILIZATION.name] * 100)
+    gpu.util_memory_pct = round(v[c.GPU_MEMORY_UTILIZATION.name] * 100)
+    gpu.sm_clock_mhz = round(v[c.GPU_SM_CLOCK.name] / 1e6)
+    gpu.mem_clock_mhz = round(v[c.GPU_MEMORY_CLOCK.name] / 1e6)
+    gpu.memory_used = int(v[c.GPU_MEMORY_USED.name])
+    gpu.throttle_reasons = int(THROTTLE_BITS[f[c.GPU_THROTTLE.name][i, g] > 0].sum())
+    ecc = f[c.GPU_ECC_ERRORS.name][i, g]
+    gpu.ecc = {ECC_KEYS[e][ct]: int(ecc[e, ct]) for e in (0, 1) for ct in (0, 1)}
+    rows = f[c.GPU_REMAPPED_ROWS.name][i, g]
+    gpu.remapped_rows = (int(rows[0]), int(rows[1]), int(v[c.GPU_ROW_REMAP_PENDING.name]),
+                         int(v[c.GPU_ROW_REMAP_FAILED.name]))  # fmt: skip
+    gpu.pcie_replay = int(v[c.GPU_PCIE_REPLAY.name])
+    gpu.pcie_gen = int(v[c.GPU_PCIE_GENERATION.name])
+    gpu.pcie_width = int(v[c.GPU_PCIE_WIDTH.name])
+    gpu.recovery_action = int(v[c.GPU_RECOVERY_ACTION.name])
+    gpu.nvlink_state = f[c.NVLINK_UP.name][i, g].astype(int).tolist()
+    err = f[c.NVLINK_ERRORS.name][i, g].astype(np.int64).tolist()
+    gpu.nvlink_errors = {
+        (lk, NVLINK_COUNTER[k]): err[lk][k] for lk in range(LINKS) for k in range(4) if err[lk][k]
+    }
+    gpu.nvlink_tx_bytes = f[c.NVLINK_TRANSMIT.name][i, g].astype(np.int64).tolist()
+    gpu.nvlink_rx_bytes = f[c.NVLINK_RECEIVE.name][i, g].astype(np.int64).tolist()
