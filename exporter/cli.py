@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
         "followed like tail -F (default /dev/kmsg)",
     )
     a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
+    a(
+        "--hostname-label",
+        choices=["Hostname", "hostname"],
+        help="dcgm compat: the host label's name, Hostname (dcgm-exporter 3.x, default) "
+        "or hostname (4.x)",
+    )
     a("--web-config", help="exporter-toolkit web config file (TLS, basic auth)")
     a("--job-map-dir", help="directory the Slurm prolog/epilog fill (GPU index -> job id)")
     a("--interval", help="seconds between collection cycles (default 5)")
@@ -112,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         source=settings.source,
         interval=settings.interval,
         dcgm=settings.dcgm,
+        hostname_label=settings.hostname_label,
         before_cycle=assembly.before_cycle,
     )
     loop.start()

@@ -24,6 +24,7 @@ from exporter.catalog import Sample
 from exporter.collectors.base import ReadErrors
 from exporter.collectors.gpu_fields import GpuRead, read_device
 from exporter.collectors.gpu_nvlink import read_field_values, read_nvlink
+from exporter.collectors.gpu_profiling import GpmProfiler
 from exporter.collectors.gpu_reader import FieldReader, is_lost, text
 from exporter.counters import Monotonic
 from exporter.sources.protocols import GpuIdentity, NvmlApi, pci_key
@@ -61,6 +62,7 @@ class GpuCollector:
         self._driver = ""
         self._gpus: dict[int, _Gpu] = {}
         self._unsupported: set[Hashable] = set()
+        self.profiler = GpmProfiler(nvml)
 
     # ------------------------------------------------------------------ public
     def collect(self) -> list[Sample]:
@@ -84,6 +86,7 @@ class GpuCollector:
         }
 
     def close(self) -> None:
+        self.profiler.close()
         if self._initialized:
             self._initialized = False
             try:
@@ -155,6 +158,7 @@ class GpuCollector:
         g = GpuRead(self.nvml, handle, reader, lv, self.monotonic, [])
         read_device(g)
         read_field_values(g, read_nvlink(g))
+        self.profiler.read(g, gpu.identity.uuid)
         gpu.last = head
         return head + g.out
 
