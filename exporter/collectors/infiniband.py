@@ -6,7 +6,7 @@ Documentation/ABI/stable/sysfs-class-infiniband.
 
 Per device: ``IB_DEVICE_INFO`` (board_id, fw_ver, hca_type, node_guid). Per port:
 state, phys_state, rate (bytes/s), ``IB_PORT_INFO`` (link_layer), every file under
-``counters/`` and ``hw_counters/``. Every counter goes through one
+``counters/``, ``counters_ext/`` (mlx4) and ``hw_counters/`` (mlx5). Every counter goes through one
 :class:`~exporter.counters.Monotonic` per port, so a reset (driver reload, port reset) never
 exports a drop; resets are counted in ``IB_COUNTER_RESETS``.
 
@@ -37,6 +37,7 @@ from exporter.catalog import (
 )
 from exporter.collectors.base import ReadErrors
 from exporter.collectors.infiniband_parse import (
+    UnsupportedCounter,
     parse_counter,
     parse_enum,
     parse_label,
@@ -52,6 +53,12 @@ DEVICE_FILES = ("board_id", "fw_ver", "hca_type", "node_guid")
 DATA_COUNTERS: dict[str, tuple[MetricDef, int]] = {
     "port_xmit_data": (IB_TRANSMIT, 4),
     "port_rcv_data": (IB_RECEIVE, 4),
+}
+# mlx4 has no hw_counters but a counters_ext/ group (drivers/infiniband/hw/mlx4/sysfs.c) with
+# 64-bit data counters that do not saturate like the 32-bit ones in counters/: prefer them.
+EXT_DATA_COUNTERS: dict[str, tuple[MetricDef, int]] = {
+    "port_xmit_data_64": (IB_TRANSMIT, 4),
+    "port_rcv_data_64": (IB_RECEIVE, 4),
 }
 # hw_counters/lifespan is a setting (ms a cached hw_counters read stays valid), not a counter.
 NOT_COUNTERS = frozenset({"lifespan"})
@@ -114,7 +121,14 @@ class InfinibandCollector:
             if value is not None:
                 out.append(metric.make(value, *labels))
         mono = self._monotonic.setdefault((device, port), Monotonic())
-        out += self._counters(device, port, "counters", IB_COUNTER, mono)
+        ext = self._counters(device, port, "counters_ext", IB_COUNTER, mono)
+        have = {s.metric for s in ext if s.metric is not IB_COUNTER}
+        out += ext
+        out += [
+            s
+            for s in self._counters(device, port, "counters", IB_COUNTER, mono)
+            if s.metric not in have
+        ]
         out += self._counters(device, port, "hw_counters", IB_HW_COUNTER, mono)
         out.append(IB_COUNTER_RESETS.make(mono.resets, *labels))
         return out
@@ -139,8 +153,9 @@ class InfinibandCollector:
             if raw is None:
                 continue
             total = mono.update((group, file), raw)
-            if group == "counters" and file in DATA_COUNTERS:
-                data_metric, scale = DATA_COUNTERS[file]
+            data = DATA_COUNTERS if group == "counters" else EXT_DATA_COUNTERS
+            if group != "hw_counters" and file in data:
+                data_metric, scale = data[file]
                 out.append(data_metric.make(total * scale, self.node, device, port))
             else:
                 out.append(metric.make(total, self.node, device, port, file))
@@ -156,7 +171,7 @@ class InfinibandCollector:
         """One read, one parse; None when absent (normal) or broken (counted)."""
         try:
             return parse(self.sysfs.read_text(path))
-        except FileNotFoundError:
+        except (FileNotFoundError, UnsupportedCounter):  # absent, or "N/A (no PMA)"
             return None
         except (OSError, ValueError):
             self.read_errors.add(what)
