@@ -50,7 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a("--web-config", help="exporter-toolkit web config file (TLS, basic auth)")
     a("--job-map-dir", help="directory the Slurm prolog/epilog fill (GPU index -> job id)")
-    a("--interval", help="seconds between collection cycles (default 5)")
+    a(
+        "--interval",
+        help="seconds between collection cycles (default 15, Prometheus' scrape interval; "
+        "set it to yours)",
+    )
     a(
         "--stale-after",
         help="seconds without a cycle before /healthz says 503 (default 3 intervals, at least 15)",

@@ -34,7 +34,9 @@ class ExporterSettings:
     hostname_label: str = "Hostname"  # dcgm compat: Hostname (dcgm-exporter 3.x) or hostname
     web_config: str | None = None
     job_map_dir: str | None = None
-    interval: float = 5.0
+    # 15 s: Prometheus' default scrape interval. A cycle more often than scrapes is work no
+    # one reads; the scrape still never waits on collection.
+    interval: float = 15.0
     stale_after: float = 0.0  # 0: 3 intervals (at least 15 s) without a good cycle
     seed: int = 0  # simulated source only
 
