@@ -21,6 +21,9 @@ PREFIX = "gpuwarden_"
 
 GPU = ("node", "gpu", "uuid")
 NVLINK = (*GPU, "link")
+# A MIG device: its parent GPU, the GPU instance (dcgm's GPU_I_ID), the compute instance
+# within it (GPU_CI_ID) and the instance profile (GPU_I_PROFILE, e.g. "1g.10gb").
+MIG = (*GPU, "gpu_instance", "compute_instance", "profile")
 IB_PORT = ("node", "device", "port")
 
 
@@ -598,6 +601,43 @@ DCGM_LAST_XID = _m(
     ),
 )
 DCGM_LAST_XID_HELP = "Value of the last XID error encountered."
+GPU_MIG_INFO = _m(
+    "gpu_mig_instance_info",
+    "gauge",
+    "One MIG device of this GPU (NVML MIG device handles); value is always 1.",
+    (*MIG, "mig_uuid"),
+)
+GPU_MIG_MEMORY_USED = _m(
+    "gpu_mig_memory_used_bytes",
+    "gauge",
+    "Framebuffer memory in use in this MIG device.",
+    MIG,
+    "bytes",
+    _dc(
+        "DCGM_FI_DEV_FB_USED",
+        scale=1.0 / 1048576,
+        help="Framebuffer memory used (in MiB).",
+    ),
+)
+GPU_MIG_MEMORY_FREE = _m(
+    "gpu_mig_memory_free_bytes",
+    "gauge",
+    "Framebuffer memory free in this MIG device.",
+    MIG,
+    "bytes",
+    _dc(
+        "DCGM_FI_DEV_FB_FREE",
+        scale=1.0 / 1048576,
+        help="Framebuffer memory free (in MiB).",
+    ),
+)
+GPU_MIG_XID_ERRORS = _m(
+    "gpu_mig_xid_errors_total",
+    "counter",
+    "XID errors the driver attributed to a MIG instance (GPU-I/GPU-CI in the kernel log); each"
+    " is counted in its parent GPU's gpuwarden_gpu_xid_errors_total too.",
+    (*GPU, "gpu_instance", "compute_instance", "xid"),
+)
 GPU_ALLOCATION_INFO = _m(
     "gpu_allocation_info",
     "gauge",
@@ -898,6 +938,7 @@ def dcgm_fields() -> dict[str, DcgmField]:
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter 4.x renamed Hostname to hostname
 DCGM_DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
+DCGM_MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")  # dcgm-exporter's labels of a MIG series
 
 # Throttle reasons rendered by the GPU collector, in NVML bit order (nvml.h
 # nvmlClocksEventReason*): name -> bit.

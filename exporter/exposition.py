@@ -14,6 +14,7 @@ from exporter.catalog import (
     DCGM_LABELS,
     DCGM_LAST_XID,
     DCGM_LAST_XID_HELP,
+    DCGM_MIG_LABELS,
     GPU_INFO,
     HOSTNAME_LABELS,
     DcgmField,
@@ -135,13 +136,26 @@ def _identities(
     return out
 
 
-def _dcgm_values(field: DcgmField, samples: list[Sample], into: dict[str, float]) -> None:
-    """Add one dcgm field's values per GPU index into ``into`` (after match, sum, scale)."""
+_Key = tuple[str, str, str]  # GPU index, MIG GPU instance, MIG profile ("" for a whole GPU)
+
+
+def _dcgm_values(field: DcgmField, samples: list[Sample], into: dict[_Key, float]) -> None:
+    """Add one dcgm field's values per GPU (or MIG instance) into ``into``."""
     for s in samples:
         lab = s.labels
         if any(lab.get(k) != v for k, v in field.match):
             continue
-        into[lab["gpu"]] = into.get(lab["gpu"], 0.0) + s.value * field.scale
+        key = (lab["gpu"], lab.get("gpu_instance", ""), lab.get("profile", ""))
+        into[key] = into.get(key, 0.0) + s.value * field.scale
+
+
+def _labels(ids: dict[str, tuple[tuple[str, str], ...]], key: _Key) -> tuple[tuple[str, str], ...]:
+    """dcgm-exporter's labels for a GPU, or for a MIG instance (GPU_I_PROFILE, GPU_I_ID after
+    modelName, as its template puts them)."""
+    base = ids[key[0]]
+    if not key[1]:
+        return base
+    return (*base[:5], (DCGM_MIG_LABELS[0], key[2]), (DCGM_MIG_LABELS[1], key[1]), *base[5:])
 
 
 def render_dcgm(
@@ -159,7 +173,7 @@ def render_dcgm(
     if hostname_label not in HOSTNAME_LABELS:
         raise ValueError(f"hostname label {hostname_label!r} is not one of {HOSTNAME_LABELS}")
     ids = _identities(grouped, hostname_label)
-    fields: dict[str, tuple[DcgmField, str, dict[str, float]]] = {}
+    fields: dict[str, tuple[DcgmField, str, dict[_Key, float]]] = {}
     for metric, samples in grouped.items():
         for field in metric.dcgm:
             help_ = field.help or f"{metric.help} (dcgm-exporter compatible)"
@@ -167,7 +181,7 @@ def render_dcgm(
             _dcgm_values(field, samples, entry[2])
     lines: list[str] = []
     for name, (field, help_, values) in fields.items():
-        rows = [(ids[g], v) for g, v in values.items() if g in ids]
+        rows = [(_labels(ids, k), v) for k, v in values.items() if k[0] in ids]
         if not rows:
             continue
         fmt = format_integer if field.integer else format_value

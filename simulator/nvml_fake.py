@@ -58,7 +58,33 @@ FIELDS: dict[str, str] = {
     "violations": "nvmlDeviceGetViolationStatus",
     "vgpu_license": "nvmlDeviceGetGridLicensableFeatures",
     "gpm": "nvmlGpmQueryDeviceSupport / nvmlGpmSampleGet / nvmlGpmMetricsGet",
+    "mig": "nvmlDeviceGetMigMode / nvmlDeviceGetMigDeviceHandleByIndex",
 }
+MAX_MIG_DEVICES = 7  # an A100/H100 has at most 7 GPU instances (nvmlDeviceGetMaxMigDeviceCount)
+
+
+@dataclass
+class FakeMigDevice:
+    """One MIG device (a compute instance in a GPU instance) of a partitioned GPU.
+
+    ``slices``: the memory slices of its profile out of 8 (1g.10gb: 1; 3g.40gb: 4 on H100).
+    """
+
+    parent: FakeGpuState
+    gpu_instance: int
+    compute_instance: int
+    profile: str
+    slices: int
+    uuid: str
+
+    @property
+    def memory_total(self) -> int:
+        return self.parent.memory_total * self.slices // 8
+
+    @property
+    def memory_used(self) -> int:  # the parent's use shared out by size: enough for a fake
+        return min(self.memory_total, self.parent.memory_used * self.slices // 8)
+
 
 # Real 8-GPU HGX H100/H200 boards enumerate their GPUs on these PCI buses.
 HGX_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
@@ -136,6 +162,7 @@ class FakeGpuState:
     fp64_active_pct: float = 0.0
     fp32_active_pct: float = 0.0
     fp16_active_pct: float = 0.0
+    mig_devices: list[FakeMigDevice] = field(default_factory=list)  # non-empty: MIG mode on
     unsupported: set[str] = field(default_factory=set)
     failing: dict[str, Exception] = field(default_factory=dict)
     lost: bool = False
@@ -183,6 +210,21 @@ class FakeGpuState:
         gpu.nvlink_state = [1] * 12
         gpu.nvlink_tx_bytes, gpu.nvlink_rx_bytes = [0] * 12, [0] * 12
         return gpu
+
+    def partition(self, profile: str = "1g.10gb", count: int = MAX_MIG_DEVICES) -> None:
+        """MIG mode on, ``count`` GPU instances of ``profile``, one compute instance each.
+
+        GPU instance ids follow the placement NVML gives 1g instances on an empty H100.
+        """
+        slices = int(profile.split("g.", 1)[0]) if "g." in profile else 1
+        slices = 4 if slices == 3 else slices  # 3g profiles take 4 of the 8 memory slices
+        ids = (7, 8, 9, 11, 12, 13, 14)[:count] if slices == 1 else range(1, count + 1)
+        self.mig_devices = [
+            FakeMigDevice(
+                self, gi, 0, profile, slices, _uuid("mig", self.uuid, gi).replace("GPU-", "MIG-")
+            )
+            for gi in ids
+        ]
 
     def reload_driver(self) -> None:
         """What a driver reload does to the counters: volatile ones restart from zero."""
@@ -380,6 +422,32 @@ class FakeNvml:
         self.event_sets: list[FakeEventSet] = []
         self.gpm_samples: list[FakeGpmSample] = []  # every sample allocated (tests check frees)
 
+    # ------------------------------------------------------------------ MIG
+    def nvmlDeviceGetMigMode(self, device: FakeGpuState) -> list[int]:
+        gpu = self._read(device, "mig")
+        on = pynvml.NVML_DEVICE_MIG_ENABLE if gpu.mig_devices else 0
+        return [on, on]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: FakeGpuState) -> int:
+        self._read(device, "mig")
+        return MAX_MIG_DEVICES
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: FakeGpuState, index: int) -> Any:
+        gpu = self._read(device, "mig")
+        if not gpu.mig_devices:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if not 0 <= index < len(gpu.mig_devices):
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return gpu.mig_devices[index]
+
+    def nvmlDeviceGetGpuInstanceId(self, device: FakeMigDevice) -> int:
+        self._device(device.parent)
+        return device.gpu_instance
+
+    def nvmlDeviceGetComputeInstanceId(self, device: FakeMigDevice) -> int:
+        self._device(device.parent)
+        return device.compute_instance
+
     # the struct class the GPU collector builds a GPM request in (pynvml's module attribute)
     c_nvmlGpmMetricsGet_t = FakeGpmMetricsGet
 
@@ -412,10 +480,15 @@ class FakeNvml:
         return gpu
 
     # ------------------------------------------------------------------ identity
-    def nvmlDeviceGetUUID(self, handle: FakeGpuState) -> str:
+    def nvmlDeviceGetUUID(self, handle: FakeGpuState | FakeMigDevice) -> str:
+        if isinstance(handle, FakeMigDevice):
+            self._read(handle.parent, "mig")
+            return handle.uuid
         return self._read(handle, "uuid").uuid
 
-    def nvmlDeviceGetName(self, handle: FakeGpuState) -> str:
+    def nvmlDeviceGetName(self, handle: FakeGpuState | FakeMigDevice) -> str:
+        if isinstance(handle, FakeMigDevice):  # NVML names a MIG device "<GPU> MIG <profile>"
+            return f"{self._read(handle.parent, 'mig').name} MIG {handle.profile}"
         return self._read(handle, "name").name
 
     def nvmlDeviceGetPciInfo(self, handle: FakeGpuState) -> FakePciInfo:
@@ -463,8 +536,12 @@ class FakeNvml:
         return self._read(handle, "throttle_reasons").throttle_reasons
 
     def nvmlDeviceGetMemoryInfo(
-        self, handle: FakeGpuState, version: int | None = None
+        self, handle: FakeGpuState | FakeMigDevice, version: int | None = None
     ) -> FakeMemory | FakeMemoryV2:
+        if isinstance(handle, FakeMigDevice):
+            self._read(handle.parent, "mig")
+            total, used = handle.memory_total, handle.memory_used
+            return FakeMemory(total, total - used, used)
         gpu = self._read(handle, "memory")
         if not version:
             return FakeMemory(gpu.memory_total, gpu.memory_free, gpu.memory_used)

@@ -23,6 +23,7 @@ from exporter import catalog as c
 from exporter.catalog import Sample
 from exporter.collectors.base import ReadErrors
 from exporter.collectors.gpu_fields import GpuRead, read_device
+from exporter.collectors.gpu_mig import read_mig
 from exporter.collectors.gpu_nvlink import read_field_values, read_nvlink
 from exporter.collectors.gpu_profiling import GpmProfiler
 from exporter.collectors.gpu_reader import FieldReader, is_lost, text
@@ -159,6 +160,7 @@ class GpuCollector:
         read_device(g)
         read_field_values(g, read_nvlink(g))
         self.profiler.read(g, gpu.identity.uuid)
+        read_mig(g)
         gpu.last = head
         return head + g.out
 

@@ -133,6 +133,7 @@ def test_every_gpu_and_nvlink_metric_of_the_catalogue_is_emitted_for_a_pre_amper
     gpu = FakeGpuState.h100(0)
     gpu.unsupported.clear()
     gpu.vgpu_licensed = True  # a vGPU-licensed host; bare metal has no such series
+    gpu.partition("1g.10gb", 2)  # MIG series exist only in MIG mode
     col = GpuCollector(FakeNvml([gpu]), "n1")
     col.collect()  # profiling needs a pair of GPM samples
     emitted = {s.metric for s in col.collect()}
@@ -140,7 +141,11 @@ def test_every_gpu_and_nvlink_metric_of_the_catalogue_is_emitted_for_a_pre_amper
         m for m in c.all_metrics() if m.name.startswith((c.PREFIX + "gpu_", c.PREFIX + "nvlink_"))
     }
     # XIDs and job allocations come from other collectors (kernel log, job map).
-    assert gpu_section - emitted == {c.GPU_XID_ERRORS, c.GPU_ALLOCATION_INFO}
+    assert gpu_section - emitted == {
+        c.GPU_XID_ERRORS,
+        c.GPU_MIG_XID_ERRORS,
+        c.GPU_ALLOCATION_INFO,
+    }
 
 
 def test_a_healthy_hgx_node_reports_eight_gpus_named_by_pci_key() -> None:
