@@ -88,3 +88,14 @@ def test_a_mig_xid_counts_for_the_instance_and_for_the_parent_gpu() -> None:
     }
     assert mig == {("7", "0", "43"): 1, ("8", "", "94"): 1}
     assert all(x.labels["gpu"] == "0" for x in s if x.metric is c.GPU_MIG_XID_ERRORS)
+
+
+def test_the_simulator_serves_mig_nodes_through_the_real_collectors() -> None:
+    from simulator import single_node
+
+    sim = single_node("mig-node", mig_profile="1g.10gb")
+    cols = collectors_for("mig-node", sim.nvml, sim.sysfs, sim.kmsg)
+    loop = CollectionLoop(cols, "mig-node", source="t", interval=5, before_cycle=sim.advance)
+    body = loop.run_once().body.decode()
+    assert body.count(c.GPU_MIG_INFO.name + "{") == 8 * 7
+    assert body.count(c.GPU_MIG_MEMORY_USED.name + "{") == 8 * 7
