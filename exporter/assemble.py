@@ -18,10 +18,12 @@ from exporter.collectors.base import Collector
 from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.infiniband import InfinibandCollector
 from exporter.collectors.jobs import JobsCollector
+from exporter.collectors.pods import PodsCollector
 from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
 from exporter.sources.jobmap import DirJobMap
 from exporter.sources.kmsg import KernelLogReader
+from exporter.sources.kubelet import KubeletPodResources, PodResources
 from exporter.sources.nvml_events import NvmlXidEvents
 from exporter.sources.protocols import KernelLog, NvmlApi, SysfsRoot, XidEventSource
 from exporter.sources.sysfs import DirSysfs
@@ -48,6 +50,7 @@ def collectors_for(
     *,
     nvml_xid_events: bool = False,
     job_map_dir: str | None = None,
+    pod_resources: PodResources | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
@@ -65,6 +68,8 @@ def collectors_for(
     ]
     if job_map_dir:
         out.append(JobsCollector(DirJobMap(job_map_dir), gpu.identities, node))
+    if pod_resources is not None:
+        out.append(PodsCollector(pod_resources, gpu.identities, node, mig=gpu.mig_devices))
     return out
 
 
@@ -98,5 +103,8 @@ def assemble(settings: ExporterSettings) -> Assembly:
         KernelLogReader(settings.kmsg or "/dev/kmsg"),
         nvml_xid_events=True,
         job_map_dir=settings.job_map_dir,
+        pod_resources=KubeletPodResources(settings.kubelet_socket)
+        if settings.kubelet_socket
+        else None,
     )
     return Assembly(cols)

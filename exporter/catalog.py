@@ -638,6 +638,20 @@ GPU_MIG_XID_ERRORS = _m(
     " is counted in its parent GPU's gpuwarden_gpu_xid_errors_total too.",
     (*GPU, "gpu_instance", "compute_instance", "xid"),
 )
+GPU_POD_INFO = _m(
+    "gpu_kubernetes_pod_info",
+    "gauge",
+    "Pod and container a GPU or MIG device is allocated to (kubelet pod-resources API); value"
+    " is always 1. Join it in PromQL to attribute any GPU series to its pod.",
+    (*GPU, "gpu_instance", "resource", "namespace", "pod", "container"),
+)
+KUBELET_UP = _m(
+    "exporter_kubelet_up",
+    "gauge",
+    "1 when the last pod-resources List call to the kubelet succeeded (0: absent, slow or"
+    " failing; the last known allocations stay exported).",
+    ("node",),
+)
 GPU_ALLOCATION_INFO = _m(
     "gpu_allocation_info",
     "gauge",
@@ -939,6 +953,7 @@ DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter 4.x renamed Hostname to hostname
 DCGM_DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
 DCGM_MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")  # dcgm-exporter's labels of a MIG series
+DCGM_POD_LABELS = ("pod", "namespace", "container")  # dcgm-exporter --kubernetes
 
 # Throttle reasons rendered by the GPU collector, in NVML bit order (nvml.h
 # nvmlClocksEventReason*): name -> bit.

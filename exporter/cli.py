@@ -48,6 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="dcgm compat: the host label's name, Hostname (dcgm-exporter 3.x, default) "
         "or hostname (4.x)",
     )
+    a(
+        "--kubelet-socket",
+        help="attribute GPUs to pods through the kubelet pod-resources API on this socket "
+        "(usually /var/lib/kubelet/pod-resources/kubelet.sock; default: off)",
+    )
+    a(
+        "--kubernetes-pod-labels",
+        action="store_const",
+        const=True,
+        help="dcgm compat: also put pod/namespace/container on every allocated GPU's dcgm "
+        "series, as dcgm-exporter --kubernetes does (needs --kubelet-socket)",
+    )
     a("--web-config", help="exporter-toolkit web config file (TLS, basic auth)")
     a("--job-map-dir", help="directory the Slurm prolog/epilog fill (GPU index -> job id)")
     a(
@@ -123,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interval=settings.interval,
         dcgm=settings.dcgm,
         hostname_label=settings.hostname_label,
+        pod_labels=settings.kubernetes_pod_labels,
         before_cycle=assembly.before_cycle,
     )
     loop.start()

@@ -67,6 +67,7 @@ class CollectionLoop:
         interval: float,
         dcgm: bool = False,
         hostname_label: str = "Hostname",
+        pod_labels: bool = False,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         before_cycle: Callable[[float], None] | None = None,
@@ -78,6 +79,7 @@ class CollectionLoop:
         self._interval = interval
         self._dcgm = dcgm
         self._hostname_label = hostname_label
+        self._pod_labels = pod_labels
         self._wall = wall
         self._monotonic = monotonic
         self._before_cycle = before_cycle  # the simulated source advances its model here
@@ -105,6 +107,7 @@ class CollectionLoop:
             last_xid=last_xid,
             prefixes=self._prefixes,
             hostname_label=self._hostname_label,
+            pod_labels=self._pod_labels,
         )
         snap = Snapshot(
             body,

@@ -15,7 +15,9 @@ from exporter.catalog import (
     DCGM_LAST_XID,
     DCGM_LAST_XID_HELP,
     DCGM_MIG_LABELS,
+    DCGM_POD_LABELS,
     GPU_INFO,
+    GPU_POD_INFO,
     HOSTNAME_LABELS,
     DcgmField,
     MetricDef,
@@ -149,6 +151,21 @@ def _dcgm_values(field: DcgmField, samples: list[Sample], into: dict[_Key, float
         into[key] = into.get(key, 0.0) + s.value * field.scale
 
 
+def _pods(
+    grouped: dict[MetricDef, list[Sample]],
+) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
+    """(GPU index, GPU instance) -> dcgm-exporter's pod labels; the first container wins when a
+    shared (time-sliced) GPU has several."""
+    out: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
+    for s in grouped.get(GPU_POD_INFO, []):
+        lab = s.labels
+        values = (lab["pod"], lab["namespace"], lab["container"])
+        out.setdefault(
+            (lab["gpu"], lab["gpu_instance"]), tuple(zip(DCGM_POD_LABELS, values, strict=True))
+        )
+    return out
+
+
 def _labels(ids: dict[str, tuple[tuple[str, str], ...]], key: _Key) -> tuple[tuple[str, str], ...]:
     """dcgm-exporter's labels for a GPU, or for a MIG instance (GPU_I_PROFILE, GPU_I_ID after
     modelName, as its template puts them)."""
@@ -162,17 +179,20 @@ def render_dcgm(
     grouped: dict[MetricDef, list[Sample]],
     last_xid: dict[str, int],
     hostname_label: str = "Hostname",
+    pod_labels: bool = False,
 ) -> list[str]:
     """dcgm-exporter's names and labels, so community dashboards and alerts work unchanged.
 
     ``last_xid`` (GPU index -> last XID number) feeds DCGM_FI_DEV_XID_ERRORS, which
     dcgm-exporter defines as a latched "last value" gauge with ``err_code``/``err_msg``
     labels; the native counter stays the truth. ``hostname_label``: ``Hostname`` (dcgm-exporter
-    3.x) or ``hostname`` (4.x).
+    3.x) or ``hostname`` (4.x). ``pod_labels``: pod/namespace/container of the allocation
+    (gpuwarden_gpu_kubernetes_pod_info) on each allocated GPU's or MIG device's series.
     """
     if hostname_label not in HOSTNAME_LABELS:
         raise ValueError(f"hostname label {hostname_label!r} is not one of {HOSTNAME_LABELS}")
     ids = _identities(grouped, hostname_label)
+    pods = _pods(grouped) if pod_labels else {}
     fields: dict[str, tuple[DcgmField, str, dict[_Key, float]]] = {}
     for metric, samples in grouped.items():
         for field in metric.dcgm:
@@ -181,13 +201,18 @@ def render_dcgm(
             _dcgm_values(field, samples, entry[2])
     lines: list[str] = []
     for name, (field, help_, values) in fields.items():
-        rows = [(_labels(ids, k), v) for k, v in values.items() if k[0] in ids]
+        rows = [
+            (_labels(ids, k) + pods.get(k[:2], ()), v) for k, v in values.items() if k[0] in ids
+        ]
         if not rows:
             continue
         fmt = format_integer if field.integer else format_value
         lines += _header(name, help_, field.type)
         lines += [_prefix(name, labels) + fmt(v) for labels, v in rows]
-    xids = [(ids[g], int(last_xid.get(g, 0))) for g in sorted(ids, key=_int_or_str)]
+    xids = [
+        (ids[g] + pods.get((g, ""), ()), int(last_xid.get(g, 0)))
+        for g in sorted(ids, key=_int_or_str)
+    ]
     if xids:  # like dcgm-exporter: every GPU, 0 ("No Error") until its first XID
         name = DCGM_LAST_XID.name
         lines += _header(name, DCGM_LAST_XID_HELP, "gauge")
@@ -209,6 +234,7 @@ def render(
     last_xid: dict[str, int] | None = None,
     prefixes: Prefixes | None = None,
     hostname_label: str = "Hostname",
+    pod_labels: bool = False,
 ) -> bytes:
     """The exposition of ``samples``; pass the same ``prefixes`` every cycle to reuse work."""
     grouped = group(samples)
@@ -216,5 +242,5 @@ def render(
     if prefixes is not None:
         prefixes.trim(sum(len(v) for v in grouped.values()))
     if dcgm:
-        lines += render_dcgm(grouped, last_xid or {}, hostname_label)
+        lines += render_dcgm(grouped, last_xid or {}, hostname_label, pod_labels)
     return ("\n".join(lines) + "\n").encode()

@@ -32,6 +32,8 @@ class ExporterSettings:
     kmsg: str | None = None  # None: /dev/kmsg (nvml) or the simulated log (simulated)
     compat: str | None = None
     hostname_label: str = "Hostname"  # dcgm compat: Hostname (dcgm-exporter 3.x) or hostname
+    kubelet_socket: str | None = None  # kubelet pod-resources socket; None: no pod attribution
+    kubernetes_pod_labels: bool = False  # dcgm compat: pod/namespace/container on GPU series
     web_config: str | None = None
     job_map_dir: str | None = None
     # 15 s: Prometheus' default scrape interval. A cycle more often than scrapes is work no

@@ -64,6 +64,7 @@ class GpuCollector:
         self._gpus: dict[int, _Gpu] = {}
         self._unsupported: set[Hashable] = set()
         self.profiler = GpmProfiler(nvml)
+        self._migs: dict[int, dict[str, str]] = {}  # index -> MIG UUID -> GPU instance
 
     # ------------------------------------------------------------------ public
     def collect(self) -> list[Sample]:
@@ -84,6 +85,15 @@ class GpuCollector:
             pci_key(g.identity.pci_bus_id): g.identity
             for g in self._gpus.values()
             if g.identity is not None
+        }
+
+    def mig_devices(self) -> dict[str, tuple[str, str, str]]:
+        """MIG UUID -> (GPU index, GPU UUID, GPU instance) of the MIG devices seen last."""
+        return {
+            m: (str(i), g.identity.uuid, gi)
+            for i, migs in self._migs.items()
+            if (g := self._gpus.get(i)) is not None and g.identity is not None
+            for m, gi in migs.items()
         }
 
     def close(self) -> None:
@@ -160,7 +170,7 @@ class GpuCollector:
         read_device(g)
         read_field_values(g, read_nvlink(g))
         self.profiler.read(g, gpu.identity.uuid)
-        read_mig(g)
+        self._migs[index] = read_mig(g)
         gpu.last = head
         return head + g.out
 

@@ -21,12 +21,14 @@ from exporter.collectors.gpu_reader import is_lost, text
 _PROFILE = re.compile(r"\bMIG (\S+)\s*$")  # NVML names a MIG device "NVIDIA H100 ... MIG 1g.10gb"
 
 
-def read_mig(g: GpuRead) -> None:
-    """Append every MIG device's info and memory samples of this GPU to ``g.out``."""
+def read_mig(g: GpuRead) -> dict[str, str]:
+    """Append every MIG device's info and memory samples of this GPU to ``g.out``; returns
+    MIG UUID -> GPU instance id (for attributing MIG devices to pods)."""
     n, h, r = g.nvml, g.handle, g.r
+    found: dict[str, str] = {}
     mode = r.read("mig", n.nvmlDeviceGetMigMode, h)
     if mode is None or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
-        return
+        return found
     count = r.read("mig", n.nvmlDeviceGetMaxMigDeviceCount, h) or 0
     for index in range(count):
         try:
@@ -35,17 +37,18 @@ def read_mig(g: GpuRead) -> None:
             if e.value != pynvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: an empty slot, normal
                 r.errors.add("mig_device") if not is_lost(e) else r.failed("mig_device", e)
             continue
-        _instance(g, mig)
+        found.update(_instance(g, mig))
+    return found
 
 
-def _instance(g: GpuRead, mig: object) -> None:
+def _instance(g: GpuRead, mig: object) -> dict[str, str]:
     n, r = g.nvml, g.r
     gi = r.read("mig_identity", n.nvmlDeviceGetGpuInstanceId, mig)
     ci = r.read("mig_identity", n.nvmlDeviceGetComputeInstanceId, mig)
     uuid = r.read("mig_identity", n.nvmlDeviceGetUUID, mig)
     name = r.read("mig_identity", n.nvmlDeviceGetName, mig)
     if gi is None or ci is None or uuid is None:
-        return
+        return {}
     m = _PROFILE.search(text(name or ""))
     labels = (str(gi), str(ci), m[1] if m else "")
     g.out.append(c.GPU_MIG_INFO.make(1.0, *g.lv, *labels, text(uuid)))
@@ -53,3 +56,4 @@ def _instance(g: GpuRead, mig: object) -> None:
     if mem is not None:
         g.out.append(c.GPU_MIG_MEMORY_USED.make(mem.used, *g.lv, *labels))
         g.out.append(c.GPU_MIG_MEMORY_FREE.make(mem.free, *g.lv, *labels))
+    return {text(uuid): str(gi)}

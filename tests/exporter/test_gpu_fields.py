@@ -145,6 +145,7 @@ def test_every_gpu_and_nvlink_metric_of_the_catalogue_is_emitted_for_a_pre_amper
         c.GPU_XID_ERRORS,
         c.GPU_MIG_XID_ERRORS,
         c.GPU_ALLOCATION_INFO,
+        c.GPU_POD_INFO,  # the kubelet's, not NVML's
     }
 
 
