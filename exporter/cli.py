@@ -7,13 +7,11 @@ stops the start with one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Sequence
-
-from aiohttp import web
 
 from common.settings import SettingsError, load
 from exporter import __version__
@@ -86,27 +84,27 @@ def settings_from(argv: Sequence[str]) -> tuple[ExporterSettings, WebConfig | No
     return settings, web_config, ns.log_level
 
 
-async def serve(
+def serve(
     loop: CollectionLoop,
     settings: ExporterSettings,
     web_config: WebConfig | None,
-    stop: asyncio.Event,
+    stop: threading.Event,
 ) -> None:
-    from exporter.server import make_app
+    """Serve until ``stop`` is set (SIGINT/SIGTERM); OSError when the address is unusable."""
+    from exporter.server import MetricsServer
 
     host, port = parse_listen(settings.listen)
-    runner = web.AppRunner(
-        make_app(loop, settings.stale_seconds, web_config), access_log=None, handle_signals=False
-    )
-    await runner.setup()
-    ssl_ctx = web_config.ssl_context if web_config else None
-    await web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True).start()
-    scheme = "https" if ssl_ctx else "http"
+    server = MetricsServer(loop, settings.stale_seconds, web_config, (host, port))
+    scheme = "https" if web_config and web_config.ssl_context else "http"
     log.info("serving %s://%s:%d/metrics for node %s", scheme, host, port, settings.node)
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
     try:
-        await stop.wait()
+        while not stop.wait(1.0):  # a timed wait: signal handlers run between the waits
+            pass
     finally:
-        await runner.cleanup()
+        server.shutdown()
+        server.server_close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -140,14 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     loop.start()
 
-    async def run() -> None:
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        await serve(loop, settings, web_config, stop)
-
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     try:
-        asyncio.run(run())
+        serve(loop, settings, web_config, stop)
     except OSError as e:
         print(f"gpuwarden-exporter: cannot listen on {settings.listen}: {e}", file=sys.stderr)
         return 2
