@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="dcgm compat: also put pod/namespace/container on every allocated GPU's dcgm "
         "series, as dcgm-exporter --kubernetes does (needs --kubelet-socket)",
     )
+    a(
+        "--dcgm-hostengine",
+        help="HOST:PORT of a DCGM host engine (nv-hostengine) serving profiling fields for GPUs "
+        "without NVML GPM (pre-Hopper); needs DCGM's Python bindings (default: off)",
+    )
     a("--web-config", help="exporter-toolkit web config file (TLS, basic auth)")
     a("--job-map-dir", help="directory the Slurm prolog/epilog fill (GPU index -> job id)")
     a(

@@ -33,7 +33,10 @@ class ExporterSettings:
     compat: str | None = None
     hostname_label: str = "Hostname"  # dcgm compat: Hostname (dcgm-exporter 3.x) or hostname
     kubelet_socket: str | None = None  # kubelet pod-resources socket; None: no pod attribution
-    kubernetes_pod_labels: bool = False  # dcgm compat: pod/namespace/container on GPU series
+    kubernetes_pod_labels: bool = False
+    dcgm_hostengine: str | None = (
+        None  # HOST:PORT of nv-hostengine, for pre-Hopper profiling  # dcgm compat: pod/namespace/container on GPU series
+    )
     web_config: str | None = None
     job_map_dir: str | None = None
     # 15 s: Prometheus' default scrape interval. A cycle more often than scrapes is work no

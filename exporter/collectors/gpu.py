@@ -28,6 +28,7 @@ from exporter.collectors.gpu_nvlink import read_field_values, read_nvlink
 from exporter.collectors.gpu_profiling import GpmProfiler
 from exporter.collectors.gpu_reader import FieldReader, is_lost, text
 from exporter.counters import Monotonic
+from exporter.sources.dcgm import DcgmProfiling
 from exporter.sources.protocols import GpuIdentity, NvmlApi, pci_key
 
 GPU_LOST = "gpu_lost"
@@ -51,7 +52,14 @@ class _Gpu:
 class GpuCollector:
     name = "gpu"
 
-    def __init__(self, nvml: NvmlApi, node: str, *, fail_threshold: int = 3) -> None:
+    def __init__(
+        self,
+        nvml: NvmlApi,
+        node: str,
+        *,
+        fail_threshold: int = 3,
+        dcgm: DcgmProfiling | None = None,
+    ) -> None:
         if fail_threshold < 1:
             raise ValueError(f"fail_threshold must be >= 1, got {fail_threshold}")
         self.nvml = nvml
@@ -63,7 +71,7 @@ class GpuCollector:
         self._driver = ""
         self._gpus: dict[int, _Gpu] = {}
         self._unsupported: set[Hashable] = set()
-        self.profiler = GpmProfiler(nvml)
+        self.profiler = GpmProfiler(nvml, dcgm)
         self._migs: dict[int, dict[str, str]] = {}  # index -> MIG UUID -> GPU instance
 
     # ------------------------------------------------------------------ public

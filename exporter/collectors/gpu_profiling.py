@@ -7,7 +7,8 @@ cycle takes a new sample, asks ``nvmlGpmMetricsGet`` for the metrics between the
 and it, and frees the older. The first cycle after start (or after a GPU comes back) has no
 pair, so these series appear from the second cycle on.
 
-Where GPM cannot serve (pre-Hopper GPUs, a driver without GPM) the series are absent and
+Where GPM cannot serve (pre-Hopper GPUs, a driver without GPM) a DCGM host engine may
+(``--dcgm-hostengine``, :mod:`exporter.sources.dcgm`); where neither can, the series are absent and
 ``gpuwarden_exporter_field_unavailable{metric,reason}`` says why, once per GPU and metric:
 absence must be explainable on a dashboard, not mistaken for idleness.
 NVML GPM: https://docs.nvidia.com/deploy/nvml-api/group__GPM.html
@@ -16,6 +17,8 @@ NVML GPM: https://docs.nvidia.com/deploy/nvml-api/group__GPM.html
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pynvml
@@ -23,6 +26,7 @@ import pynvml
 from exporter import catalog as c
 from exporter.catalog import MetricDef
 from exporter.collectors.gpu_fields import GpuRead
+from exporter.sources.dcgm import DcgmProfiling, DcgmUnavailableError
 from exporter.sources.protocols import NvmlApi
 
 MIB = 1048576
@@ -41,13 +45,24 @@ GPM_METRICS: tuple[tuple[int, MetricDef, float], ...] = (
 )
 GPM_UNSUPPORTED = "gpm_unsupported"  # pre-Hopper, or a driver/binding without GPM
 GPM_FAILED = "gpm_error"  # GPM exists but the read failed (counted in read_errors too)
+DCGM_FAILED = "dcgm_unavailable"  # no GPM, and the DCGM host engine did not answer
+DCGM_TTL = 0.5  # one host-engine read serves every GPU of a cycle
 
 
 class GpmProfiler:
     """Keeps the previous GPM sample of each GPU (by UUID) between cycles."""
 
-    def __init__(self, nvml: NvmlApi) -> None:
+    def __init__(
+        self,
+        nvml: NvmlApi,
+        dcgm: DcgmProfiling | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.nvml = nvml
+        self.dcgm = dcgm
+        self._clock = clock
+        self._dcgm_at = -1e18
+        self._dcgm_values: dict[str, list[tuple[MetricDef, float]]] | None = None
         self._prev: dict[str, Any] = {}
         self._absent: dict[str, str] = {}  # uuid -> reason GPM cannot serve this GPU
 
@@ -58,8 +73,26 @@ class GpmProfiler:
             reason = self._probe(g, uuid)
         if reason is None:
             reason = self._sample(g, uuid)
+        if reason == GPM_UNSUPPORTED and self.dcgm is not None:
+            reason = self._from_dcgm(g)
         if reason is not None:
             self._unavailable(g, reason)
+
+    def _from_dcgm(self, g: GpuRead) -> str | None:
+        """DCP fields of this GPU from the DCGM host engine, or the reason they are absent."""
+        assert self.dcgm is not None
+        if self._clock() - self._dcgm_at > DCGM_TTL:
+            self._dcgm_at = self._clock()
+            try:
+                self._dcgm_values = self.dcgm.latest()
+            except DcgmUnavailableError:
+                self._dcgm_values = None
+                g.r.errors.add("dcgm")
+        if self._dcgm_values is None:
+            return DCGM_FAILED
+        for metric, value in self._dcgm_values.get(g.lv[1], []):
+            g.gauge(metric, value)
+        return None
 
     def _sample(self, g: GpuRead, uuid: str) -> str | None:
         sample = g.r.read("gpm", self._take, g.handle)
