@@ -35,7 +35,7 @@ def test_the_corpus_has_at_least_a_hundred_lines_each_with_an_origin() -> None:
     assert sum(len(e["lines"]) for e in ENTRIES) >= 100
     assert all(e["origin"].strip() for e in ENTRIES)
     real = [e for e in ENTRIES if not e["origin"].startswith("constructed")]
-    assert len(real) >= 30
+    assert len(real) >= 40
 
 
 def test_the_corpus_covers_every_driver_branch_from_470_to_570_and_the_legacy_shapes() -> None:
