@@ -34,8 +34,16 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: MetricsServer
     timeout = CLIENT_TIMEOUT
+    _body = True
 
     def do_GET(self) -> None:  # http.server dispatches on this name
+        self._route()
+
+    def do_HEAD(self) -> None:  # probes that ask for headers only, as aiohttp answered them
+        self._route(body=False)
+
+    def _route(self, body: bool = True) -> None:
+        self._body = body
         path = urlsplit(self.path).path
         wc = self.server.web_config
         # /healthz stays open for liveness probes (it says only whether collection is fresh).
@@ -73,7 +81,8 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(body)
+        if self._body:
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         """No access log (a scrape every few seconds is not news)."""
