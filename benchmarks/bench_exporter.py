@@ -44,6 +44,28 @@ _FLOOR = textwrap.dedent(
     """
 )
 TICK = os.sysconf("SC_CLK_TCK")
+# The node agent as deployed on an 8-GPU, 8-HCA node, without the simulator package: the NVML
+# fake is loaded from its file (importing it as simulator.nvml_fake would load the fleet model
+# and numpy), the IB tree is the simulated node's, written to disk.
+_FAKE_NODE = textwrap.dedent(
+    """
+    import importlib.util, sys
+    spec = importlib.util.spec_from_file_location("nvml_fake", sys.argv[3])
+    fake = importlib.util.module_from_spec(spec)
+    sys.modules["nvml_fake"] = fake
+    spec.loader.exec_module(fake)
+    from exporter.assemble import collectors_for
+    from exporter.collection import CollectionLoop
+    from exporter.server import MetricsServer
+    from exporter.sources.kmsg import ListKernelLog
+    from exporter.sources.sysfs import DirSysfs
+    cols = collectors_for("bench-node", fake.hgx_node("h100", seed="bench"),
+                          DirSysfs(sys.argv[2]), ListKernelLog())
+    loop = CollectionLoop(cols, "bench-node", source="fake", interval=15)
+    loop.start()
+    MetricsServer(loop, 60, None, ("127.0.0.1", int(sys.argv[1]))).serve_forever()
+    """
+)
 
 
 def _rss_mib(pid: int) -> float:
@@ -293,11 +315,24 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         nvml_port = free_port()
         nvml = _start(_exporter_cmd(nvml_port, "nvml", ["--kmsg", os.devnull]), nvml_port)
         procs.append(nvml)
-        rows += _rss_rows(nvml.pid, nvml_port, n_rss, "nvml")
+        rows += _rss_rows(nvml.pid, nvml_port, n_rss, "nvml, no driver")
+        tree = Path(tempfile.mkdtemp(prefix="gpuwarden-bench-sys-"))
+        _write_tree(next(c for c in asm.collectors if hasattr(c, "sysfs")).sysfs, tree)
+        fake_port = free_port()
+        import simulator.nvml_fake as nvml_fake
+
+        fake = _start(
+            [sys.executable, "-c", _FAKE_NODE, str(fake_port), str(tree), nvml_fake.__file__],
+            fake_port,
+        )
+        procs.append(fake)
+        rows += _rss_rows(fake.pid, fake_port, n_rss, "8 GPUs + 8 HCAs, no simulator")
     finally:
         for p in procs:
             p.terminate()
             p.wait(10)
+        for t in Path(tempfile.gettempdir()).glob("gpuwarden-bench-*"):
+            shutil.rmtree(t, ignore_errors=True)
     return rows
 
 
