@@ -631,6 +631,42 @@ GPU_MIG_MEMORY_FREE = _m(
         help="Framebuffer memory free (in MiB).",
     ),
 )
+GPU_MIG_GRAPHICS_ACTIVE = _m(
+    "gpu_mig_graphics_engine_active_ratio",
+    "gauge",
+    "Fraction of time this MIG instance's graphics/compute engine was active (GPM, per instance).",
+    MIG,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        help="Ratio of time the graphics engine is active.",
+        integer=False,
+    ),
+)
+GPU_MIG_TENSOR_ACTIVE = _m(
+    "gpu_mig_tensor_pipe_active_ratio",
+    "gauge",
+    "Fraction of cycles a tensor pipe of this MIG instance was active (GPM, per instance).",
+    MIG,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        help="Ratio of cycles the tensor (HMMA) pipe is active.",
+        integer=False,
+    ),
+)
+GPU_MIG_DRAM_ACTIVE = _m(
+    "gpu_mig_dram_active_ratio",
+    "gauge",
+    "Fraction of cycles this MIG instance's memory interface was busy (GPM, per instance).",
+    MIG,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        help="Ratio of cycles the device memory interface is active sending or receiving data.",
+        integer=False,
+    ),
+)
 GPU_MIG_XID_ERRORS = _m(
     "gpu_mig_xid_errors_total",
     "counter",

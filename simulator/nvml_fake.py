@@ -593,6 +593,17 @@ class FakeNvml:
         gpmSample.values = {mid: getattr(gpu, attr) for mid, attr in _GPM_FIELDS.items()}
         return gpmSample
 
+    def nvmlGpmMigSampleGet(
+        self, device: FakeGpuState, gpuInstanceId: int, gpmSample: FakeGpmSample
+    ) -> FakeGpmSample:
+        """A MIG instance's activity: the fake shares its GPU's figures with every instance."""
+        gpu = self._read(device, "gpm")
+        if not gpu.gpm_supported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if gpuInstanceId not in {m.gpu_instance for m in gpu.mig_devices}:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self.nvmlGpmSampleGet(device, gpmSample)
+
     def nvmlGpmMetricsGet(self, metricsGet: FakeGpmMetricsGet) -> FakeGpmMetricsGet:
         self._check_init()
         s1, s2 = metricsGet.sample1, metricsGet.sample2

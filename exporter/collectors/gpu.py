@@ -23,7 +23,7 @@ from exporter import catalog as c
 from exporter.catalog import Sample
 from exporter.collectors.base import ReadErrors
 from exporter.collectors.gpu_fields import GpuRead, read_device
-from exporter.collectors.gpu_mig import read_mig
+from exporter.collectors.gpu_mig import MigProfiler, read_mig
 from exporter.collectors.gpu_nvlink import read_field_values, read_nvlink
 from exporter.collectors.gpu_profiling import GpmProfiler
 from exporter.collectors.gpu_reader import FieldReader, is_lost, text
@@ -72,7 +72,8 @@ class GpuCollector:
         self._gpus: dict[int, _Gpu] = {}
         self._unsupported: set[Hashable] = set()
         self.profiler = GpmProfiler(nvml, dcgm)
-        self._migs: dict[int, dict[str, str]] = {}  # index -> MIG UUID -> GPU instance
+        self.mig_profiler = MigProfiler(nvml)
+        self._migs: dict[int, dict[str, tuple[str, str, str]]] = {}  # index -> MIG UUID -> ids
 
     # ------------------------------------------------------------------ public
     def collect(self) -> list[Sample]:
@@ -101,11 +102,12 @@ class GpuCollector:
             m: (str(i), g.identity.uuid, gi)
             for i, migs in self._migs.items()
             if (g := self._gpus.get(i)) is not None and g.identity is not None
-            for m, gi in migs.items()
+            for m, (gi, _, _) in migs.items()
         }
 
     def close(self) -> None:
         self.profiler.close()
+        self.mig_profiler.close()
         if self._initialized:
             self._initialized = False
             try:
@@ -179,6 +181,7 @@ class GpuCollector:
         read_field_values(g, read_nvlink(g))
         self.profiler.read(g, gpu.identity.uuid)
         self._migs[index] = read_mig(g)
+        self.mig_profiler.read(g, gpu.identity.uuid, self._migs[index])
         gpu.last = head
         return head + g.out
 

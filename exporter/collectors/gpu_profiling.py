@@ -49,6 +49,25 @@ DCGM_FAILED = "dcgm_unavailable"  # no GPM, and the DCGM host engine did not ans
 DCGM_TTL = 0.5  # one host-engine read serves every GPU of a cycle
 
 
+def gpm_metrics(
+    nvml: Any, s1: Any, s2: Any, table: tuple[tuple[int, MetricDef, float], ...]
+) -> list[tuple[MetricDef, float]]:
+    """One ``nvmlGpmMetricsGet`` over the pair (s1, s2): (metric, value) per answered entry."""
+    request = getattr(nvml, "c_nvmlGpmMetricsGet_t", pynvml.c_nvmlGpmMetricsGet_t)()
+    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(table)
+    request.sample1, request.sample2 = s1, s2
+    for i, (mid, _, _) in enumerate(table):
+        request.metrics[i].metricId = mid
+    answer = nvml.nvmlGpmMetricsGet(request)
+    out = []
+    for i, (_, metric, factor) in enumerate(table):
+        m = answer.metrics[i]
+        if m.nvmlReturn == pynvml.NVML_SUCCESS:
+            out.append((metric, float(m.value) * factor))
+    return out
+
+
 class GpmProfiler:
     """Keeps the previous GPM sample of each GPU (by UUID) between cycles."""
 
@@ -145,19 +164,7 @@ class GpmProfiler:
             raise
 
     def _metrics(self, s1: Any, s2: Any) -> list[tuple[MetricDef, float]]:
-        request = getattr(self.nvml, "c_nvmlGpmMetricsGet_t", pynvml.c_nvmlGpmMetricsGet_t)()
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(GPM_METRICS)
-        request.sample1, request.sample2 = s1, s2
-        for i, (mid, _, _) in enumerate(GPM_METRICS):
-            request.metrics[i].metricId = mid
-        answer = self.nvml.nvmlGpmMetricsGet(request)
-        out = []
-        for i, (_, metric, factor) in enumerate(GPM_METRICS):
-            m = answer.metrics[i]
-            if m.nvmlReturn == pynvml.NVML_SUCCESS:
-                out.append((metric, float(m.value) * factor))
-        return out
+        return gpm_metrics(self.nvml, s1, s2, GPM_METRICS)
 
     def _unavailable(self, g: GpuRead, reason: str) -> None:
         node, gpu = g.lv[0], g.lv[1]

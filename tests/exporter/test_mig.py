@@ -99,3 +99,27 @@ def test_the_simulator_serves_mig_nodes_through_the_real_collectors() -> None:
     body = loop.run_once().body.decode()
     assert body.count(c.GPU_MIG_INFO.name + "{") == 8 * 7
     assert body.count(c.GPU_MIG_MEMORY_USED.name + "{") == 8 * 7
+
+
+def test_each_instance_gets_its_own_profiling_from_gpm_mig_samples() -> None:
+    nvml = _mig_node()
+    nvml.gpus[0].tensor_active_pct = 40.0
+    cols = collectors_for("n1", nvml, DictSysfs(), ListKernelLog())
+    loop = CollectionLoop(cols, "n1", source="t", interval=5, dcgm=True)
+    first = loop.run_once().body.decode()
+    assert c.GPU_MIG_TENSOR_ACTIVE.name + "{" not in first  # a pair of samples is needed
+    body = loop.run_once().body.decode()
+    native = [ln for ln in body.splitlines() if ln.startswith(c.GPU_MIG_TENSOR_ACTIVE.name + "{")]
+    assert len(native) == 7 and all(ln.endswith(" 0.4") for ln in native)
+    field = c.GPU_MIG_TENSOR_ACTIVE.dcgm[0].name
+    dcgm = [ln for ln in body.splitlines() if ln.startswith(field + "{")]
+    assert len([ln for ln in dcgm if "GPU_I_ID=" in ln]) == 7
+    assert len(dcgm) == 9  # and the two whole GPUs, under one header
+    gpus = cols[0]
+    assert isinstance(gpus, GpuCollector)
+    live = [s for s in nvml.gpm_samples if not s.freed]
+    nvml.gpus[0].mig_devices = nvml.gpus[0].mig_devices[:2]  # five instances destroyed
+    loop.run_once()
+    assert sum(not s.freed for s in nvml.gpm_samples) == len(live) - 5
+    gpus.close()
+    assert all(s.freed for s in nvml.gpm_samples)
