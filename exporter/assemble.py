@@ -18,10 +18,13 @@ from exporter.collectors.base import Collector
 from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.infiniband import InfinibandCollector
 from exporter.collectors.jobs import JobsCollector
+from exporter.collectors.pods import PodsCollector
 from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
+from exporter.sources.dcgm import DcgmProfiling, load_bindings
 from exporter.sources.jobmap import DirJobMap
 from exporter.sources.kmsg import KernelLogReader
+from exporter.sources.kubelet import KubeletPodResources, PodResources
 from exporter.sources.nvml_events import NvmlXidEvents
 from exporter.sources.protocols import KernelLog, NvmlApi, SysfsRoot, XidEventSource
 from exporter.sources.sysfs import DirSysfs
@@ -48,13 +51,15 @@ def collectors_for(
     *,
     nvml_xid_events: bool = False,
     job_map_dir: str | None = None,
+    pod_resources: PodResources | None = None,
+    dcgm: DcgmProfiling | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
     ``nvml_xid_events``: NVML XID events back the kernel log up (their read failures are
     counted with the GPU collector's).
     """
-    gpu = GpuCollector(nvml, node)
+    gpu = GpuCollector(nvml, node, dcgm=dcgm)
     fallback: XidEventSource | None = (
         NvmlXidEvents(nvml, read_errors=gpu.read_errors) if nvml_xid_events else None
     )
@@ -65,6 +70,8 @@ def collectors_for(
     ]
     if job_map_dir:
         out.append(JobsCollector(DirJobMap(job_map_dir), gpu.identities, node))
+    if pod_resources is not None:
+        out.append(PodsCollector(pod_resources, gpu.identities, node, mig=gpu.mig_devices))
     return out
 
 
@@ -98,5 +105,11 @@ def assemble(settings: ExporterSettings) -> Assembly:
         KernelLogReader(settings.kmsg or "/dev/kmsg"),
         nvml_xid_events=True,
         job_map_dir=settings.job_map_dir,
+        pod_resources=KubeletPodResources(settings.kubelet_socket)
+        if settings.kubelet_socket
+        else None,
+        dcgm=DcgmProfiling(settings.dcgm_hostengine, load_bindings())
+        if settings.dcgm_hostengine
+        else None,
     )
     return Assembly(cols)

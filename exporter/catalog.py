@@ -21,6 +21,9 @@ PREFIX = "gpuwarden_"
 
 GPU = ("node", "gpu", "uuid")
 NVLINK = (*GPU, "link")
+# A MIG device: its parent GPU, the GPU instance (dcgm's GPU_I_ID), the compute instance
+# within it (GPU_CI_ID) and the instance profile (GPU_I_PROFILE, e.g. "1g.10gb").
+MIG = (*GPU, "gpu_instance", "compute_instance", "profile")
 IB_PORT = ("node", "device", "port")
 
 
@@ -31,6 +34,9 @@ class DcgmField:
     ``match``: only native samples with these label values map to this field.
     ``sum_over``: native labels summed away (dcgm's per-GPU totals over NVLink links).
     ``scale``: native value times scale gives dcgm's unit (e.g. bytes -> MiB).
+    ``help``: dcgm-exporter's help text (etc/default-counters.csv) when it has one.
+    ``integer``: DCGM stores the field as int64, so dcgm-exporter prints it without a fraction.
+    Several native metrics may feed one field (their values are summed), e.g. NVLink TX + RX.
     """
 
     name: str
@@ -38,6 +44,8 @@ class DcgmField:
     scale: float = 1.0
     match: tuple[tuple[str, str], ...] = ()
     sum_over: tuple[str, ...] = ()
+    help: str = ""
+    integer: bool = True
 
 
 @dataclass(frozen=True, eq=False)  # one object per metric: identity is equality, hashing cheap
@@ -117,7 +125,7 @@ GPU_TEMPERATURE = _m(
     "GPU core temperature.",
     GPU,
     "celsius",
-    _dc("DCGM_FI_DEV_GPU_TEMP"),
+    _dc("DCGM_FI_DEV_GPU_TEMP", help="GPU temperature (in C)."),
 )
 GPU_MEMORY_TEMPERATURE = _m(
     "gpu_memory_temperature_celsius",
@@ -125,7 +133,7 @@ GPU_MEMORY_TEMPERATURE = _m(
     "HBM temperature.",
     GPU,
     "celsius",
-    _dc("DCGM_FI_DEV_MEMORY_TEMP"),
+    _dc("DCGM_FI_DEV_MEMORY_TEMP", help="Memory temperature (in C)."),
 )
 GPU_POWER = _m(
     "gpu_power_usage_watts",
@@ -133,7 +141,7 @@ GPU_POWER = _m(
     "Current board power draw.",
     GPU,
     "watts",
-    _dc("DCGM_FI_DEV_POWER_USAGE"),
+    _dc("DCGM_FI_DEV_POWER_USAGE", help="Power draw (in W).", integer=False),
 )
 GPU_POWER_LIMIT = _m(
     "gpu_power_limit_watts",
@@ -141,7 +149,7 @@ GPU_POWER_LIMIT = _m(
     "Enforced power limit.",
     GPU,
     "watts",
-    _dc("DCGM_FI_DEV_ENFORCED_POWER_LIMIT"),
+    _dc("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", integer=False),
 )
 GPU_ENERGY = _m(
     "gpu_energy_consumption_joules_total",
@@ -149,7 +157,12 @@ GPU_ENERGY = _m(
     "Energy consumed since the driver was loaded.",
     GPU,
     "joules",
-    _dc("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", type="counter", scale=1000.0),
+    _dc(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        help="Total energy consumption since boot (in mJ).",
+        type="counter",
+        scale=1000.0,
+    ),
 )
 GPU_UTILIZATION = _m(
     "gpu_utilization_ratio",
@@ -157,7 +170,7 @@ GPU_UTILIZATION = _m(
     "Fraction of the sample period a kernel was running (NVML utilization.gpu).",
     GPU,
     "ratio",
-    _dc("DCGM_FI_DEV_GPU_UTIL", scale=100.0),
+    _dc("DCGM_FI_DEV_GPU_UTIL", help="GPU utilization (in %).", scale=100.0),
 )
 GPU_MEMORY_UTILIZATION = _m(
     "gpu_memory_utilization_ratio",
@@ -165,7 +178,23 @@ GPU_MEMORY_UTILIZATION = _m(
     "Fraction of the sample period device memory was read or written.",
     GPU,
     "ratio",
-    _dc("DCGM_FI_DEV_MEM_COPY_UTIL", scale=100.0),
+    _dc("DCGM_FI_DEV_MEM_COPY_UTIL", help="Memory utilization (in %).", scale=100.0),
+)
+GPU_ENCODER_UTILIZATION = _m(
+    "gpu_encoder_utilization_ratio",
+    "gauge",
+    "Fraction of the sample period the video encoder (NVENC) was busy.",
+    GPU,
+    "ratio",
+    _dc("DCGM_FI_DEV_ENC_UTIL", scale=100.0, help="Encoder utilization (in %)."),
+)
+GPU_DECODER_UTILIZATION = _m(
+    "gpu_decoder_utilization_ratio",
+    "gauge",
+    "Fraction of the sample period the video decoder (NVDEC) was busy.",
+    GPU,
+    "ratio",
+    _dc("DCGM_FI_DEV_DEC_UTIL", scale=100.0, help="Decoder utilization (in %)."),
 )
 GPU_SM_CLOCK = _m(
     "gpu_sm_clock_hertz",
@@ -173,7 +202,7 @@ GPU_SM_CLOCK = _m(
     "Current SM clock.",
     GPU,
     "hertz",
-    _dc("DCGM_FI_DEV_SM_CLOCK", scale=1e-6),
+    _dc("DCGM_FI_DEV_SM_CLOCK", help="SM clock frequency (in MHz).", scale=1e-6),
 )
 GPU_MEMORY_CLOCK = _m(
     "gpu_memory_clock_hertz",
@@ -181,11 +210,49 @@ GPU_MEMORY_CLOCK = _m(
     "Current memory clock.",
     GPU,
     "hertz",
-    _dc("DCGM_FI_DEV_MEM_CLOCK", scale=1e-6),
+    _dc("DCGM_FI_DEV_MEM_CLOCK", help="Memory clock frequency (in MHz).", scale=1e-6),
 )
 GPU_SM_CLOCK_MAX = _m("gpu_sm_clock_max_hertz", "gauge", "Maximum SM clock.", GPU, "hertz")
 GPU_MEMORY_CLOCK_MAX = _m(
     "gpu_memory_clock_max_hertz", "gauge", "Maximum memory clock.", GPU, "hertz"
+)
+# NVML perf policies (nvmlPerfPolicyType_t) -> dcgm-exporter field; NVML counts nanoseconds.
+VIOLATION_POLICIES: Mapping[str, str] = {
+    "power": "POWER",
+    "thermal": "THERMAL",
+    "sync_boost": "SYNC_BOOST",
+    "board_limit": "BOARD_LIMIT",
+    "low_utilization": "LOW_UTIL",
+    "reliability": "RELIABILITY",
+    "total_app_clocks": "TOTAL_APP_CLOCKS",
+    "total_base_clocks": "TOTAL_BASE_CLOCKS",
+}
+_VIOLATION_HELP = {
+    "power": "power constraints",
+    "thermal": "thermal constraints",
+    "sync_boost": "sync-boost constraints",
+    "board_limit": "board limit constraints",
+    "low_utilization": "low utilization",
+    "reliability": "reliability constraints",
+}
+GPU_CLOCK_VIOLATION = _m(
+    "gpu_clock_violation_seconds_total",
+    "counter",
+    "Time clocks were held below their target by this policy (nvmlDeviceGetViolationStatus).",
+    (*GPU, "policy"),
+    "seconds",
+    tuple(
+        DcgmField(
+            f"DCGM_FI_DEV_{d}_VIOLATION",
+            "counter",
+            scale=1e9,
+            match=(("policy", p),),
+            help=f"Throttling duration due to {_VIOLATION_HELP[p]} (in ns)."
+            if p in _VIOLATION_HELP
+            else "",
+        )
+        for p, d in VIOLATION_POLICIES.items()
+    ),
 )
 GPU_THROTTLE = _m(
     "gpu_clock_throttle_active",
@@ -199,7 +266,7 @@ GPU_MEMORY_USED = _m(
     "Framebuffer memory in use.",
     GPU,
     "bytes",
-    _dc("DCGM_FI_DEV_FB_USED", scale=1.0 / 1048576),
+    _dc("DCGM_FI_DEV_FB_USED", help="Framebuffer memory used (in MiB).", scale=1.0 / 1048576),
 )
 GPU_MEMORY_FREE = _m(
     "gpu_memory_free_bytes",
@@ -207,7 +274,7 @@ GPU_MEMORY_FREE = _m(
     "Framebuffer memory free.",
     GPU,
     "bytes",
-    _dc("DCGM_FI_DEV_FB_FREE", scale=1.0 / 1048576),
+    _dc("DCGM_FI_DEV_FB_FREE", help="Framebuffer memory free (in MiB).", scale=1.0 / 1048576),
 )
 GPU_MEMORY_TOTAL = _m(
     "gpu_memory_total_bytes",
@@ -216,6 +283,18 @@ GPU_MEMORY_TOTAL = _m(
     GPU,
     "bytes",
     _dc("DCGM_FI_DEV_FB_TOTAL", scale=1.0 / 1048576),
+)
+GPU_MEMORY_RESERVED = _m(
+    "gpu_memory_reserved_bytes",
+    "gauge",
+    "Framebuffer memory the driver reserves (nvmlDeviceGetMemoryInfo_v2).",
+    GPU,
+    "bytes",
+    _dc(
+        "DCGM_FI_DEV_FB_RESERVED",
+        scale=1.0 / 1048576,
+        help="Framebuffer memory reserved (in MiB).",
+    ),
 )
 GPU_ECC_ERRORS = _m(
     "gpu_ecc_errors_total",
@@ -228,21 +307,25 @@ GPU_ECC_ERRORS = _m(
         DcgmField(
             "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
             "counter",
+            help="Total number of single-bit volatile ECC errors.",
             match=(("error_type", "corrected"), ("counter_type", "volatile")),
         ),
         DcgmField(
             "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
             "counter",
+            help="Total number of double-bit volatile ECC errors.",
             match=(("error_type", "uncorrected"), ("counter_type", "volatile")),
         ),
         DcgmField(
             "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
             "counter",
+            help="Total number of single-bit persistent ECC errors.",
             match=(("error_type", "corrected"), ("counter_type", "aggregate")),
         ),
         DcgmField(
             "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
             "counter",
+            help="Total number of double-bit persistent ECC errors.",
             match=(("error_type", "uncorrected"), ("counter_type", "aggregate")),
         ),
     ),
@@ -254,8 +337,18 @@ GPU_REMAPPED_ROWS = _m(
     (*GPU, "kind"),
     "",
     (
-        DcgmField("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", match=(("kind", "correctable"),)),
-        DcgmField("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", match=(("kind", "uncorrectable"),)),
+        DcgmField(
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+            "counter",
+            match=(("kind", "correctable"),),
+            help="Number of remapped rows for correctable errors",
+        ),
+        DcgmField(
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "counter",
+            match=(("kind", "uncorrectable"),),
+            help="Number of remapped rows for uncorrectable errors",
+        ),
     ),
 )
 GPU_ROW_REMAP_PENDING = _m(
@@ -272,7 +365,7 @@ GPU_ROW_REMAP_FAILED = _m(
     "1 when a row remap failed (replace the GPU).",
     GPU,
     "",
-    _dc("DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+    _dc("DCGM_FI_DEV_ROW_REMAP_FAILURE", help="Whether remapping of rows has failed"),
 )
 GPU_RETIRED_PAGES = _m(
     "gpu_retired_pages",
@@ -281,8 +374,18 @@ GPU_RETIRED_PAGES = _m(
     (*GPU, "cause"),
     "",
     (
-        DcgmField("DCGM_FI_DEV_RETIRED_SBE", match=(("cause", "single_bit"),)),
-        DcgmField("DCGM_FI_DEV_RETIRED_DBE", match=(("cause", "double_bit"),)),
+        DcgmField(
+            "DCGM_FI_DEV_RETIRED_SBE",
+            "counter",
+            match=(("cause", "single_bit"),),
+            help="Total number of retired pages due to single-bit errors.",
+        ),
+        DcgmField(
+            "DCGM_FI_DEV_RETIRED_DBE",
+            "counter",
+            match=(("cause", "double_bit"),),
+            help="Total number of retired pages due to double-bit errors.",
+        ),
     ),
 )
 GPU_RETIRED_PAGES_PENDING = _m(
@@ -291,7 +394,11 @@ GPU_RETIRED_PAGES_PENDING = _m(
     "1 when a page retirement waits for a reboot.",
     GPU,
     "",
-    _dc("DCGM_FI_DEV_RETIRED_PENDING"),
+    _dc(
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        type="counter",
+        help="Total number of pages pending retirement.",
+    ),
 )
 GPU_PCIE_REPLAY = _m(
     "gpu_pcie_replay_errors_total",
@@ -299,7 +406,7 @@ GPU_PCIE_REPLAY = _m(
     "PCIe replay counter.",
     GPU,
     "",
-    _dc("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", type="counter"),
+    _dc("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", help="Total number of PCIe retries.", type="counter"),
 )
 GPU_PCIE_GENERATION = _m(
     "gpu_pcie_link_generation",
@@ -328,6 +435,149 @@ GPU_RECOVERY_ACTION = _m(
     " 3 drain P2P, 4 drain and reset.",
     GPU,
 )
+GPU_VGPU_LICENSE = _m(
+    "gpu_vgpu_license_status",
+    "gauge",
+    "1 when a vGPU (GRID) licensable feature of this GPU is licensed, 0 when not; absent on"
+    " GPUs without vGPU licensing (nvmlDeviceGetGridLicensableFeatures).",
+    GPU,
+    "",
+    _dc("DCGM_FI_DEV_VGPU_LICENSE_STATUS", help="vGPU License status"),
+)
+
+# Profiling (DCGM's DCP fields): NVML GPM on Hopper and newer, or a DCGM host engine.
+GPU_GRAPHICS_ACTIVE = _m(
+    "gpu_graphics_engine_active_ratio",
+    "gauge",
+    "Fraction of time the graphics/compute engine was active (GPM GRAPHICS_UTIL or DCGM).",
+    GPU,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        help="Ratio of time the graphics engine is active.",
+        integer=False,
+    ),
+)
+GPU_TENSOR_ACTIVE = _m(
+    "gpu_tensor_pipe_active_ratio",
+    "gauge",
+    "Fraction of cycles a tensor pipe was active (GPM ANY_TENSOR_UTIL or DCGM).",
+    GPU,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        help="Ratio of cycles the tensor (HMMA) pipe is active.",
+        integer=False,
+    ),
+)
+GPU_DRAM_ACTIVE = _m(
+    "gpu_dram_active_ratio",
+    "gauge",
+    "Fraction of cycles the device memory interface was busy (GPM DRAM_BW_UTIL or DCGM).",
+    GPU,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        help="Ratio of cycles the device memory interface is active sending or receiving data.",
+        integer=False,
+    ),
+)
+GPU_PCIE_TRANSMIT_RATE = _m(
+    "gpu_pcie_transmit_bytes_per_second",
+    "gauge",
+    "PCIe data sent by this GPU, headers included (GPM PCIE_TX_PER_SEC or DCGM).",
+    GPU,
+    "bytes_per_second",
+    _dc(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        help="The rate of data transmitted over the PCIe bus - including both protocol headers"
+        " and data payloads - in bytes per second.",
+    ),
+)
+GPU_PCIE_RECEIVE_RATE = _m(
+    "gpu_pcie_receive_bytes_per_second",
+    "gauge",
+    "PCIe data received by this GPU, headers included (GPM PCIE_RX_PER_SEC or DCGM).",
+    GPU,
+    "bytes_per_second",
+    _dc(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        help="The rate of data received over the PCIe bus - including both protocol headers"
+        " and data payloads - in bytes per second.",
+    ),
+)
+GPU_SM_ACTIVE = _m(
+    "gpu_sm_active_ratio",
+    "gauge",
+    "Fraction of cycles an SM had at least one warp (GPM SM_UTIL or DCGM).",
+    GPU,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        help="The ratio of cycles an SM has at least 1 warp assigned.",
+        integer=False,
+    ),
+)
+GPU_SM_OCCUPANCY = _m(
+    "gpu_sm_occupancy_ratio",
+    "gauge",
+    "Resident warps relative to the SMs' maximum (GPM SM_OCCUPANCY or DCGM).",
+    GPU,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        help="The ratio of number of warps resident on an SM.",
+        integer=False,
+    ),
+)
+GPU_FP64_PIPE_ACTIVE = _m(
+    "gpu_fp64_pipe_active_ratio",
+    "gauge",
+    "Fraction of cycles the FP64 pipes were active (GPM FP64_UTIL or DCGM).",
+    GPU,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+        help="Ratio of cycles the fp64 pipes are active.",
+        integer=False,
+    ),
+)
+GPU_FP32_PIPE_ACTIVE = _m(
+    "gpu_fp32_pipe_active_ratio",
+    "gauge",
+    "Fraction of cycles the FP32 pipes were active (GPM FP32_UTIL or DCGM).",
+    GPU,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+        help="Ratio of cycles the fp32 pipes are active.",
+        integer=False,
+    ),
+)
+GPU_FP16_PIPE_ACTIVE = _m(
+    "gpu_fp16_pipe_active_ratio",
+    "gauge",
+    "Fraction of cycles the FP16 pipes were active (GPM FP16_UTIL or DCGM).",
+    GPU,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+        help="Ratio of cycles the fp16 pipes are active.",
+        integer=False,
+    ),
+)
+PROFILING_METRICS = (
+    GPU_GRAPHICS_ACTIVE,
+    GPU_TENSOR_ACTIVE,
+    GPU_DRAM_ACTIVE,
+    GPU_PCIE_TRANSMIT_RATE,
+    GPU_PCIE_RECEIVE_RATE,
+    GPU_SM_ACTIVE,
+    GPU_SM_OCCUPANCY,
+    GPU_FP64_PIPE_ACTIVE,
+    GPU_FP32_PIPE_ACTIVE,
+    GPU_FP16_PIPE_ACTIVE,
+)
 GPU_XID_ERRORS = _m(
     "gpu_xid_errors_total",
     "counter",
@@ -338,7 +588,105 @@ DCGM_LAST_XID = _m(
     "DCGM_FI_DEV_XID_ERRORS",
     "gauge",
     "Compatibility only: dcgm-exporter's value of the last XID seen on this GPU.",
-    ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"),
+    (
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "device",
+        "modelName",
+        "Hostname",
+        "DCGM_FI_DRIVER_VERSION",
+        "err_code",
+        "err_msg",
+    ),
+)
+DCGM_LAST_XID_HELP = "Value of the last XID error encountered."
+GPU_MIG_INFO = _m(
+    "gpu_mig_instance_info",
+    "gauge",
+    "One MIG device of this GPU (NVML MIG device handles); value is always 1.",
+    (*MIG, "mig_uuid"),
+)
+GPU_MIG_MEMORY_USED = _m(
+    "gpu_mig_memory_used_bytes",
+    "gauge",
+    "Framebuffer memory in use in this MIG device.",
+    MIG,
+    "bytes",
+    _dc(
+        "DCGM_FI_DEV_FB_USED",
+        scale=1.0 / 1048576,
+        help="Framebuffer memory used (in MiB).",
+    ),
+)
+GPU_MIG_MEMORY_FREE = _m(
+    "gpu_mig_memory_free_bytes",
+    "gauge",
+    "Framebuffer memory free in this MIG device.",
+    MIG,
+    "bytes",
+    _dc(
+        "DCGM_FI_DEV_FB_FREE",
+        scale=1.0 / 1048576,
+        help="Framebuffer memory free (in MiB).",
+    ),
+)
+GPU_MIG_GRAPHICS_ACTIVE = _m(
+    "gpu_mig_graphics_engine_active_ratio",
+    "gauge",
+    "Fraction of time this MIG instance's graphics/compute engine was active (GPM, per instance).",
+    MIG,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        help="Ratio of time the graphics engine is active.",
+        integer=False,
+    ),
+)
+GPU_MIG_TENSOR_ACTIVE = _m(
+    "gpu_mig_tensor_pipe_active_ratio",
+    "gauge",
+    "Fraction of cycles a tensor pipe of this MIG instance was active (GPM, per instance).",
+    MIG,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        help="Ratio of cycles the tensor (HMMA) pipe is active.",
+        integer=False,
+    ),
+)
+GPU_MIG_DRAM_ACTIVE = _m(
+    "gpu_mig_dram_active_ratio",
+    "gauge",
+    "Fraction of cycles this MIG instance's memory interface was busy (GPM, per instance).",
+    MIG,
+    "ratio",
+    _dc(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        help="Ratio of cycles the device memory interface is active sending or receiving data.",
+        integer=False,
+    ),
+)
+GPU_MIG_XID_ERRORS = _m(
+    "gpu_mig_xid_errors_total",
+    "counter",
+    "XID errors the driver attributed to a MIG instance (GPU-I/GPU-CI in the kernel log); each"
+    " is counted in its parent GPU's gpuwarden_gpu_xid_errors_total too.",
+    (*GPU, "gpu_instance", "compute_instance", "xid"),
+)
+GPU_POD_INFO = _m(
+    "gpu_kubernetes_pod_info",
+    "gauge",
+    "Pod and container a GPU or MIG device is allocated to (kubelet pod-resources API); value"
+    " is always 1. Join it in PromQL to attribute any GPU series to its pod.",
+    (*GPU, "gpu_instance", "resource", "namespace", "pod", "container"),
+)
+KUBELET_UP = _m(
+    "exporter_kubelet_up",
+    "gauge",
+    "1 when the last pod-resources List call to the kubelet succeeded (0: absent, slow or"
+    " failing; the last known allocations stay exported).",
+    ("node",),
 )
 GPU_ALLOCATION_INFO = _m(
     "gpu_allocation_info",
@@ -361,20 +709,39 @@ NVLINK_ERRORS = _m(
             "counter",
             match=(("error_type", t),),
             sum_over=("link",),
+            help=f"Total number of NVLink {h}.",
         )
-        for t, d in (
-            ("crc_flit", "CRC_FLIT"),
-            ("crc_data", "CRC_DATA"),
-            ("replay", "REPLAY"),
-            ("recovery", "RECOVERY"),
+        for t, d, h in (
+            ("crc_flit", "CRC_FLIT", "flow-control CRC errors"),
+            ("crc_data", "CRC_DATA", "data CRC errors"),
+            ("replay", "REPLAY", "retries"),
+            ("recovery", "RECOVERY", "recovery errors"),
         )
     ),
 )
+# dcgm's total counts both directions over every link; its unit is not documented beyond the
+# per-lane field's "number of bytes", so bytes it is.
+_NVLINK_BANDWIDTH = _dc(
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    type="counter",
+    sum_over=("link",),
+    help="Total number of NVLink bandwidth counters for all lanes.",
+)
 NVLINK_TRANSMIT = _m(
-    "nvlink_transmit_bytes_total", "counter", "Data transmitted on this NVLink.", NVLINK, "bytes"
+    "nvlink_transmit_bytes_total",
+    "counter",
+    "Data transmitted on this NVLink.",
+    NVLINK,
+    "bytes",
+    _NVLINK_BANDWIDTH,
 )
 NVLINK_RECEIVE = _m(
-    "nvlink_receive_bytes_total", "counter", "Data received on this NVLink.", NVLINK, "bytes"
+    "nvlink_receive_bytes_total",
+    "counter",
+    "Data received on this NVLink.",
+    NVLINK,
+    "bytes",
+    _NVLINK_BANDWIDTH,
 )
 
 # --------------------------------------------------------------------------- InfiniBand
@@ -470,6 +837,13 @@ LAST_COLLECTION = _m(
 )
 COLLECTION_CYCLES = _m(
     "exporter_collection_cycles_total", "counter", "Collection cycles completed.", ("node",)
+)
+FIELD_UNAVAILABLE = _m(
+    "exporter_field_unavailable",
+    "gauge",
+    "1 for each catalogue metric this exporter cannot serve for this GPU; reason says why"
+    " (e.g. gpm_unsupported: profiling needs Hopper or newer, or a DCGM host engine).",
+    ("node", "gpu", "metric", "reason"),
 )
 KMSG_LOST = _m(
     "exporter_kmsg_lost_records_total",
@@ -602,7 +976,20 @@ def dcgm_names() -> frozenset[str]:
     return frozenset(f.name for d in _ALL.values() for f in d.dcgm) | {DCGM_LAST_XID.name}
 
 
+def dcgm_fields() -> dict[str, DcgmField]:
+    """dcgm field name -> its first definition (fields fed by several metrics appear once)."""
+    out: dict[str, DcgmField] = {}
+    for d in _ALL.values():
+        for f in d.dcgm:
+            out.setdefault(f.name, f)
+    return out
+
+
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter 4.x renamed Hostname to hostname
+DCGM_DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
+DCGM_MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")  # dcgm-exporter's labels of a MIG series
+DCGM_POD_LABELS = ("pod", "namespace", "container")  # dcgm-exporter --kubernetes
 
 # Throttle reasons rendered by the GPU collector, in NVML bit order (nvml.h
 # nvmlClocksEventReason*): name -> bit.

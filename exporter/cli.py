@@ -7,13 +7,11 @@ stops the start with one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Sequence
-
-from aiohttp import web
 
 from common.settings import SettingsError, load
 from exporter import __version__
@@ -42,9 +40,36 @@ def build_parser() -> argparse.ArgumentParser:
         "followed like tail -F (default /dev/kmsg)",
     )
     a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
+    a(
+        "--hostname-label",
+        choices=["Hostname", "hostname"],
+        help="dcgm compat: the host label's name, Hostname (dcgm-exporter 3.x, default) "
+        "or hostname (4.x)",
+    )
+    a(
+        "--kubelet-socket",
+        help="attribute GPUs to pods through the kubelet pod-resources API on this socket "
+        "(usually /var/lib/kubelet/pod-resources/kubelet.sock; default: off)",
+    )
+    a(
+        "--kubernetes-pod-labels",
+        action="store_const",
+        const=True,
+        help="dcgm compat: also put pod/namespace/container on every allocated GPU's dcgm "
+        "series, as dcgm-exporter --kubernetes does (needs --kubelet-socket)",
+    )
+    a(
+        "--dcgm-hostengine",
+        help="HOST:PORT of a DCGM host engine (nv-hostengine) serving profiling fields for GPUs "
+        "without NVML GPM (pre-Hopper); needs DCGM's Python bindings (default: off)",
+    )
     a("--web-config", help="exporter-toolkit web config file (TLS, basic auth)")
     a("--job-map-dir", help="directory the Slurm prolog/epilog fill (GPU index -> job id)")
-    a("--interval", help="seconds between collection cycles (default 5)")
+    a(
+        "--interval",
+        help="seconds between collection cycles (default 15, Prometheus' scrape interval; "
+        "set it to yours)",
+    )
     a(
         "--stale-after",
         help="seconds without a cycle before /healthz says 503 (default 3 intervals, at least 15)",
@@ -64,27 +89,27 @@ def settings_from(argv: Sequence[str]) -> tuple[ExporterSettings, WebConfig | No
     return settings, web_config, ns.log_level
 
 
-async def serve(
+def serve(
     loop: CollectionLoop,
     settings: ExporterSettings,
     web_config: WebConfig | None,
-    stop: asyncio.Event,
+    stop: threading.Event,
 ) -> None:
-    from exporter.server import make_app
+    """Serve until ``stop`` is set (SIGINT/SIGTERM); OSError when the address is unusable."""
+    from exporter.server import MetricsServer
 
     host, port = parse_listen(settings.listen)
-    runner = web.AppRunner(
-        make_app(loop, settings.stale_seconds, web_config), access_log=None, handle_signals=False
-    )
-    await runner.setup()
-    ssl_ctx = web_config.ssl_context if web_config else None
-    await web.TCPSite(runner, host, port, ssl_context=ssl_ctx, reuse_address=True).start()
-    scheme = "https" if ssl_ctx else "http"
+    server = MetricsServer(loop, settings.stale_seconds, web_config, (host, port))
+    scheme = "https" if web_config and web_config.ssl_context else "http"
     log.info("serving %s://%s:%d/metrics for node %s", scheme, host, port, settings.node)
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
     try:
-        await stop.wait()
+        while not stop.wait(1.0):  # a timed wait: signal handlers run between the waits
+            pass
     finally:
-        await runner.cleanup()
+        server.shutdown()
+        server.server_close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,18 +137,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         source=settings.source,
         interval=settings.interval,
         dcgm=settings.dcgm,
+        hostname_label=settings.hostname_label,
+        pod_labels=settings.kubernetes_pod_labels,
         before_cycle=assembly.before_cycle,
     )
     loop.start()
 
-    async def run() -> None:
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        await serve(loop, settings, web_config, stop)
-
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     try:
-        asyncio.run(run())
+        serve(loop, settings, web_config, stop)
     except OSError as e:
         print(f"gpuwarden-exporter: cannot listen on {settings.listen}: {e}", file=sys.stderr)
         return 2

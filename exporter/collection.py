@@ -66,6 +66,8 @@ class CollectionLoop:
         source: str,
         interval: float,
         dcgm: bool = False,
+        hostname_label: str = "Hostname",
+        pod_labels: bool = False,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         before_cycle: Callable[[float], None] | None = None,
@@ -76,6 +78,8 @@ class CollectionLoop:
         self._source = source
         self._interval = interval
         self._dcgm = dcgm
+        self._hostname_label = hostname_label
+        self._pod_labels = pod_labels
         self._wall = wall
         self._monotonic = monotonic
         self._before_cycle = before_cycle  # the simulated source advances its model here
@@ -97,7 +101,14 @@ class CollectionLoop:
                 last_xid.update(st.collector.last_xid())
         self._cycles += 1
         samples += self._self_samples()
-        body = render(samples, dcgm=self._dcgm, last_xid=last_xid, prefixes=self._prefixes)
+        body = render(
+            samples,
+            dcgm=self._dcgm,
+            last_xid=last_xid,
+            prefixes=self._prefixes,
+            hostname_label=self._hostname_label,
+            pod_labels=self._pod_labels,
+        )
         snap = Snapshot(
             body,
             self._wall(),

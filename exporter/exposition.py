@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from exporter.catalog import (
+    DCGM_DRIVER_LABEL,
     DCGM_LABELS,
     DCGM_LAST_XID,
+    DCGM_LAST_XID_HELP,
+    DCGM_MIG_LABELS,
+    DCGM_POD_LABELS,
     GPU_INFO,
+    GPU_POD_INFO,
+    HOSTNAME_LABELS,
     DcgmField,
     MetricDef,
     Sample,
 )
+from exporter.xid_messages import message as xid_message
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -103,14 +109,20 @@ def render_native(
     return lines
 
 
-@dataclass(frozen=True)
-class _GpuIdentity:
-    labels: tuple[tuple[str, str], ...]
+def format_integer(v: float) -> str:
+    """dcgm-exporter's int64 fields: no fraction (a scaled 1.98e9 Hz is ``1980``, not 1980.0)."""
+    v = float(v)
+    if v != v or math.isinf(v):
+        return format_value(v)
+    return str(math.floor(v + 1e-6))  # floor like DCGM's integer MiB; epsilon for 1e-6 scaling
 
 
-def _identities(grouped: dict[MetricDef, list[Sample]]) -> dict[str, _GpuIdentity]:
+def _identities(
+    grouped: dict[MetricDef, list[Sample]], hostname_label: str
+) -> dict[str, tuple[tuple[str, str], ...]]:
     """GPU index -> dcgm-exporter's identity labels, from gpuwarden_gpu_info."""
-    out: dict[str, _GpuIdentity] = {}
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    names = (*DCGM_LABELS[:-1], hostname_label, DCGM_DRIVER_LABEL)
     for s in grouped.get(GPU_INFO, []):
         lab = s.labels
         vals = (
@@ -120,43 +132,94 @@ def _identities(grouped: dict[MetricDef, list[Sample]]) -> dict[str, _GpuIdentit
             f"nvidia{lab['gpu']}",
             lab["name"],
             lab["node"],
+            lab["driver_version"],
         )
-        out[lab["gpu"]] = _GpuIdentity(tuple(zip(DCGM_LABELS, vals, strict=True)))
+        out[lab["gpu"]] = tuple(zip(names, vals, strict=True))
     return out
 
 
-def _dcgm_values(field: DcgmField, samples: list[Sample]) -> dict[str, float]:
-    """GPU index -> value of one dcgm field, after match, sum_over and scale."""
-    out: dict[str, float] = {}
+_Key = tuple[str, str, str]  # GPU index, MIG GPU instance, MIG profile ("" for a whole GPU)
+
+
+def _dcgm_values(field: DcgmField, samples: list[Sample], into: dict[_Key, float]) -> None:
+    """Add one dcgm field's values per GPU (or MIG instance) into ``into``."""
     for s in samples:
         lab = s.labels
         if any(lab.get(k) != v for k, v in field.match):
             continue
-        out[lab["gpu"]] = out.get(lab["gpu"], 0.0) + s.value * field.scale
+        key = (lab["gpu"], lab.get("gpu_instance", ""), lab.get("profile", ""))
+        into[key] = into.get(key, 0.0) + s.value * field.scale
+
+
+def _pods(
+    grouped: dict[MetricDef, list[Sample]],
+) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
+    """(GPU index, GPU instance) -> dcgm-exporter's pod labels; the first container wins when a
+    shared (time-sliced) GPU has several."""
+    out: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
+    for s in grouped.get(GPU_POD_INFO, []):
+        lab = s.labels
+        values = (lab["pod"], lab["namespace"], lab["container"])
+        out.setdefault(
+            (lab["gpu"], lab["gpu_instance"]), tuple(zip(DCGM_POD_LABELS, values, strict=True))
+        )
     return out
 
 
-def render_dcgm(grouped: dict[MetricDef, list[Sample]], last_xid: dict[str, int]) -> list[str]:
+def _labels(ids: dict[str, tuple[tuple[str, str], ...]], key: _Key) -> tuple[tuple[str, str], ...]:
+    """dcgm-exporter's labels for a GPU, or for a MIG instance (GPU_I_PROFILE, GPU_I_ID after
+    modelName, as its template puts them)."""
+    base = ids[key[0]]
+    if not key[1]:
+        return base
+    return (*base[:5], (DCGM_MIG_LABELS[0], key[2]), (DCGM_MIG_LABELS[1], key[1]), *base[5:])
+
+
+def render_dcgm(
+    grouped: dict[MetricDef, list[Sample]],
+    last_xid: dict[str, int],
+    hostname_label: str = "Hostname",
+    pod_labels: bool = False,
+) -> list[str]:
     """dcgm-exporter's names and labels, so community dashboards and alerts work unchanged.
 
     ``last_xid`` (GPU index -> last XID number) feeds DCGM_FI_DEV_XID_ERRORS, which
-    dcgm-exporter defines as a latched "last value" gauge; the native counter stays the truth.
+    dcgm-exporter defines as a latched "last value" gauge with ``err_code``/``err_msg``
+    labels; the native counter stays the truth. ``hostname_label``: ``Hostname`` (dcgm-exporter
+    3.x) or ``hostname`` (4.x). ``pod_labels``: pod/namespace/container of the allocation
+    (gpuwarden_gpu_kubernetes_pod_info) on each allocated GPU's or MIG device's series.
     """
-    ids = _identities(grouped)
-    lines: list[str] = []
+    if hostname_label not in HOSTNAME_LABELS:
+        raise ValueError(f"hostname label {hostname_label!r} is not one of {HOSTNAME_LABELS}")
+    ids = _identities(grouped, hostname_label)
+    pods = _pods(grouped) if pod_labels else {}
+    fields: dict[str, tuple[DcgmField, str, dict[_Key, float]]] = {}
     for metric, samples in grouped.items():
         for field in metric.dcgm:
-            values = _dcgm_values(field, samples)
-            rows = [(ids[g].labels, v) for g, v in values.items() if g in ids]
-            if not rows:
-                continue
-            lines += _header(field.name, f"{metric.help} (dcgm-exporter compatible)", field.type)
-            lines += [_series(field.name, labels, v) for labels, v in rows]
-    rows = [(ids[g].labels, last_xid.get(g, 0)) for g in sorted(ids, key=_int_or_str)]
-    if rows:  # like dcgm-exporter: every GPU, 0 until its first XID
+            help_ = field.help or f"{metric.help} (dcgm-exporter compatible)"
+            entry = fields.setdefault(field.name, (field, help_, {}))
+            _dcgm_values(field, samples, entry[2])
+    lines: list[str] = []
+    for name, (field, help_, values) in fields.items():
+        rows = [
+            (_labels(ids, k) + pods.get(k[:2], ()), v) for k, v in values.items() if k[0] in ids
+        ]
+        if not rows:
+            continue
+        fmt = format_integer if field.integer else format_value
+        lines += _header(name, help_, field.type)
+        lines += [_prefix(name, labels) + fmt(v) for labels, v in rows]
+    xids = [
+        (ids[g] + pods.get((g, ""), ()), int(last_xid.get(g, 0)))
+        for g in sorted(ids, key=_int_or_str)
+    ]
+    if xids:  # like dcgm-exporter: every GPU, 0 ("No Error") until its first XID
         name = DCGM_LAST_XID.name
-        lines += _header(name, DCGM_LAST_XID.help, "gauge")
-        lines += [_series(name, labels, v) for labels, v in rows]
+        lines += _header(name, DCGM_LAST_XID_HELP, "gauge")
+        lines += [
+            _series(name, (*labels, ("err_code", str(x)), ("err_msg", xid_message(x))), x)
+            for labels, x in xids
+        ]
     return lines
 
 
@@ -170,6 +233,8 @@ def render(
     dcgm: bool = False,
     last_xid: dict[str, int] | None = None,
     prefixes: Prefixes | None = None,
+    hostname_label: str = "Hostname",
+    pod_labels: bool = False,
 ) -> bytes:
     """The exposition of ``samples``; pass the same ``prefixes`` every cycle to reuse work."""
     grouped = group(samples)
@@ -177,5 +242,5 @@ def render(
     if prefixes is not None:
         prefixes.trim(sum(len(v) for v in grouped.values()))
     if dcgm:
-        lines += render_dcgm(grouped, last_xid or {})
+        lines += render_dcgm(grouped, last_xid or {}, hostname_label, pod_labels)
     return ("\n".join(lines) + "\n").encode()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from exporter.catalog import HOSTNAME_LABELS
+
 SOURCES = ("nvml", "simulated")
 COMPAT = ("dcgm",)
 
@@ -29,9 +31,17 @@ class ExporterSettings:
     sysfs_root: str | None = None  # None: /sys (nvml) or the simulated tree (simulated)
     kmsg: str | None = None  # None: /dev/kmsg (nvml) or the simulated log (simulated)
     compat: str | None = None
+    hostname_label: str = "Hostname"  # dcgm compat: Hostname (dcgm-exporter 3.x) or hostname
+    kubelet_socket: str | None = None  # kubelet pod-resources socket; None: no pod attribution
+    kubernetes_pod_labels: bool = False
+    dcgm_hostengine: str | None = (
+        None  # HOST:PORT of nv-hostengine, for pre-Hopper profiling  # dcgm compat: pod/namespace/container on GPU series
+    )
     web_config: str | None = None
     job_map_dir: str | None = None
-    interval: float = 5.0
+    # 15 s: Prometheus' default scrape interval. A cycle more often than scrapes is work no
+    # one reads; the scrape still never waits on collection.
+    interval: float = 15.0
     stale_after: float = 0.0  # 0: 3 intervals (at least 15 s) without a good cycle
     seed: int = 0  # simulated source only
 
@@ -43,6 +53,11 @@ class ExporterSettings:
             raise ValueError(f"--source: {self.source!r} is not one of {', '.join(SOURCES)}")
         if self.compat not in (None, "", *COMPAT):
             raise ValueError(f"--compat: {self.compat!r} is not one of {', '.join(COMPAT)}")
+        if self.hostname_label not in HOSTNAME_LABELS:
+            raise ValueError(
+                f"--hostname-label: {self.hostname_label!r} is not one of "
+                + ", ".join(HOSTNAME_LABELS)
+            )
         if not 0.05 <= self.interval <= 3600:
             raise ValueError(f"--interval: {self.interval} s is outside 0.05..3600")
         if self.stale_after < 0:

@@ -32,15 +32,18 @@ class NodeSources:
     fleet: Fleet
 
 
-def single_node(node: str, seed: int = 0, *, time_scale: float = 1.0) -> NodeSources:
+def single_node(
+    node: str, seed: int = 0, *, time_scale: float = 1.0, mig_profile: str | None = None
+) -> NodeSources:
     """One node of 8 GPUs x 18 NVLinks x 8 IB ports running jobs, healthy until faults are
     injected into ``sources.fleet`` (its only node is ``fleet.nodes[0]``).
 
     ``advance(t_wall)``: the first call fixes the origin, later ones step the model to
     ``(t_wall - origin) * time_scale`` virtual seconds and refresh the fakes.
+    ``mig_profile`` (e.g. "1g.10gb"): a MIG node, every GPU split into such instances.
     """
     fleet = Fleet(1, seed, idle_fraction=0.0)
-    view = NodeView(node, 0, fleet.topo.sku)
+    view = NodeView(node, 0, fleet.topo.sku, mig_profile)
     origin: list[float] = []
 
     def advance(t_wall: float) -> None:

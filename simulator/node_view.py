@@ -49,12 +49,16 @@ def _base(p: int) -> str:
 class NodeView:
     """The fakes of node ``index``; ``name`` is what the exporter calls the node."""
 
-    def __init__(self, name: str, index: int, sku: str = "h100") -> None:
+    def __init__(
+        self, name: str, index: int, sku: str = "h100", mig_profile: str | None = None
+    ) -> None:
         self.name, self.index, self.sku = name, index, sku
         factory = FakeGpuState.h200 if sku == "h200" else FakeGpuState.h100
         gpus = [factory(g, seed=name) for g in range(GPUS)]
         for g, gpu in enumerate(gpus):
             gpu.uuid, gpu.pci_bus_id = gpu_uuid(name, g), pci_bus_id(g)
+            if mig_profile:  # a MIG node: every GPU split into instances of this profile
+                gpu.partition(mig_profile)
         self.nvml = FakeNvml(gpus, driver_version=DRIVER)
         self.sysfs = DictSysfs(self._static_files(index))
         self.kmsg = ListKernelLog()

@@ -52,7 +52,39 @@ FIELDS: dict[str, str] = {
     "nvlink_throughput": "field NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX",
     "recovery_action": "field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
     "events": "nvmlDeviceRegisterEvents",
+    "encoder_utilization": "nvmlDeviceGetEncoderUtilization",
+    "decoder_utilization": "nvmlDeviceGetDecoderUtilization",
+    "memory_v2": "nvmlDeviceGetMemoryInfo(version=nvmlMemory_v2)",
+    "violations": "nvmlDeviceGetViolationStatus",
+    "vgpu_license": "nvmlDeviceGetGridLicensableFeatures",
+    "gpm": "nvmlGpmQueryDeviceSupport / nvmlGpmSampleGet / nvmlGpmMetricsGet",
+    "mig": "nvmlDeviceGetMigMode / nvmlDeviceGetMigDeviceHandleByIndex",
 }
+MAX_MIG_DEVICES = 7  # an A100/H100 has at most 7 GPU instances (nvmlDeviceGetMaxMigDeviceCount)
+
+
+@dataclass
+class FakeMigDevice:
+    """One MIG device (a compute instance in a GPU instance) of a partitioned GPU.
+
+    ``slices``: the memory slices of its profile out of 8 (1g.10gb: 1; 3g.40gb: 4 on H100).
+    """
+
+    parent: FakeGpuState
+    gpu_instance: int
+    compute_instance: int
+    profile: str
+    slices: int
+    uuid: str
+
+    @property
+    def memory_total(self) -> int:
+        return self.parent.memory_total * self.slices // 8
+
+    @property
+    def memory_used(self) -> int:  # the parent's use shared out by size: enough for a fake
+        return min(self.memory_total, self.parent.memory_used * self.slices // 8)
+
 
 # Real 8-GPU HGX H100/H200 boards enumerate their GPUs on these PCI buses.
 HGX_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
@@ -113,6 +145,24 @@ class FakeGpuState:
     nvlink_tx_bytes: list[int] = field(default_factory=lambda: [0] * LINKS)
     nvlink_rx_bytes: list[int] = field(default_factory=lambda: [0] * LINKS)
     recovery_action: int = pynvml.NVML_GPU_RECOVERY_ACTION_NONE
+    enc_util_pct: int = 0
+    dec_util_pct: int = 0
+    memory_reserved: int = 637_534_208  # what an H100 80GB reports reserved (608 MiB)
+    violations_ns: dict[int, int] = field(default_factory=dict)  # NVML_PERF_POLICY_* -> ns
+    vgpu_licensed: bool | None = None  # None: no vGPU licensing on this GPU (bare metal)
+    gpm_supported: bool = True  # GPM (profiling metrics) exists on Hopper and newer
+    # What GPM reports between two samples, in its units (percent, MiB/s).
+    gr_engine_active_pct: float = 0.0
+    tensor_active_pct: float = 0.0
+    dram_active_pct: float = 0.0
+    pcie_tx_mib_s: float = 0.0
+    pcie_rx_mib_s: float = 0.0
+    sm_active_pct: float = 0.0
+    sm_occupancy_pct: float = 0.0
+    fp64_active_pct: float = 0.0
+    fp32_active_pct: float = 0.0
+    fp16_active_pct: float = 0.0
+    mig_devices: list[FakeMigDevice] = field(default_factory=list)  # non-empty: MIG mode on
     unsupported: set[str] = field(default_factory=set)
     failing: dict[str, Exception] = field(default_factory=dict)
     lost: bool = False
@@ -150,6 +200,32 @@ class FakeGpuState:
         gpu.memory_total = 150_754_820_096
         return gpu
 
+    @classmethod
+    def a100(cls, index: int, seed: str = "") -> FakeGpuState:
+        """An idle A100 80GB SXM: Ampere, so no GPM profiling (DCGM would be needed)."""
+        gpu = cls.h100(index, seed)
+        gpu.uuid = _uuid("a100", seed, index)
+        gpu.name = "NVIDIA A100-SXM4-80GB"
+        gpu.gpm_supported = False
+        gpu.nvlink_state = [1] * 12
+        gpu.nvlink_tx_bytes, gpu.nvlink_rx_bytes = [0] * 12, [0] * 12
+        return gpu
+
+    def partition(self, profile: str = "1g.10gb", count: int = MAX_MIG_DEVICES) -> None:
+        """MIG mode on, ``count`` GPU instances of ``profile``, one compute instance each.
+
+        GPU instance ids follow the placement NVML gives 1g instances on an empty H100.
+        """
+        slices = int(profile.split("g.", 1)[0]) if "g." in profile else 1
+        slices = 4 if slices == 3 else slices  # 3g profiles take 4 of the 8 memory slices
+        ids = (7, 8, 9, 11, 12, 13, 14)[:count] if slices == 1 else range(1, count + 1)
+        self.mig_devices = [
+            FakeMigDevice(
+                self, gi, 0, profile, slices, _uuid("mig", self.uuid, gi).replace("GPU-", "MIG-")
+            )
+            for gi in ids
+        ]
+
     def reload_driver(self) -> None:
         """What a driver reload does to the counters: volatile ones restart from zero."""
         for e in (
@@ -160,6 +236,7 @@ class FakeGpuState:
         self.energy_mj = 0
         self.pcie_replay = 0
         self.nvlink_errors.clear()
+        self.violations_ns.clear()
         self.nvlink_tx_bytes = [0] * len(self.nvlink_tx_bytes)
         self.nvlink_rx_bytes = [0] * len(self.nvlink_rx_bytes)
 
@@ -179,6 +256,85 @@ class FakeMemory:
     total: int
     free: int
     used: int
+
+
+@dataclass
+class FakeMemoryV2:
+    """Shaped like ``pynvml.c_nvmlMemory_v2_t``."""
+
+    version: int
+    total: int
+    reserved: int
+    free: int
+    used: int
+
+
+@dataclass
+class FakeViolationTime:
+    """Shaped like ``pynvml.c_nvmlViolationTime_t`` (both in ns)."""
+
+    referenceTime: int
+    violationTime: int
+
+
+@dataclass
+class FakeLicensableFeature:
+    featureCode: int
+    featureState: int
+
+
+@dataclass
+class FakeLicensableFeatures:
+    """Shaped like ``pynvml.c_nvmlGridLicensableFeatures_v4_t``."""
+
+    isGridLicenseSupported: int
+    licensableFeaturesCount: int
+    gridLicensableFeatures: list[FakeLicensableFeature]
+
+
+@dataclass
+class FakeGpmSupport:
+    isSupportedDevice: int
+
+
+@dataclass
+class FakeGpmSample:
+    """An opaque GPM sample: here, what the GPU's profiling state was when it was taken."""
+
+    values: dict[int, float] = field(default_factory=dict)
+    freed: bool = False
+
+
+@dataclass
+class FakeGpmMetric:
+    metricId: int = 0
+    nvmlReturn: int = pynvml.NVML_SUCCESS
+    value: float = 0.0
+
+
+class FakeGpmMetricsGet:
+    """Shaped like ``pynvml.c_nvmlGpmMetricsGet_t`` (the request/answer struct)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: FakeGpmSample | None = None
+        self.sample2: FakeGpmSample | None = None
+        self.metrics = [FakeGpmMetric() for _ in range(pynvml.NVML_GPM_METRIC_MAX)]
+
+
+_GPM_FIELDS = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: "gr_engine_active_pct",
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor_active_pct",
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram_active_pct",
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: "pcie_tx_mib_s",
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: "pcie_rx_mib_s",
+    pynvml.NVML_GPM_METRIC_SM_UTIL: "sm_active_pct",
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: "sm_occupancy_pct",
+    pynvml.NVML_GPM_METRIC_FP64_UTIL: "fp64_active_pct",
+    pynvml.NVML_GPM_METRIC_FP32_UTIL: "fp32_active_pct",
+    pynvml.NVML_GPM_METRIC_FP16_UTIL: "fp16_active_pct",
+}
 
 
 @dataclass
@@ -264,6 +420,36 @@ class FakeNvml:
         self.initialized = False
         self.init_calls = 0
         self.event_sets: list[FakeEventSet] = []
+        self.gpm_samples: list[FakeGpmSample] = []  # every sample allocated (tests check frees)
+
+    # ------------------------------------------------------------------ MIG
+    def nvmlDeviceGetMigMode(self, device: FakeGpuState) -> list[int]:
+        gpu = self._read(device, "mig")
+        on = pynvml.NVML_DEVICE_MIG_ENABLE if gpu.mig_devices else 0
+        return [on, on]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: FakeGpuState) -> int:
+        self._read(device, "mig")
+        return MAX_MIG_DEVICES
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: FakeGpuState, index: int) -> Any:
+        gpu = self._read(device, "mig")
+        if not gpu.mig_devices:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if not 0 <= index < len(gpu.mig_devices):
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return gpu.mig_devices[index]
+
+    def nvmlDeviceGetGpuInstanceId(self, device: FakeMigDevice) -> int:
+        self._device(device.parent)
+        return device.gpu_instance
+
+    def nvmlDeviceGetComputeInstanceId(self, device: FakeMigDevice) -> int:
+        self._device(device.parent)
+        return device.compute_instance
+
+    # the struct class the GPU collector builds a GPM request in (pynvml's module attribute)
+    c_nvmlGpmMetricsGet_t = FakeGpmMetricsGet
 
     # ------------------------------------------------------------------ library
     def nvmlInit(self) -> None:
@@ -294,10 +480,15 @@ class FakeNvml:
         return gpu
 
     # ------------------------------------------------------------------ identity
-    def nvmlDeviceGetUUID(self, handle: FakeGpuState) -> str:
+    def nvmlDeviceGetUUID(self, handle: FakeGpuState | FakeMigDevice) -> str:
+        if isinstance(handle, FakeMigDevice):
+            self._read(handle.parent, "mig")
+            return handle.uuid
         return self._read(handle, "uuid").uuid
 
-    def nvmlDeviceGetName(self, handle: FakeGpuState) -> str:
+    def nvmlDeviceGetName(self, handle: FakeGpuState | FakeMigDevice) -> str:
+        if isinstance(handle, FakeMigDevice):  # NVML names a MIG device "<GPU> MIG <profile>"
+            return f"{self._read(handle.parent, 'mig').name} MIG {handle.profile}"
         return self._read(handle, "name").name
 
     def nvmlDeviceGetPciInfo(self, handle: FakeGpuState) -> FakePciInfo:
@@ -344,9 +535,86 @@ class FakeNvml:
         self._require("nvmlDeviceGetCurrentClocksThrottleReasons")
         return self._read(handle, "throttle_reasons").throttle_reasons
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpuState) -> FakeMemory:
+    def nvmlDeviceGetMemoryInfo(
+        self, handle: FakeGpuState | FakeMigDevice, version: int | None = None
+    ) -> FakeMemory | FakeMemoryV2:
+        if isinstance(handle, FakeMigDevice):
+            self._read(handle.parent, "mig")
+            total, used = handle.memory_total, handle.memory_used
+            return FakeMemory(total, total - used, used)
         gpu = self._read(handle, "memory")
-        return FakeMemory(gpu.memory_total, gpu.memory_free, gpu.memory_used)
+        if not version:
+            return FakeMemory(gpu.memory_total, gpu.memory_free, gpu.memory_used)
+        self._read(handle, "memory_v2")
+        used = max(0, gpu.memory_used - gpu.memory_reserved)  # v2 counts reserved apart
+        return FakeMemoryV2(version, gpu.memory_total, gpu.memory_reserved, gpu.memory_free, used)
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: FakeGpuState) -> list[int]:
+        return [self._read(handle, "encoder_utilization").enc_util_pct, 167_000]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: FakeGpuState) -> list[int]:
+        return [self._read(handle, "decoder_utilization").dec_util_pct, 167_000]
+
+    def nvmlDeviceGetViolationStatus(
+        self, device: FakeGpuState, perfPolicyType: int
+    ) -> FakeViolationTime:
+        gpu = self._read(device, "violations")
+        if not 0 <= perfPolicyType < pynvml.NVML_PERF_POLICY_COUNT:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return FakeViolationTime(
+            1_700_000_000_000_000_000, gpu.violations_ns.get(perfPolicyType, 0)
+        )
+
+    def nvmlDeviceGetGridLicensableFeatures(self, handle: FakeGpuState) -> FakeLicensableFeatures:
+        gpu = self._read(handle, "vgpu_license")
+        if gpu.vgpu_licensed is None:
+            return FakeLicensableFeatures(0, 0, [])
+        code = pynvml.NVML_GRID_LICENSE_FEATURE_CODE_COMPUTE
+        feature = FakeLicensableFeature(code, 1 if gpu.vgpu_licensed else 0)
+        return FakeLicensableFeatures(1, 1, [feature])
+
+    # ------------------------------------------------------------------ GPM (profiling)
+    def nvmlGpmQueryDeviceSupport(self, device: FakeGpuState) -> FakeGpmSupport:
+        return FakeGpmSupport(1 if self._read(device, "gpm").gpm_supported else 0)
+
+    def nvmlGpmSampleAlloc(self) -> FakeGpmSample:
+        self._check_init()
+        sample = FakeGpmSample()
+        self.gpm_samples.append(sample)
+        return sample
+
+    def nvmlGpmSampleFree(self, gpmSample: FakeGpmSample) -> None:
+        gpmSample.freed = True
+
+    def nvmlGpmSampleGet(self, device: FakeGpuState, gpmSample: FakeGpmSample) -> FakeGpmSample:
+        gpu = self._read(device, "gpm")
+        if not gpu.gpm_supported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        gpmSample.values = {mid: getattr(gpu, attr) for mid, attr in _GPM_FIELDS.items()}
+        return gpmSample
+
+    def nvmlGpmMigSampleGet(
+        self, device: FakeGpuState, gpuInstanceId: int, gpmSample: FakeGpmSample
+    ) -> FakeGpmSample:
+        """A MIG instance's activity: the fake shares its GPU's figures with every instance."""
+        gpu = self._read(device, "gpm")
+        if not gpu.gpm_supported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if gpuInstanceId not in {m.gpu_instance for m in gpu.mig_devices}:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self.nvmlGpmSampleGet(device, gpmSample)
+
+    def nvmlGpmMetricsGet(self, metricsGet: FakeGpmMetricsGet) -> FakeGpmMetricsGet:
+        self._check_init()
+        s1, s2 = metricsGet.sample1, metricsGet.sample2
+        if metricsGet.version != pynvml.NVML_GPM_METRICS_GET_VERSION or s1 is None or s2 is None:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        for m in metricsGet.metrics[: metricsGet.numMetrics]:
+            if m.metricId in s2.values:  # the fake's activity is what the later sample saw
+                m.value, m.nvmlReturn = s2.values[m.metricId], pynvml.NVML_SUCCESS
+            else:
+                m.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return metricsGet
 
     # ------------------------------------------------------------------ memory errors
     def nvmlDeviceGetTotalEccErrors(

@@ -23,9 +23,12 @@ from exporter import catalog as c
 from exporter.catalog import Sample
 from exporter.collectors.base import ReadErrors
 from exporter.collectors.gpu_fields import GpuRead, read_device
+from exporter.collectors.gpu_mig import MigProfiler, read_mig
 from exporter.collectors.gpu_nvlink import read_field_values, read_nvlink
+from exporter.collectors.gpu_profiling import GpmProfiler
 from exporter.collectors.gpu_reader import FieldReader, is_lost, text
 from exporter.counters import Monotonic
+from exporter.sources.dcgm import DcgmProfiling
 from exporter.sources.protocols import GpuIdentity, NvmlApi, pci_key
 
 GPU_LOST = "gpu_lost"
@@ -49,7 +52,14 @@ class _Gpu:
 class GpuCollector:
     name = "gpu"
 
-    def __init__(self, nvml: NvmlApi, node: str, *, fail_threshold: int = 3) -> None:
+    def __init__(
+        self,
+        nvml: NvmlApi,
+        node: str,
+        *,
+        fail_threshold: int = 3,
+        dcgm: DcgmProfiling | None = None,
+    ) -> None:
         if fail_threshold < 1:
             raise ValueError(f"fail_threshold must be >= 1, got {fail_threshold}")
         self.nvml = nvml
@@ -61,6 +71,9 @@ class GpuCollector:
         self._driver = ""
         self._gpus: dict[int, _Gpu] = {}
         self._unsupported: set[Hashable] = set()
+        self.profiler = GpmProfiler(nvml, dcgm)
+        self.mig_profiler = MigProfiler(nvml)
+        self._migs: dict[int, dict[str, tuple[str, str, str]]] = {}  # index -> MIG UUID -> ids
 
     # ------------------------------------------------------------------ public
     def collect(self) -> list[Sample]:
@@ -83,7 +96,18 @@ class GpuCollector:
             if g.identity is not None
         }
 
+    def mig_devices(self) -> dict[str, tuple[str, str, str]]:
+        """MIG UUID -> (GPU index, GPU UUID, GPU instance) of the MIG devices seen last."""
+        return {
+            m: (str(i), g.identity.uuid, gi)
+            for i, migs in self._migs.items()
+            if (g := self._gpus.get(i)) is not None and g.identity is not None
+            for m, (gi, _, _) in migs.items()
+        }
+
     def close(self) -> None:
+        self.profiler.close()
+        self.mig_profiler.close()
         if self._initialized:
             self._initialized = False
             try:
@@ -155,6 +179,9 @@ class GpuCollector:
         g = GpuRead(self.nvml, handle, reader, lv, self.monotonic, [])
         read_device(g)
         read_field_values(g, read_nvlink(g))
+        self.profiler.read(g, gpu.identity.uuid)
+        self._migs[index] = read_mig(g)
+        self.mig_profiler.read(g, gpu.identity.uuid, self._migs[index])
         gpu.last = head
         return head + g.out
 

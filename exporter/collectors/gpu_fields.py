@@ -34,6 +34,20 @@ CLOCKS = (
     (c.GPU_MEMORY_CLOCK, c.GPU_MEMORY_CLOCK_MAX, pynvml.NVML_CLOCK_MEM),
 )
 TEMP_GPU = pynvml.NVML_TEMPERATURE_GPU
+MEMORY_V2 = pynvml.nvmlMemory_v2
+VIOLATIONS = tuple(
+    (policy, getattr(pynvml, f"NVML_PERF_POLICY_{code}"))
+    for policy, code in (
+        ("power", "POWER"),
+        ("thermal", "THERMAL"),
+        ("sync_boost", "SYNC_BOOST"),
+        ("board_limit", "BOARD_LIMIT"),
+        ("low_utilization", "LOW_UTILIZATION"),
+        ("reliability", "RELIABILITY"),
+        ("total_app_clocks", "TOTAL_APP_CLOCKS"),
+        ("total_base_clocks", "TOTAL_BASE_CLOCKS"),
+    )
+)
 PCIE_GAUGES = (
     ("pcie_generation", "nvmlDeviceGetCurrPcieLinkGeneration", c.GPU_PCIE_GENERATION),
     ("pcie_generation_max", "nvmlDeviceGetMaxPcieLinkGeneration", c.GPU_PCIE_GENERATION_MAX),
@@ -72,17 +86,60 @@ def read_device(g: GpuRead) -> None:
     if util is not None:
         g.gauge(c.GPU_UTILIZATION, util.gpu / 100.0)
         g.gauge(c.GPU_MEMORY_UTILIZATION, util.memory / 100.0)
+    for what, metric, fn in (
+        ("encoder_utilization", c.GPU_ENCODER_UTILIZATION, n.nvmlDeviceGetEncoderUtilization),
+        ("decoder_utilization", c.GPU_DECODER_UTILIZATION, n.nvmlDeviceGetDecoderUtilization),
+    ):
+        pair = r.read(what, fn, h)  # [percent, sampling period in us]
+        g.gauge(metric, None if pair is None else pair[0] / 100.0)
     for cur, top, kind in CLOCKS:
         g.gauge(cur, _mhz(r.read("clock", n.nvmlDeviceGetClockInfo, h, kind, scope=kind)))
         g.gauge(top, _mhz(r.read("clock_max", n.nvmlDeviceGetMaxClockInfo, h, kind, scope=kind)))
     _throttle(g)
-    mem = r.read("memory", n.nvmlDeviceGetMemoryInfo, h)
-    if mem is not None:
-        g.gauge(c.GPU_MEMORY_TOTAL, mem.total)
-        g.gauge(c.GPU_MEMORY_USED, mem.used)
-        g.gauge(c.GPU_MEMORY_FREE, mem.free)
+    _violations(g)
+    _memory(g)
     _memory_errors(g)
     _pcie(g)
+    _vgpu_license(g)
+
+
+def _memory(g: GpuRead) -> None:
+    """Memory info v2 (driver 510+) adds ``reserved``; older drivers answer v1 only."""
+    n, h, r = g.nvml, g.handle, g.r
+    mem = None
+    if not r.skip("memory", "v2"):
+        mem = r.read("memory", n.nvmlDeviceGetMemoryInfo, h, MEMORY_V2, scope="v2")
+    if mem is None and r.skip("memory", "v2"):
+        mem = r.read("memory", n.nvmlDeviceGetMemoryInfo, h)
+    if mem is None:
+        return
+    g.gauge(c.GPU_MEMORY_TOTAL, mem.total)
+    g.gauge(c.GPU_MEMORY_FREE, mem.free)
+    reserved = getattr(mem, "reserved", None)
+    if reserved is None:
+        g.gauge(c.GPU_MEMORY_USED, mem.used)
+    else:  # v2's used leaves the reserved part out; v1 (and dcgm's FB_USED) count it in
+        g.gauge(c.GPU_MEMORY_USED, mem.used + reserved)
+        g.gauge(c.GPU_MEMORY_RESERVED, reserved)
+
+
+def _violations(g: GpuRead) -> None:
+    fn = g.nvml.nvmlDeviceGetViolationStatus
+    for policy, code in VIOLATIONS:
+        t = g.r.read("violations", fn, g.handle, code, scope=code)
+        g.counter(c.GPU_CLOCK_VIOLATION, None if t is None else t.violationTime, policy, scale=1e-9)
+
+
+def _vgpu_license(g: GpuRead) -> None:
+    fn = g.nvml.nvmlDeviceGetGridLicensableFeatures
+    features = g.r.read("vgpu_license", fn, g.handle)
+    if features is None:
+        return
+    if not features.isGridLicenseSupported:  # bare metal: no vGPU licensing, no series
+        g.r.unsupported.add((g.r.gpu, "vgpu_license", None))
+        return
+    states = [f.featureState for f in features.gridLicensableFeatures]
+    g.gauge(c.GPU_VGPU_LICENSE, 1.0 if any(states[: features.licensableFeaturesCount]) else 0.0)
 
 
 def _mhz(v: int | None) -> float | None:

@@ -6,7 +6,7 @@ Documentation/ABI/stable/sysfs-class-infiniband.
 
 Per device: ``IB_DEVICE_INFO`` (board_id, fw_ver, hca_type, node_guid). Per port:
 state, phys_state, rate (bytes/s), ``IB_PORT_INFO`` (link_layer), every file under
-``counters/`` and ``hw_counters/``. Every counter goes through one
+``counters/``, ``counters_ext/`` (mlx4) and ``hw_counters/`` (mlx5). Every counter goes through one
 :class:`~exporter.counters.Monotonic` per port, so a reset (driver reload, port reset) never
 exports a drop; resets are counted in ``IB_COUNTER_RESETS``.
 
@@ -37,6 +37,7 @@ from exporter.catalog import (
 )
 from exporter.collectors.base import ReadErrors
 from exporter.collectors.infiniband_parse import (
+    UnsupportedCounter,
     parse_counter,
     parse_enum,
     parse_label,
@@ -53,6 +54,12 @@ DATA_COUNTERS: dict[str, tuple[MetricDef, int]] = {
     "port_xmit_data": (IB_TRANSMIT, 4),
     "port_rcv_data": (IB_RECEIVE, 4),
 }
+# mlx4 has no hw_counters but a counters_ext/ group (drivers/infiniband/hw/mlx4/sysfs.c) with
+# 64-bit data counters that do not saturate like the 32-bit ones in counters/: prefer them.
+EXT_DATA_COUNTERS: dict[str, tuple[MetricDef, int]] = {
+    "port_xmit_data_64": (IB_TRANSMIT, 4),
+    "port_rcv_data_64": (IB_RECEIVE, 4),
+}
 # hw_counters/lifespan is a setting (ms a cached hw_counters read stays valid), not a counter.
 NOT_COUNTERS = frozenset({"lifespan"})
 
@@ -64,11 +71,19 @@ class InfinibandCollector:
 
     name = "infiniband"
 
+    RELIST_CYCLES = 8  # counter directories are re-listed this often (and on any change)
+
     def __init__(self, sysfs: SysfsRoot, node: str) -> None:
         self.sysfs = sysfs
         self.node = node
         self.read_errors = ReadErrors()
         self._monotonic: dict[tuple[str, str], Monotonic] = {}
+        # A port's counter files are fixed by its driver: list each group directory once per
+        # RELIST_CYCLES, not every cycle (listing, and raising for an absent group, was a fifth
+        # of an InfiniBand cycle). A new or vanished device, or a file gone, re-lists at once.
+        self._listings: dict[str, list[str] | None] = {}
+        self._devices: list[str] = []
+        self._cycle = 0
 
     def collect(self) -> list[Sample]:
         try:
@@ -78,6 +93,10 @@ class InfinibandCollector:
         except OSError:
             self.read_errors.add(CLASS_DIR)
             return []
+        self._cycle += 1
+        if devices != self._devices or self._cycle % self.RELIST_CYCLES == 0:
+            self._listings.clear()
+            self._devices = devices
         out: list[Sample] = []
         for device in devices:
             out += self._device(device)
@@ -114,7 +133,14 @@ class InfinibandCollector:
             if value is not None:
                 out.append(metric.make(value, *labels))
         mono = self._monotonic.setdefault((device, port), Monotonic())
-        out += self._counters(device, port, "counters", IB_COUNTER, mono)
+        ext = self._counters(device, port, "counters_ext", IB_COUNTER, mono)
+        have = {s.metric for s in ext if s.metric is not IB_COUNTER}
+        out += ext
+        out += [
+            s
+            for s in self._counters(device, port, "counters", IB_COUNTER, mono)
+            if s.metric not in have
+        ]
         out += self._counters(device, port, "hw_counters", IB_HW_COUNTER, mono)
         out.append(IB_COUNTER_RESETS.make(mono.resets, *labels))
         return out
@@ -123,28 +149,47 @@ class InfinibandCollector:
         self, device: str, port: str, group: str, metric: MetricDef, mono: Monotonic
     ) -> list[Sample]:
         base = f"{CLASS_DIR}/{device}/ports/{port}/{group}"
-        try:
-            files = self.sysfs.listdir(base)
-        except FileNotFoundError:  # hw_counters exist on mlx5 only
-            return []
-        except OSError:
-            self.read_errors.add(f"{device}/{port}/{group}")
-            return []
-        read = self._reader(base, f"{device}/{port}/{group}")
+        what = f"{device}/{port}/{group}"
+        data = EXT_DATA_COUNTERS if group == "counters_ext" else DATA_COUNTERS
+        data = {} if group == "hw_counters" else data
+        read_text, node = self.sysfs.read_text, self.node
         out: list[Sample] = []
-        for file in files:
+        for file in self._list(base, what) or ():  # the hot loop: one read per counter file
             if file in NOT_COUNTERS:
                 continue
-            raw = read(file, parse_counter)
-            if raw is None:
+            try:
+                raw = parse_counter(read_text(f"{base}/{file}"))
+            except UnsupportedCounter:  # "N/A (no PMA)": absent, not an error
+                continue
+            except FileNotFoundError:
+                if not self.sysfs.is_dir(base):  # the group went away: list afresh next cycle
+                    self._listings.pop(base, None)
+                    break
+                continue
+            except (OSError, ValueError):
+                self.read_errors.add(f"{what}/{file}")
                 continue
             total = mono.update((group, file), raw)
-            if group == "counters" and file in DATA_COUNTERS:
-                data_metric, scale = DATA_COUNTERS[file]
-                out.append(data_metric.make(total * scale, self.node, device, port))
+            if file in data:
+                data_metric, scale = data[file]
+                out.append(data_metric.make(total * scale, node, device, port))
             else:
-                out.append(metric.make(total, self.node, device, port, file))
+                out.append(metric.make(total, node, device, port, file))
         return out
+
+    def _list(self, base: str, what: str) -> list[str] | None:
+        """The files of one counter group, or None when the group is absent (cached)."""
+        if base in self._listings:
+            return self._listings[base]
+        try:
+            files: list[str] | None = self.sysfs.listdir(base)
+        except FileNotFoundError:  # hw_counters exist on mlx5, counters_ext on mlx4 only
+            files = None
+        except OSError:
+            self.read_errors.add(what)
+            return None  # not cached: a transient failure is retried next cycle
+        self._listings[base] = files
+        return files
 
     def _reader(self, base: str, what: str) -> Callable[[str, Callable[[str], T]], T | None]:
         def read(file: str, parse: Callable[[str], T]) -> T | None:
@@ -156,7 +201,7 @@ class InfinibandCollector:
         """One read, one parse; None when absent (normal) or broken (counted)."""
         try:
             return parse(self.sysfs.read_text(path))
-        except FileNotFoundError:
+        except (FileNotFoundError, UnsupportedCounter):  # absent, or "N/A (no PMA)"
             return None
         except (OSError, ValueError):
             self.read_errors.add(what)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from exporter.catalog import GPU_XID_ERRORS, KMSG_LINES, KMSG_LOST, Sample
+from exporter.catalog import GPU_MIG_XID_ERRORS, GPU_XID_ERRORS, KMSG_LINES, KMSG_LOST, Sample
 from exporter.collectors.base import ReadErrors
 from exporter.sources.protocols import (
     GpuIdentity,
@@ -58,6 +58,7 @@ class XidCollector:
         self._fallback = fallback
         self._stream = XidLineStream()
         self._counts: Counter[tuple[str, int]] = Counter()  # (pci key, xid) -> events
+        self._mig: Counter[tuple[str, str, str, int]] = Counter()  # (key, GPU-I, GPU-CI, xid)
         self._last: dict[str, int] = {}  # pci key -> last xid, in log order
         self._lines = 0
         self._held: list[tuple[str, int]] = []  # fallback events of a first unreadable cycle
@@ -93,6 +94,9 @@ class XidCollector:
                 self.read_errors.add("xid_line")
             for event in result.events:
                 self._count(event.pci_key, event.xid)
+                if event.gpu_instance is not None:  # MIG: the instance too, not instead
+                    ci = "" if event.compute_instance is None else str(event.compute_instance)
+                    self._mig[(event.pci_key, str(event.gpu_instance), ci, event.xid)] += 1
         healthy = bool(getattr(self._log, "healthy", True))
         if not healthy:
             self.read_errors.add("kmsg_read")
@@ -132,6 +136,10 @@ class XidCollector:
             ident = gpus.get(key)
             uuid = ident.uuid if ident else ""
             out.append(GPU_XID_ERRORS.make(n, self._node, _gpu_label(key, ident), uuid, str(xid)))
+        for (key, gi, ci, xid), n in sorted(self._mig.items()):
+            ident = gpus.get(key)
+            label, uuid = _gpu_label(key, ident), ident.uuid if ident else ""
+            out.append(GPU_MIG_XID_ERRORS.make(n, self._node, label, uuid, gi, ci, str(xid)))
         out.append(KMSG_LOST.make(self._log.lost_records, self._node))
         out.append(KMSG_LINES.make(self._lines, self._node, self._log.source_name))
         return out

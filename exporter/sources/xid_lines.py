@@ -11,6 +11,11 @@ continuation lines `` KEY=value``); util-linux dmesg (``[ 1843.308145] message``
 ``short`` / ``short-iso`` and syslog (``Feb 14 05:03:41 host kernel: message``). The XID line
 itself is NVIDIA's (https://docs.nvidia.com/deploy/xid-errors/): ``NVRM: Xid (PCI:dddd:bb:dd):
 <xid>, pid=<pid>, name=<process>, <text>``, where older drivers omit ``name=`` or ``pid=``.
+On a MIG GPU the parenthesis also names the instance, ``(PCI:dddd:bb:dd GPU-I:05)`` or
+``(PCI:dddd:bb:dd GPU-I:05 GPU-CI:01)`` (open-gpu-kernel-modules, kernel_rc_notification.c,
+``"PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u"``); drivers before about 2010 printed a bare
+``bus:device`` without domain or ``PCI:``, e.g. ``NVRM: Xid (0001:00): 8, Channel 00000002``.
+fixtures/kmsg/xid_corpus.yaml holds the shapes seen in public reports, each with its origin.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class XidEvent:
     process: str | None
     text: str
     fallen_off: bool = False
+    gpu_instance: int | None = None  # MIG: GPU-I, the GPU instance the fault is attributed to
+    compute_instance: int | None = None  # MIG: GPU-CI within that instance
 
 
 _KMSG = re.compile(r"^\d+,(\d+),(\d+),[^;]*;(.*)$", re.S)
@@ -109,7 +116,9 @@ def _float_or(text: str) -> float | None:
 
 
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\):"
+    r"NVRM: Xid \((?:PCI:)?"
+    r"(?P<pci>(?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{2,4}:[0-9a-fA-F]{2}(?:\.\d)?)"
+    r"(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\):"
     r" (?P<xid>\d+)(?:, |,?$)"
     r"(?:pid=(?P<pid>'<unknown>'|<unknown>|\d+)(?:, |,?$))?"
     r"(?:name=(?P<name>[^,]*)(?:, |,?$))?"
@@ -145,6 +154,8 @@ def parse_xid(message: str) -> XidEvent | None:
             pid=int(pid) if pid and pid.isdigit() else None,
             process=None if name is None or name.strip() in ("", "<unknown>") else name.strip(),
             text=m["text"].strip(),
+            gpu_instance=None if m["gi"] is None else int(m["gi"]),
+            compute_instance=None if m["ci"] is None else int(m["ci"]),
         )
     if looks_like_xid(message) or not _FALLEN.search(message):
         return None

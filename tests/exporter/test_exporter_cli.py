@@ -48,5 +48,6 @@ def test_flags_win_over_environment_which_wins_over_the_file(
 
 def test_defaults_follow_the_contract() -> None:
     s, wc, _ = settings_from([])
-    assert (s.listen, s.source, s.interval, wc) == ("0.0.0.0:9835", "nvml", 5.0, None)
-    assert s.node and s.stale_seconds == 15.0
+    assert (s.listen, s.source, s.interval, wc) == ("0.0.0.0:9835", "nvml", 15.0, None)
+    assert s.node and s.stale_seconds == 45.0
+    assert s.hostname_label == "Hostname"

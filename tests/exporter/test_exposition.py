@@ -45,7 +45,8 @@ def test_dcgm_mode_renders_dcgm_names_units_and_identity_labels() -> None:
     body = render(samples, dcgm=True).decode()
     ident = (
         'gpu="0",UUID="GPU-a",pci_bus_id="00000000:18:00.0",device="nvidia0",'
-        'modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"'
+        'modelName="NVIDIA H100 80GB HBM3",Hostname="node-a",'
+        f'{catalog.DCGM_DRIVER_LABEL}="550"'
     )
     for metric, value in (
         (catalog.GPU_SM_CLOCK, 1980),

@@ -69,6 +69,7 @@ def test_failing_field_comes_back_when_nvml_answers_again() -> None:
 def test_lost_gpu_reports_up_zero_with_reason_and_identity_others_unaffected() -> None:
     nvml = hgx_node(gpus=3)
     col = GpuCollector(nvml, "n1")
+    col.collect()  # profiling (GPM) series need a pair of samples: steady from cycle two
     before = per_gpu(col.collect())
     nvml.gpus[1].lost = True
     s = col.collect()
@@ -163,7 +164,7 @@ def test_counters_never_decrease_across_a_driver_reload() -> None:
     gpu.ecc[corr_vol], gpu.pcie_replay, gpu.energy_mj = 2, 1, 1_000
     second = {(s.metric.name, s.label_values): s.value for s in col.collect()}
     counters = [k for k in first if c.by_name(k[0]).type == "counter"]
-    assert len(counters) == 4 + 1 + 1 + 18 * 4 + 18 * 2
+    assert len(counters) == 4 + 1 + 1 + 8 + 18 * 4 + 18 * 2  # ecc, energy, replay, violations
     assert all(second[k] >= first[k] for k in counters)
     lv = ("n1", "0", gpu.uuid)
     assert second[(c.GPU_ECC_ERRORS.name, (*lv, "corrected", "volatile"))] == 52

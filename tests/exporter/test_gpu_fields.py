@@ -132,12 +132,21 @@ def test_nvlink_state_errors_and_bytes_per_link(busy: FakeNvml) -> None:
 def test_every_gpu_and_nvlink_metric_of_the_catalogue_is_emitted_for_a_pre_ampere_gpu() -> None:
     gpu = FakeGpuState.h100(0)
     gpu.unsupported.clear()
-    emitted = {s.metric for s in GpuCollector(FakeNvml([gpu]), "n1").collect()}
+    gpu.vgpu_licensed = True  # a vGPU-licensed host; bare metal has no such series
+    gpu.partition("1g.10gb", 2)  # MIG series exist only in MIG mode
+    col = GpuCollector(FakeNvml([gpu]), "n1")
+    col.collect()  # profiling needs a pair of GPM samples
+    emitted = {s.metric for s in col.collect()}
     gpu_section = {
         m for m in c.all_metrics() if m.name.startswith((c.PREFIX + "gpu_", c.PREFIX + "nvlink_"))
     }
     # XIDs and job allocations come from other collectors (kernel log, job map).
-    assert gpu_section - emitted == {c.GPU_XID_ERRORS, c.GPU_ALLOCATION_INFO}
+    assert gpu_section - emitted == {
+        c.GPU_XID_ERRORS,
+        c.GPU_MIG_XID_ERRORS,
+        c.GPU_ALLOCATION_INFO,
+        c.GPU_POD_INFO,  # the kubelet's, not NVML's
+    }
 
 
 def test_a_healthy_hgx_node_reports_eight_gpus_named_by_pci_key() -> None:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 
 import pytest
-from aiohttp import web
 
 from exporter import catalog
-from exporter.server import make_app
+from exporter.server import MetricsServer
 from tests.exporter.test_golden import Node
 from tests.realcomp import Prometheus, free_port, run_prometheus
 
@@ -22,19 +20,15 @@ def served_node() -> Iterator[tuple[Node, int]]:
     node = Node()
     node.loop.run_once()
     port = free_port()
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(make_app(node.loop, 3600))
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    server = MetricsServer(node.loop, 3600, None, ("127.0.0.1", port))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield node, port
     finally:
-        loop.call_soon_threadsafe(loop.stop)
+        server.shutdown()
+        server.server_close()
         thread.join(5)
-        loop.run_until_complete(runner.cleanup())
-        loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -131,3 +131,36 @@ def test_plain_http_to_the_tls_port_gets_no_metrics(https_exporter: tuple[str, P
     url, _ = https_exporter
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         urllib.request.urlopen(url.replace("https", "http") + "/metrics", timeout=3).read()
+
+
+def test_the_plain_http_edge_answers_get_head_404_and_keeps_the_connection() -> None:
+    import http.client
+    import threading
+
+    from exporter.collection import CollectionLoop
+    from exporter.server import MetricsServer
+
+    loop = CollectionLoop([], "edge", source="t", interval=5)
+    loop.run_once()
+    server = MetricsServer(loop, 60, None, ("127.0.0.1", 0))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        for method, path, status in (
+            ("GET", "/metrics", 200),
+            ("HEAD", "/metrics", 200),
+            ("GET", "/healthz", 200),
+            ("GET", "/nope", 404),
+            ("GET", "/metrics", 200),  # the same connection, still open
+        ):
+            conn.request(method, path)
+            r = conn.getresponse()
+            body = r.read()
+            assert r.status == status, (method, path)
+            if method == "HEAD":
+                assert body == b"" and int(r.headers["Content-Length"]) > 0
+            elif path == "/metrics":
+                assert b'node="edge"' in body
+    finally:
+        server.shutdown()
+        server.server_close()
