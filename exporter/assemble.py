@@ -22,6 +22,7 @@ from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
 from exporter.sources.jobmap import DirJobMap
 from exporter.sources.kmsg import KernelLogReader
+from exporter.sources.kmsg_state import XidStateFile
 from exporter.sources.nvml_events import NvmlXidEvents
 from exporter.sources.protocols import KernelLog, NvmlApi, SysfsRoot, XidEventSource
 from exporter.sources.sysfs import DirSysfs
@@ -48,6 +49,8 @@ def collectors_for(
     *,
     nvml_xid_events: bool = False,
     job_map_dir: str | None = None,
+    kmsg_state: str | None = None,
+    kmsg_backlog: float | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
@@ -61,7 +64,14 @@ def collectors_for(
     out: list[Collector] = [
         gpu,
         InfinibandCollector(sysfs, node),
-        XidCollector(kmsg, gpu.identities, node, fallback=fallback),
+        XidCollector(
+            kmsg,
+            gpu.identities,
+            node,
+            fallback=fallback,
+            state=XidStateFile(kmsg_state) if kmsg_state else None,
+            backlog_seconds=kmsg_backlog,
+        ),
     ]
     if job_map_dir:
         out.append(JobsCollector(DirJobMap(job_map_dir), gpu.identities, node))
@@ -98,5 +108,7 @@ def assemble(settings: ExporterSettings) -> Assembly:
         KernelLogReader(settings.kmsg or "/dev/kmsg"),
         nvml_xid_events=True,
         job_map_dir=settings.job_map_dir,
+        kmsg_state=settings.kmsg_state,
+        kmsg_backlog=settings.kmsg_backlog,
     )
     return Assembly(cols)

@@ -28,6 +28,8 @@ class ExporterSettings:
     source: str = "nvml"
     sysfs_root: str | None = None  # None: /sys (nvml) or the simulated tree (simulated)
     kmsg: str | None = None  # None: /dev/kmsg (nvml) or the simulated log (simulated)
+    kmsg_state: str | None = None  # XID counts + log position kept across restarts (issue 17)
+    kmsg_backlog: float = 600.0  # without a usable state: skip kmsg records older than this
     compat: str | None = None
     web_config: str | None = None
     job_map_dir: str | None = None
@@ -45,6 +47,8 @@ class ExporterSettings:
             raise ValueError(f"--compat: {self.compat!r} is not one of {', '.join(COMPAT)}")
         if not 0.05 <= self.interval <= 3600:
             raise ValueError(f"--interval: {self.interval} s is outside 0.05..3600")
+        if self.kmsg_backlog < 0:
+            raise ValueError(f"--kmsg-backlog: {self.kmsg_backlog} must be >= 0")
         if self.stale_after < 0:
             raise ValueError(f"--stale-after: {self.stale_after} must be >= 0")
 
