@@ -83,19 +83,75 @@ def site_overrides(path: Path) -> dict[Any, Any]:
     return data.get("xid_overrides") or {}
 
 
+TOTAL = "gpuwarden:gpu_xid_errors_total:without_target"
+MEMORY = "1d"  # how far back a (node, GPU, XID) that reappears is remembered
+ALLOCATION = "gpuwarden_gpu_allocation_info"
+
+
 def increase_record(window: str) -> str:
     return f"gpuwarden:gpu_xid_errors:increase{window}"
 
 
-def increase_expr(window: str) -> str:
-    """Events per (GPU, XID) in the window, counting the first event of a brand-new series.
+def incidents_record(window: str) -> str:
+    return f"gpuwarden:gpu_xid_incidents:count{window}"
 
-    The exporter creates a (gpu, xid) series on that XID's first event, with value 1.
-    ``increase()`` alone reports 0 for it (no earlier sample), so a series younger than the
-    window contributes its whole value instead.
+
+def total_expr() -> str:
+    """The counter without the labels of the scrape target that a restart changes.
+
+    A Kubernetes exporter restart gives every series a new ``pod`` label; a bare-metal one may
+    move ``instance``. Without them, one (node, GPU, XID) is one series across restarts, so
+    the rules below see a continued counter, not a young one.
     """
-    x = GPU_XID_ERRORS.name
-    return f"increase({x}[{window}]) and {x} offset {window}\nor ({x} unless {x} offset {window})"
+    return f"max without (instance, pod) ({GPU_XID_ERRORS.name})"
+
+
+def increase_expr(window: str) -> str:
+    """New events per (node, GPU, XID) in the window; a restart is not an event.
+
+    1. Seen at the window's start: ``increase()`` (counter resets handled as usual).
+    2. Back after a gap (exporter down longer than the window), with a saved count
+       (``--kmsg-state``): what it gained over its last value before the gap.
+    3. Back after a gap, not higher: only increases between samples in the window (0 while
+       there is only one sample, where ``increase()`` has no answer).
+    4. Never seen in the memory (1 day before the window): its value, because the exporter
+       creates a (GPU, XID) counter on the first event and never counts records older than its
+       start (``--kmsg-state`` / ``--kmsg-backlog``), so a brand-new series is brand-new events.
+    """
+    t, before = TOTAL, f"last_over_time({TOTAL}[{MEMORY}] offset {window})"
+    return (
+        f"increase({t}[{window}]) and {t} offset {window}\n"
+        f"or ({t} - {before}) > 0\n"
+        f"or (increase({t}[{window}]) or {t} * 0) and {before}\n"
+        f"or {t} unless {before}"
+    )
+
+
+def incidents_expr(window: str) -> str:
+    """Incidents per (node, GPU, XID) in the window: scrapes in which the counter rose.
+
+    Coalesced as the analyzer does: several lines of one fault (a burst, well inside one 15 s
+    scrape) are one incident, not several. A first-ever series or one back higher after a gap
+    adds the appearance itself.
+    """
+    t, before = TOTAL, f"last_over_time({TOTAL}[{MEMORY}] offset {window})"
+    c = f"changes({t}[{window}])"
+    return (
+        f"{c} and {t} offset {window}\n"
+        f"or ({c} + 1) and ({t} > {before})\n"
+        f"or {c} and {before}\n"
+        f"or ({c} + 1) unless {before}"
+    )
+
+
+def two_jobs_expr(window: str) -> str:
+    """GPUs that ran at least two jobs in the window, or that have no job map at all
+    (the analyzer's rule: a repeat on one GPU across two jobs points at the hardware)."""
+    jobs = (
+        f"count by (node, gpu) (count by (node, gpu, job_id) "
+        f"(last_over_time({ALLOCATION}[{window}])))"
+    )
+    return f"and on (node, gpu) ({jobs} >= 2)"
 
 
 def xid_regex(xids: list[int]) -> str:
@@ -184,7 +240,12 @@ def repeat_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {
             "alert": alert,
-            "expr": f'{increase_record(window)}{{xid=~"{xid_regex(xids)}"}} >= {count}',
+            "expr": (
+                f'({incidents_record(window)}{{xid=~"{xid_regex(xids)}"}} >= {count})\n'
+                f"  {two_jobs_expr(window)}\n"
+                f'or ({incidents_record(window)}{{xid=~"{xid_regex(xids)}"}} >= {count})\n'
+                f"  unless on (node, gpu) last_over_time({ALLOCATION}[{window}])"
+            ),
             "labels": {
                 "severity": "warning",
                 "action": "drain",
@@ -195,9 +256,10 @@ def repeat_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
                 "summary": "XID {{ $labels.xid }} repeats on {{ $labels.node }} GPU "
                 "{{ $labels.gpu }}",
                 "description": f"XID {{{{ $labels.xid }}}} ({meaning_template(cat, xids)})"
-                f' was logged {{{{ printf "%.0f" $value }}}} times in {window} on the same GPU'
-                f" ({{{{ $labels.node }}}} GPU {{{{ $labels.gpu }}}}); {count} or more"
-                " points at the hardware, not the application.",
+                f' happened in {{{{ printf "%.0f" $value }}}} separate incidents in {window} on the'
+                f" same GPU ({{{{ $labels.node }}}} GPU {{{{ $labels.gpu }}}}); {count} or more, in"
+                " two or more jobs where a job map exists, points at the hardware, not the"
+                " application (lines of one fault logged together count once).",
                 "runbook_url": runbook(alert),
             },
         }
@@ -214,8 +276,17 @@ def windows(cat: dict[int, dict[str, Any]]) -> list[str]:
     return sorted(found, key=_seconds)
 
 
+def repeat_windows(cat: dict[int, dict[str, Any]]) -> list[str]:
+    found = {str(e["repeat"]["window"]) for e in cat.values() if "repeat" in e}
+    return sorted(found, key=_seconds)
+
+
 def document(cat: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    recording = [{"record": increase_record(w), "expr": increase_expr(w)} for w in windows(cat)]
+    recording = [{"record": TOTAL, "expr": total_expr()}]
+    recording += [{"record": increase_record(w), "expr": increase_expr(w)} for w in windows(cat)]
+    recording += [
+        {"record": incidents_record(w), "expr": incidents_expr(w)} for w in repeat_windows(cat)
+    ]
     alerting = fatal_rules(cat) + warning_rules(cat) + repeat_rules(cat)
     return {
         "groups": [
