@@ -12,6 +12,7 @@ from tests.alerts.ruleset import (
     ACTIONS,
     EXTERNAL_METRICS,
     FAULT_CLASSES,
+    HOLD,
     ROOT,
     SEVERITIES,
     Rule,
@@ -110,6 +111,10 @@ def test_an_alert_that_recommends_an_action_uses_the_vocabulary(rule: Rule) -> N
     if action is None:
         assert "fault_class" not in rule.labels
         return
+    if action == HOLD["action"]:
+        assert rule.labels.get("fault_class") == HOLD["fault_class"]
+        assert rule.file.name == "pipeline.rules.yml" and "$labels.node" in str(rule.annotations)
+        return
     if action == TEMPLATED_ACTION:
         # Passed through from an analyzer finding: the selector admits only known actions.
         assert ACTION_SELECTOR in rule.expr
@@ -153,7 +158,7 @@ def test_every_alert_has_a_firing_and_a_silent_promtool_case(name: str) -> None:
 def test_alerts_on_gauges_wait_out_a_scrape_glitch(rule: Rule) -> None:
     """Counter windows (increase/rate/absent) already span scrapes; a raw gauge needs `for`."""
     windowed = re.search(
-        r"\b(increase|rate|avg_over_time|absent)\(|:increase|:rate|:avg", rule.expr
+        r"\b(increase|rate|avg_over_time|absent)\(|:increase|:rate|:avg|:count\d", rule.expr
     )
     if not windowed:
         assert rule.body.get("for"), f"{_id(rule)} compares a raw gauge without `for`"
