@@ -24,6 +24,7 @@ from exporter.sources.jobmap import DirJobMap
 from exporter.sources.kmsg import KernelLogReader
 from exporter.sources.kmsg_state import XidStateFile
 from exporter.sources.nvml_events import NvmlXidEvents
+from exporter.sources.pci import nvidia_gpu_addresses
 from exporter.sources.protocols import KernelLog, NvmlApi, SysfsRoot, XidEventSource
 from exporter.sources.sysfs import DirSysfs
 
@@ -57,7 +58,7 @@ def collectors_for(
     ``nvml_xid_events``: NVML XID events back the kernel log up (their read failures are
     counted with the GPU collector's).
     """
-    gpu = GpuCollector(nvml, node)
+    gpu = GpuCollector(nvml, node, pci_addresses=lambda: nvidia_gpu_addresses(sysfs))
     fallback: XidEventSource | None = (
         NvmlXidEvents(nvml, read_errors=gpu.read_errors) if nvml_xid_events else None
     )
