@@ -187,7 +187,6 @@ def fatal_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 "alert": alert,
                 "expr": f'{increase_record(FATAL_WINDOW)}{{xid=~"{xid_regex(xids)}"}} > 0',
-            "keep_firing_for": KEEP_FIRING,
                 "keep_firing_for": KEEP_FIRING,
                 "labels": {
                     "severity": "critical",
