@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from analyzer.xidcat import load_catalog
-from exporter.catalog import GPU_XID_ERRORS
+from exporter.catalog import GPU_ALLOCATION_INFO, GPU_XID_ERRORS
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT / "analyzer" / "xid_catalog.yaml"
@@ -88,7 +88,7 @@ def site_overrides(path: Path) -> dict[Any, Any]:
 
 TOTAL = "gpuwarden:gpu_xid_errors_total:without_target"
 MEMORY = "1d"  # how far back a (node, GPU, XID) that reappears is remembered
-ALLOCATION = "gpuwarden_gpu_allocation_info"
+ALLOCATION = GPU_ALLOCATION_INFO.name
 
 
 def increase_record(window: str) -> str:

@@ -6,6 +6,7 @@ Flags > environment (``GPUWARDEN_<FIELD>``) > YAML file (``--config``), see
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 
@@ -47,6 +48,8 @@ class ExporterSettings:
             raise ValueError(f"--compat: {self.compat!r} is not one of {', '.join(COMPAT)}")
         if not 0.05 <= self.interval <= 3600:
             raise ValueError(f"--interval: {self.interval} s is outside 0.05..3600")
+        if self.kmsg_state and not os.path.isdir(os.path.dirname(os.path.abspath(self.kmsg_state))):
+            raise ValueError(f"--kmsg-state: the directory of {self.kmsg_state} does not exist")
         if self.kmsg_backlog < 0:
             raise ValueError(f"--kmsg-backlog: {self.kmsg_backlog} must be >= 0")
         if self.stale_after < 0:

@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from exporter import catalog
 from gpuwarden.processes import Supervisor, free_port_block
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ FAULTS = [
     ("gpu-node-004", "row_remap_pending", "gpu7", {}),
     ("gpu-node-004", "thermal_throttle", "gpu4", {}),
 ]
-WANT = ("gpuwarden_finding", "gpuwarden_gpu_xid_errors_total", "up")
+WANT = (catalog.FINDING.name, catalog.GPU_XID_ERRORS.name, "up")
 
 
 def get(url: str) -> Any:

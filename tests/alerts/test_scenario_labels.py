@@ -59,7 +59,7 @@ def test_there_are_at_least_thirty_scenarios() -> None:
 def test_the_recording_names_its_origin_and_saw_findings_xids_and_up() -> None:
     data = json.loads((ROOT / "fixtures" / "alerts" / "scrape-labels.json").read_text())
     assert "shipped deploy/prometheus/prometheus.yml" in data["origin"]
-    assert {"gpuwarden_finding", "gpuwarden_gpu_xid_errors_total", "up"} <= set(data["metrics"])
+    assert {catalog.FINDING.name, catalog.GPU_XID_ERRORS.name, "up"} <= set(data["metrics"])
     assert "node" in data["metrics"]["up"]["sometimes"]  # the shipped config names the node
 
 
@@ -77,7 +77,7 @@ def test_every_scenario_series_has_the_labels_of_a_real_scrape(where: str, serie
 
 
 def test_the_label_check_rejects_a_hand_typed_label() -> None:
-    name, labels = parse('gpuwarden_gpu_up{node="n",gpu="0",uuid="u",hostname="n"}')
+    name, labels = parse(catalog.GPU_UP.name + '{node="n",gpu="0",uuid="u",hostname="n"}')
     assert not set(labels) <= set(expected(name)["sometimes"]) | FILE_SD_SITE
 
 

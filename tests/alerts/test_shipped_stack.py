@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.catalog import GPU_XID_ERRORS
 from gpuwarden.processes import Supervisor, free_port_block
 from tests.alerts.ruleset import ROOT, RULE_FILES
 from tests.realcomp import (
@@ -149,11 +150,9 @@ def test_an_exporter_restarted_under_a_new_pod_label_continues_its_counter(stack
     stack.start_exporter(node)
     stack.write_targets()
     prom = stack.prometheus
-    wait_until(
-        lambda: prom.query('gpuwarden_gpu_xid_errors_total{node="gpu-node-102",pod="exporter-b"}'),
-        90, 1, "the new pod's XID series",
-    )  # fmt: skip
-    new = prom.query('gpuwarden_gpu_xid_errors_total{node="gpu-node-102",pod="exporter-b"}')
+    new_pod = GPU_XID_ERRORS.name + '{node="gpu-node-102",pod="exporter-b"}'
+    wait_until(lambda: prom.query(new_pod), 90, 1, "the new pod's XID series")
+    new = prom.query(new_pod)
     assert [r["value"][1] for r in new] == ["1"]  # carried over, not re-read (2) or lost (0)
     merged = prom.query(
         'changes(gpuwarden:gpu_xid_errors_total:without_target{node="gpu-node-102"}[10m])'

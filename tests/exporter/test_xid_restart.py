@@ -8,8 +8,11 @@ import errno
 import json
 from pathlib import Path
 
+import pytest
+
 from exporter.catalog import GPU_XID_ERRORS
 from exporter.collectors.xid import XidCollector
+from exporter.settings import ExporterSettings
 from exporter.sources.kmsg import KernelLogReader
 from exporter.sources.kmsg_state import XidStateFile
 from exporter.sources.protocols import GpuIdentity
@@ -129,3 +132,10 @@ def test_an_unwritable_state_file_costs_a_read_error_not_the_counts(tmp_path: Pa
                              state=state)  # fmt: skip
     assert xid_counts(collector) == {"48": 1}
     assert collector.read_errors.counts["xid_state"] == 1 and state.save_error
+
+
+def test_a_state_file_in_a_missing_directory_or_a_negative_backlog_stops_the_start() -> None:
+    with pytest.raises(ValueError, match="--kmsg-state"):
+        ExporterSettings(node="n", kmsg_state="/nonexistent-gpuwarden-dir/xid-state.json")
+    with pytest.raises(ValueError, match="--kmsg-backlog"):
+        ExporterSettings(node="n", kmsg_backlog=-1)
