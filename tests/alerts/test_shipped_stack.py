@@ -28,6 +28,7 @@ import yaml
 
 from exporter.catalog import GPU_XID_ERRORS
 from gpuwarden.processes import Supervisor, free_port_block
+from simulator.nvml_fake import HGX_BUSES
 from tests.alerts.ruleset import ROOT, RULE_FILES
 from tests.realcomp import (
     Alertmanager,
@@ -82,24 +83,25 @@ class Stack:
                 self.sup.children.remove(child)
 
     def write_targets(self) -> None:
-        groups = [
-            {"targets": [f"127.0.0.1:{n.port}"], "labels": {"node": n.name, "pod": n.pod}}
-            for n in self.nodes.values()
-        ]
         path = self.prometheus.dir / "gpuwarden-targets" / "nodes.yml"
-        path.parent.mkdir(exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(groups))
+        tmp.write_text(targets(self.nodes))
         tmp.replace(path)  # file_sd sees a whole file, never half of one
 
     def am_alerts(self) -> list[dict[str, Any]]:
         return list(json.loads(http_get(f"{self.alertmanager.url}/api/v2/alerts")))
 
 
+def targets(nodes: dict[str, Node]) -> str:
+    groups = [
+        {"targets": [f"127.0.0.1:{n.port}"], "labels": {"node": n.name, "pod": n.pod}}
+        for n in nodes.values()
+    ]
+    return yaml.safe_dump(groups)
+
+
 def _gpu_bus() -> str:
     """The PCI bus of simulated GPU 0 (the simulator's HGX layout)."""
-    from simulator.nvml_fake import HGX_BUSES
-
     return str(HGX_BUSES[0]).lower()
 
 
@@ -112,18 +114,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         am_address = am.url.removeprefix("http://")
         config = PROMETHEUS.read_text().replace('["127.0.0.1:9093"]', f'["{am_address}"]')
         rules = {f"gpuwarden-rules/{f.name}": f.read_text() for f in RULE_FILES}
-        with run_prometheus(config, rules) as prom:
-            base = free_port_block(2)
-            nodes = {}
-            for i, name in enumerate(("gpu-node-101", "gpu-node-102")):
-                kmsg = work / f"{name}.log"
-                kmsg.write_text(XID_79.format(bus=_gpu_bus()))
-                nodes[name] = Node(name, base + i, kmsg, work / f"{name}.state.json")
+        base = free_port_block(2)
+        nodes = {}
+        for i, name in enumerate(("gpu-node-101", "gpu-node-102")):
+            kmsg = work / f"{name}.log"
+            kmsg.write_text(XID_79.format(bus=_gpu_bus()))
+            nodes[name] = Node(name, base + i, kmsg, work / f"{name}.state.json")
+        # The targets file exists before Prometheus starts, so file_sd watches it from the start.
+        files = {**rules, "gpuwarden-targets/nodes.yml": targets(nodes)}
+        with run_prometheus(config, files) as prom:
             s = Stack(work, Supervisor(work / "logs"), prom, am, nodes)
             try:
                 for n in nodes.values():
                     s.start_exporter(n)
-                s.write_targets()
                 yield s
             finally:
                 s.sup.stop_all()
@@ -138,7 +141,7 @@ def test_both_nodes_page_their_xid_79_once_the_shipped_config_scrapes_them(stack
     def firing() -> set[str]:
         return {a["node"] for a in _alerts(stack.prometheus, "GpuXidFatalHardware")}
 
-    wait_until(lambda: firing() == {"gpu-node-101", "gpu-node-102"}, 90, 1, "XID 79 alerts")
+    wait_until(lambda: firing() == {"gpu-node-101", "gpu-node-102"}, 150, 1, "XID 79 alerts")
     up = stack.prometheus.query('up{job="gpuwarden-exporter"}')
     assert {r["metric"]["node"] for r in up} == {"gpu-node-101", "gpu-node-102"}
 
