@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from analyzer.xidcat import load_catalog
-from exporter.catalog import GPU_ALLOCATION_INFO, GPU_XID_ERRORS
+from exporter.catalog import GPU_ALLOCATION_INFO, GPU_XID_ERRORS, XID_STATE_RESTORED
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT / "analyzer" / "xid_catalog.yaml"
@@ -109,24 +109,31 @@ def total_expr() -> str:
     return f"max without (instance, pod) ({GPU_XID_ERRORS.name})"
 
 
+def restored() -> str:
+    """Nodes whose exporter carried its XID counts over a restart (--kmsg-state)."""
+    return f"on (node) (max by (node) ({XID_STATE_RESTORED.name}) == 1)"
+
+
 def increase_expr(window: str) -> str:
     """New events per (node, GPU, XID) in the window; a restart is not an event.
 
     1. Seen at the window's start: ``increase()`` (counter resets handled as usual).
-    2. Back after a gap (exporter down longer than the window), with a saved count
-       (``--kmsg-state``): what it gained over its last value before the gap.
-    3. Back after a gap, not higher: only increases between samples in the window (0 while
-       there is only one sample, where ``increase()`` has no answer).
-    4. Never seen in the memory (1 day before the window): its value, because the exporter
-       creates a (GPU, XID) counter on the first event and never counts records older than its
-       start (``--kmsg-state`` / ``--kmsg-backlog``), so a brand-new series is brand-new events.
+    2. Back after a gap (exporter down longer than the window) from an exporter that carried
+       its counts over (``gpuwarden_exporter_xid_state_restored`` 1): what it gained over its
+       last value before the gap.
+    3. The same, not higher: only increases between samples in the window (0 while there is
+       only one sample, where ``increase()`` has no answer).
+    4. Back after a gap from an exporter whose counts began at its start, or never seen in the
+       memory (1 day before the window): its value. The exporter creates a (GPU, XID) counter
+       on the first event and never counts records older than its start minus
+       ``--kmsg-backlog``, so such a series holds only new events.
     """
     t, before = TOTAL, f"last_over_time({TOTAL}[{MEMORY}] offset {window})"
     return (
         f"increase({t}[{window}]) and {t} offset {window}\n"
-        f"or ({t} - {before}) > 0\n"
-        f"or (increase({t}[{window}]) or {t} * 0) and {before}\n"
-        f"or {t} unless {before}"
+        f"or ({t} - {before}) > 0 and {restored()}\n"
+        f"or (increase({t}[{window}]) or {t} * 0) and {before} and {restored()}\n"
+        f"or {t}"
     )
 
 
@@ -141,9 +148,9 @@ def incidents_expr(window: str) -> str:
     c = f"changes({t}[{window}])"
     return (
         f"{c} and {t} offset {window}\n"
-        f"or ({c} + 1) and ({t} > {before})\n"
-        f"or {c} and {before}\n"
-        f"or ({c} + 1) unless {before}"
+        f"or ({c} + 1) and ({t} > {before}) and {restored()}\n"
+        f"or {c} and {before} and {restored()}\n"
+        f"or ({c} + 1)"
     )
 
 

@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
-from exporter.catalog import GPU_XID_ERRORS, KMSG_LINES, KMSG_LOST, Sample
+from exporter.catalog import GPU_XID_ERRORS, KMSG_LINES, KMSG_LOST, XID_STATE_RESTORED, Sample
 from exporter.collectors.base import ReadErrors
 from exporter.sources.kmsg_state import XidState, XidStateFile
 from exporter.sources.protocols import (
@@ -95,11 +95,13 @@ class XidCollector:
 
     def _restore(self, backlog_seconds: float | None) -> None:
         restored = False
+        self._carried_over = False  # exported: the rules treat a fresh counter as fresh
         if self._state is not None:
             saved = self._state.load()
             if self._state.load_error:
                 self.read_errors.add("xid_state")
             self._counts.update(saved.counts)
+            self._carried_over = bool(saved.counts or saved.position)
             restore = getattr(self._log, "restore", None)
             restored = bool(saved.position) and restore is not None and restore(saved.position)
         skip = getattr(self._log, "skip_older_than", None)
@@ -171,6 +173,7 @@ class XidCollector:
             out.append(GPU_XID_ERRORS.make(n, self._node, _gpu_label(key, ident), uuid, str(xid)))
         out.append(KMSG_LOST.make(self._log.lost_records, self._node))
         out.append(KMSG_LINES.make(self._lines, self._node, self._log.source_name))
+        out.append(XID_STATE_RESTORED.make(float(self._carried_over), self._node))
         return out
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.catalog import GPU_XID_ERRORS
+from exporter.catalog import GPU_XID_ERRORS, XID_STATE_RESTORED
 from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
 from exporter.sources.kmsg import KernelLogReader
@@ -139,3 +139,18 @@ def test_a_state_file_in_a_missing_directory_or_a_negative_backlog_stops_the_sta
         ExporterSettings(node="n", kmsg_state="/nonexistent-gpuwarden-dir/xid-state.json")
     with pytest.raises(ValueError, match="--kmsg-backlog"):
         ExporterSettings(node="n", kmsg_backlog=-1)
+
+
+def restored(collector: XidCollector) -> float:
+    (s,) = [s for s in collector.collect() if s.metric is XID_STATE_RESTORED]
+    return s.value
+
+
+def test_the_exporter_says_whether_its_xid_counts_were_carried_over(tmp_path: Path) -> None:
+    state = tmp_path / "s.json"
+    ring = Ring([kmsg_xid(1, 48, 1.0)])
+    first = XidCollector(ring.reader(), lambda: GPUS, NODE, state=XidStateFile(state))
+    assert restored(first) == 0.0  # nothing saved yet: counts begin now
+    again = XidCollector(ring.reader(), lambda: GPUS, NODE, state=XidStateFile(state))
+    assert restored(again) == 1.0
+    assert restored(XidCollector(ring.reader(), lambda: GPUS, NODE)) == 0.0  # no state file
