@@ -24,8 +24,10 @@ from exporter.settings import ExporterSettings
 from exporter.sources.dcgm import DcgmProfiling, load_bindings
 from exporter.sources.jobmap import DirJobMap
 from exporter.sources.kmsg import KernelLogReader
+from exporter.sources.kmsg_state import XidStateFile
 from exporter.sources.kubelet import KubeletPodResources, PodResources
 from exporter.sources.nvml_events import NvmlXidEvents
+from exporter.sources.pci import nvidia_gpu_addresses
 from exporter.sources.protocols import KernelLog, NvmlApi, SysfsRoot, XidEventSource
 from exporter.sources.sysfs import DirSysfs
 
@@ -53,20 +55,29 @@ def collectors_for(
     job_map_dir: str | None = None,
     pod_resources: PodResources | None = None,
     dcgm: DcgmProfiling | None = None,
+    kmsg_state: str | None = None,
+    kmsg_backlog: float | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
     ``nvml_xid_events``: NVML XID events back the kernel log up (their read failures are
     counted with the GPU collector's).
     """
-    gpu = GpuCollector(nvml, node, dcgm=dcgm)
+    gpu = GpuCollector(nvml, node, dcgm=dcgm, pci_addresses=lambda: nvidia_gpu_addresses(sysfs))
     fallback: XidEventSource | None = (
         NvmlXidEvents(nvml, read_errors=gpu.read_errors) if nvml_xid_events else None
     )
     out: list[Collector] = [
         gpu,
         InfinibandCollector(sysfs, node),
-        XidCollector(kmsg, gpu.identities, node, fallback=fallback),
+        XidCollector(
+            kmsg,
+            gpu.identities,
+            node,
+            fallback=fallback,
+            state=XidStateFile(kmsg_state) if kmsg_state else None,
+            backlog_seconds=kmsg_backlog,
+        ),
     ]
     if job_map_dir:
         out.append(JobsCollector(DirJobMap(job_map_dir), gpu.identities, node))
@@ -111,5 +122,7 @@ def assemble(settings: ExporterSettings) -> Assembly:
         dcgm=DcgmProfiling(settings.dcgm_hostengine, load_bindings())
         if settings.dcgm_hostengine
         else None,
+        kmsg_state=settings.kmsg_state,
+        kmsg_backlog=settings.kmsg_backlog,
     )
     return Assembly(cols)

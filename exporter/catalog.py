@@ -854,6 +854,13 @@ KMSG_LOST = _m(
 KMSG_LINES = _m(
     "exporter_kmsg_lines_total", "counter", "Kernel log lines read.", ("node", "source")
 )
+XID_STATE_RESTORED = _m(
+    "exporter_xid_state_restored",
+    "gauge",
+    "1 when this exporter process carried its XID counts over from --kmsg-state at start; 0"
+    " when its counts begin at its start (kernel-log records older than --kmsg-backlog skipped).",
+    ("node",),
+)
 BUILD_INFO = _m(
     "exporter_build_info",
     "gauge",

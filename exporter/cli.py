@@ -39,6 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="kernel log: /dev/kmsg, or a file in kmsg/dmesg/journal format "
         "followed like tail -F (default /dev/kmsg)",
     )
+    a(
+        "--kmsg-state",
+        help="file that keeps XID counts and the kernel-log position across restarts "
+        "(default: none)",
+    )
+    a(
+        "--kmsg-backlog",
+        help="seconds: with no usable --kmsg-state, /dev/kmsg records logged longer than this "
+        "before the start are not counted (default 600)",
+    )
     a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
     a(
         "--hostname-label",

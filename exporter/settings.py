@@ -6,6 +6,7 @@ Flags > environment (``GPUWARDEN_<FIELD>``) > YAML file (``--config``), see
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ class ExporterSettings:
     source: str = "nvml"
     sysfs_root: str | None = None  # None: /sys (nvml) or the simulated tree (simulated)
     kmsg: str | None = None  # None: /dev/kmsg (nvml) or the simulated log (simulated)
+    kmsg_state: str | None = None  # XID counts + log position kept across restarts (issue 17)
+    kmsg_backlog: float = 600.0  # without a usable state: skip kmsg records older than this
     compat: str | None = None
     hostname_label: str = "Hostname"  # dcgm compat: Hostname (dcgm-exporter 3.x) or hostname
     kubelet_socket: str | None = None  # kubelet pod-resources socket; None: no pod attribution
@@ -60,6 +63,10 @@ class ExporterSettings:
             )
         if not 0.05 <= self.interval <= 3600:
             raise ValueError(f"--interval: {self.interval} s is outside 0.05..3600")
+        if self.kmsg_state and not os.path.isdir(os.path.dirname(os.path.abspath(self.kmsg_state))):
+            raise ValueError(f"--kmsg-state: the directory of {self.kmsg_state} does not exist")
+        if self.kmsg_backlog < 0:
+            raise ValueError(f"--kmsg-backlog: {self.kmsg_backlog} must be >= 0")
         if self.stale_after < 0:
             raise ValueError(f"--stale-after: {self.stale_after} must be >= 0")
 

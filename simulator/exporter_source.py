@@ -22,5 +22,13 @@ def assemble(settings: ExporterSettings) -> Assembly:
     sim = single_node(settings.node, seed=settings.seed)
     sysfs: SysfsRoot = DirSysfs(settings.sysfs_root) if settings.sysfs_root else sim.sysfs
     kmsg: KernelLog = KernelLogReader(settings.kmsg) if settings.kmsg else sim.kmsg
-    cols = collectors_for(settings.node, sim.nvml, sysfs, kmsg, job_map_dir=settings.job_map_dir)
+    cols = collectors_for(
+        settings.node,
+        sim.nvml,
+        sysfs,
+        kmsg,
+        job_map_dir=settings.job_map_dir,
+        kmsg_state=settings.kmsg_state,
+        kmsg_backlog=settings.kmsg_backlog,
+    )
     return Assembly(cols, before_cycle=sim.advance)

@@ -13,7 +13,7 @@ off the bus (``NVMLError_GpuIsLost``) -> ``gpu_up{reason="gpu_lost"} 0`` plus it
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,7 @@ class GpuCollector:
         *,
         fail_threshold: int = 3,
         dcgm: DcgmProfiling | None = None,
+        pci_addresses: Callable[[], list[str]] | None = None,
     ) -> None:
         if fail_threshold < 1:
             raise ValueError(f"fail_threshold must be >= 1, got {fail_threshold}")
@@ -74,6 +75,8 @@ class GpuCollector:
         self.profiler = GpmProfiler(nvml, dcgm)
         self.mig_profiler = MigProfiler(nvml)
         self._migs: dict[int, dict[str, tuple[str, str, str]]] = {}  # index -> MIG UUID -> ids
+        # Bus ids of the GPUs in NVML index order (sysfs), to name a GPU lost at first sight.
+        self._pci_addresses = pci_addresses
 
     # ------------------------------------------------------------------ public
     def collect(self) -> list[Sample]:
@@ -186,9 +189,22 @@ class GpuCollector:
         return head + g.out
 
     def _down(self, index: int, gpu: _Gpu, reason: str) -> list[Sample]:
+        if gpu.identity is None and reason == GPU_LOST:
+            self._identify_lost(index, gpu)
         uuid = gpu.identity.uuid if gpu.identity else ""
         gpu.last = [*self._info(gpu), c.GPU_UP.make(0.0, self.node, str(index), uuid, reason)]
         return list(gpu.last)
+
+    def _identify_lost(self, index: int, gpu: _Gpu) -> None:
+        """A GPU lost before NVML ever named it: its bus id from PCI order, so that XIDs on
+        that address carry the same ``gpu`` index as its ``gpu_up`` (uuid stays unknown)."""
+        addresses = self._pci_addresses() if self._pci_addresses else []
+        if index < len(addresses):
+            try:
+                pci_key(addresses[index])
+            except ValueError:
+                return
+            gpu.identity = GpuIdentity(str(index), "", addresses[index], "")
 
     def _info(self, gpu: _Gpu) -> list[Sample]:
         ident = gpu.identity

@@ -17,15 +17,29 @@ XIDs arrive through the log and would count twice. A log unreadable for a single
 not yet broken (logrotate between rename and create, a file replaced): that cycle's events are
 held, counted if the next cycle still cannot read the log, and dropped if the log is back (it
 then delivers those XIDs itself). So nothing is lost and nothing counts twice.
+
+With a state file (``--kmsg-state``, :mod:`exporter.sources.kmsg_state`) the counts and the
+log position survive a restart; without one, or when the saved position no longer applies, a
+``/dev/kmsg`` reader skips records older than ``backlog_seconds`` before the start
+(``--kmsg-backlog``), so an exporter restart does not count old XIDs as new (issue 17).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from exporter.catalog import GPU_MIG_XID_ERRORS, GPU_XID_ERRORS, KMSG_LINES, KMSG_LOST, Sample
+from exporter.catalog import (
+    GPU_MIG_XID_ERRORS,
+    GPU_XID_ERRORS,
+    KMSG_LINES,
+    KMSG_LOST,
+    XID_STATE_RESTORED,
+    Sample,
+)
 from exporter.collectors.base import ReadErrors
+from exporter.sources.kmsg_state import XidState, XidStateFile
 from exporter.sources.protocols import (
     GpuIdentity,
     GpuLookup,
@@ -36,6 +50,7 @@ from exporter.sources.protocols import (
 from exporter.sources.xid_lines import XidLineStream
 
 FALLBACK_AFTER_CYCLES = 2
+SAVE_POSITION_EVERY = 30.0  # seconds: a position-only change is saved at most this often
 REPLACEMENT_CHAR = "\ufffd"  # what a non-UTF-8 byte decodes to (errors="replace")
 
 
@@ -51,6 +66,9 @@ class XidCollector:
         node: str,
         *,
         fallback: XidEventSource | None = None,
+        state: XidStateFile | None = None,
+        backlog_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._log = log
         self._gpus = gpus
@@ -64,10 +82,14 @@ class XidCollector:
         self._held: list[tuple[str, int]] = []  # fallback events of a first unreadable cycle
         self._down_cycles = 0
         self.read_errors = ReadErrors()
+        self._state, self._clock, self._saved_at = state, clock, clock()
+        self._restore(backlog_seconds)
 
     def collect(self) -> Sequence[Sample]:
+        before = dict(self._counts)
         log_ok = self._read_log()
         self._use_fallback(self._poll_fallback(), log_ok=log_ok)
+        self._save(changed=before != self._counts)
         return self._samples(self._gpus())
 
     def last_xid(self) -> dict[str, int]:
@@ -78,6 +100,30 @@ class XidCollector:
     def counts(self) -> dict[tuple[str, int], int]:
         """(pci key, xid) -> events counted so far (a copy)."""
         return dict(self._counts)
+
+    def _restore(self, backlog_seconds: float | None) -> None:
+        restored = False
+        self._carried_over = False  # exported: the rules treat a fresh counter as fresh
+        if self._state is not None:
+            saved = self._state.load()
+            if self._state.load_error:
+                self.read_errors.add("xid_state")
+            self._counts.update(saved.counts)
+            self._carried_over = bool(saved.counts or saved.position)
+            restore = getattr(self._log, "restore", None)
+            restored = bool(saved.position) and restore is not None and restore(saved.position)
+        skip = getattr(self._log, "skip_older_than", None)
+        if not restored and backlog_seconds is not None and skip is not None:
+            skip(backlog_seconds)
+
+    def _save(self, *, changed: bool) -> None:
+        now = self._clock()
+        if self._state is None or not (changed or now - self._saved_at >= SAVE_POSITION_EVERY):
+            return
+        position: dict[str, object] = getattr(self._log, "position", dict)()
+        if not self._state.save(XidState(position, dict(self._counts))):
+            self.read_errors.add("xid_state")
+        self._saved_at = now
 
     def _read_log(self) -> bool:
         try:
@@ -142,6 +188,7 @@ class XidCollector:
             out.append(GPU_MIG_XID_ERRORS.make(n, self._node, label, uuid, gi, ci, str(xid)))
         out.append(KMSG_LOST.make(self._log.lost_records, self._node))
         out.append(KMSG_LINES.make(self._lines, self._node, self._log.source_name))
+        out.append(XID_STATE_RESTORED.make(float(self._carried_over), self._node))
         return out
 
 

@@ -10,6 +10,13 @@ a fresh open starts at the *oldest* record still in the ring buffer, so XIDs log
 exporter started still count. ``EAGAIN`` means no more records now; ``EPIPE`` means the ring
 buffer overwrote records we had not read: the next read returns the oldest record left, and the
 gap in sequence numbers is what we lost.
+
+Restarts (issue 17): ``position()`` / ``restore()`` let the XID collector persist where it
+stopped (kmsg: the boot id and the last sequence number; a file: device, inode and offset), so a
+restarted exporter does not count old records again. Without a usable saved position,
+``skip_older_than(seconds)`` makes a ``/dev/kmsg`` reader skip records stamped more than that
+long before its start (the kernel's timestamp is time since boot, compared with
+``CLOCK_MONOTONIC``); XIDs from just before the start still count.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from collections.abc import Callable, Iterable
 MAX_BYTES_PER_CALL = 4 << 20  # a huge backlog is read over several cycles, never in one
 RECORD_BYTES = 16384  # > CONSOLE_EXT_LOG_MAX (8 KiB): a smaller buffer makes read() fail EINVAL
 MAX_LINE_BYTES = 64 << 10  # a "line" without a newline (binary junk) is cut here
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 ReadFn = Callable[[int, int], bytes]
 
@@ -41,6 +49,7 @@ class KernelLogReader:
         clock: Callable[[], float] = time.time,
         read: ReadFn = os.read,
         max_bytes: int = MAX_BYTES_PER_CALL,
+        boot_id: Callable[[], str] | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self._clock = clock
@@ -59,6 +68,8 @@ class KernelLogReader:
         self._file_id: tuple[int, int] | None = None
         self._offset = 0
         self._pending = b""
+        self._min_usec: int | None = None  # kmsg records stamped earlier are skipped
+        self._boot_id = boot_id or _boot_id
 
     @property
     def source_name(self) -> str:
@@ -81,6 +92,46 @@ class KernelLogReader:
             return lines
         self.healthy, self.last_error, self.last_ok_at = True, "", self._clock()
         return lines
+
+    def position(self) -> dict[str, object]:
+        """Where reading stopped, for :mod:`exporter.sources.kmsg_state` (empty: nowhere yet)."""
+        if self._kind == "kmsg":
+            if self._last_seq is None:
+                return {}
+            return {"kind": "kmsg", "boot_id": self._boot_id(), "seq": self._last_seq}
+        if self._file_id is None:
+            return {}
+        dev, ino = self._file_id
+        return {"kind": "file", "dev": dev, "ino": ino, "offset": self._offset - len(self._pending)}
+
+    def restore(self, pos: dict[str, object]) -> bool:
+        """Go on after a saved ``position()``; False (nothing changed) when it does not apply:
+        another boot, another file, or a file now shorter than the saved offset."""
+        try:
+            if pos.get("kind") == "kmsg":
+                if self._kind != "kmsg" or pos.get("boot_id") != self._boot_id():
+                    return False
+                self._last_seq = int(str(pos["seq"]))
+                return True
+            if pos.get("kind") == "file":
+                st = os.stat(self.path)
+                offset = int(str(pos["offset"]))
+                if (st.st_dev, st.st_ino) != (
+                    pos.get("dev"),
+                    pos.get("ino"),
+                ) or st.st_size < offset:
+                    return False
+                self._fd = os.open(self.path, os.O_RDONLY)
+                self._file_id, self._offset, self._pending = (st.st_dev, st.st_ino), offset, b""
+                return True
+        except (OSError, KeyError, ValueError):
+            return False
+        return False
+
+    def skip_older_than(self, seconds: float, *, now: Callable[[], float] | None = None) -> None:
+        """Skip kmsg records stamped more than ``seconds`` before now (monotonic, since boot)."""
+        mono = now() if now else time.clock_gettime(time.CLOCK_MONOTONIC)
+        self._min_usec = int(max(0.0, mono - seconds) * 1_000_000)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -135,6 +186,8 @@ class KernelLogReader:
             self.lost_records += 1
         self._overrun = False
         self._last_seq = seq
+        if self._min_usec is not None and _stamp(line) < self._min_usec:
+            return None  # logged long before this start, with no saved position: not new
         return line
 
     # ------------------------------------------------------------------ regular file, tail -F
@@ -173,6 +226,22 @@ def _sequence(line: str) -> int | None:
         return int(head[1]) if len(head) >= 4 and ";" in line else None
     except ValueError:
         return None
+
+
+def _stamp(line: str) -> int:
+    head = line.split(";", 1)[0].split(",")
+    try:
+        return int(head[2])
+    except (IndexError, ValueError):
+        return 1 << 62  # no stamp: keep the record
+
+
+def _boot_id() -> str:
+    try:
+        with open(BOOT_ID, encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _decode(chunks: Iterable[bytes]) -> list[str]:

@@ -35,8 +35,12 @@ FAULT_CLASSES = (
     "switch",
 )
 SEVERITIES = ("critical", "warning", "info")
-# Series no gpuwarden component exports: Prometheus's own `up`, Alertmanager's counters.
-EXTERNAL_METRICS = frozenset({"up", "alertmanager_notifications_failed_total"})
+# The pipeline's own alerts (exporter or analyzer down) tell remediation "unknown", never
+# "healthy": action hold with fault_class unwatched (issue 17; remediation, issue 18).
+HOLD = {"action": "hold", "fault_class": "unwatched"}
+# Series no gpuwarden component exports: Prometheus's own `up` and `ALERTS`, Alertmanager's
+# counters.
+EXTERNAL_METRICS = frozenset({"up", "alertmanager_notifications_failed_total", "ALERTS"})
 
 _KEYWORDS = frozenset(
     {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring"}

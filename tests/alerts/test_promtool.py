@@ -16,7 +16,11 @@ pytestmark = pytest.mark.real
 
 def test_there_is_a_rule_file_and_a_test_file_per_subject() -> None:
     subjects = {f.name.removesuffix(".rules.yml") for f in RULE_FILES}
-    tested = {f.name.removesuffix("_test.yml") for f in TEST_FILES}
+    tested = {
+        f.name.removesuffix("_test.yml")
+        for f in TEST_FILES
+        if not f.name.startswith("scenarios_")  # on-call scenarios span subjects (issue 17)
+    }
     assert subjects == {"gpu", "memory", "nvlink", "infiniband", "xid", "findings", "pipeline"}
     assert tested == subjects
 

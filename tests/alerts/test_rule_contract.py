@@ -12,6 +12,7 @@ from tests.alerts.ruleset import (
     ACTIONS,
     EXTERNAL_METRICS,
     FAULT_CLASSES,
+    HOLD,
     ROOT,
     SEVERITIES,
     Rule,
@@ -97,8 +98,9 @@ def test_every_alert_names_what_it_is_about(rule: Rule) -> None:
         assert "component" in rule.labels or 'component="' in rule.expr
     else:
         assert "$labels.node" in text
+    per_node = ":by_node" in rule.expr  # a count of GPUs per node names no single GPU
     if "gpu" in rule.expr and rule.file.name in ("gpu.rules.yml", "memory.rules.yml"):
-        assert "$labels.gpu" in text
+        assert "$labels.gpu" in text or per_node
     for identity in ("link", "port"):
         if f"$labels.{identity}" in text:
             assert "$labels.node" in text
@@ -109,6 +111,10 @@ def test_an_alert_that_recommends_an_action_uses_the_vocabulary(rule: Rule) -> N
     action = rule.labels.get("action")
     if action is None:
         assert "fault_class" not in rule.labels
+        return
+    if action == HOLD["action"]:
+        assert rule.labels.get("fault_class") == HOLD["fault_class"]
+        assert rule.file.name == "pipeline.rules.yml" and "$labels.node" in str(rule.annotations)
         return
     if action == TEMPLATED_ACTION:
         # Passed through from an analyzer finding: the selector admits only known actions.
@@ -153,7 +159,7 @@ def test_every_alert_has_a_firing_and_a_silent_promtool_case(name: str) -> None:
 def test_alerts_on_gauges_wait_out_a_scrape_glitch(rule: Rule) -> None:
     """Counter windows (increase/rate/absent) already span scrapes; a raw gauge needs `for`."""
     windowed = re.search(
-        r"\b(increase|rate|avg_over_time|absent)\(|:increase|:rate|:avg", rule.expr
+        r"\b(increase|rate|avg_over_time|absent)\(|:increase|:rate|:avg|:count\d", rule.expr
     )
     if not windowed:
         assert rule.body.get("for"), f"{_id(rule)} compares a raw gauge without `for`"
