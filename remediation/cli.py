@@ -49,16 +49,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         s, check = load_settings(sys.argv[1:] if argv is None else argv)
+        from remediation import preflight
         from remediation.service import build
 
         svc = build(s)
+        try:
+            warnings = preflight.check(svc.policy)
+        except SettingsError:
+            svc.journal.close()
+            raise
     except SettingsError as e:
         print(f"gpuwarden-remediation: {e}", file=sys.stderr)
         return 2
+    mode = preflight.mode_line(svc.policy, svc.backend)
     if check:
         print(f"ok: backend={svc.backend.name} dry_run={svc.policy.dry_run}")
+        print("\n".join([mode, *warnings]))
         svc.journal.close()
         return 0
+    for line in [mode, *warnings]:
+        logging.getLogger("gpuwarden.remediation").info("%s", line)
     from aiohttp import web
 
     from remediation.app import build_app
