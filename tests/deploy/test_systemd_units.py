@@ -148,9 +148,10 @@ def test_the_tls_drop_ins_hand_over_credentials_the_default_files_and_web_config
     web = (UNITS / "exporter-web.yml").read_text()
     for c in ("tls.crt", "tls.key"):
         assert f"/run/credentials/gpuwarden-exporter.service/{c}" in web
-    assert "--web-config /etc/gpuwarden/exporter-web.yml" in (
-        UNITS / "default" / "gpuwarden-exporter"
-    ).read_text()
+    assert (
+        "--web-config /etc/gpuwarden/exporter-web.yml"
+        in (UNITS / "default" / "gpuwarden-exporter").read_text()
+    )
     # the exporter reads the file (and would open the key: here a real throw-away pair)
     import tempfile
 
