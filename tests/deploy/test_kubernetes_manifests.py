@@ -16,7 +16,7 @@ from tests.deploy.support import CONTRACT_FLAGS, KUBE, ROOT, build
 BASE = KUBE / "base"
 OVERLAYS = sorted(p.parent for p in (KUBE / "overlays").glob("*/kustomization.yaml"))
 KUBERNETES_VERSION = "1.30.0"
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
 IMAGE = "ghcr.io/gpuwarden/gpuwarden"
 
 
@@ -391,3 +391,24 @@ def test_kubectl_kustomize_builds_what_the_test_builder_builds(kdir: Path) -> No
     real = [d for d in yaml.safe_load_all(out.stdout) if d]
     key = lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])  # noqa: E731
     assert sorted(real, key=key) == sorted(build(kdir), key=key)
+
+
+def test_alertmanager_gets_the_token_from_the_secret_remediation_mounts(docs: list) -> None:
+    (amc,) = of_kind(docs, "AlertmanagerConfig")
+    d = one(docs, "Deployment", "gpuwarden-remediation")
+    volumes = {v["name"]: v for v in pod_spec(d)["volumes"]}
+    secret = volumes["webhook-token"]["secret"]["secretName"]
+    token_file = Path(flags(container(d))["--webhook-token-file"])
+    ((hook,),) = [r["webhookConfigs"] for r in amc["spec"]["receivers"]]
+    assert hook["httpConfig"]["authorization"]["credentials"] == {
+        "name": secret, "key": token_file.name,
+    }  # fmt: skip
+    svc = one(docs, "Service", "gpuwarden-remediation")
+    ns, port = svc["metadata"]["namespace"], svc["spec"]["ports"][0]["port"]
+    assert hook["url"] == f"http://gpuwarden-remediation.{ns}.svc:{port}/alertmanager"
+    # the same route as the bare-metal Alertmanager config
+    am = yaml.safe_load((ROOT / "deploy/alertmanager/alertmanager.yml").read_text())
+    (bare,) = [r for r in am["route"]["routes"] if r["receiver"] == "gpuwarden-remediation"]
+    (matcher,) = amc["spec"]["route"]["matchers"]
+    assert bare["matchers"] == [f'{matcher["name"]}{matcher["matchType"]}"{matcher["value"]}"']
+    assert bare["group_by"] == amc["spec"]["route"]["groupBy"]
