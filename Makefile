@@ -11,7 +11,7 @@ EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 PYTEST_ARGS ?=
 APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl shellcheck
 
-.PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules clean
+.PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules dist clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -56,6 +56,13 @@ evaluate: venv
 dashboards: venv
 	$(BIN)/python -m dashboards
 
+# A wheel and an sdist in dist/, built offline with the installed setuptools (no isolation,
+# no index): what docs/deploy.md installs with pip and what the Containerfile copies.
+dist: venv
+	rm -rf dist build
+	$(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist'); b.build_wheel('dist')"
+	@ls -1 dist
+
 # Regenerate what is generated from other sources (XID rules, dashboards, deploy, docs).
 rules: venv
 	$(BIN)/python alerts/generate_xid_rules.py
@@ -63,4 +70,4 @@ rules: venv
 	$(BIN)/python -m gpuwarden.metricsdoc
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo dist build
