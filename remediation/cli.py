@@ -67,7 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join([mode, *warnings]))
         svc.journal.close()
         return 0
-    for line in [mode, *warnings]:
+    import time
+
+    notes = preflight.leave_dry_run(svc.journal, svc.backend.name, time.time())
+    for line in [mode, *warnings, *notes]:
         logging.getLogger("gpuwarden.remediation").info("%s", line)
     from aiohttp import web
 

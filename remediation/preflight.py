@@ -16,6 +16,7 @@ from pathlib import Path
 
 from common.settings import SettingsError
 from remediation.backends.base import Backend
+from remediation.journal import HELD_STATES, Journal
 from remediation.policy import Policy
 
 
@@ -65,3 +66,39 @@ def check(pol: Policy) -> list[str]:
             "storage the jobs share, writable by this service: docs/deploy.md)"
         )
     return [f"warning: {problem} (needed once the policy is live)"]
+
+
+def leave_dry_run(journal: Journal, backend_name: str, now: float) -> list[str]:
+    """Going live on a journal a dry-run wrote: nothing it recorded is carried out for real.
+
+    The dry-run's unfinished actions (a checkpoint_restart waiting for an ack, a deferred
+    reboot) would otherwise be resumed at start-up, through the real backend; and nodes held
+    only in the dry-run would count against the budgets and go through probation. The
+    actions are closed as ``cancelled`` and those nodes marked ``released``; the decisions
+    stay in the journal as the record of what was observed. Returns what was done."""
+    if backend_name == "dry-run":
+        return []
+    marks = ",".join("?" * len(HELD_STATES))
+    with journal.tx() as db:
+        cancelled = db.execute(
+            "UPDATE actions SET state='cancelled', outcome=?, finished_at=? "
+            "WHERE state IN ('pending','deferred') AND backend='dry-run'",
+            ("journaled in dry-run; not carried out live", now),
+        ).rowcount
+        held = [
+            r[0]
+            for r in db.execute(
+                f"SELECT node FROM nodes WHERE state IN ({marks}) AND "
+                "(SELECT backend FROM actions WHERE actions.node=nodes.node "
+                "ORDER BY id DESC LIMIT 1)='dry-run'",
+                HELD_STATES,
+            )
+        ]
+        for node in held:
+            db.execute("UPDATE nodes SET state='released' WHERE node=?", (node,))
+    notes = []
+    if cancelled:
+        notes.append(f"live: {cancelled} unfinished dry-run action(s) cancelled, not carried out")
+    if held:
+        notes.append(f"live: nodes held only in the dry-run no longer held: {', '.join(held)}")
+    return notes

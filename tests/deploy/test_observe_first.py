@@ -83,3 +83,29 @@ def test_a_dry_run_policy_with_a_missing_ack_dir_starts_with_a_warning(
     p.write_text(yaml.safe_dump(data))
     assert cli.main(check(tmp_path, f"--policy={p}")) == 0
     assert "warning: checkpoint.ack_dir" in capsys.readouterr().out
+
+
+def test_going_live_cancels_what_the_dry_run_left_unfinished_and_forgets_its_holds(
+    tmp_path: Path,
+) -> None:
+    from remediation import preflight
+    from remediation.journal import Journal
+
+    j = Journal(tmp_path / "s.db")
+    with j.tx() as db:
+        for node, backend, state in (
+            ("n1", "dry-run", "pending"),  # a checkpoint_restart waiting for an ack in dry-run
+            ("n2", "slurm", "pending"),  # a live action interrupted by a crash: resumed
+        ):
+            db.execute(
+                "INSERT INTO actions(node,action,backend,state) VALUES(?,?,?,?)",
+                (node, "checkpoint_restart", backend, state),
+            )
+            db.execute("INSERT INTO nodes(node,state) VALUES(?,?)", (node, "quarantined"))
+    assert preflight.leave_dry_run(j, "dry-run", 1.0) == []  # still observing: nothing to do
+    notes = preflight.leave_dry_run(j, "slurm", 2.0)
+    assert len(notes) == 2 and "n1" in notes[1]
+    assert [r["node"] for r in j.pending_actions()] == ["n2"]
+    assert j.held_nodes() == frozenset({"n2"})
+    assert preflight.leave_dry_run(j, "slurm", 3.0) == []  # idempotent
+    j.close()
