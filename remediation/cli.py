@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -60,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
     except SettingsError as e:
         print(f"gpuwarden-remediation: {e}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as e:  # e.g. a state DB in a directory this user cannot write
+        print(f"gpuwarden-remediation: --state-db {s.state_db}: {e}", file=sys.stderr)
         return 2
     mode = preflight.mode_line(svc.policy, svc.backend)
     if check:

@@ -109,3 +109,11 @@ def test_going_live_cancels_what_the_dry_run_left_unfinished_and_forgets_its_hol
     assert j.held_nodes() == frozenset({"n2"})
     assert preflight.leave_dry_run(j, "slurm", 3.0) == []  # idempotent
     j.close()
+
+
+def test_a_state_db_that_cannot_be_opened_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(check(tmp_path, "--state-db=/proc/no/such/state.db")) == 2
+    err = capsys.readouterr().err
+    assert "--state-db /proc/no/such/state.db" in err and len(err.strip().splitlines()) == 1
