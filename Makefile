@@ -11,7 +11,7 @@ EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 PYTEST_ARGS ?=
 APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl shellcheck
 
-.PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules dist clean
+.PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules dist image-test clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -62,6 +62,13 @@ dist: venv
 	rm -rf dist build
 	$(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist'); b.build_wheel('dist')"
 	@ls -1 dist
+
+# Build the Containerfile for real (podman, base file system from mmdebstrap; needs root,
+# the Debian mirror and pip's index, a few minutes): tests/deploy/image_build.sh.
+image-test: dist
+	@command -v podman >/dev/null && command -v mmdebstrap >/dev/null || \
+	  { [ "$$(id -u)" = "0" ] && apt-get install -y -qq --no-install-recommends podman buildah mmdebstrap >/dev/null; }
+	tests/deploy/image_build.sh
 
 # Regenerate what is generated from other sources (XID rules, dashboards, deploy, docs).
 rules: venv

@@ -18,6 +18,7 @@ OVERLAYS = sorted(p.parent for p in (KUBE / "overlays").glob("*/kustomization.ya
 KUBERNETES_VERSION = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
 IMAGE = "ghcr.io/gpuwarden/gpuwarden"
+SNR = "self-node-remediation.medik8s.io"
 
 
 @pytest.fixture(scope="module")
@@ -283,6 +284,10 @@ def test_remediation_rbac_grants_exactly_what_its_kubernetes_backend_needs(docs:
         ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "patch"),
         ("", "pods", "get"), ("", "pods", "list"),
         ("", "pods/eviction", "create"),
+        # reboot: medik8s Self Node Remediation (remediation/backends/noderemediation.py)
+        (SNR, "selfnoderemediationtemplates", "list"),
+        (SNR, "selfnoderemediations", "list"), (SNR, "selfnoderemediations", "create"),
+        (SNR, "selfnoderemediations", "delete"),
     }  # fmt: skip
     assert not any("resourceNames" in r or "nonResourceURLs" in r for r in role["rules"])
     # pod patch (the checkpoint annotation) only where a job namespace binds it

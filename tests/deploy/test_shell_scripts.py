@@ -7,7 +7,7 @@ import subprocess
 from tests.deploy.support import ROOT
 from tests.realcomp import require_binary
 
-SCRIPTS = sorted((ROOT / "deploy").rglob("*.sh"))
+SCRIPTS = sorted([*(ROOT / "deploy").rglob("*.sh"), *(ROOT / "tests/deploy").glob("*.sh")])
 
 
 def test_shellcheck_finds_nothing_in_the_slurm_prolog_and_epilog() -> None:
