@@ -145,7 +145,8 @@ class Stack:
         pol = demo_policy(self.opts.policy)
         if "ack_dir" not in dict(self.opts.policy or {}).get("checkpoint", {}):
             # remediation refuses to start live without a writable ack directory
-            (w / "acks").mkdir(mode=0o1777, exist_ok=True)
+            (w / "acks").mkdir(exist_ok=True)
+            (w / "acks").chmod(0o1777)
             pol["checkpoint"] = {**pol["checkpoint"], "ack_dir": str(w / "acks")}
         (w / "policy.yml").write_text(yaml.safe_dump(pol))
         (w / "webhook.token").write_text(self.token + "\n")

@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         svc = build(s)
         try:
-            warnings = preflight.check(svc.policy)
+            warnings = preflight.check(svc.policy, svc.backend.name)
         except SettingsError:
             svc.journal.close()
             raise

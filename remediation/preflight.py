@@ -53,14 +53,15 @@ def ack_dir_problem(ack_dir: str) -> str:
     return ""
 
 
-def check(pol: Policy) -> list[str]:
-    """Start-up checks; raises SettingsError (live) or returns warnings (dry-run)."""
+def check(pol: Policy, backend_name: str) -> list[str]:
+    """Start-up checks; raises SettingsError (live) or returns warnings (nothing can act:
+    a dry-run policy, or the dry-run backend)."""
     if not checkpoints_possible(pol):
         return []
     problem = ack_dir_problem(pol.checkpoint.ack_dir)
     if not problem:
         return []
-    if not pol.dry_run:
+    if not pol.dry_run and backend_name != "dry-run":
         raise SettingsError(
             f"{problem}; a checkpoint_restart could not remove a stale ack (create it on "
             "storage the jobs share, writable by this service: docs/deploy.md)"

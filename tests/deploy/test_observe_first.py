@@ -50,6 +50,8 @@ def test_check_prints_live_for_a_flipped_policy_with_a_writable_ack_dir(
     acks = tmp_path / "acks"
     acks.mkdir()
     live = live_copy(tmp_path, acks)
+    assert cli.main(check(tmp_path, f"--policy={live}", "--backend=slurm")) == 0
+    assert "mode: LIVE: allowed actions are carried out through slurm" in capsys.readouterr().out
     # dry-run backend + live policy: still nothing can be changed, and it says so
     assert cli.main(check(tmp_path, f"--policy={live}")) == 0
     assert "mode: dry-run" in capsys.readouterr().out
@@ -59,9 +61,12 @@ def test_a_live_policy_whose_ack_dir_is_missing_stops_at_start_up(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     live = live_copy(tmp_path, tmp_path / "no-such-dir")
-    assert cli.main(check(tmp_path, f"--policy={live}")) == 2
+    assert cli.main(check(tmp_path, f"--policy={live}", "--backend=slurm")) == 2
     err = capsys.readouterr().err
     assert "ack_dir" in err and "does not exist" in err and len(err.strip().splitlines()) == 1
+    # with the dry-run backend nothing could act: a warning, and it starts
+    assert cli.main(check(tmp_path, f"--policy={live}")) == 0
+    assert "warning: checkpoint.ack_dir" in capsys.readouterr().out
 
 
 def test_a_live_policy_whose_ack_dir_refuses_files_stops_at_start_up(
@@ -70,7 +75,7 @@ def test_a_live_policy_whose_ack_dir_refuses_files_stops_at_start_up(
     # /sys refuses new files even to root (the tests run as root in CI), like a read-only
     # mount (ProtectSystem=strict without ReadWritePaths) refuses them with EROFS.
     live = live_copy(tmp_path, Path("/sys"))
-    assert cli.main(check(tmp_path, f"--policy={live}")) == 2
+    assert cli.main(check(tmp_path, f"--policy={live}", "--backend=slurm")) == 2
     assert "not writable" in capsys.readouterr().err
 
 
