@@ -3,7 +3,7 @@
 "Install the package", "Every GPU node", "The control host" and "Observe, then act" run line
 by line (tests/deploy/staged.py says exactly what is changed: paths under a temp root, free
 ports, a recording systemctl). Around them, what the guide leaves to the site: a real Slurm
-cluster (slurmctld + 2 slurmd + 2 configured nodes, gpuwarden.lab.slurmlab) whose SLURM_CONF
+cluster (slurmctld + 3 slurmd + 1 configured node, gpuwarden.lab.slurmlab) whose SLURM_CONF
 goes into /etc/default/gpuwarden-remediation, the simulator as the four GPU nodes (its
 file_sd list as gpuwarden-targets/gpu-nodes.yml), and the budgets sized for a 4-node fleet
 (the guide's "deny budget_fleet" item). Prometheus, Alertmanager and the services run with
@@ -50,6 +50,7 @@ class Site:
     slurm: SlurmCluster
     sim: str
     src: Path  # the unpacked sdist, where the guide's commands run
+    dry_run_decision: int = 0  # the decision the dry-run made for the first fault
 
     def run(self, line: str) -> str:
         return self.m.run(line, self.src).stdout
@@ -113,7 +114,7 @@ def site() -> Iterator[Site]:
     ports = {p: free_port() for p in staged.PORTS}
     sup = Supervisor(root / "log-sim")
     try:
-        with slurm_cluster(live=2, ghosts=2) as sc, staged.machine(root, ports) as m:
+        with slurm_cluster(live=3, ghosts=1) as sc, staged.machine(root, ports) as m:
             # what a Debian control host has before the guide: systemd's and the prometheus
             # packages' directories, and the shared file system's mount point
             for d in ("tmp", "etc/systemd/system", "etc/default", "etc/prometheus", "shared"):
@@ -220,7 +221,7 @@ def test_check_says_dry_run_reading_slurm(site: Site) -> None:
 
 
 def test_in_dry_run_a_fatal_xid_gets_a_real_decision_and_slurm_is_untouched(site: Site) -> None:
-    a, _ = site.slurm.live
+    a = site.slurm.live[0]
     job = site.submit("observed", f"--nodelist={a}")
     wait_until(lambda: site.job_lines("observed"), 60, 0.2, "observed job started")
     site.inject_xid(a)
@@ -229,6 +230,7 @@ def test_in_dry_run_a_fatal_xid_gets_a_real_decision_and_slurm_is_untouched(site
         180, 1.0, f"a decision for {a}",
     )  # fmt: skip
     d = got[0]
+    site.dry_run_decision = int(d["id"])
     assert (d["verdict"], d["guard"], d["fault_class"]) == ("allow", "dry_run", "xid_fatal")
     evidence = json.loads(d["evidence"]) if isinstance(d["evidence"], str) else d["evidence"]
     assert evidence["jobs"] == [job] and evidence["fleet"] == 4  # read from squeue and sinfo
@@ -246,7 +248,7 @@ def test_in_dry_run_a_fatal_xid_gets_a_real_decision_and_slurm_is_untouched(site
 def test_after_the_flip_a_fatal_xid_drains_through_slurm_and_the_job_moves_on_its_ack(
     site: Site,
 ) -> None:
-    a, b = site.slurm.live
+    a = site.slurm.live[0]
     flip = staged.sh_blocks(DOC, "### Observe, then act")[2]
     for line in staged.command_lines(flip):
         site.run(line)
@@ -255,6 +257,7 @@ def test_after_the_flip_a_fatal_xid_drains_through_slurm_and_the_job_moves_on_it
     assert "unfinished dry-run action(s) cancelled" in log
     job = site.submit("acted", f"--exclude={a}")
     wait_until(lambda: site.job_lines("acted"), 60, 0.2, "acted job started")
+    b = site.job_lines("acted")[0].split("node=")[1].strip()
     time.sleep(2)  # some steps before the fault
     site.inject_xid(b)
     wait_until(
@@ -262,15 +265,26 @@ def test_after_the_flip_a_fatal_xid_drains_through_slurm_and_the_job_moves_on_it
         180, 1.0, f"{b} drained by gpuwarden",
     )  # fmt: skip
     assert "DRAIN" in site.slurm.node_state(b)["flags"]
-    restarted = wait_until(
-        lambda: [ln for ln in site.job_lines("acted")[1:] if ln.startswith("start")],
-        180, 1.0, "job restarted",
-    )  # fmt: skip
+    try:
+        restarted = wait_until(
+            lambda: [ln for ln in site.job_lines("acted")[1:] if ln.startswith("start")],
+            240, 1.0, "job restarted",
+        )  # fmt: skip
+    except TimeoutError as e:
+        squeue = site.slurm.run("squeue", "-o", "%i %T %N %r %n", check=False)
+        squeue += site.slurm.run("sinfo", "-N", "-o", "%N %T %E", check=False)
+        raise AssertionError(
+            f"{e}\njob output: {site.job_lines('acted')}\nsqueue:\n{squeue}\n"
+            f"actions: {site.api('decisions?node=' + b)}\n"
+            f"remediation log:\n{site.m.log('gpuwarden-remediation')[-3000:]}"
+        ) from None
     lines = site.job_lines("acted")
     assert any(ln.startswith("checkpoint") and f"node={b}" in ln for ln in lines)
-    assert f"node={a}" in restarted[-1] and int(restarted[-1].split("step=")[1].split()[0]) > 0
+    assert f"node={b}" not in restarted[-1] and int(restarted[-1].split("step=")[1].split()[0]) > 0
     outcome = [x for x in site.api("decisions?node=" + b)["decisions"] if x["verdict"] == "allow"]
     assert outcome and outcome[0]["guard"] == "policy"
-    # the dry-run's action on the first node was cancelled, not carried out live
-    assert not site.slurm.node_state(a)["reason"].startswith("gpuwarden:")
+    # the dry-run's action on the first node was cancelled, not carried out live (a later,
+    # new alert there, e.g. the simulator's GpuLost after the XID 79, is decided afresh)
+    assert not site.slurm.node_state(a)["reason"].endswith(f" d{site.dry_run_decision}")
+    assert site.dry_run_decision > 0
     assert site.slurm.job_state(job) in ("RUNNING", "CONFIGURING")
