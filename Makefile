@@ -9,9 +9,9 @@ DEMO_ARGS ?=
 # EVAL_ARGS="--jobs 2" (256 nodes x 24 h x 5 seeds; see docs/analyzer.md for its time).
 EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 PYTEST_ARGS ?=
-APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl prometheus-node-exporter
+APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl prometheus-node-exporter shellcheck
 
-.PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules clean
+.PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules dist image-test clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,7 +23,7 @@ venv: $(BIN)/.installed
 
 # Debian packages for the real-component tests; installed only when root and missing.
 system-deps:
-	@missing=""; for b in prometheus promtool prometheus-alertmanager amtool slurmctld slurmd munged systemd-analyze openssl prometheus-node-exporter; do \
+	@missing=""; for b in prometheus promtool prometheus-alertmanager amtool slurmctld slurmd munged systemd-analyze openssl prometheus-node-exporter shellcheck; do \
 	  command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
@@ -56,6 +56,20 @@ evaluate: venv
 dashboards: venv
 	$(BIN)/python -m dashboards
 
+# A wheel and an sdist in dist/, built offline with the installed setuptools (no isolation,
+# no index): what docs/deploy.md installs with pip and what the Containerfile copies.
+dist: venv
+	rm -rf dist build
+	$(BIN)/python -c "from setuptools import build_meta as b; b.build_sdist('dist'); b.build_wheel('dist')"
+	@ls -1 dist
+
+# Build the Containerfile for real (podman, base file system from mmdebstrap; needs root,
+# the Debian mirror and pip's index, a few minutes): tests/deploy/image_build.sh.
+image-test: dist
+	@command -v podman >/dev/null && command -v mmdebstrap >/dev/null || \
+	  { [ "$$(id -u)" = "0" ] && apt-get install -y -qq --no-install-recommends podman buildah mmdebstrap >/dev/null; }
+	tests/deploy/image_build.sh
+
 # Regenerate what is generated from other sources (XID rules, dashboards, deploy, docs).
 rules: venv
 	$(BIN)/python alerts/generate_xid_rules.py
@@ -63,4 +77,4 @@ rules: venv
 	$(BIN)/python -m gpuwarden.metricsdoc
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo dist build

@@ -182,6 +182,7 @@ def run(ns: argparse.Namespace) -> int:
 
 
 def _run_stack(ns: argparse.Namespace, workdir: Path, slurm: slurmlab.SlurmCluster | None) -> int:
+    (workdir / "job").mkdir(parents=True, exist_ok=True)  # remediation checks it at start
     checkpoint = {
         "ack_dir": str(workdir / "job"),
         "deadline_s": 20,

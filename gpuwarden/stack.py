@@ -142,7 +142,13 @@ class Stack:
         (w / "topology.yml").write_text(yaml.safe_dump(topo))
 
     def _start_remediation(self, w: Path) -> None:
-        (w / "policy.yml").write_text(yaml.safe_dump(demo_policy(self.opts.policy)))
+        pol = demo_policy(self.opts.policy)
+        if "ack_dir" not in dict(self.opts.policy or {}).get("checkpoint", {}):
+            # remediation refuses to start live without a writable ack directory
+            (w / "acks").mkdir(exist_ok=True)
+            (w / "acks").chmod(0o1777)
+            pol["checkpoint"] = {**pol["checkpoint"], "ack_dir": str(w / "acks")}
+        (w / "policy.yml").write_text(yaml.safe_dump(pol))
         (w / "webhook.token").write_text(self.token + "\n")
         (w / "webhook.token").chmod(0o600)
         argv = _py(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -49,16 +50,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         s, check = load_settings(sys.argv[1:] if argv is None else argv)
+        from remediation import preflight
         from remediation.service import build
 
         svc = build(s)
+        try:
+            warnings = preflight.check(svc.policy, svc.backend.name)
+        except SettingsError:
+            svc.journal.close()
+            raise
     except SettingsError as e:
         print(f"gpuwarden-remediation: {e}", file=sys.stderr)
         return 2
+    except sqlite3.Error as e:  # e.g. a state DB in a directory this user cannot write
+        print(f"gpuwarden-remediation: --state-db {s.state_db}: {e}", file=sys.stderr)
+        return 2
+    mode = preflight.mode_line(svc.policy, svc.backend)
     if check:
         print(f"ok: backend={svc.backend.name} dry_run={svc.policy.dry_run}")
+        print("\n".join([mode, *warnings]))
         svc.journal.close()
         return 0
+    import time
+
+    notes = preflight.leave_dry_run(svc.journal, svc.backend.name, time.time())
+    for line in [mode, *warnings, *notes]:
+        logging.getLogger("gpuwarden.remediation").info("%s", line)
     from aiohttp import web
 
     from remediation.app import build_app

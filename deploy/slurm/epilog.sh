@@ -13,7 +13,13 @@ PATH=/usr/sbin:/usr/bin:/sbin:/bin  # slurmd runs prologs without a search path
 export PATH
 
 log() { echo "gpuwarden epilog: $*" >&2; }
-trap 'rc=$?; [ "$rc" -eq 0 ] || log "failed (status $rc)"; exit 0' EXIT
+# shellcheck disable=SC2317  # run by the EXIT trap, which shellcheck 0.9 cannot see
+on_exit() {
+  rc=$?
+  [ "$rc" -eq 0 ] || log "failed (status $rc)"
+  exit 0
+}
+trap on_exit EXIT
 
 dir="${GPUWARDEN_JOB_MAP_DIR:-/run/gpuwarden/jobs}"
 job="${SLURM_JOB_ID:-}"

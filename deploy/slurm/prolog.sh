@@ -18,7 +18,13 @@ export PATH
 umask 022  # the exporter may run as another user: it must be able to read the files
 
 log() { echo "gpuwarden prolog: $*" >&2; }
-trap 'rc=$?; [ "$rc" -eq 0 ] || log "failed (status $rc); job not recorded"; exit 0' EXIT
+# shellcheck disable=SC2317  # run by the EXIT trap, which shellcheck 0.9 cannot see
+on_exit() {
+  rc=$?
+  [ "$rc" -eq 0 ] || log "failed (status $rc); job not recorded"
+  exit 0
+}
+trap on_exit EXIT
 
 dir="${GPUWARDEN_JOB_MAP_DIR:-/run/gpuwarden/jobs}"
 job="${SLURM_JOB_ID:-}"

@@ -32,6 +32,20 @@ class KubeApi(Protocol):
         """POST a policy/v1 Eviction; returns the HTTP status (429: a PDB blocks it)."""
         ...
 
+    def list_custom(self, group: str, version: str, plural: str) -> list[Obj]:
+        """Custom objects in every namespace; [] when the API is not installed (404)."""
+        ...
+
+    def create_custom(
+        self, group: str, version: str, namespace: str, plural: str, body: Obj
+    ) -> int:
+        """Create a custom object; returns the HTTP status (409: it exists)."""
+        ...
+
+    def delete_custom(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> None: ...
+
 
 class OfficialKubeApi:
     def __init__(self, core: Any, timeout: float = 10.0) -> None:
@@ -103,3 +117,44 @@ class OfficialKubeApi:
         except ApiException as e:
             return int(e.status)
         return 201
+
+    # custom resources (the reboot operator's, remediation/backends/noderemediation.py)
+    def _custom(self) -> Any:
+        from kubernetes.client import CustomObjectsApi
+
+        return CustomObjectsApi(self.core.api_client)
+
+    def list_custom(self, group: str, version: str, plural: str) -> list[Obj]:
+        from kubernetes.client import ApiException
+
+        try:
+            body = self._raw(self._custom().list_cluster_custom_object, group, version, plural)
+        except ApiException as e:
+            if e.status == 404:
+                return []
+            raise
+        return list(body.get("items") or [])
+
+    def create_custom(
+        self, group: str, version: str, namespace: str, plural: str, body: Obj
+    ) -> int:
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(self._custom().create_namespaced_custom_object, group, version, namespace,
+                      plural, body)  # fmt: skip
+        except ApiException as e:
+            return int(e.status)
+        return 201
+
+    def delete_custom(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> None:
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(self._custom().delete_namespaced_custom_object, group, version, namespace,
+                      plural, name)  # fmt: skip
+        except ApiException as e:
+            if e.status != 404:
+                raise

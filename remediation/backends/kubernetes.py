@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from remediation.backends import noderemediation
 from remediation.backends.base import BackendError
 from remediation.backends.kubeapi import KubeApi, Obj, OfficialKubeApi
 from remediation.checkpoint import ANNOTATION as CHECKPOINT_ANNOTATION
@@ -21,7 +22,6 @@ OWNER = "gpuwarden.io/cordoned-by"
 REASON = "gpuwarden.io/reason"
 STATE_LABEL = "gpuwarden.io/quarantine"
 TAINT_KEY = "gpuwarden.io/quarantine"
-REBOOT_LABEL = "gpuwarden.io/reboot-requested"
 DOMAIN_PREFIX = "topology.gpuwarden.io/"
 
 
@@ -128,6 +128,8 @@ class KubernetesBackend:
         after = self.node(node)
         if after is None or after.ours:
             raise BackendError(f"uncordon of {node} not visible on read-back")
+        if noderemediation.clear(self.api, node):
+            return "uncordoned; its SelfNodeRemediation deleted"
         return "uncordoned"
 
     def _pods(self, node: str) -> list[Obj]:
@@ -208,8 +210,7 @@ class KubernetesBackend:
         self._evict(namespace, name)  # the node is cordoned: its controller reschedules elsewhere
 
     def reboot(self, node: str, reason: str) -> str:
-        self.api.patch_node(node, {"metadata": {"labels": {REBOOT_LABEL: "true"}}})
-        return "reboot requested (node label for the node agent)"
+        return noderemediation.request_reboot(self.api, node, reason)  # medik8s does it
 
     def mark(self, node: str, state: str) -> None:
         self.api.patch_node(node, {"metadata": {"labels": {STATE_LABEL: state}}})

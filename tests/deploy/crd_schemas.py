@@ -125,3 +125,73 @@ PROMETHEUS_RULE = _obj(
     ["apiVersion", "kind", "metadata", "spec"],
 )
 SCHEMAS = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
+
+# monitoring.coreos.com/v1alpha1 AlertmanagerConfig, the fields the shipped one uses.
+SECRET_KEY = _obj({"name": {"type": "string"}, "key": {"type": "string"}}, ["name", "key"])
+ALERTMANAGER_CONFIG = _obj(
+    {
+        "apiVersion": {"const": "monitoring.coreos.com/v1alpha1"},
+        "kind": {"const": "AlertmanagerConfig"},
+        "metadata": METADATA,
+        "spec": _obj(
+            {
+                "route": _obj(
+                    {
+                        "receiver": {"type": "string"},
+                        "matchers": {
+                            "type": "array",
+                            "items": _obj(
+                                {
+                                    "name": {"type": "string"},
+                                    "value": {"type": "string"},
+                                    "matchType": {"enum": ["=", "!=", "=~", "!~"]},
+                                },
+                                ["name"],
+                            ),
+                        },
+                        "groupBy": {"type": "array", "items": {"type": "string"}},
+                        "groupWait": DURATION,
+                        "groupInterval": DURATION,
+                        "repeatInterval": DURATION,
+                        "continue": {"type": "boolean"},
+                    },
+                    ["receiver"],
+                ),
+                "receivers": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "name": {"type": "string"},
+                            "webhookConfigs": {
+                                "type": "array",
+                                "items": _obj(
+                                    {
+                                        "url": {"type": "string", "pattern": "^https?://"},
+                                        "sendResolved": {"type": "boolean"},
+                                        "maxAlerts": {"type": "integer"},
+                                        "httpConfig": _obj(
+                                            {
+                                                "authorization": _obj(
+                                                    {
+                                                        "type": {"type": "string"},
+                                                        "credentials": SECRET_KEY,
+                                                    }
+                                                ),
+                                                "tlsConfig": {"type": "object"},
+                                            }
+                                        ),
+                                    },
+                                    ["url"],
+                                ),
+                            },
+                        },
+                        ["name"],
+                    ),
+                },
+            },
+            ["route", "receivers"],
+        ),
+    },
+    ["apiVersion", "kind", "metadata", "spec"],
+)
+SCHEMAS["AlertmanagerConfig"] = ALERTMANAGER_CONFIG

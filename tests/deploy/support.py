@@ -36,7 +36,10 @@ CONTRACT_FLAGS = {
     },
 }  # fmt: skip
 # Kinds without a namespace (the rest get the kustomization's namespace).
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+CLUSTER_SCOPED = {
+    "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+    "PersistentVolume",
+}  # fmt: skip
 
 
 def load_generator() -> ModuleType:

@@ -81,7 +81,7 @@ def test_analyzer_settings_load_from_the_deployment_args() -> None:
 def test_analyzer_settings_load_from_the_unit_args() -> None:
     settings = analyzer_settings(pairs_to_equals(unit_args("analyzer")))
     assert settings.prometheus == "http://127.0.0.1:9090"
-    assert settings.host_port == ("0.0.0.0", 9837)
+    assert settings.host_port == ("127.0.0.1", 9837)  # Prometheus scrapes it on its own host
 
 
 def policy_text() -> str:
@@ -117,6 +117,22 @@ def test_remediation_check_accepts_the_unit_args_with_the_shipped_policy(
     }
     assert main([*relocate(args, tmp_path, files), "--check"]) == 0
     assert "ok:" in capsys.readouterr().out
+
+
+def test_the_unit_with_the_example_policy_observes_slurm_without_acting(
+    tmp_path: Path, capsys: Any
+) -> None:
+    from remediation.cli import main
+
+    args = pairs_to_equals(unit_args("remediation"))
+    files: dict[str, str | None] = {
+        "--policy": (ROOT / "deploy/remediation/policy.example.yaml").read_text(),
+        "--webhook-token-file": "s3cret\n",
+        "--state-db": None,
+    }
+    assert main([*relocate(args, tmp_path, files), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "mode: dry-run" in out and "reading nodes and jobs from slurm" in out
 
 
 @pytest.mark.parametrize("args", [["--backend=slurm", "--listen=nonsense"]])

@@ -16,8 +16,9 @@ from tests.deploy.support import CONTRACT_FLAGS, KUBE, ROOT, build
 BASE = KUBE / "base"
 OVERLAYS = sorted(p.parent for p in (KUBE / "overlays").glob("*/kustomization.yaml"))
 KUBERNETES_VERSION = "1.30.0"
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
 IMAGE = "ghcr.io/gpuwarden/gpuwarden"
+SNR = "self-node-remediation.medik8s.io"
 
 
 @pytest.fixture(scope="module")
@@ -130,13 +131,23 @@ def test_each_servicemonitor_selects_a_service_in_its_namespace_by_port_name(
             assert ep["port"] in port_names and ep["path"] == "/metrics"
 
 
-def test_probes_hit_healthz_on_a_declared_port(docs: list[dict]) -> None:
+def test_probes_hit_a_declared_port_and_readiness_is_healthz(docs: list[dict]) -> None:
     for w in of_kind(docs, "Deployment", "DaemonSet"):
         c = container(w)
         names = {p["name"] for p in c["ports"]}
-        for probe in ("livenessProbe", "readinessProbe"):
-            assert c[probe]["httpGet"]["path"] == "/healthz"
-            assert c[probe]["httpGet"]["port"] in names
+        assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            if probe in c:
+                assert c[probe]["httpGet"]["port"] in names
+
+
+def test_the_analyzer_is_not_restarted_while_prometheus_is_unreachable(docs: list[dict]) -> None:
+    # its /healthz fails without a good query cycle: readiness only; liveness asks /metrics
+    c = container(one(docs, "Deployment", "gpuwarden-analyzer"))
+    assert c["livenessProbe"]["httpGet"]["path"] == "/metrics"
+    assert c["startupProbe"]["httpGet"]["path"] == "/metrics"
+    assert "initialDelaySeconds" not in c["livenessProbe"]  # the startupProbe covers start-up
+    assert "startupProbe" in container(one(docs, "Deployment", "gpuwarden-remediation"))
 
 
 def test_volumes_mounts_and_referenced_objects_all_exist(docs: list[dict]) -> None:
@@ -271,11 +282,24 @@ def test_remediation_rbac_grants_exactly_what_its_kubernetes_backend_needs(docs:
     role = one(docs, "ClusterRole", "gpuwarden-remediation")
     assert rbac_grants(role) == {
         ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "patch"),
-        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "patch"),
+        ("", "pods", "get"), ("", "pods", "list"),
         ("", "pods/eviction", "create"),
+        # reboot: medik8s Self Node Remediation (remediation/backends/noderemediation.py)
+        (SNR, "selfnoderemediationtemplates", "list"),
+        (SNR, "selfnoderemediations", "list"), (SNR, "selfnoderemediations", "create"),
+        (SNR, "selfnoderemediations", "delete"),
     }  # fmt: skip
     assert not any("resourceNames" in r or "nonResourceURLs" in r for r in role["rules"])
-    assert len(of_kind(docs, "ClusterRole", "Role")) == 1
+    # pod patch (the checkpoint annotation) only where a job namespace binds it
+    checkpoint = one(docs, "ClusterRole", "gpuwarden-remediation-checkpoint")
+    assert rbac_grants(checkpoint) == {("", "pods", "patch")}
+    assert len(of_kind(docs, "ClusterRole", "Role")) == 2
+    assert len(of_kind(docs, "ClusterRoleBinding")) == 1
+    job_ns = build(KUBE / "job-namespace")
+    (rb,) = of_kind(job_ns, "RoleBinding")
+    assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                             "name": "gpuwarden-remediation-checkpoint"}  # fmt: skip
+    assert not of_kind(job_ns, "ClusterRoleBinding", "ClusterRole", "Role")
     binding = one(docs, "ClusterRoleBinding", "gpuwarden-remediation")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     (subject,) = binding["subjects"]
@@ -307,3 +331,89 @@ def test_kmsg_privileged_overlay_changes_only_the_exporter_privilege(docs: list)
     sc = container(changed[0])["securityContext"]
     assert sc["privileged"] is True and sc["allowPrivilegeEscalation"] is True
     assert len(overlay) == len(docs)
+
+
+def test_the_job_namespace_kit_validates_and_shares_one_ack_directory_with_remediation(
+    docs: list,
+) -> None:
+    job_ns = build(KUBE / "job-namespace")
+    for doc in job_ns:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    pvs = {d["metadata"]["name"]: d for d in of_kind(job_ns, "PersistentVolume")}
+    (job_claim,) = of_kind(job_ns, "PersistentVolumeClaim")
+    ours = one(docs, "PersistentVolumeClaim", "gpuwarden-acks")
+    for claim in (job_claim, ours):
+        pv = pvs[claim["spec"]["volumeName"]]
+        assert pv["spec"]["claimRef"] == {
+            "namespace": claim["metadata"]["namespace"], "name": claim["metadata"]["name"],
+        }  # fmt: skip
+        assert claim["spec"]["accessModes"] == pv["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert len({str(pv["spec"]["nfs"]) for pv in pvs.values()}) == 1  # one shared directory
+    d = one(docs, "Deployment", "gpuwarden-remediation")
+    volumes = {v["name"]: v for v in pod_spec(d)["volumes"]}
+    assert volumes["acks"]["persistentVolumeClaim"]["claimName"] == "gpuwarden-acks"
+    cm = one(docs, "ConfigMap", "gpuwarden-remediation-policy")
+    ack_dir = yaml.safe_load(cm["data"]["policy.yaml"])["checkpoint"]["ack_dir"]
+    assert mount_path(container(d), "acks") == ack_dir
+
+
+def test_network_policies_admit_only_monitoring_to_gpuwarden_pods(docs: list) -> None:
+    policies = of_kind(docs, "NetworkPolicy")
+    selected = set()
+    for np in policies:
+        assert np["spec"]["policyTypes"] == ["Ingress"]
+        sel = np["spec"]["podSelector"]
+        names = sel.get("matchLabels", {}).get("app.kubernetes.io/name")
+        names = [names] if names else sel["matchExpressions"][0]["values"]
+        selected.update(names)
+        for rule in np["spec"]["ingress"]:
+            for peer in rule["from"]:
+                ns = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                assert ns == "monitoring"
+    assert selected == {"gpuwarden-remediation", "gpuwarden-analyzer", "gpuwarden-exporter"}
+    (rem,) = [n for n in policies if n["metadata"]["name"] == "gpuwarden-remediation"]
+    port_names = {
+        p["name"] for p in container(one(docs, "Deployment", "gpuwarden-remediation"))["ports"]
+    }
+    assert {p["port"] for r in rem["spec"]["ingress"] for p in r["ports"]} <= port_names
+
+
+@pytest.mark.parametrize(
+    "kdir",
+    [BASE, *OVERLAYS, KUBE / "job-namespace"],
+    ids=lambda p: p.relative_to(KUBE).as_posix(),
+)
+def test_kubectl_kustomize_builds_what_the_test_builder_builds(kdir: Path) -> None:
+    import subprocess
+
+    from tests.realcomp import require_binary
+
+    kubectl = require_binary("kubectl")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(kdir)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    real = [d for d in yaml.safe_load_all(out.stdout) if d]
+    key = lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])  # noqa: E731
+    assert sorted(real, key=key) == sorted(build(kdir), key=key)
+
+
+def test_alertmanager_gets_the_token_from_the_secret_remediation_mounts(docs: list) -> None:
+    (amc,) = of_kind(docs, "AlertmanagerConfig")
+    d = one(docs, "Deployment", "gpuwarden-remediation")
+    volumes = {v["name"]: v for v in pod_spec(d)["volumes"]}
+    secret = volumes["webhook-token"]["secret"]["secretName"]
+    token_file = Path(flags(container(d))["--webhook-token-file"])
+    ((hook,),) = [r["webhookConfigs"] for r in amc["spec"]["receivers"]]
+    assert hook["httpConfig"]["authorization"]["credentials"] == {
+        "name": secret, "key": token_file.name,
+    }  # fmt: skip
+    svc = one(docs, "Service", "gpuwarden-remediation")
+    ns, port = svc["metadata"]["namespace"], svc["spec"]["ports"][0]["port"]
+    assert hook["url"] == f"http://gpuwarden-remediation.{ns}.svc:{port}/alertmanager"
+    # the same route as the bare-metal Alertmanager config
+    am = yaml.safe_load((ROOT / "deploy/alertmanager/alertmanager.yml").read_text())
+    (bare,) = [r for r in am["route"]["routes"] if r["receiver"] == "gpuwarden-remediation"]
+    (matcher,) = amc["spec"]["route"]["matchers"]
+    assert bare["matchers"] == [f'{matcher["name"]}{matcher["matchType"]}"{matcher["value"]}"']
+    assert bare["group_by"] == amc["spec"]["route"]["groupBy"]

@@ -63,7 +63,10 @@ def test_execstart_runs_the_services_entry_point_with_contract_flags(name: str) 
     entry = f"gpuwarden-{name}"
     assert binary == PREFIX + entry and entry in scripts
     assert set(flags) <= CONTRACT_FLAGS[entry]
-    assert flags["--listen"].startswith("0.0.0.0:98")
+    # Only the exporter is scraped from another host; the rest bind loopback unless TLS is
+    # configured (the drop-in and the default file say how).
+    loopback = {"exporter": "0.0.0.0:98", "analyzer": "127.0.0.1:98", "remediation": "127.0.0.1:98"}
+    assert flags["--listen"].startswith(loopback[name])
 
 
 @pytest.mark.parametrize("name", SERVICES)
@@ -120,6 +123,47 @@ def test_remediation_keeps_state_in_its_state_directory_and_the_token_off_the_cm
     assert source.startswith("/etc/gpuwarden/")
     assert "GPUWARDEN_WEBHOOK_TOKEN" not in (UNITS / "gpuwarden-remediation.service").read_text()
     assert Path(flags["--policy"]).parent.as_posix() in s["ReadOnlyPaths"]
+
+
+def test_remediation_may_write_the_example_policys_ack_dir_and_nothing_else_outside_state() -> None:
+    import yaml
+
+    s = service("remediation")
+    example = yaml.safe_load((ROOT / "deploy/remediation/policy.example.yaml").read_text())
+    assert example["dry_run"] is True  # observe first
+    assert s["ReadWritePaths"] == ["-" + example["checkpoint"]["ack_dir"]]
+
+
+def test_the_tls_drop_ins_hand_over_credentials_the_default_files_and_web_config_name() -> None:
+    from exporter.webconfig import load_web_config
+
+    for name in ("exporter", "remediation"):
+        drop_in = parse_unit(UNITS / f"gpuwarden-{name}.service.d" / "tls.conf")["Service"]
+        creds = {c.partition(":")[0] for c in drop_in["LoadCredential"]}
+        assert creds == {"tls.crt", "tls.key"}
+        text = (UNITS / f"gpuwarden-{name}.service.d" / "tls.conf").read_text()
+        if name == "remediation":
+            for c in creds:
+                assert f"/run/credentials/gpuwarden-{name}.service/{c}" in text
+    web = (UNITS / "exporter-web.yml").read_text()
+    for c in ("tls.crt", "tls.key"):
+        assert f"/run/credentials/gpuwarden-exporter.service/{c}" in web
+    assert (
+        "--web-config /etc/gpuwarden/exporter-web.yml"
+        in (UNITS / "default" / "gpuwarden-exporter").read_text()
+    )
+    # the exporter reads the file (and would open the key: here a real throw-away pair)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        cert, key = realcomp.self_signed_cert(Path(d))
+        local = Path(d) / "web.yml"
+        local.write_text(
+            web.replace("/run/credentials/gpuwarden-exporter.service/tls.crt", str(cert)).replace(
+                "/run/credentials/gpuwarden-exporter.service/tls.key", str(key)
+            )
+        )
+        assert load_web_config(local).ssl_context is not None
 
 
 @pytest.mark.parametrize("name", SERVICES)

@@ -25,7 +25,7 @@ def test_the_shipped_default_policy_is_dry_run_and_valid() -> None:
 
 def test_the_example_policy_and_topology_parse() -> None:
     p = policy.load(DEPLOY / "policy.example.yaml")
-    assert not p.dry_run and p.per_job_max_nodes == 1 and p.domain_budgets["leaf"].max_nodes == 4
+    assert p.dry_run and p.per_job_max_nodes == 1 and p.domain_budgets["leaf"].max_nodes == 4
     topo = topology.load(DEPLOY / "topology.example.yaml")
     assert topo["gpu-node-001"] == {"leaf": "leaf-01", "rack": "r01", "nvlink_domain": "nvl-01"}
     assert topo["gpu-node-004"] == {"leaf": "leaf-02", "rack": "r02"}

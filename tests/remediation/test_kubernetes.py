@@ -285,3 +285,51 @@ async def test_checkpoint_then_restart_on_kubernetes_end_to_end(
         ("POST", "/api/v1/namespaces/ml/pods/train-0/eviction"),
     ]
     journal.close()
+
+
+SNR = "self-node-remediation.medik8s.io/v1alpha1"
+
+
+async def test_reboot_creates_a_medik8s_self_node_remediation_and_release_deletes_it(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    emu.resources[f"{SNR}/selfnoderemediationtemplates"] = kmock.ResourceInfo(namespaced=True)
+    emu.resources[f"{SNR}/selfnoderemediations"] = kmock.ResourceInfo(namespaced=True)
+    # what the operator installs (its default template, strategy included)
+    emu.objects[kmock.resource(f"{SNR}/selfnoderemediationtemplates"), "medik8s",
+                "self-node-remediation-automatic-strategy-template"] = {
+        "apiVersion": SNR, "kind": "SelfNodeRemediationTemplate",
+        "metadata": {"name": "self-node-remediation-automatic-strategy-template",
+                     "namespace": "medik8s"},
+        "spec": {"template": {"spec": {"remediationStrategy": "OutOfServiceTaint"}}},
+    }  # fmt: skip
+    b = backend(emu)
+    await asyncio.to_thread(b.take_out, "gpu-node-002", "gpuwarden: reboot xid_fatal d1", True)
+    out = await asyncio.to_thread(b.reboot, "gpu-node-002", "gpuwarden: reboot xid_fatal d1")
+    assert out == "reboot requested from medik8s (SelfNodeRemediation medik8s/gpu-node-002)"
+    cr = emu.objects[kmock.resource(f"{SNR}/selfnoderemediations"), "medik8s", "gpu-node-002"]
+    assert cr["spec"] == {"remediationStrategy": "OutOfServiceTaint"}
+    assert cr["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuwarden"
+    again = await asyncio.to_thread(b.reboot, "gpu-node-002", "gpuwarden: reboot xid_fatal d1")
+    assert again.startswith("reboot already requested")
+    assert await asyncio.to_thread(b.release, "gpu-node-002") == (
+        "uncordoned; its SelfNodeRemediation deleted"
+    )
+    deletes = [w for w in writes(emu) if w[0] == "DELETE"]
+    assert [w[1] for w in deletes] == [
+        f"/apis/{SNR}/namespaces/medik8s/selfnoderemediations/gpu-node-002"
+    ]
+    listed = await asyncio.to_thread(
+        b.api.list_custom, "self-node-remediation.medik8s.io", "v1alpha1", "selfnoderemediations"
+    )
+    assert listed == []
+
+
+async def test_reboot_without_the_operator_fails_with_a_reason_and_labels_nothing(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    b = backend(emu)
+    with pytest.raises(BackendError, match="Self Node Remediation"):
+        await asyncio.to_thread(b.reboot, "gpu-node-001", "gpuwarden: reboot")
+    labels = emu.objects[kmock.resource("v1/nodes"), None, "gpu-node-001"]["metadata"]["labels"]
+    assert set(labels) == {"topology.gpuwarden.io/leaf"}
