@@ -24,7 +24,7 @@ SUPPORTED = {"apiVersion", "kind", "namespace", "labels", "images", "resources",
 CONTRACT_FLAGS = {
     "gpuwarden-exporter": {
         "--listen", "--node", "--source", "--sysfs-root", "--kmsg", "--compat",
-        "--web-config", "--job-map-dir", "--interval",
+        "--web-config", "--job-map-dir", "--interval", "--kmsg-state",
     },
     "gpuwarden-analyzer": {
         "--prometheus", "--targets", "--listen", "--interval", "--config", "--alertmanager",

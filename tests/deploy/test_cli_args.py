@@ -46,20 +46,39 @@ def pairs_to_equals(args: list[str]) -> list[str]:
     return [f"{f}={v}" for f, v in zip(args[::2], args[1::2], strict=True)]
 
 
-def test_exporter_settings_load_from_the_daemonset_args() -> None:
+def _state_in(args: list[str], tmp: Path) -> tuple[list[str], str]:
+    """The shipped --kmsg-state path, moved under ``tmp`` (its directory is the host's: a
+    systemd StateDirectory or a hostPath DirectoryOrCreate, absent on this machine)."""
+    out, shipped = [], ""
+    for a in args:
+        if a.startswith("--kmsg-state"):
+            shipped = a.split("=", 1)[1] if "=" in a else ""
+            a = f"--kmsg-state={tmp / Path(shipped).name}" if shipped else a
+        out.append(a)
+    if not shipped and "--kmsg-state" in out:
+        i = out.index("--kmsg-state")
+        shipped, out[i + 1] = out[i + 1], str(tmp / Path(out[i + 1]).name)
+    return out, shipped
+
+
+def test_exporter_settings_load_from_the_daemonset_args(tmp_path: Path) -> None:
     from exporter.cli import settings_from
 
-    settings, web_config, _ = settings_from(k8s_args("gpuwarden-exporter"))
+    args, shipped = _state_in(k8s_args("gpuwarden-exporter"), tmp_path)
+    settings, web_config, _ = settings_from(args)
     assert settings.node == "gpu-node-001" and settings.source == "nvml"
     assert settings.sysfs_root == "/host/sys" and settings.kmsg == "/dev/kmsg"
     assert settings.listen == "0.0.0.0:9835" and web_config is None
+    assert shipped == "/var/lib/gpuwarden/xid-state.json"  # the state hostPath's mount
 
 
-def test_exporter_settings_load_from_the_unit_args() -> None:
+def test_exporter_settings_load_from_the_unit_args(tmp_path: Path) -> None:
     from exporter.cli import settings_from
 
-    settings, _, _ = settings_from(unit_args("exporter"))
-    assert settings.job_map_dir == "/run/gpuwarden/jobs" and settings.interval == 10
+    args, shipped = _state_in(unit_args("exporter"), tmp_path)
+    settings, _, _ = settings_from(args)
+    assert settings.job_map_dir == "/run/gpuwarden/jobs" and settings.interval == 15
+    assert shipped == "/var/lib/gpuwarden-exporter/xid-state.json"  # StateDirectory=
 
 
 def analyzer_settings(args: list[str]) -> Any:
