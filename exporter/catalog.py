@@ -578,6 +578,18 @@ REMEDIATION_WEBHOOK_ERRORS = _m(
 REMEDIATION_ALERTS = _m(
     "remediation_alerts_received_total", "counter", "Alerts received, by status.", ("status",)
 )
+REMEDIATION_INVALID_ALERTS = _m(
+    "remediation_invalid_alerts_total",
+    "counter",
+    "Alerts denied as invalid (no or malformed node, unknown action, class or node), by reason.",
+    ("reason",),
+)
+REMEDIATION_ACTION_FAILURES = _m(
+    "remediation_action_failures_total",
+    "counter",
+    "Actions that failed after their last retry (the node is left in state action_failed).",
+    ("action",),
+)
 
 
 def all_metrics() -> Iterator[MetricDef]:

@@ -19,7 +19,7 @@ from remediation.backends.slurm import SlurmBackend
 from remediation.clock import Clock, SystemClock
 from remediation.engine import Engine
 from remediation.executor import Executor
-from remediation.journal import Journal
+from remediation.journal import HELD_STATES, Journal
 from remediation.metrics import Metrics
 from remediation.pager import AlertmanagerPager, NoPager
 from remediation.policy import Policy
@@ -61,7 +61,7 @@ class Service:
 
     def refresh_gauges(self) -> None:
         rows = self.journal.rows("SELECT state, COUNT(*) AS n FROM nodes GROUP BY state")
-        for state in ("quarantined", "probation", "inspection"):
+        for state in HELD_STATES:
             n = next((r["n"] for r in rows if r["state"] == state), 0)
             self.metrics.quarantined.labels(state).set(n)
         self.metrics.paused.set(1 if self.engine.paused else 0)
@@ -128,7 +128,7 @@ def build(
         silences = AlertmanagerSilences(s.alertmanager) if s.alertmanager else NoSilences()
     pager = AlertmanagerPager(s.alertmanager) if s.alertmanager else NoPager()
     engine = Engine(journal, chosen, pol, clock, metrics, silences, pager)
-    executor = Executor(journal, chosen, pol, clock.now)
+    executor = Executor(journal, chosen, pol, clock.now, lambda: engine.paused)
     worker = Worker(engine, executor, s.tick_s)
     return Service(
         s,

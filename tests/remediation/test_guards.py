@@ -169,31 +169,41 @@ def test_guards_run_in_order_and_the_first_denial_decides() -> None:
     )
 
 
-def breaker(
-    flags: list[tuple[str, float]], now: float, p: Policy, opened: float | None
-) -> float | None:
-    recent = {n for n, t in flags if now - p.storm_window_s <= t <= now}
-    last = max((t for _, t in flags if t <= now), default=None)
-    return guards.breaker_opened_at(len(recent), last, now, p, opened)
+def test_breaker_trips_above_the_threshold_of_distinct_nodes_only() -> None:
+    p = live_policy(storm_max_nodes=3)
+    assert not guards.breaker_trips(3, p)
+    assert guards.breaker_trips(4, p)
 
 
-def test_breaker_opens_above_the_threshold_of_distinct_nodes() -> None:
-    p = live_policy(storm_max_nodes=3, storm_window_s=60, storm_quiet_s=120)
-    flags = [(f"n{i}", NOW - 10) for i in range(3)] + [("n0", NOW - 5)]
-    assert breaker(flags, NOW, p, None) is None
-    flags.append(("n9", NOW))
-    assert breaker(flags, NOW, p, None) == NOW
+def test_breaker_is_quiet_only_after_quiet_s_without_a_flag() -> None:
+    p = live_policy(storm_quiet_s=120)
+    assert not guards.breaker_quiet(NOW - 119, NOW, p)
+    assert guards.breaker_quiet(NOW - 120, NOW, p)
+    assert guards.breaker_quiet(None, NOW, p)
 
 
-def test_breaker_stays_open_while_flags_keep_coming_and_closes_after_quiet() -> None:
-    p = live_policy(storm_max_nodes=3, storm_window_s=60, storm_quiet_s=120)
-    storm = [(f"n{i}", NOW + i) for i in range(5)]
-    opened = breaker(storm, NOW + 4, p, None)
-    assert opened == NOW + 4
-    late = [*storm, ("n1", NOW + 100)]  # window passed, but not quiet yet
-    assert breaker(late, NOW + 150, p, opened) == opened
-    assert breaker(late, NOW + 100 + 119, p, opened) == opened
-    assert breaker(late, NOW + 100 + 120, p, opened) is None
+@pytest.mark.parametrize(
+    ("labels", "code"),
+    [
+        ({"node": ""}, "no_node"),
+        ({"node": "gpu node; rm -rf"}, "bad_node"),
+        ({"action": "format_disk"}, "bad_action"),
+        ({"fault_class": "cosmic_rays"}, "unknown_class"),
+    ],
+)
+def test_garbage_alerts_are_invalid_with_a_reason_from_a_fixed_set(
+    labels: dict[str, str], code: str
+) -> None:
+    a = alert()
+    bad = dataclasses.replace(a, labels={**a.labels, **labels})
+    found = guards.invalid_alert(bad, live_policy())
+    assert found is not None and found[0] == code
+
+
+def test_a_notify_alert_of_an_unknown_class_and_a_hold_are_valid() -> None:
+    assert guards.invalid_alert(alert(fault_class="cosmic", action="notify"), live_policy()) is None
+    hold = alert(fault_class="unwatched", action="hold")
+    assert guards.invalid_alert(hold, live_policy()) is None
 
 
 def test_flap_damping_lengthens_probation_only_within_the_window() -> None:
