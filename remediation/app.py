@@ -110,6 +110,11 @@ class Api:
         await asyncio.to_thread(self.svc.engine.set_paused, paused, who)
         return web.json_response(self.svc.status())
 
+    async def breaker_reset(self, request: web.Request) -> web.Response:
+        who = request.query.get("who", "api")[:64]
+        await asyncio.to_thread(self.svc.engine.reset_breaker, who)
+        return web.json_response(self.svc.status())
+
 
 def build_app(svc: Service) -> web.Application:
     api = Api(svc)
@@ -130,6 +135,7 @@ def build_app(svc: Service) -> web.Application:
     app.router.add_post("/api/v1/nodes/{node}/release", api.release)
     app.router.add_post("/api/v1/pause", api.pause)
     app.router.add_post("/api/v1/resume", api.pause)
+    app.router.add_post("/api/v1/breaker/reset", api.breaker_reset)
 
     async def lifecycle(app: web.Application) -> Any:
         await svc.worker.start()

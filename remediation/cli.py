@@ -56,8 +56,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpuwarden-remediation: {e}", file=sys.stderr)
         return 2
     if check:
-        print(f"ok: backend={svc.backend.name} dry_run={svc.policy.dry_run}")
+        from remediation import policy_check, topology
+
+        lines, problems = policy_check.check(svc.policy, topology.load(s.topology))
         svc.journal.close()
+        print("\n".join(lines))
+        for problem in problems:
+            print(f"gpuwarden-remediation: {problem}", file=sys.stderr)
+        if problems:
+            return 2
+        print(f"ok: backend={svc.backend.name} dry_run={svc.policy.dry_run}")
         return 0
     from aiohttp import web
 

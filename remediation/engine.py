@@ -66,7 +66,7 @@ class Engine:
             _, last = self.journal.flag_summary(max(now - p.storm_window_s, reset_at))
             if guards.breaker_quiet(max(last or 0.0, opened), now, p):
                 self._breaker_closed(f"no valid flag for {p.storm_quiet_s:.0f}s", "quiet")
-                opened, reset_at = None, now
+                opened, reset_at = None, now + 1e-6
         if flag is not None:
             with self.journal.tx() as db:
                 self.journal.add_flag(db, flag, now)
@@ -87,7 +87,8 @@ class Engine:
     def _breaker_closed(self, why: str, cause: str) -> None:
         now = self.clock.now()
         self.journal.put("breaker_opened_at", None)
-        self.journal.put("breaker_reset_at", repr(now))  # older flags no longer count
+        # flags up to now no longer count (a flag of the same instant included)
+        self.journal.put("breaker_reset_at", repr(now + 1e-6))
         v = Verdict(True, "storm_breaker", f"storm breaker closed: {why}")
         self._record(None, "", "", "breaker_close", v, {"cause": cause})
         self.metrics.breaker.set(0)

@@ -163,9 +163,9 @@ class Executor:
             self._step(a, "mark", mark, None)  # idempotent: repeated after a crash
             return out
         if act == "reboot":
-            jobs = self.backend.jobs_on(node)  # read fresh: the reboot waits for an idle node
-            if jobs:  # the worker runs deferred actions again each tick
-                raise Deferred(f"{out}; reboot deferred: node busy ({len(jobs)} jobs)")
+            busy = self.backend.jobs_on(node)  # read fresh: the reboot waits for an idle node
+            if busy:  # the worker runs deferred actions again each tick
+                raise Deferred(f"{out}; reboot deferred: node busy ({len(busy)} jobs)")
             return self._step(
                 a, "reboot", lambda: self.backend.reboot(node, str(a["reason"])), None
             )

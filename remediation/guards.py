@@ -96,7 +96,8 @@ def rate_limit(s: Situation, p: Policy) -> Verdict | None:
     return None
 
 
-def _limit(b: Budget, size: int) -> int:
+def budget_limit(b: Budget, size: int) -> int:
+    """How many of ``size`` nodes may be out at once under budget ``b``."""
     return min(b.max_nodes, math.floor(b.max_fraction * size + 1e-9))
 
 
@@ -114,7 +115,7 @@ def budget_fleet(s: Situation, p: Policy) -> Verdict | None:
     if not s.fleet:
         return deny("budget_fleet", "fleet size unknown")
     after = len(_out(s) | {s.alert.node})
-    limit = _limit(p.fleet_budget, len(s.fleet))
+    limit = budget_limit(p.fleet_budget, len(s.fleet))
     if after > limit:
         return deny("budget_fleet", f"{after} nodes would be out of {len(s.fleet)} (limit {limit})")
     return None
@@ -130,7 +131,7 @@ def budget_domain(s: Situation, p: Policy) -> Verdict | None:
             continue
         members = [n.name for n in s.fleet if n.domains.get(kind) == name]
         after = len(out.intersection(members))
-        limit = _limit(budget, len(members))
+        limit = budget_limit(budget, len(members))
         if after > limit:
             return deny(
                 "budget_domain",

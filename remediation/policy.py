@@ -44,6 +44,7 @@ class Rule:
 class Budget:
     max_fraction: float = 1.0
     max_nodes: int = 1_000_000
+    allow_zero: bool = False  # a limit of 0 on some domain is meant (--check accepts it)
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,12 @@ def _budget(d: Mapping[str, Any], where: str) -> Budget:
     frac = _num(d, "max_fraction", 1.0, where)
     if frac > 1.0:
         raise SettingsError(f"policy {where}.max_fraction: must be <= 1, got {frac}")
-    return Budget(frac, _int(d, "max_nodes", 1_000_000, where))
+    unknown = sorted(set(d) - {"max_fraction", "max_nodes", "allow_zero"})
+    if unknown:
+        raise SettingsError(f"policy {where}: unknown key(s) {', '.join(unknown)}")
+    if not isinstance(d.get("allow_zero", False), bool):
+        raise SettingsError(f"policy {where}.allow_zero: expected true or false")
+    return Budget(frac, _int(d, "max_nodes", 1_000_000, where), bool(d.get("allow_zero", False)))
 
 
 def _rules(raw: Any) -> tuple[Rule, ...]:

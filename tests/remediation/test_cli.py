@@ -79,7 +79,7 @@ def test_python_dash_m_remediation_validates_the_shipped_default(tmp_path: Path)
         capture_output=True,
         text=True,
         timeout=60,
-        env={"GPUWARDEN_WEBHOOK_TOKEN": "t", "PATH": "/usr/bin:/bin"},
+        env={"GPUWARDEN_WEBHOOK_TOKEN": TOKEN, "PATH": "/usr/bin:/bin"},
         cwd=Path(__file__).resolve().parents[2],
     )
     assert p.returncode == 0 and "dry_run=True" in p.stdout

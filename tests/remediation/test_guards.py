@@ -10,7 +10,7 @@ import pytest
 from remediation import guards
 from remediation.guards import Situation
 from remediation.model import Job, NodeView
-from remediation.policy import Budget, Policy
+from remediation.policy import Budget
 from tests.remediation.helpers import alert, live_policy
 
 NOW = 1_800_000_000.0
