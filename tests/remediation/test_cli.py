@@ -96,3 +96,17 @@ def test_the_umbrella_cli_dispatches_remediation_and_quarantine(
     with pytest.raises(SystemExit) as e:
         umbrella.main(["quarantine", "--help"])
     assert e.value.code == 0 and "release" in capsys.readouterr().out
+
+
+async def test_quarantine_breaker_reset_closes_the_breaker_and_records_who(
+    svc_client: tuple[Service, TestClient],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    svc, client = svc_client
+    monkeypatch.setenv("GPUWARDEN_WEBHOOK_TOKEN", TOKEN)
+    svc.journal.put("breaker_opened_at", repr(svc.clock.now()))
+    assert await run_cli(client, "breaker", "reset") == 0
+    assert "breaker_open=False" in capsys.readouterr().out
+    [row] = svc.journal.rows("SELECT * FROM decisions WHERE action='breaker_close'")
+    assert "reset by" in row["reason"] and '"cause": "manual"' in row["evidence"]
