@@ -584,6 +584,12 @@ REMEDIATION_INVALID_ALERTS = _m(
     "Alerts denied as invalid (no or malformed node, unknown action, class or node), by reason.",
     ("reason",),
 )
+REMEDIATION_NODE_ACTION_FAILED = _m(
+    "remediation_node_action_failed",
+    "gauge",
+    "1 for each node whose action failed after its last retry (state action_failed).",
+    ("node",),
+)
 REMEDIATION_ACTION_FAILURES = _m(
     "remediation_action_failures_total",
     "counter",

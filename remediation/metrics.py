@@ -35,6 +35,7 @@ class Metrics:
         self.alerts = _counter(c.REMEDIATION_ALERTS, reg)
         self.invalid = _counter(c.REMEDIATION_INVALID_ALERTS, reg)
         self.failures = _counter(c.REMEDIATION_ACTION_FAILURES, reg)
+        self.node_failed = _gauge(c.REMEDIATION_NODE_ACTION_FAILED, reg)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -64,6 +64,10 @@ class Service:
         for state in HELD_STATES:
             n = next((r["n"] for r in rows if r["state"] == state), 0)
             self.metrics.quarantined.labels(state).set(n)
+        failed = self.journal.rows("SELECT node FROM nodes WHERE state='action_failed'")
+        self.metrics.node_failed.clear()
+        for r in failed:
+            self.metrics.node_failed.labels(r["node"]).set(1)
         self.metrics.paused.set(1 if self.engine.paused else 0)
         self.metrics.breaker.set(1 if self.status()["breaker_open"] else 0)
 
