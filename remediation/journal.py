@@ -3,7 +3,11 @@
 Sits under the engine and the web API. Every write that matters commits before the caller
 goes on: an alert is accepted only once its idempotency key is committed; an action's intent
 is committed before it runs and its outcome after, so a restart can reconcile what was in
-flight. One connection, guarded by a lock (used from the event loop and worker threads).
+flight. One writing connection, guarded by a lock (used from worker threads, never the
+event loop), plus a read-only connection for health and metrics: in WAL mode readers never
+wait for a writer, so another process holding the write lock cannot stall them. A write
+that cannot get the lock within ``busy_timeout_s`` raises ``sqlite3.OperationalError``
+("database is locked"); the webhook answers 503 and Alertmanager retries.
 """
 
 from __future__ import annotations
@@ -62,27 +66,45 @@ HELD_STATES = ("quarantined", "probation", "inspection", "action_failed")
 
 
 class Journal:
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
+    def __init__(self, path: str | Path, busy_timeout_s: float = 5.0) -> None:
+        self.path, self.busy_timeout_s = str(path), busy_timeout_s
         self._lock = threading.RLock()
         self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
+        self.db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # durable across a process crash
-        self.db.execute("PRAGMA busy_timeout=5000")
         self.db.executescript(SCHEMA)
         for table, column, kind in MIGRATIONS:
             have = {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
                 self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        self._rlock = threading.Lock()
+        self.reader = sqlite3.connect(
+            f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+        )
+        self.reader.row_factory = sqlite3.Row
+        self.reader.execute("PRAGMA busy_timeout=100")
+
+    def read(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """Read committed state on the read-only connection (health, metrics): never waits
+        for a writer."""
+        with self._rlock:
+            return [dict(r) for r in self.reader.execute(sql, tuple(args)).fetchall()]
+
+    def _acquire(self) -> None:
+        if not self._lock.acquire(timeout=self.busy_timeout_s):
+            raise sqlite3.OperationalError("database is locked (journal busy in this process)")
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._rlock:
+            self.reader.close()
             self.db.close()
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        self._acquire()
+        try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self.db
@@ -90,6 +112,8 @@ class Journal:
                 self.db.execute("ROLLBACK")
                 raise
             self.db.execute("COMMIT")
+        finally:
+            self._lock.release()
 
     def rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
         with self._lock:
@@ -314,8 +338,8 @@ class Journal:
             db.execute("DELETE FROM flags WHERE at < ?", (before,))
 
     def get(self, key: str, default: str | None = None) -> str | None:
-        v = self.scalar("SELECT value FROM kv WHERE key=?", (key,))
-        return default if v is None else str(v)
+        rows = self.read("SELECT value FROM kv WHERE key=?", (key,))  # committed: no writer wait
+        return default if not rows or rows[0]["value"] is None else str(rows[0]["value"])
 
     def put(self, key: str, value: str | None) -> None:
         with self.tx() as db:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from datetime import datetime
 from typing import Any
@@ -41,6 +42,7 @@ class Worker:
         self.busy = False
         self.stopping = False
         self.last_tick = 0.0  # monotonic time of the last finished cycle (health)
+        self.write_error = ""  # the last cycle could not write the journal (health)
 
     async def start(self) -> None:
         await self.resume_actions()  # interrupted by a crash: finish, reconciling each step
@@ -71,7 +73,10 @@ class Worker:
                 await self.drain()
                 await asyncio.to_thread(self.engine.tick)
                 await self.resume_actions()
-                self.last_tick = time.monotonic()
+                self.last_tick, self.write_error = time.monotonic(), ""
+            except sqlite3.OperationalError as e:  # locked or read-only: retried next cycle
+                self.write_error = str(e)
+                log.warning("worker cycle: journal unwritable: %s", e)
             except Exception:  # a bug must not kill the worker; it is logged and retried
                 log.exception("worker cycle failed")
                 await asyncio.sleep(1.0)
