@@ -64,7 +64,7 @@ async def test_actions_waiting_for_acks_hold_no_thread_and_a_pause_reaches_every
         topology=topo,
     )
     side = Journal(tmp_path / "s.db")
-    nodes = {f"gpu-node-{i:03d}": {} for i in range(1, NODES + 1)}
+    nodes: dict[str, dict[str, str]] = {f"gpu-node-{i:03d}": {} for i in range(1, NODES + 1)}
     svc = build(s, clock=clock, backend=BusyBackend(side, nodes, clock.now))
     busy = [alert(f"gpu-node-{i:03d}", action="checkpoint_restart") for i in range(1, 11)]
     async with TestClient(TestServer(build_app(svc))) as client:
