@@ -235,8 +235,12 @@ class Executor:
         return jobs
 
     def _moved(self, job: Job, node: str) -> bool:
+        """Evidence that the requeue happened: gone, or restarted/off the node and not left
+        held (a requeue interrupted between hold and release is finished, not trusted)."""
         now = self.backend.job(job.job_id)
-        return now is None or now.restarts > job.restarts or node not in now.nodes
+        if now is None:
+            return True
+        return (now.restarts > job.restarts or node not in now.nodes) and not now.held
 
     def _running_elsewhere(self, job: Job, node: str) -> bool:
         now = self.backend.job(job.job_id)

@@ -77,6 +77,7 @@ class Job:
     state: str
     nodes: tuple[str, ...]
     restarts: int = 0
+    held: bool = False  # pending and held (Slurm requeuehold/hold): it will not start
 
 
 @dataclass(frozen=True)
