@@ -280,8 +280,8 @@ class Engine:
         try:
             fleet = self.backend.fleet() if disruptive else ()
             jobs = self.backend.jobs_on(alert.node) if disruptive else ()
-        except BackendError as e:
-            fleet, jobs, error = (), (), str(e)  # the scheduler guard denies (fail closed)
+        except Exception as e:  # the scheduler guard denies (fail closed)
+            fleet, jobs, error = (), (), f"{type(e).__name__}: {e}"
         node = next((n for n in fleet if n.name == alert.node), None)
         return guards.Situation(
             alert=alert,
@@ -315,7 +315,7 @@ class Engine:
                 {},
                 node_state={"state": "probation", "resolved_at": self.clock.now()},
             )
-            with contextlib.suppress(BackendError):  # the label is informative only
+            with contextlib.suppress(Exception):  # the label is informative only
                 self.backend.mark(node, "probation")
         else:
             state = rec and rec["state"]
@@ -328,8 +328,8 @@ class Engine:
     def release(self, node: str, manual: bool, who: str = "api") -> Verdict:
         try:
             view = self.backend.node(node)
-        except BackendError as e:
-            view, err = None, str(e)
+        except Exception as e:  # any failure to ask is "unknown": fail closed
+            view, err = None, f"{'' if isinstance(e, BackendError) else type(e).__name__ + ': '}{e}"
         else:
             err = ""
         v = guards.release_verdict(view, manual)
@@ -338,6 +338,8 @@ class Engine:
                 outcome = self.backend.release(node)
             except BackendError as e:
                 v = deny("ownership" if "not ours" in str(e) else "backend", str(e))
+            except Exception as e:  # a runner bug is a failed release, never a 500
+                v = deny("backend", f"{type(e).__name__}: {e}")
             else:
                 v = Verdict(True, v.guard, f"released by {who}: {outcome}")
         elif err:

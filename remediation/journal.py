@@ -293,10 +293,7 @@ class Journal:
             )
             if node_state is not None:
                 row = db.execute("SELECT node FROM actions WHERE id=?", (action_id,)).fetchone()
-                db.execute(
-                    "UPDATE nodes SET state=? WHERE node=? AND state NOT IN ('released')",
-                    (node_state, row[0]),
-                )
+                db.execute("UPDATE nodes SET state=? WHERE node=?", (node_state, row[0]))
 
     # ------------------------------------------------------------------ nodes
     def held_nodes(self) -> frozenset[str]:
