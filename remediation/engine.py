@@ -280,8 +280,8 @@ class Engine:
         try:
             fleet = self.backend.fleet() if disruptive else ()
             jobs = self.backend.jobs_on(alert.node) if disruptive else ()
-        except Exception as e:  # the scheduler guard denies (fail closed)
-            fleet, jobs, error = (), (), f"{type(e).__name__}: {e}"
+        except (BackendError, OSError) as e:  # the scheduler guard denies (fail closed)
+            fleet, jobs, error = (), (), str(e)
         node = next((n for n in fleet if n.name == alert.node), None)
         return guards.Situation(
             alert=alert,
