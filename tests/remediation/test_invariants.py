@@ -261,7 +261,7 @@ class Rails(RuleBasedStateMachine):
         held = [jid for jid, j in self.slurm.jobs.items() if j.held]
         if held:
             live = self.journal.rows(
-                f"SELECT id FROM actions WHERE state IN {LIVE + ('failed',)} "
+                f"SELECT id FROM actions WHERE state IN {(*LIVE, 'failed')} "
                 "AND action IN ('checkpoint_restart','requeue')"
             )
             assert live, f"jobs {held} held with no saga to finish them"
