@@ -15,6 +15,7 @@ import contextlib
 import logging
 import sqlite3
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +40,9 @@ class Worker:
         self.locks: dict[str, asyncio.Lock] = {}
         self.main: asyncio.Task[None] | None = None
         self.running: set[int] = set()
+        # actions run on their own threads: a tick re-running hundreds of waiting actions
+        # must not queue the API's and the webhook's journal calls behind it
+        self.pool = ThreadPoolExecutor(4, thread_name_prefix="gpuwarden-action")
         self.busy = False
         self.stopping = False
         self.last_tick = 0.0  # monotonic time of the last finished cycle (health)
@@ -113,7 +117,8 @@ class Worker:
         lock = self.locks.setdefault(row["node"], asyncio.Lock())
         try:
             async with lock:
-                state, outcome = await asyncio.to_thread(self.executor.run, row)
+                loop = asyncio.get_running_loop()
+                state, outcome = await loop.run_in_executor(self.pool, self.executor.run, row)
         finally:
             self.running.discard(row["id"])
         if state in ("waiting", "paused", "deferred"):
@@ -151,3 +156,4 @@ class Worker:
             t.cancel()
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=5)
+        self.pool.shutdown(wait=False, cancel_futures=True)
