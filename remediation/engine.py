@@ -333,6 +333,11 @@ class Engine:
         else:
             err = ""
         v = guards.release_verdict(view, manual)
+        known = self.journal.node(node) is not None
+        if v.allow and known:
+            # the new epoch first: a step in flight now sees it and undoes its drain, whether
+            # it lands before or after the scheduler call below
+            self._supersede(node, who)
         if v.allow:
             try:
                 outcome = self.backend.release(node)
@@ -344,7 +349,6 @@ class Engine:
                 v = Verdict(True, v.guard, f"released by {who}: {outcome}")
         elif err:
             v = deny(v.guard, f"{v.reason} ({err})")
-        known = self.journal.node(node) is not None
         state = {"state": "released", "released_at": self.clock.now()} if v.allow else None
         self._record(
             None,
@@ -355,8 +359,6 @@ class Engine:
             {"manual": manual, "who": who},
             node_state=state if known else None,
         )
-        if v.allow and known:
-            self._supersede(node, who)
         self.metrics.actions.labels(
             self.backend.name, "release", "done" if v.allow else "denied"
         ).inc()
