@@ -248,3 +248,43 @@ def test_release_refuses_a_drain_reason_gpuwarden_did_not_write() -> None:
 def test_an_unreachable_scheduler_denies_before_anything_is_assumed() -> None:
     v = guards.decide(situation(scheduler_error="sinfo: rc 1"), live_policy())
     assert (v.allow, v.guard) == (False, "scheduler")
+
+
+# ---------------------------------------------------------------- pinned by mutation testing
+def test_budget_domain_passes_a_node_unknown_to_the_scheduler_without_crashing() -> None:
+    s = situation(node="gpu-node-001", fleet_=fleet(8))
+    assert guards.budget_domain(dataclasses.replace(s, node=None), live_policy()) is None
+
+
+def test_budget_domain_checks_every_domain_kind_even_after_one_the_node_lacks() -> None:
+    p = live_policy(domain_budgets={"a_rack": Budget(1.0, 100), "leaf": Budget(0.25, 1)})
+    out = {"gpu-node-002": "gpuwarden: drain"}
+    v = guards.decide(situation(fleet_=fleet(8, out)), p)
+    assert v.guard == "budget_domain"
+    assert v.reason == "leaf leaf-0: 2 of 4 nodes would be out (limit 1)"
+
+
+def test_budget_job_says_which_job_and_the_limit() -> None:
+    job = Job("77", "RUNNING", ("gpu-node-001", "gpu-node-002"))
+    s = situation(jobs=(job,), held=frozenset({"gpu-node-002"}))
+    v = guards.decide(s, live_policy())
+    assert (v.guard, v.reason) == ("budget_job", "job 77 would lose 2 nodes (limit 1)")
+
+
+def test_an_alert_without_an_action_label_is_a_notification() -> None:
+    a = alert()
+    bare = dataclasses.replace(a, labels={k: v for k, v in a.labels.items() if k != "action"})
+    assert guards.choose_action(live_policy(), bare, 3) == "notify"
+
+
+def test_release_verdicts_say_who_decided_and_why() -> None:
+    assert guards.release_verdict(None, True) == guards.deny(
+        "ownership", "node unknown to the scheduler"
+    )
+    foreign = NodeView("gpu-node-001", True, False, "operator: fan")
+    assert guards.release_verdict(foreign, True).reason == (
+        "drain reason not written by gpuwarden: 'operator: fan'"
+    )
+    ours = NodeView("gpu-node-001", True, True, "gpuwarden: drain")
+    assert guards.release_verdict(ours, True) == guards.allow("manual", "release allowed")
+    assert guards.release_verdict(ours, False) == guards.allow("probation", "release allowed")
