@@ -253,7 +253,8 @@ def test_an_unreachable_scheduler_denies_before_anything_is_assumed() -> None:
 # ---------------------------------------------------------------- pinned by mutation testing
 def test_budget_domain_passes_a_node_unknown_to_the_scheduler_without_crashing() -> None:
     s = situation(node="gpu-node-001", fleet_=fleet(8))
-    assert guards.budget_domain(dataclasses.replace(s, node=None), live_policy()) is None
+    p = live_policy(domain_budgets={"leaf": Budget(0.25, 1)})
+    assert guards.budget_domain(dataclasses.replace(s, node=None), p) is None
 
 
 def test_budget_domain_checks_every_domain_kind_even_after_one_the_node_lacks() -> None:
@@ -288,3 +289,23 @@ def test_release_verdicts_say_who_decided_and_why() -> None:
     ours = NodeView("gpu-node-001", True, True, "gpuwarden: drain")
     assert guards.release_verdict(ours, True) == guards.allow("manual", "release allowed")
     assert guards.release_verdict(ours, False) == guards.allow("probation", "release allowed")
+
+
+def test_a_recommendation_off_the_ladder_starts_at_its_first_rung() -> None:
+    assert guards.choose_action(live_policy(), alert(action="requeue"), 1) == "drain"
+    assert guards.choose_action(live_policy(), alert(action="requeue"), 2) == "checkpoint_restart"
+
+
+def test_an_unknown_fleet_size_denies_with_its_own_reason() -> None:
+    s = dataclasses.replace(situation(), fleet=())
+    assert guards.budget_fleet(s, live_policy()) == guards.deny(
+        "budget_fleet", "fleet size unknown"
+    )
+
+
+def test_an_alert_without_an_action_label_is_valid_and_garbage_says_why() -> None:
+    a = alert()
+    bare = dataclasses.replace(a, labels={k: v for k, v in a.labels.items() if k != "action"})
+    assert guards.invalid_alert(bare, live_policy()) is None
+    nodeless = dataclasses.replace(a, labels={**a.labels, "node": ""})
+    assert guards.invalid_alert(nodeless, live_policy()) == ("no_node", "alert has no node label")
