@@ -309,3 +309,45 @@ def test_an_alert_without_an_action_label_is_valid_and_garbage_says_why() -> Non
     assert guards.invalid_alert(bare, live_policy()) is None
     nodeless = dataclasses.replace(a, labels={**a.labels, "node": ""})
     assert guards.invalid_alert(nodeless, live_policy()) == ("no_node", "alert has no node label")
+
+
+def test_a_one_rung_ladder_stays_on_its_rung_and_inspect_comes_at_inspect_after() -> None:
+    p = live_policy(inspect_after=3, ladders={"xid_fatal": ("drain", "reboot")})
+    memory = alert(fault_class="memory", action="drain")  # no ladder: its own one rung
+    assert [guards.choose_action(p, memory, n) for n in (1, 2)] == ["drain", "drain"]
+    assert [guards.choose_action(p, alert(), n) for n in (1, 2, 3)] == [
+        "drain",
+        "reboot",
+        "inspect",
+    ]
+
+
+def test_a_node_already_held_does_not_count_twice_against_the_fleet_budget() -> None:
+    held = frozenset({"gpu-node-001", "gpu-node-002"})
+    p = live_policy(fleet_budget=Budget(0.2, 2))  # 2 of 10 already out: at the limit
+    assert guards.budget_fleet(situation(held=held), p) is None
+    assert guards.budget_fleet(situation("gpu-node-003", held=held), p) is not None
+
+
+def test_every_denial_says_why_in_words() -> None:
+    p = live_policy(require_silence_check=True)
+    foreign = fleet(out={"gpu-node-001": "operator: fan"})
+    cases = [
+        (situation(paused=True), "remediation is paused"),
+        (situation(silenced=True), "an active Alertmanager silence matches node gpu-node-001"),
+        (situation(silenced=None), "Alertmanager silences could not be checked (policy requires it)"),
+        (situation(fleet_=foreign), "node is out of service by someone else: 'operator: fan'"),
+        (situation(breaker_open=True), "storm breaker open (> 50 nodes flagged)"),
+        (situation(recent_actions=100), "100 actions in the last 60s (limit 100)"),
+        (situation(held=frozenset({f"gpu-node-00{i}" for i in range(2, 7)})), "6 nodes would be out of 10 (limit 5)"),
+        (situation(action="cordon", alert=alert(fault_class="pcie")), "action cordon not allowed for this alert"),
+    ]  # fmt: skip
+    for s, reason in cases:
+        assert guards.decide(s, p).reason == reason
+    no_rule = live_policy(rules=())
+    assert guards.decide(situation(), no_rule).reason == "no policy rule matches this alert"
+    assert guards.decide(situation(), live_policy()).reason == "drain allowed by every guard"
+    dry = live_policy(dry_run=True)
+    assert (
+        guards.decide(situation(), dry).reason == "drain allowed; dry-run: recorded, not executed"
+    )
