@@ -9,7 +9,7 @@ import pytest
 
 from remediation import guards
 from remediation.guards import Situation
-from remediation.model import Job, NodeView
+from remediation.model import ACTIONS, Job, NodeView
 from remediation.policy import Budget
 from tests.remediation.helpers import alert, live_policy
 
@@ -351,3 +351,34 @@ def test_every_denial_says_why_in_words() -> None:
     assert (
         guards.decide(situation(), dry).reason == "drain allowed; dry-run: recorded, not executed"
     )
+
+
+def test_a_held_node_over_the_limit_is_still_not_counted_again() -> None:
+    held = frozenset({"gpu-node-001", "gpu-node-002"})
+    assert (
+        guards.budget_fleet(situation(held=held), live_policy(fleet_budget=Budget(0.1, 1))) is None
+    )
+
+
+def test_invalid_alert_reasons_quote_at_most_64_characters_and_name_the_vocabulary() -> None:
+    p, long = live_policy(), "n" * 100
+    a = alert()
+    bad_node = dataclasses.replace(a, labels={**a.labels, "node": long + "!"})
+    assert guards.invalid_alert(bad_node, p) == (
+        "bad_node", f"node label is not a node name: {'n' * 64!r}"
+    )  # fmt: skip
+    bad_action = dataclasses.replace(a, labels={**a.labels, "action": long})
+    assert guards.invalid_alert(bad_action, p) == (
+        "bad_action", f"action label {'n' * 64!r} is not one of " + ", ".join(ACTIONS)
+    )  # fmt: skip
+    for fc, shown in ((long, "n" * 64), (None, "")):
+        labels = {k: v for k, v in a.labels.items() if k != "fault_class"}
+        cls = dataclasses.replace(a, labels=labels if fc is None else {**labels, "fault_class": fc})
+        assert guards.invalid_alert(cls, p) == (
+            "unknown_class", f"fault_class {shown!r} is unknown to the policy"
+        )  # fmt: skip
+
+
+def test_an_unknown_node_denial_names_the_node() -> None:
+    v = guards.decide(situation(node="gpu-node-099"), live_policy())
+    assert v == guards.deny("ownership", "node 'gpu-node-099' is unknown to the scheduler")
