@@ -11,7 +11,7 @@ EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 PYTEST_ARGS ?=
 APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl prometheus-node-exporter shellcheck
 
-.PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules dist image-test clean
+.PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules dist image-test clean soak mutation
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -49,6 +49,16 @@ demo: venv
 
 bench: venv system-deps
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+# Remediation's rails under 20,000 random interleavings (make test runs 200; docs/remediation.md).
+soak: venv
+	GPUWARDEN_SOAK_EXAMPLES=20000 $(BIN)/pytest -q -p no:logging tests/remediation/test_invariants.py
+
+# Mutation testing of remediation's guards, engine and executor ([tool.mutmut] in pyproject).
+mutation: venv
+	$(BIN)/pip install -q -e '.[mutation]'
+	$(BIN)/mutmut run --max-children 2
+	$(BIN)/mutmut results
 
 evaluate: venv
 	$(BIN)/gpuwarden evaluate $(EVAL_ARGS)

@@ -4,7 +4,12 @@
   HTTP on loopback), against a baseline aiohttp handler that only parses the JSON (same run,
   same client, same payloads);
 - p50/p99 time from receipt (journaled) to decision, from the journal's own timestamps;
-- time from POST /alertmanager to the node showing DRAIN in `sinfo`, on a real slurmctld.
+- time from POST /alertmanager to the node showing DRAIN in `sinfo`, on a real slurmctld;
+- webhook and API p99 while 200 checkpoint actions wait for acks (waits are persisted
+  deadlines driven by the tick, not threads), and how many ticks a pause needs to park all
+  200 next steps;
+- a storm of 1,000 alerts for 200 of 500 nodes within 60 s (fake clock): the most nodes out
+  at once against the budget, the breaker opening, and closing by itself after quiet_s.
 """
 
 from __future__ import annotations
@@ -21,11 +26,23 @@ import aiohttp
 from aiohttp import web
 
 from remediation.app import build_app
+from remediation.backends.dryrun import DryRunBackend
 from remediation.backends.runner import SubprocessRunner
-from remediation.clock import SystemClock
-from remediation.service import Service
+from remediation.clock import FakeClock, SystemClock
+from remediation.journal import Journal
+from remediation.model import Job
+from remediation.service import Service, build
+from remediation.settings import Settings
 from tests.realcomp import free_port
-from tests.remediation.helpers import AUTH, LIVE_POLICY, alert, payload, service, topology_file
+from tests.remediation.helpers import (
+    AUTH,
+    LIVE_POLICY,
+    TOKEN,
+    alert,
+    payload,
+    service,
+    topology_file,
+)
 from tests.slurmcluster import slurm_cluster
 
 BENCH_POLICY = LIVE_POLICY.replace("storm: {max_nodes: 50,", "storm: {max_nodes: 100000,").replace(
@@ -133,6 +150,137 @@ async def _slurm_drain(tmp: Path, reps: int) -> list[float]:
     return out
 
 
+class _NeverAcks(DryRunBackend):
+    """Dry-run plus one running job per node whose checkpoint ack never comes."""
+
+    def jobs_on(self, node: str) -> tuple[Job, ...]:
+        return (Job(f"job-{node}", "RUNNING", (node,)),)
+
+    def job(self, job_id: str) -> Job | None:
+        return Job(job_id, "RUNNING", (job_id.removeprefix("job-"),))
+
+
+def _p99(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[int(0.99 * (len(xs) - 1))]
+
+
+async def _waiting(tmp: Path, n_wait: int, requests: int, tick_s: float) -> dict[str, float]:
+    acks = tmp / "acks"
+    acks.mkdir()
+    policy = (
+        BENCH_POLICY.replace("max_nodes: 100}", "max_nodes: 100000}")
+        .replace("ack_dir: /tmp, deadline_s: 5,", f"ack_dir: {acks}, deadline_s: 3000,")
+        .replace("restart_deadline_s: 30", "restart_deadline_s: 3000")
+    )
+    (tmp / "policy.yaml").write_text(policy)
+    topo = topology_file(tmp, 500)
+    clock = SystemClock()
+    s = Settings(
+        policy=tmp / "policy.yaml", state_db=tmp / "s.db", webhook_token=TOKEN,
+        tick_s=tick_s, topology=topo,
+    )  # fmt: skip
+    side = Journal(tmp / "s.db")
+    nodes: dict[str, dict[str, str]] = {f"gpu-node-{i:03d}": {} for i in range(1, 501)}
+    svc = build(s, clock=clock, backend=_NeverAcks(side, nodes, clock.now))
+    runner, url = await _serve(build_app(svc))
+    out: dict[str, float] = {}
+    try:
+        busy = [
+            alert(f"gpu-node-{i:03d}", action="checkpoint_restart") for i in range(1, n_wait + 1)
+        ]
+        async with aiohttp.ClientSession(headers=AUTH) as c:
+            for i in range(0, n_wait, 50):
+                async with c.post(f"{url}/alertmanager", data=payload(*busy[i : i + 50])) as r:
+                    assert r.status == 200
+            q = "SELECT COUNT(*) FROM actions WHERE state='waiting'"
+            t0 = time.perf_counter()
+            while svc.journal.scalar(q) < n_wait:
+                await asyncio.sleep(0.05)
+                if time.perf_counter() - t0 > 120:
+                    raise TimeoutError("actions not waiting after 120 s")
+            hook, api = [], []
+            for i in range(requests):
+                body = payload(alert(f"gpu-node-{300 + i % 200:03d}", fp=f"w{i}", action="notify"))
+                t1 = time.perf_counter()
+                async with c.post(f"{url}/alertmanager", data=body) as r:
+                    assert r.status == 200
+                t2 = time.perf_counter()
+                async with c.get(f"{url}/api/v1/nodes") as r:
+                    assert r.status == 200
+                    await r.read()
+                hook.append(t2 - t1)
+                api.append(time.perf_counter() - t2)
+            out["webhook_p99"], out["api_p99"] = _p99(hook), _p99(api)
+            async with c.post(f"{url}/api/v1/pause") as r:
+                assert r.status == 200
+            t0 = time.perf_counter()
+            for i in range(1, n_wait + 1):  # every ack arrives: each next step meets the pause
+                (acks / f"job-gpu-node-{i:03d}.ack").write_text("{}")
+            parked = "SELECT COUNT(*) FROM actions WHERE state='paused'"
+            while svc.journal.scalar(parked) < n_wait:
+                await asyncio.sleep(0.01)
+                if time.perf_counter() - t0 > 60:
+                    raise TimeoutError("pause not effective after 60 s")
+            out["pause_ticks"] = (time.perf_counter() - t0) / tick_s
+            requeued = svc.journal.scalar("SELECT COUNT(*) FROM dry_run_effects WHERE op='requeue'")
+            assert requeued == 0, requeued
+    finally:
+        await runner.cleanup()
+        svc.journal.close()
+        side.close()
+    return out
+
+
+async def _storm(tmp: Path) -> dict[str, float]:
+    policy = (
+        LIVE_POLICY.replace("fleet: {max_fraction: 0.5, max_nodes: 100}", "fleet: {max_fraction: 0.05, max_nodes: 15}")
+        .replace("storm: {max_nodes: 50, window_s: 60, quiet_s: 120}", "storm: {max_nodes: 20, window_s: 300, quiet_s: 600}")
+    )  # fmt: skip
+    clock = FakeClock()
+    svc = service(tmp, policy, clock=clock, topology=topology_file(tmp, 500))
+    flagged = [f"gpu-node-{i:03d}" for i in range(1, 501, 5)]
+    flagged += [f"gpu-node-{i:03d}" for i in range(3, 501, 5)]  # 200 nodes
+    alerts = [alert(n, fp=f"fp-{n}-{k}", gpu=str(k)) for k in range(5) for n in flagged]
+    max_out, opened_at = 0, None
+    t0 = time.perf_counter()
+    runner, url = await _serve(build_app(svc))
+    try:
+        async with aiohttp.ClientSession(headers=AUTH) as c:
+            for i in range(0, 1000, 25):  # 40 webhooks 1.5 s apart: all within 60 s
+                async with c.post(f"{url}/alertmanager", data=payload(*alerts[i : i + 25])) as r:
+                    assert r.status == 200
+                await svc.worker.idle(120)
+                max_out = max(max_out, sum(1 for n in svc.backend.fleet() if n.out_of_service))
+                if opened_at is None and svc.journal.get("breaker_opened_at"):
+                    opened_at = clock.now()
+                clock.advance(1.5)
+            last_flag = svc.journal.flag_summary(0)[1] or clock.now()
+            closed_after = None
+            for _ in range(2000):  # the tick alone closes it: no alert, no reset
+                clock.advance(1.0)
+                await asyncio.to_thread(svc.engine.tick)
+                if svc.journal.get("breaker_opened_at") is None:
+                    closed_after = clock.now() - last_flag
+                    break
+    finally:
+        await runner.cleanup()
+    journaled = svc.journal.scalar("SELECT COUNT(*) FROM alerts")
+    undecided = svc.journal.scalar(
+        "SELECT COUNT(*) FROM alerts a WHERE NOT EXISTS "
+        "(SELECT 1 FROM decisions d WHERE d.alert_key=a.key)"
+    )
+    svc.journal.close()
+    return {
+        "max_out": max_out,
+        "opened": 1.0 if opened_at is not None else 0.0,
+        "closed_after": -1.0 if closed_after is None else closed_after,
+        "journaled": journaled,
+        "undecided": undecided,
+        "wall": time.perf_counter() - t0,
+    }
+
+
 def _ms(v: float) -> float:
     return round(v * 1000, 2)
 
@@ -148,8 +296,55 @@ async def _run(quick: bool) -> list[dict[str, Any]]:
         svc.journal.close()
     with tempfile.TemporaryDirectory() as d:
         drains = await _slurm_drain(Path(d), 3 if quick else 10)
+    with tempfile.TemporaryDirectory() as d:
+        wait = await _waiting(Path(d), 200, 50 if quick else 300, 1.0)
+    with tempfile.TemporaryDirectory() as d:
+        storm = await _storm(Path(d))
     note = f"{n} alerts in webhooks of 20, 4 concurrent senders, 500-node topology"
     return [
+        {
+            "name": "webhook_p99_with_200_waiting_actions",
+            "value": _ms(wait["webhook_p99"]),
+            "unit": "ms",
+            "note": "200 checkpoint actions waiting for acks (tick 1 s); target <= 100 ms",
+        },
+        {
+            "name": "api_nodes_p99_with_200_waiting_actions",
+            "value": _ms(wait["api_p99"]),
+            "unit": "ms",
+            "note": "GET /api/v1/nodes, same run; target <= 100 ms",
+        },
+        {
+            "name": "pause_parks_200_next_steps_in",
+            "value": wait["pause_ticks"],
+            "unit": "ticks",
+            "note": "acks arrive after the pause: ticks until all 200 are parked, 0 requeued",
+        },
+        {
+            "name": "storm_max_nodes_out",
+            "value": storm["max_out"],
+            "unit": "nodes",
+            "note": "1,000 alerts for 200 of 500 nodes in 60 s; fleet budget 15 (fake clock)",
+        },
+        {
+            "name": "storm_breaker_opened",
+            "value": storm["opened"],
+            "unit": "bool",
+            "note": "storm.max_nodes 20 in 300 s",
+        },
+        {
+            "name": "storm_breaker_closed_after_last_flag",
+            "value": storm["closed_after"],
+            "unit": "s",
+            "note": "by the tick alone (quiet_s 600), no alert, no reset",
+        },
+        {
+            "name": "storm_alerts_journaled_undecided",
+            "value": storm["undecided"],
+            "unit": "alerts",
+            "note": f"{storm['journaled']:.0f} journaled, each with a decision; "
+            f"{storm['wall']:.1f} s wall",
+        },
         {
             "name": "baseline_parse_only_alerts_per_s",
             "value": n / base,

@@ -959,6 +959,24 @@ REMEDIATION_WEBHOOK_ERRORS = _m(
 REMEDIATION_ALERTS = _m(
     "remediation_alerts_received_total", "counter", "Alerts received, by status.", ("status",)
 )
+REMEDIATION_INVALID_ALERTS = _m(
+    "remediation_invalid_alerts_total",
+    "counter",
+    "Alerts denied as invalid (no or malformed node, unknown action, class or node), by reason.",
+    ("reason",),
+)
+REMEDIATION_NODE_ACTION_FAILED = _m(
+    "remediation_node_action_failed",
+    "gauge",
+    "1 for each node whose action failed after its last retry (state action_failed).",
+    ("node",),
+)
+REMEDIATION_ACTION_FAILURES = _m(
+    "remediation_action_failures_total",
+    "counter",
+    "Actions that failed after their last retry (the node is left in state action_failed).",
+    ("action",),
+)
 
 
 def all_metrics() -> Iterator[MetricDef]:

@@ -8,7 +8,10 @@ before the 200) and wakes the worker; it never waits for a decision. Bad input a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -32,6 +35,7 @@ def _authorized(creds: Credentials | None, request: web.Request) -> bool:
 class Api:
     def __init__(self, svc: Service) -> None:
         self.svc = svc
+        self.pool = ThreadPoolExecutor(2, thread_name_prefix="gpuwarden-health")
 
     async def webhook(self, request: web.Request) -> web.Response:
         m = self.svc.metrics
@@ -59,31 +63,48 @@ class Api:
             m.errors.labels(e.code).inc()
             return _err(400, str(e))
         now = self.svc.clock.now()
-        new, repeated = await asyncio.to_thread(self.svc.journal.accept, alerts, now)
+        try:
+            new, repeated = await asyncio.to_thread(self.svc.journal.accept, alerts, now)
+        except sqlite3.OperationalError as e:  # locked: nothing was committed; AM retries
+            m.errors.labels("journal_busy").inc()
+            return web.json_response(
+                {"error": f"journal busy, retry later ({e})"},
+                status=503,
+                headers={"Retry-After": "5"},
+            )
         for a in alerts:
             m.alerts.labels(a.status).inc()
         self.svc.worker.wake.set()
         return web.json_response({"accepted": new, "repeated": repeated})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        self.svc.refresh_gauges()
+        with contextlib.suppress(sqlite3.OperationalError):  # stale gauges beat no metrics
+            await self._off_loop(self.svc.refresh_gauges)
         return web.Response(
             body=self.svc.metrics.render(), content_type="text/plain", charset="utf-8"
         )
 
+    async def _off_loop(self, fn: Callable[[], Any]) -> Any:
+        """Health and metrics on their own threads: a busy worker pool cannot delay them."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn)
+
     async def healthz(self, request: web.Request) -> web.Response:
-        problem = self.svc.health_problem()
+        problem = await self._off_loop(self.svc.health_problem)
         if problem:
             return _err(503, problem)
         return web.json_response({"status": "ok"})
 
     async def nodes(self, request: web.Request) -> web.Response:
-        rows = await asyncio.to_thread(self.svc.journal.rows, "SELECT * FROM nodes ORDER BY node")
-        return web.json_response({"nodes": rows, **self.svc.status()})
+        rows = await asyncio.to_thread(self.svc.journal.read, "SELECT * FROM nodes ORDER BY node")
+        status = await asyncio.to_thread(self.svc.status)
+        return web.json_response({"nodes": rows, **status})
 
     async def node(self, request: web.Request) -> web.Response:
         name = request.match_info["node"]
-        rec = await asyncio.to_thread(self.svc.journal.node, name)
+        recs = await asyncio.to_thread(
+            self.svc.journal.read, "SELECT * FROM nodes WHERE node=?", (name,)
+        )
+        rec = recs[0] if recs else None
         hist = await asyncio.to_thread(self.svc.decisions, name, 200)
         return web.json_response({"node": rec, "history": hist})
 
@@ -108,7 +129,12 @@ class Api:
         paused = request.path.endswith("/pause")
         who = request.query.get("who", "api")[:64]
         await asyncio.to_thread(self.svc.engine.set_paused, paused, who)
-        return web.json_response(self.svc.status())
+        return web.json_response(await asyncio.to_thread(self.svc.status))
+
+    async def breaker_reset(self, request: web.Request) -> web.Response:
+        who = request.query.get("who", "api")[:64]
+        await asyncio.to_thread(self.svc.engine.reset_breaker, who)
+        return web.json_response(await asyncio.to_thread(self.svc.status))
 
 
 def build_app(svc: Service) -> web.Application:
@@ -130,11 +156,13 @@ def build_app(svc: Service) -> web.Application:
     app.router.add_post("/api/v1/nodes/{node}/release", api.release)
     app.router.add_post("/api/v1/pause", api.pause)
     app.router.add_post("/api/v1/resume", api.pause)
+    app.router.add_post("/api/v1/breaker/reset", api.breaker_reset)
 
     async def lifecycle(app: web.Application) -> Any:
         await svc.worker.start()
         yield
         await svc.worker.stop()
+        api.pool.shutdown(wait=False)
 
     app.cleanup_ctx.append(lifecycle)
     return app

@@ -67,9 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     mode = preflight.mode_line(svc.policy, svc.backend)
     if check:
-        print(f"ok: backend={svc.backend.name} dry_run={svc.policy.dry_run}")
-        print("\n".join([mode, *warnings]))
+        from remediation import policy_check, topology
+
+        lines, problems = policy_check.check(svc.policy, topology.load(s.topology))
         svc.journal.close()
+        print("\n".join([mode, *warnings, *lines]))
+        for problem in problems:
+            print(f"gpuwarden-remediation: {problem}", file=sys.stderr)
+        if problems:
+            return 2
+        print(f"ok: backend={svc.backend.name} dry_run={svc.policy.dry_run}")
         return 0
     import time
 

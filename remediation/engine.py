@@ -11,6 +11,7 @@ nodes whose probation passed; ``release`` is the manual path. All calls are sync
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,21 +55,47 @@ class Engine:
         )
         self.metrics.paused.set(1 if paused else 0)
 
-    def breaker_open(self) -> bool:
+    def breaker_open(self, flag: str | None = None) -> bool:
+        """Re-evaluate the storm breaker; ``flag``: a validated alert's node, counted *after*
+        the close check (so that it cannot make the silence look zero). Runs every tick."""
         p, now = self.policy, self.clock.now()
         prev = self.journal.get("breaker_opened_at")
-        distinct, last = self.journal.flag_summary(now - p.storm_window_s)
-        opened = guards.breaker_opened_at(distinct, last, now, p, float(prev) if prev else None)
-        if (opened is None) != (prev is None):
-            self.journal.put("breaker_opened_at", None if opened is None else repr(opened))
-            if opened is not None:
-                self.pager.page(
+        reset_at = float(self.journal.get("breaker_reset_at") or 0.0)
+        opened = float(prev) if prev else None
+        if opened is not None:
+            _, last = self.journal.flag_summary(max(now - p.storm_window_s, reset_at))
+            if guards.breaker_quiet(max(last or 0.0, opened), now, p):
+                self._breaker_closed(f"no valid flag for {p.storm_quiet_s:.0f}s", "quiet")
+                opened, reset_at = None, now + 1e-6
+        if flag is not None:
+            with self.journal.tx() as db:
+                self.journal.add_flag(db, flag, now)
+        if opened is None:
+            distinct, _ = self.journal.flag_summary(max(now - p.storm_window_s, reset_at))
+            if guards.breaker_trips(distinct, p):
+                opened = now
+                self.journal.put("breaker_opened_at", repr(now))
+                why = (
                     f"storm breaker open: {distinct} nodes flagged in {p.storm_window_s:.0f}s "
-                    f"(limit {p.storm_max_nodes})",
-                    p.storm_quiet_s,
+                    f"(limit {p.storm_max_nodes})"
                 )
+                self._record(None, "", "", "breaker_open", deny("storm_breaker", why), {})
+                self.pager.page(why, p.storm_quiet_s)
         self.metrics.breaker.set(0 if opened is None else 1)
         return opened is not None
+
+    def _breaker_closed(self, why: str, cause: str) -> None:
+        now = self.clock.now()
+        self.journal.put("breaker_opened_at", None)
+        # flags up to now no longer count (a flag of the same instant included)
+        self.journal.put("breaker_reset_at", repr(now + 1e-6))
+        v = Verdict(True, "storm_breaker", f"storm breaker closed: {why}")
+        self._record(None, "", "", "breaker_close", v, {"cause": cause})
+        self.metrics.breaker.set(0)
+
+    def reset_breaker(self, who: str) -> None:
+        """Manual reset: close the breaker now; flags before the reset no longer count."""
+        self._breaker_closed(f"reset by {who}", "manual")
 
     # ------------------------------------------------------------------ decisions
     def _record(
@@ -101,9 +128,11 @@ class Engine:
             )
             if intent is not None:
                 reason = f"{REASON_PREFIX} {action} {fault_class or 'alert'} d{cur.lastrowid}"
+                epoch = db.execute("SELECT epoch FROM nodes WHERE node=?", (node,)).fetchone()
                 aid = db.execute(
                     "INSERT INTO actions(decision_id,node,action,backend,state,started_at,"
-                    "alert_started,reason,fault_class) VALUES(?,?,?,?,?,?,?,?,?)",
+                    "alert_started,reason,fault_class,epoch,incident_id) "
+                    "VALUES(?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         cur.lastrowid,
                         node,
@@ -114,8 +143,14 @@ class Engine:
                         intent.get("alert_started"),
                         reason,
                         fault_class,
+                        epoch[0] if epoch else 0,
+                        intent.get("incident_id"),
                     ),
                 ).lastrowid
+                if intent.get("incident_id") is not None:
+                    db.execute(
+                        "UPDATE incidents SET acted=? WHERE id=?", (action, intent["incident_id"])
+                    )
             if node_state is not None:
                 self.journal.set_node(db, node, **node_state)
             if alert is not None:
@@ -134,20 +169,44 @@ class Engine:
             self._resolved(alert)
             return None
         node, fc = alert.node, alert.labels.get("fault_class", "")
-        if not node:
-            return self._record(alert, "", fc, "notify", deny("policy", "alert has no node"), {})
+        bad = guards.invalid_alert(alert, self.policy)
+        if bad is not None:
+            self._invalid(alert, *bad)
+            return None
+        recommended = alert.labels.get("action", "notify")
+        if recommended == "hold":
+            self._hold(alert)
+            return None
         p, now = self.policy, self.clock.now()
+        rec = self.journal.node(node) or {}
+        if recommended != "notify" and rec.get("state") == "action_failed":
+            redriven = self._redrive(alert, node, fc, rec)
+            if redriven is not None:
+                return redriven
+        incident = None
+        if recommended != "notify":
+            incident = self.journal.incident(node, fc, now, p.incident_window_s)
+            if incident["acted"]:
+                v = Verdict(
+                    True,
+                    "incident",
+                    f"same incident #{incident['id']} as an earlier alert, which got "
+                    f"{incident['acted']}; the ladder climbs once per incident",
+                )
+                return self._record(alert, node, fc, "notify", v, {"incident": incident["id"]})
         occurrence = self.journal.occurrences(node, fc, now - p.recurrence_window_s) + 1
         action = guards.choose_action(p, alert, occurrence)
-        if action in DISRUPTIVE:
-            with self.journal.tx() as db:
-                self.journal.add_flag(db, node, now)
         s = self._situation(alert, action, now)
+        if action in DISRUPTIVE and not s.scheduler_error and s.node is None:
+            self._invalid(alert, "unknown_node", f"node {node!r} is unknown")
+            return None
+        if action in DISRUPTIVE and not s.scheduler_error and guards.policy_rule(s, p) is None:
+            s = dataclasses.replace(s, breaker_open=self.breaker_open(flag=node))
         verdict = guards.decide(s, p)
-        rec = self.journal.node(node) or {}
         probation, flapped = guards.probation_for(p, rec.get("released_at"), now)
         evidence = {
             "occurrence": occurrence,
+            "incident": incident["id"] if incident else None,
             "labels": dict(alert.labels),
             "flapped": flapped,
             "node": s.node.__dict__ if s.node else None,
@@ -160,8 +219,9 @@ class Engine:
         }
         if not verdict.allow or action not in DISRUPTIVE:
             return self._record(alert, node, fc, action, verdict, evidence)
+        held_for_inspection = rec.get("state") == "inspection"  # left only by hand
         state = {
-            "state": "inspection" if action == "inspect" else "quarantined",
+            "state": "inspection" if action == "inspect" or held_for_inspection else "quarantined",
             "fault_class": fc,
             "action": action,
             "since": now,
@@ -170,9 +230,49 @@ class Engine:
             "flapped": int(flapped),
             "reason": verdict.reason,
         }
-        return self._record(
-            alert, node, fc, action, verdict, evidence, {"alert_started": alert_started}, state
+        intent = {"alert_started": alert_started, "incident_id": incident and incident["id"]}
+        return self._record(alert, node, fc, action, verdict, evidence, intent, state)
+
+    def _invalid(self, alert: Alert, code: str, why: str) -> None:
+        """Garbage is recorded and counted, and never counts toward the storm breaker."""
+        node = alert.node if guards.NODE_NAME.fullmatch(alert.node) else ""
+        fc = alert.labels.get("fault_class", "")[:64]
+        self._record(alert, node, fc, "notify", deny("invalid_alert", why), {"code": code})
+        self.metrics.invalid.labels(code).inc()
+
+    def _hold(self, alert: Alert) -> None:
+        """The node is unwatched: keep its state as it is; never healthy, never released."""
+        rec = self.journal.node(alert.node)
+        state = rec["state"] if rec else "unknown"
+        v = Verdict(
+            True,
+            "hold",
+            f"node unwatched ({alert.labels.get('alertname', 'hold')}): state {state} kept; "
+            "no probation or release while this fires",
         )
+        self._record(alert, alert.node, alert.labels.get("fault_class", ""), "hold", v, {})
+
+    def _redrive(self, alert: Alert, node: str, fc: str, rec: dict[str, Any]) -> int | None:
+        """An alert (or Alertmanager's repeat) for a node whose action failed drives it again."""
+        rows = self.journal.rows(
+            "SELECT id, action FROM actions WHERE node=? AND state='failed' ORDER BY id DESC "
+            "LIMIT 1",
+            (node,),
+        )
+        if not rows or self.paused:
+            return None
+        aid, action = rows[0]["id"], rows[0]["action"]
+        v = Verdict(True, "retry", f"action {aid} ({action}) failed earlier; driven again")
+        self._record(alert, node, fc, action, v, {"action_id": aid})
+        with self.journal.tx() as db:
+            db.execute(
+                "UPDATE actions SET state='pending', attempts=0, next_at=NULL, "
+                "epoch=(SELECT epoch FROM nodes WHERE node=?) WHERE id=?",
+                (node, aid),
+            )
+            state = "inspection" if action == "inspect" else "quarantined"
+            self.journal.set_node(db, node, state=state)
+        return int(aid)
 
     def _situation(self, alert: Alert, action: str, now: float) -> guards.Situation:
         p, disruptive = self.policy, action in DISRUPTIVE
@@ -180,8 +280,8 @@ class Engine:
         try:
             fleet = self.backend.fleet() if disruptive else ()
             jobs = self.backend.jobs_on(alert.node) if disruptive else ()
-        except BackendError as e:
-            fleet, jobs, error = (), (), str(e)  # the scheduler guard denies (fail closed)
+        except (BackendError, OSError) as e:  # the scheduler guard denies (fail closed)
+            fleet, jobs, error = (), (), str(e)
         node = next((n for n in fleet if n.name == alert.node), None)
         return guards.Situation(
             alert=alert,
@@ -193,7 +293,6 @@ class Engine:
             fleet=fleet,
             held=self.journal.held_nodes(),
             jobs=jobs,
-            breaker_open=self.breaker_open() if disruptive else False,
             recent_actions=self.journal.actions_since(now - p.rate_window_s),
             scheduler_error=error,
         )
@@ -201,7 +300,11 @@ class Engine:
     def _resolved(self, alert: Alert) -> None:
         node, rec = alert.node, self.journal.node(alert.node) if alert.node else None
         still = self.journal.firing_fingerprints(node) - {alert.fingerprint} if node else set()
-        if rec and rec["state"] == "quarantined" and not still:
+        fc = alert.labels.get("fault_class", "")
+        if alert.labels.get("action") == "hold":
+            v = Verdict(True, "hold", "hold resolved: watched again; no change to the node")
+            self._record(alert, node, fc, "hold", v, {})
+        elif rec and rec["state"] == "quarantined" and not still:
             v = Verdict(True, "resolve", "alert resolved; probation starts")
             self._record(
                 alert,
@@ -212,48 +315,83 @@ class Engine:
                 {},
                 node_state={"state": "probation", "resolved_at": self.clock.now()},
             )
-            with contextlib.suppress(BackendError):  # the label is informative only
+            with contextlib.suppress(Exception):  # the label is informative only
                 self.backend.mark(node, "probation")
         else:
-            v = Verdict(
-                True,
-                "resolve",
-                f"resolved; node state {rec and rec['state']}, {len(still)} other alerts firing",
-            )
-            self._record(alert, node, alert.labels.get("fault_class", ""), "notify", v, {})
+            state = rec and rec["state"]
+            v = Verdict(True, "resolve", f"resolved; node state {state}, {len(still)} firing")
+            pending = {"resolved_at": self.clock.now()} if state == "quarantined" else None
+            self._record(alert, node, fc, "notify", v, {}, node_state=pending)
         return None
 
     # ------------------------------------------------------------------ release
     def release(self, node: str, manual: bool, who: str = "api") -> Verdict:
         try:
             view = self.backend.node(node)
-        except BackendError as e:
-            view, err = None, str(e)
+        except Exception as e:  # any failure to ask is "unknown": fail closed
+            view, err = None, f"{'' if isinstance(e, BackendError) else type(e).__name__ + ': '}{e}"
         else:
             err = ""
         v = guards.release_verdict(view, manual)
+        known = self.journal.node(node) is not None
+        if v.allow and known:
+            # the new epoch first: a step in flight now sees it and undoes its drain, whether
+            # it lands before or after the scheduler call below
+            self._supersede(node, who)
         if v.allow:
             try:
                 outcome = self.backend.release(node)
             except BackendError as e:
                 v = deny("ownership" if "not ours" in str(e) else "backend", str(e))
+            except Exception as e:  # a runner bug is a failed release, never a 500
+                v = deny("backend", f"{type(e).__name__}: {e}")
             else:
                 v = Verdict(True, v.guard, f"released by {who}: {outcome}")
         elif err:
             v = deny(v.guard, f"{v.reason} ({err})")
         state = {"state": "released", "released_at": self.clock.now()} if v.allow else None
-        if state and self.journal.node(node) is None:
-            state = None
-        self._record(None, node, "", "release", v, {"manual": manual, "who": who}, node_state=state)
+        self._record(
+            None,
+            node,
+            "",
+            "release",
+            v,
+            {"manual": manual, "who": who},
+            node_state=state if known else None,
+        )
         self.metrics.actions.labels(
             self.backend.name, "release", "done" if v.allow else "denied"
         ).inc()
         return v
 
+    def _supersede(self, node: str, who: str) -> None:
+        """The operator wins: a new epoch for the node; its queued and waiting actions (and
+        the steps of one in flight) are dropped and recorded as superseded."""
+        now = self.clock.now()
+        with self.journal.tx() as db:
+            db.execute("UPDATE nodes SET epoch=epoch+1 WHERE node=?", (node,))
+            db.execute(
+                "UPDATE actions SET state='superseded', outcome=?, finished_at=? WHERE node=? "
+                "AND state IN ('pending','waiting','paused','retry','deferred','failed')",
+                (f"superseded: node released by {who}", now, node),
+            )
+            self.journal.close_incidents(db, node)
+
     def tick(self) -> list[str]:
-        """Release nodes whose probation passed (if the policy allows); returns them."""
+        """Re-evaluate the breaker; start deferred probations; release nodes whose probation
+        passed (if the policy allows); returns them. Inspection is left only by hand."""
         p, now, released = self.policy, self.clock.now(), []
+        self.breaker_open()
         self.journal.prune_flags(now - 2 * max(p.storm_window_s, p.storm_quiet_s))
+        for r in self.journal.rows(
+            "SELECT * FROM nodes WHERE state='quarantined' AND resolved_at IS NOT NULL"
+        ):
+            if not self.journal.firing_fingerprints(r["node"]):  # e.g. a hold resolved
+                v = Verdict(True, "resolve", "every alert resolved; probation starts")
+                probation = {"state": "probation", "resolved_at": now}
+                self._record(
+                    None, r["node"], r["fault_class"] or "", "probation", v, {}, None, probation
+                )
         if not p.auto_release:
             return []
         for r in self.journal.rows("SELECT * FROM nodes WHERE state='probation'"):

@@ -8,10 +8,21 @@ decides. Nothing here does I/O or reads a clock: ``now`` is part of the Situatio
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from remediation.model import DISRUPTIVE, REASON_PREFIX, Alert, Job, NodeView, Verdict, allow, deny
+from remediation.model import (
+    ACTIONS,
+    DISRUPTIVE,
+    REASON_PREFIX,
+    Alert,
+    Job,
+    NodeView,
+    Verdict,
+    allow,
+    deny,
+)
 from remediation.policy import Budget, Policy
 
 
@@ -85,7 +96,8 @@ def rate_limit(s: Situation, p: Policy) -> Verdict | None:
     return None
 
 
-def _limit(b: Budget, size: int) -> int:
+def budget_limit(b: Budget, size: int) -> int:
+    """How many of ``size`` nodes may be out at once under budget ``b``."""
     return min(b.max_nodes, math.floor(b.max_fraction * size + 1e-9))
 
 
@@ -103,7 +115,7 @@ def budget_fleet(s: Situation, p: Policy) -> Verdict | None:
     if not s.fleet:
         return deny("budget_fleet", "fleet size unknown")
     after = len(_out(s) | {s.alert.node})
-    limit = _limit(p.fleet_budget, len(s.fleet))
+    limit = budget_limit(p.fleet_budget, len(s.fleet))
     if after > limit:
         return deny("budget_fleet", f"{after} nodes would be out of {len(s.fleet)} (limit {limit})")
     return None
@@ -119,7 +131,7 @@ def budget_domain(s: Situation, p: Policy) -> Verdict | None:
             continue
         members = [n.name for n in s.fleet if n.domains.get(kind) == name]
         after = len(out.intersection(members))
-        limit = _limit(budget, len(members))
+        limit = budget_limit(budget, len(members))
         if after > limit:
             return deny(
                 "budget_domain",
@@ -167,22 +179,35 @@ def decide(s: Situation, p: Policy, guards: Sequence[Guard] = GUARDS) -> Verdict
     return allow("policy", f"{s.action} allowed by every guard")
 
 
-def breaker_opened_at(
-    distinct_recent: int, last_flag: float | None, now: float, p: Policy, opened_at: float | None
-) -> float | None:
-    """Storm breaker state: the time it opened, or None while closed.
+def breaker_quiet(last_flag: float | None, now: float, p: Policy) -> bool:
+    """An open breaker closes once no valid flag came for ``quiet_s`` (judged on the flags
+    recorded *before* any new one: a new alert must not make the silence look zero)."""
+    return last_flag is None or now - last_flag >= p.storm_quiet_s
 
-    ``distinct_recent``: distinct nodes flagged within the storm window; ``last_flag``: the
-    time of the latest flag. Opens when more than ``storm_max_nodes`` nodes were flagged
-    within the window; closes by itself once no node has been flagged for ``storm_quiet_s``
-    (no manual reset).
-    """
-    if distinct_recent > p.storm_max_nodes:
-        return opened_at if opened_at is not None else now
-    if opened_at is None:
-        return None
-    last = last_flag if last_flag is not None else opened_at
-    return opened_at if now - last < p.storm_quiet_s else None
+
+def breaker_trips(distinct_recent: int, p: Policy) -> bool:
+    """More than ``storm_max_nodes`` distinct nodes flagged within the storm window."""
+    return distinct_recent > p.storm_max_nodes
+
+
+# A node name as Slurm and Kubernetes spell one (RFC 1123 labels, dots, underscores).
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
+def invalid_alert(alert: Alert, p: Policy) -> tuple[str, str] | None:
+    """(reason code, text) when an alert cannot be acted on whatever the situation: it gets a
+    ``deny invalid_alert`` and never counts toward the storm breaker. Codes: INVALID_REASONS."""
+    node, action = alert.node, alert.labels.get("action", "notify")
+    if not node:
+        return "no_node", "alert has no node label"
+    if not NODE_NAME.fullmatch(node):
+        return "bad_node", f"node label is not a node name: {node[:64]!r}"
+    if action not in ACTIONS:
+        return "bad_action", f"action label {action[:64]!r} is not one of {', '.join(ACTIONS)}"
+    fc = alert.labels.get("fault_class", "")
+    if action in DISRUPTIVE and not p.knows_class(fc):
+        return "unknown_class", f"fault_class {fc[:64]!r} is unknown to the policy"
+    return None
 
 
 def probation_for(p: Policy, last_release: float | None, now: float) -> tuple[float, bool]:

@@ -3,7 +3,11 @@
 Sits under the engine and the web API. Every write that matters commits before the caller
 goes on: an alert is accepted only once its idempotency key is committed; an action's intent
 is committed before it runs and its outcome after, so a restart can reconcile what was in
-flight. One connection, guarded by a lock (used from the event loop and worker threads).
+flight. One writing connection, guarded by a lock (used from worker threads, never the
+event loop), plus a read-only connection for health and metrics: in WAL mode readers never
+wait for a writer, so another process holding the write lock cannot stall them. A write
+that cannot get the lock within ``busy_timeout_s`` raises ``sqlite3.OperationalError``
+("database is locked"); the webhook answers 503 and Alertmanager retries.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from remediation.model import DISRUPTIVE, TRANSIENT_GUARDS, Alert
+from remediation.model import TRANSIENT_GUARDS, Alert
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts(seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT UNIQUE,
@@ -43,28 +47,64 @@ CREATE INDEX IF NOT EXISTS alerts_node ON alerts(node);
 CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS dry_run_effects(id INTEGER PRIMARY KEY AUTOINCREMENT,
   action_id INTEGER, node TEXT, op TEXT, detail TEXT, at REAL);
+CREATE TABLE IF NOT EXISTS incidents(id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT,
+  fault_class TEXT, opened_at REAL, last_at REAL, acted TEXT, closed INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS incidents_node ON incidents(node, fault_class, last_at);
 """
-HELD_STATES = ("quarantined", "probation", "inspection")
+# Columns added after the first release: (table, column, type). Added to an older journal
+# in place at start-up, so an upgrade keeps its history.
+MIGRATIONS = (
+    ("actions", "epoch", "INTEGER NOT NULL DEFAULT 0"),
+    ("actions", "attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("actions", "next_at", "REAL"),
+    ("actions", "incident_id", "INTEGER"),
+    ("nodes", "epoch", "INTEGER NOT NULL DEFAULT 0"),
+    ("steps", "deadline", "REAL"),
+)
+# Nodes gpuwarden holds out of service (or may hold: a failed action may have half-drained).
+HELD_STATES = ("quarantined", "probation", "inspection", "action_failed")
 
 
 class Journal:
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
+    def __init__(self, path: str | Path, busy_timeout_s: float = 5.0) -> None:
+        self.path, self.busy_timeout_s = str(path), busy_timeout_s
         self._lock = threading.RLock()
         self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
+        self.db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # durable across a process crash
-        self.db.execute("PRAGMA busy_timeout=5000")
         self.db.executescript(SCHEMA)
+        for table, column, kind in MIGRATIONS:
+            have = {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        self._rlock = threading.Lock()
+        self.reader = sqlite3.connect(
+            f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+        )
+        self.reader.row_factory = sqlite3.Row
+        self.reader.execute("PRAGMA busy_timeout=100")
+
+    def read(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        """Read committed state on the read-only connection (health, metrics): never waits
+        for a writer."""
+        with self._rlock:
+            return [dict(r) for r in self.reader.execute(sql, tuple(args)).fetchall()]
+
+    def _acquire(self) -> None:
+        if not self._lock.acquire(timeout=self.busy_timeout_s):
+            raise sqlite3.OperationalError("database is locked (journal busy in this process)")
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._rlock:
+            self.reader.close()
             self.db.close()
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        self._acquire()
+        try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self.db
@@ -72,6 +112,8 @@ class Journal:
                 self.db.execute("ROLLBACK")
                 raise
             self.db.execute("COMMIT")
+        finally:
+            self._lock.release()
 
     def rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
         with self._lock:
@@ -115,6 +157,10 @@ class Journal:
                     (a.key,),
                 ).fetchone()
                 retry = last is not None and last[0] == "deny" and last[1] in TRANSIENT_GUARDS
+                failed = db.execute(
+                    "SELECT 1 FROM nodes WHERE node=? AND state='action_failed'", (a.node,)
+                ).fetchone()
+                retry = retry or (failed is not None and a.status == "firing")
                 db.execute(
                     "UPDATE alerts SET repeats=repeats+1, processed=CASE WHEN ? THEN 0 ELSE "
                     "processed END WHERE key=?",
@@ -147,22 +193,73 @@ class Journal:
 
     # ------------------------------------------------------------------ decisions/actions
     def occurrences(self, node: str, fault_class: str, since: float) -> int:
-        """Allowed disruptive decisions for this node and fault class since ``since``."""
-        acts = sorted(DISRUPTIVE)
-        marks = ",".join("?" * len(acts))
+        """Incidents of this node and fault class since ``since`` that got a disruptive action.
+
+        Incidents, not alerts: one fault reported per GPU is one rung of the ladder."""
         return int(
             self.scalar(
-                "SELECT COUNT(DISTINCT alert_key) FROM decisions WHERE node=? AND fault_class=? "
-                f"AND verdict='allow' AND action IN ({marks}) AND at>=?",
-                (node, fault_class, *acts, since),
+                "SELECT COUNT(*) FROM incidents WHERE node=? AND fault_class=? "
+                "AND acted IS NOT NULL AND opened_at>=?",
+                (node, fault_class, since),
             )
         )
+
+    def incident(self, node: str, fault_class: str, now: float, window: float) -> dict[str, Any]:
+        """The open incident this alert belongs to (last alert within ``window``), or a new one."""
+        with self.tx() as db:
+            row = db.execute(
+                "SELECT * FROM incidents WHERE node=? AND fault_class=? AND closed=0 "
+                "AND last_at>=? ORDER BY id DESC LIMIT 1",
+                (node, fault_class, now - window),
+            ).fetchone()
+            if row is None:
+                iid = db.execute(
+                    "INSERT INTO incidents(node,fault_class,opened_at,last_at) VALUES(?,?,?,?)",
+                    (node, fault_class, now, now),
+                ).lastrowid
+            else:
+                iid = row["id"]
+                db.execute("UPDATE incidents SET last_at=? WHERE id=?", (now, iid))
+            return dict(db.execute("SELECT * FROM incidents WHERE id=?", (iid,)).fetchone())
+
+    def close_incidents(self, db: sqlite3.Connection, node: str) -> None:
+        db.execute("UPDATE incidents SET closed=1 WHERE node=? AND closed=0", (node,))
 
     def actions_since(self, since: float) -> int:
         return int(self.scalar("SELECT COUNT(*) FROM actions WHERE started_at>=?", (since,)))
 
     def pending_actions(self) -> list[dict[str, Any]]:
-        return self.rows("SELECT * FROM actions WHERE state='pending' ORDER BY id")
+        """Actions to run now: pending (new, or interrupted by a crash) and those waiting."""
+        return self.rows(
+            "SELECT * FROM actions WHERE state IN ('pending','waiting','paused') ORDER BY id"
+        )
+
+    def due_retries(self, now: float) -> list[dict[str, Any]]:
+        return self.rows(
+            "SELECT * FROM actions WHERE state='retry' AND next_at<=? ORDER BY id", (now,)
+        )
+
+    def epoch(self, node: str) -> int:
+        return int(self.scalar("SELECT epoch FROM nodes WHERE node=?", (node,)) or 0)
+
+    def step_detail(self, action_id: int, step: str) -> str:
+        return str(
+            self.scalar("SELECT detail FROM steps WHERE action_id=? AND step=?", (action_id, step))
+            or ""
+        )
+
+    def step_deadline(self, action_id: int, step: str, deadline: float) -> float:
+        """The deadline of a wait step: set once (persisted), then read back after restarts."""
+        with self.tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO steps(action_id,step,state,detail,deadline) "
+                "VALUES(?,?,'waiting','',?)",
+                (action_id, step, deadline),
+            )
+            row = db.execute(
+                "SELECT deadline FROM steps WHERE action_id=? AND step=?", (action_id, step)
+            ).fetchone()
+        return float(row[0])
 
     def step_state(self, action_id: int, step: str) -> str | None:
         return self.scalar(  # type: ignore[no-any-return]
@@ -172,15 +269,31 @@ class Journal:
     def set_step(self, action_id: int, step: str, state: str, detail: str = "") -> None:
         with self.tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO steps VALUES(?,?,?,?)", (action_id, step, state, detail)
+                "INSERT INTO steps(action_id,step,state,detail) VALUES(?,?,?,?) "
+                "ON CONFLICT(action_id,step) DO UPDATE SET state=excluded.state, "
+                "detail=excluded.detail",
+                (action_id, step, state, detail),
             )
 
-    def finish_action(self, action_id: int, state: str, outcome: str, now: float) -> None:
+    def finish_action(
+        self,
+        action_id: int,
+        state: str,
+        outcome: str,
+        now: float,
+        next_at: float | None = None,
+        node_state: str | None = None,
+    ) -> None:
+        """Record an action's state; ``node_state`` also sets its node's (one commit)."""
         with self.tx() as db:
             db.execute(
-                "UPDATE actions SET state=?, outcome=?, finished_at=? WHERE id=?",
-                (state, outcome, now, action_id),
+                "UPDATE actions SET state=?, outcome=?, finished_at=?, next_at=?, "
+                "attempts=attempts+? WHERE id=?",
+                (state, outcome, now, next_at, int(state in ("retry", "failed")), action_id),
             )
+            if node_state is not None:
+                row = db.execute("SELECT node FROM actions WHERE id=?", (action_id,)).fetchone()
+                db.execute("UPDATE nodes SET state=? WHERE node=?", (node_state, row[0]))
 
     # ------------------------------------------------------------------ nodes
     def held_nodes(self) -> frozenset[str]:
@@ -222,8 +335,8 @@ class Journal:
             db.execute("DELETE FROM flags WHERE at < ?", (before,))
 
     def get(self, key: str, default: str | None = None) -> str | None:
-        v = self.scalar("SELECT value FROM kv WHERE key=?", (key,))
-        return default if v is None else str(v)
+        rows = self.read("SELECT value FROM kv WHERE key=?", (key,))  # committed: no writer wait
+        return default if not rows or rows[0]["value"] is None else str(rows[0]["value"])
 
     def put(self, key: str, value: str | None) -> None:
         with self.tx() as db:

@@ -33,6 +33,9 @@ class Metrics:
         self.requests = _counter(c.REMEDIATION_WEBHOOK_REQUESTS, reg)
         self.errors = _counter(c.REMEDIATION_WEBHOOK_ERRORS, reg)
         self.alerts = _counter(c.REMEDIATION_ALERTS, reg)
+        self.invalid = _counter(c.REMEDIATION_INVALID_ALERTS, reg)
+        self.failures = _counter(c.REMEDIATION_ACTION_FAILURES, reg)
+        self.node_failed = _gauge(c.REMEDIATION_NODE_ACTION_FAILED, reg)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

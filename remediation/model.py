@@ -8,10 +8,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # Actions an alert may recommend (docs/contracts.md) plus ``inspect`` (hardware inspection,
-# the top of every escalation ladder).
-ACTIONS = ("notify", "cordon", "drain", "requeue", "checkpoint_restart", "reboot", "inspect")
-# Actions that take a node out of service (everything but notify).
-DISRUPTIVE = frozenset(ACTIONS) - {"notify"}
+# the top of every escalation ladder). ``hold``: the node (or its exporter/analyzer) is
+# unwatched; its state is kept as it is, and it is never released while a hold fires.
+ACTIONS = (
+    "notify",
+    "hold",
+    "cordon",
+    "drain",
+    "requeue",
+    "checkpoint_restart",
+    "reboot",
+    "inspect",
+)
+# Actions that take a node out of service (everything but notify and hold).
+DISRUPTIVE = frozenset(ACTIONS) - {"notify", "hold"}
+# Reasons an alert is rejected as invalid (metric label values: a fixed set).
+INVALID_REASONS = ("no_node", "bad_node", "bad_action", "unknown_class", "unknown_node")
 # Guards whose denial is transient: a repeat notification of the same alert is decided again.
 TRANSIENT_GUARDS = frozenset(
     {
@@ -65,6 +77,7 @@ class Job:
     state: str
     nodes: tuple[str, ...]
     restarts: int = 0
+    held: bool = False  # pending and held (Slurm requeuehold/hold): it will not start
 
 
 @dataclass(frozen=True)

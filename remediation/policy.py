@@ -44,6 +44,7 @@ class Rule:
 class Budget:
     max_fraction: float = 1.0
     max_nodes: int = 1_000_000
+    allow_zero: bool = False  # a limit of 0 on some domain is meant (--check accepts it)
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,23 @@ class Policy:
     checkpoint: Checkpoint = Checkpoint()
     taint_effect: str = "NoSchedule"
 
+    incident_window_s: float = 120.0
+    action_retries: int = 3
+    retry_backoff_s: float = 30.0
+
     def rule_for(self, labels: Mapping[str, str]) -> Rule | None:
         return next((r for r in self.rules if r.matches(labels)), None)
+
+    def knows_class(self, fault_class: str) -> bool:
+        """A ladder, or a rule that names this fault class (a catch-all rule does not)."""
+        if fault_class in self.ladders:
+            return True
+        named = (
+            Rule({"fault_class": r.match["fault_class"]}, r.allow)
+            for r in self.rules
+            if "fault_class" in r.match
+        )
+        return any(r.matches({"fault_class": fault_class}) for r in named)
 
 
 def _num(d: Mapping[str, Any], key: str, default: float, where: str, lo: float = 0.0) -> float:
@@ -117,7 +133,12 @@ def _budget(d: Mapping[str, Any], where: str) -> Budget:
     frac = _num(d, "max_fraction", 1.0, where)
     if frac > 1.0:
         raise SettingsError(f"policy {where}.max_fraction: must be <= 1, got {frac}")
-    return Budget(frac, _int(d, "max_nodes", 1_000_000, where))
+    unknown = sorted(set(d) - {"max_fraction", "max_nodes", "allow_zero"})
+    if unknown:
+        raise SettingsError(f"policy {where}: unknown key(s) {', '.join(unknown)}")
+    if not isinstance(d.get("allow_zero", False), bool):
+        raise SettingsError(f"policy {where}.allow_zero: expected true or false")
+    return Budget(frac, _int(d, "max_nodes", 1_000_000, where), bool(d.get("allow_zero", False)))
 
 
 def _rules(raw: Any) -> tuple[Rule, ...]:
@@ -155,6 +176,8 @@ _KNOWN = {
     "validate_command",
     "checkpoint",
     "kubernetes",
+    "incident_window_s",
+    "retry",
 }
 
 
@@ -168,6 +191,7 @@ def parse(data: Mapping[str, Any]) -> Policy:
     ladders = {str(k): _actions(v, f"ladders.{k}") for k, v in _map(data, "ladders").items()}
     budgets, rate, storm = _map(data, "budgets"), _map(data, "rate_limit"), _map(data, "storm")
     flap, ckpt, kube = _map(data, "flap"), _map(data, "checkpoint"), _map(data, "kubernetes")
+    retry = _map(data, "retry")
     on_timeout = ckpt.get("on_timeout", "requeue")
     if on_timeout not in ("requeue", "wait"):
         raise SettingsError(f"policy checkpoint.on_timeout: requeue or wait, got {on_timeout!r}")
@@ -210,6 +234,9 @@ def parse(data: Mapping[str, Any]) -> Policy:
             restart_deadline_s=_num(ckpt, "restart_deadline_s", 600.0, "checkpoint"),
         ),
         taint_effect=effect,
+        incident_window_s=_num(data, "incident_window_s", 120.0, ""),
+        action_retries=_int(retry, "max_attempts", 3, "retry", 1),
+        retry_backoff_s=_num(retry, "backoff_s", 30.0, "retry"),
     )
 
 

@@ -1,4 +1,4 @@
-"""`gpuwarden quarantine list|show|release|pause|resume|history`: the operator's CLI.
+"""`gpuwarden quarantine list|show|release|pause|resume|history|breaker reset`: the operator's CLI.
 
 A thin client of the service's /api/v1/ (same credentials as the webhook: the token from
 GPUWARDEN_WEBHOOK_TOKEN or --token-file, never a command-line value).
@@ -34,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
     rel.add_argument("node")
     sub.add_parser("pause", help="stop acting (decisions are still recorded)")
     sub.add_parser("resume", help="act again")
+    brk = sub.add_parser("breaker", help="the storm breaker")
+    brk.add_argument("verb", choices=["reset"], help="reset: close it now (recorded)")
     hist = sub.add_parser("history", help="recent decisions")
     hist.add_argument("node", nargs="?")
     hist.add_argument("--limit", type=int, default=50)
@@ -109,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         elif c in ("pause", "resume"):
             status, body = call(args, "POST", c, who=who)
+        elif c == "breaker":
+            status, body = call(args, "POST", "breaker/reset", who=who)
         else:
             status, body = call(args, "GET", "decisions", node=args.node, limit=args.limit)
     except (OSError, ValueError) as e:

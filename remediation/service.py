@@ -7,6 +7,7 @@ around fakes or a real Slurm; the HTTP app (app.py) and the CLI sit on top.
 from __future__ import annotations
 
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from remediation.backends.slurm import SlurmBackend
 from remediation.clock import Clock, SystemClock
 from remediation.engine import Engine
 from remediation.executor import Executor
-from remediation.journal import Journal
+from remediation.journal import HELD_STATES, Journal
 from remediation.metrics import Metrics
 from remediation.pager import AlertmanagerPager, NoPager
 from remediation.policy import Policy
@@ -57,23 +58,42 @@ class Service:
             )
         else:
             sql, args = "SELECT * FROM decisions ORDER BY id DESC LIMIT ?", (limit,)  # type: ignore[assignment]
-        return self.journal.rows(sql, args)
+        return self.journal.read(sql, args)
 
     def refresh_gauges(self) -> None:
-        rows = self.journal.rows("SELECT state, COUNT(*) AS n FROM nodes GROUP BY state")
-        for state in ("quarantined", "probation", "inspection"):
+        """Gauges from committed state (the read-only connection: a writer cannot stall it)."""
+        rows = self.journal.read("SELECT state, COUNT(*) AS n FROM nodes GROUP BY state")
+        for state in HELD_STATES:
             n = next((r["n"] for r in rows if r["state"] == state), 0)
             self.metrics.quarantined.labels(state).set(n)
+        failed = self.journal.read("SELECT node FROM nodes WHERE state='action_failed'")
+        self.metrics.node_failed.clear()
+        for r in failed:
+            self.metrics.node_failed.labels(r["node"]).set(1)
         self.metrics.paused.set(1 if self.engine.paused else 0)
         self.metrics.breaker.set(1 if self.status()["breaker_open"] else 0)
 
     def health_problem(self) -> str:
+        """Why the service cannot be trusted to act now ("" when healthy). Reads only the
+        read-only connection, so a locked journal does not make /healthz hang."""
         if not self.worker.alive():
             return "worker not running"
+        lag = time.monotonic() - self.worker.last_tick
+        if self.worker.last_tick and lag > 3 * self.settings.tick_s + 30:
+            return f"tick loop lags: last cycle {lag:.0f}s ago"
+        if self.worker.write_error:
+            return f"journal unwritable: {self.worker.write_error}"
         try:
-            self.journal.scalar("SELECT 1")
+            late = self.journal.read(
+                "SELECT a.id, a.node FROM steps s JOIN actions a ON a.id=s.action_id "
+                "WHERE s.state='waiting' AND a.state IN ('pending','waiting') AND s.deadline<? "
+                "LIMIT 1",
+                (self.clock.now() - 2 * self.settings.tick_s - 5,),
+            )
         except Exception as e:  # the journal is the one thing we cannot act without
             return f"journal unavailable: {e}"
+        if late:
+            return f"action {late[0]['id']} on {late[0]['node']} is past its deadline"
         return ""
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -128,7 +148,7 @@ def build(
         silences = AlertmanagerSilences(s.alertmanager) if s.alertmanager else NoSilences()
     pager = AlertmanagerPager(s.alertmanager) if s.alertmanager else NoPager()
     engine = Engine(journal, chosen, pol, clock, metrics, silences, pager)
-    executor = Executor(journal, chosen, pol, clock.now)
+    executor = Executor(journal, chosen, pol, clock.now, lambda: engine.paused)
     worker = Worker(engine, executor, s.tick_s)
     return Service(
         s,

@@ -2,8 +2,10 @@
 
 The webhook only journals and wakes this worker, so a slow scheduler never blocks
 Alertmanager. Decisions run one at a time (guards see a consistent journal); actions run
-concurrently across nodes but one at a time per node. On start, actions left ``pending``
-by a crash are finished through the executor's reconciling steps.
+concurrently across nodes but one at a time per node. Every tick (and on start, after a
+crash) the actions that can move are run again: pending, waiting on a deadline, paused,
+due for a retry, and deferred reboots of nodes still held. A run never sleeps, so the
+thread pool stays free for the API.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -34,14 +39,29 @@ class Worker:
         self.tasks: set[asyncio.Task[None]] = set()
         self.locks: dict[str, asyncio.Lock] = {}
         self.main: asyncio.Task[None] | None = None
+        self.running: set[int] = set()
+        # actions run on their own threads: a tick re-running hundreds of waiting actions
+        # must not queue the API's and the webhook's journal calls behind it
+        self.pool = ThreadPoolExecutor(4, thread_name_prefix="gpuwarden-action")
         self.busy = False
         self.stopping = False
+        self.last_tick = 0.0  # monotonic time of the last finished cycle (health)
+        self.write_error = ""  # the last cycle could not write the journal (health)
 
     async def start(self) -> None:
-        pending = await asyncio.to_thread(self.engine.journal.pending_actions)
-        for row in pending:  # interrupted by a crash: finish, reconciling each step
-            self._spawn(row)
+        await self.resume_actions()  # interrupted by a crash: finish, reconciling each step
         self.main = asyncio.create_task(self._loop())
+
+    async def resume_actions(self) -> None:
+        j = self.engine.journal
+        rows = await asyncio.to_thread(j.pending_actions)
+        rows += await asyncio.to_thread(j.due_retries, self.engine.clock.now())
+        held = await asyncio.to_thread(j.held_nodes)
+        deferred = await asyncio.to_thread(
+            j.rows, "SELECT * FROM actions WHERE state='deferred' ORDER BY id"
+        )
+        for row in rows + [r for r in deferred if r["node"] in held]:
+            self._spawn(row)
 
     def alive(self) -> bool:
         return self.main is not None and not self.main.done()
@@ -56,8 +76,11 @@ class Worker:
             try:
                 await self.drain()
                 await asyncio.to_thread(self.engine.tick)
-                held = await asyncio.to_thread(self.engine.journal.held_nodes)
-                await asyncio.to_thread(self.executor.retry_deferred, held)
+                await self.resume_actions()
+                self.last_tick, self.write_error = time.monotonic(), ""
+            except sqlite3.OperationalError as e:  # locked or read-only: retried next cycle
+                self.write_error = str(e)
+                log.warning("worker cycle: journal unwritable: %s", e)
             except Exception:  # a bug must not kill the worker; it is logged and retried
                 log.exception("worker cycle failed")
                 await asyncio.sleep(1.0)
@@ -83,16 +106,27 @@ class Worker:
             return None
 
     def _spawn(self, row: dict[str, Any]) -> None:
+        if row["id"] in self.running or self.stopping:
+            return
+        self.running.add(row["id"])
         task = asyncio.create_task(self._execute(row))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     async def _execute(self, row: dict[str, Any]) -> None:
         lock = self.locks.setdefault(row["node"], asyncio.Lock())
-        async with lock:
-            state, outcome = await asyncio.to_thread(self.executor.run, row)
+        try:
+            async with lock:
+                loop = asyncio.get_running_loop()
+                state, outcome = await loop.run_in_executor(self.pool, self.executor.run, row)
+        finally:
+            self.running.discard(row["id"])
+        if state in ("waiting", "paused", "deferred"):
+            return  # not an outcome yet: the next tick runs it again
         m, now = self.engine.metrics, self.engine.clock.now()
         m.actions.labels(self.engine.backend.name, row["action"], state).inc()
+        if state == "failed":
+            m.failures.labels(row["action"]).inc()
         if state == "done" and row.get("alert_started"):
             m.alert_to_action.labels(row["action"]).observe(max(0.0, now - row["alert_started"]))
         log.info(
@@ -104,7 +138,11 @@ class Worker:
         async with asyncio.timeout(timeout):
             while True:
                 todo = await asyncio.to_thread(self.engine.journal.todo, 1)
-                if not todo and not self.tasks and not self.busy:
+                moving = await asyncio.to_thread(
+                    self.engine.journal.scalar,
+                    "SELECT COUNT(*) FROM actions WHERE state IN ('pending','waiting')",
+                )
+                if not todo and not moving and not self.tasks and not self.busy:
                     return
                 self.wake.set()
                 await asyncio.sleep(0.02)
@@ -118,3 +156,4 @@ class Worker:
             t.cancel()
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=5)
+        self.pool.shutdown(wait=False, cancel_futures=True)

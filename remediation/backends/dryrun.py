@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from remediation.backends.base import Backend
+from remediation.backends.base import Backend, BackendError
 from remediation.journal import Journal
 from remediation.model import REASON_PREFIX, Job, NodeView
 
@@ -93,8 +93,11 @@ class DryRunBackend:
         )
 
     def node(self, name: str) -> NodeView | None:
+        """None for a node it cannot know (not in the topology, nor the real scheduler)."""
         if self.source is not None:
             return next((n for n in self.fleet() if n.name == name), None)
+        if name not in self.topology:
+            return None
         out = self._out()
         return NodeView(
             name, name in out, name in out, out.get(name, ""), dict(self.topology.get(name, {}))
@@ -107,6 +110,8 @@ class DryRunBackend:
         return self.source.job(job_id) if self.source is not None else None
 
     def take_out(self, node: str, reason: str, evict: bool) -> str:
+        if self.node(node) is None:
+            raise BackendError(f"node {node} unknown (not in the topology or the scheduler)")
         self._record(node, "take_out", reason=reason, evict=evict)
         return "would drain"
 
@@ -114,6 +119,8 @@ class DryRunBackend:
         return node in self._out()
 
     def release(self, node: str) -> str:
+        if self.node(node) is None:
+            raise BackendError(f"node {node} unknown (not in the topology or the scheduler)")
         self._record(node, "release")
         return "would resume"
 

@@ -13,12 +13,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from remediation.backends import slurmstate
 from remediation.backends.base import BackendError
 from remediation.backends.hostlist import expand
 from remediation.backends.runner import Runner
 from remediation.model import REASON_PREFIX, Job, NodeView
-
-OUT_STATES = {"down", "drained", "draining", "fail", "failing", "future", "maint"}
 
 
 class SlurmBackend:
@@ -51,10 +50,8 @@ class SlurmBackend:
         return data
 
     def _view(self, n: Mapping[str, Any]) -> NodeView:
-        flags = set(n.get("state_flags") or [])
-        state = str(n.get("state", "")).lower()
         reason = str(n.get("reason") or "")
-        out = bool(flags & {"DRAIN", "FAIL", "MAINTENANCE"}) or state in OUT_STATES
+        out = slurmstate.out_of_service(n)
         ours = out and reason.startswith(REASON_PREFIX)  # a drain, or a reboot we asked for
         name = str(n["name"])
         return NodeView(name, out, ours, reason, dict(self.topology.get(name, {})))
@@ -71,10 +68,11 @@ class SlurmBackend:
             nodes = expand(str(j.get("nodes") or ""))
             jobs.append(
                 Job(
-                    str(j["job_id"]),
-                    str(j.get("job_state", "")),
+                    str(slurmstate.number(j["job_id"])),
+                    slurmstate.job_state(j),
                     nodes,
-                    int(j.get("restart_cnt") or 0),
+                    slurmstate.number(j.get("restart_cnt")),
+                    slurmstate.held(j),
                 )
             )
         return jobs
@@ -137,13 +135,36 @@ class SlurmBackend:
         raise BackendError(f"job {job_id} not pending {self.requeue_wait_s}s after requeue")
 
     def requeue(self, job: Job, exclude: str) -> None:
-        # requeuehold keeps it from starting before the exclusion is set; StartTime=now
-        # skips the cred_expire BeginTime delay, which Slurm overwrites while COMPLETING.
-        self._run("scontrol", "requeuehold", job.job_id)
-        self._wait_pending(job.job_id)
-        self._run("scontrol", "update", f"JobId={job.job_id}", f"ExcNodeList={exclude}")
-        self._run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
+        """A saga: requeuehold -> (pending) -> exclude the node -> StartTime=now -> release.
+
+        requeuehold keeps it from starting before the exclusion is set; StartTime=now skips
+        the cred_expire BeginTime delay, which Slurm overwrites while COMPLETING. A job found
+        held already (an interrupted requeue, after a crash) continues from the exclusion.
+        When a later step fails the job is released again (compensation): a held job would
+        never run, and the drained node keeps it away anyway. Read back: not held at the end.
+        """
+        now = self.job(job.job_id)
+        if now is None:
+            raise BackendError(f"job {job.job_id} vanished before its requeue")
+        if not (now.state == "PENDING" and now.held):
+            self._run("scontrol", "requeuehold", job.job_id)
+            self._wait_pending(job.job_id)
+        try:
+            self._run("scontrol", "update", f"JobId={job.job_id}", f"ExcNodeList={exclude}")
+            self._run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
+        except BackendError as e:
+            self._compensate(job.job_id, e)
         self._run("scontrol", "release", job.job_id)
+        after = self.job(job.job_id)
+        if after is not None and after.held:
+            raise BackendError(f"job {job.job_id} still held after release")
+
+    def _compensate(self, job_id: str, error: BackendError) -> None:
+        try:
+            self._run("scontrol", "release", job_id)
+        except BackendError as e:
+            raise BackendError(f"{error}; compensation failed, job {job_id} held: {e}") from None
+        raise BackendError(f"{error}; compensated: job {job_id} released, not excluded")
 
     def hold(self, job_id: str) -> None:
         """Keep a job from starting (a running job keeps running, reason JobHeldAdmin)."""

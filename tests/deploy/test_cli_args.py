@@ -37,6 +37,7 @@ def relocate(args: list[str], tmp: Path, files: dict[str, str | None]) -> list[s
                 path = tmp / flag.strip("-")
                 if content is not None:
                     path.write_text(content)
+                    path.chmod(0o600)  # secrets readable by others are refused
                 arg = f"{flag}={path}"
         out.append(arg)
     return out
@@ -113,7 +114,7 @@ def test_remediation_settings_load_from_the_deployment_args(tmp_path: Path) -> N
 
     files: dict[str, str | None] = {
         "--policy": policy_text(),
-        "--webhook-token-file": "s3cret\n",
+        "--webhook-token-file": "s3cret-of-at-least-thirty-two-bytes\n",
         "--state-db": None,
     }
     settings, check = load_settings(relocate(k8s_args("gpuwarden-remediation"), tmp_path, files))
@@ -131,7 +132,7 @@ def test_remediation_check_accepts_the_unit_args_with_the_shipped_policy(
     args = pairs_to_equals(unit_args("remediation"))
     files: dict[str, str | None] = {
         "--policy": policy_text(),
-        "--webhook-token-file": "s3cret\n",
+        "--webhook-token-file": "s3cret-of-at-least-thirty-two-bytes\n",
         "--state-db": None,
     }
     assert main([*relocate(args, tmp_path, files), "--check"]) == 0

@@ -19,7 +19,7 @@ from remediation.service import Service, build
 from remediation.settings import Settings
 from tests.realcomp import http_get, wait_until
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-at-least-32-bytes"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 LIVE_POLICY = """

@@ -79,7 +79,7 @@ def test_python_dash_m_remediation_validates_the_shipped_default(tmp_path: Path)
         capture_output=True,
         text=True,
         timeout=60,
-        env={"GPUWARDEN_WEBHOOK_TOKEN": "t", "PATH": "/usr/bin:/bin"},
+        env={"GPUWARDEN_WEBHOOK_TOKEN": TOKEN, "PATH": "/usr/bin:/bin"},
         cwd=Path(__file__).resolve().parents[2],
     )
     assert p.returncode == 0 and "dry_run=True" in p.stdout
@@ -96,3 +96,17 @@ def test_the_umbrella_cli_dispatches_remediation_and_quarantine(
     with pytest.raises(SystemExit) as e:
         umbrella.main(["quarantine", "--help"])
     assert e.value.code == 0 and "release" in capsys.readouterr().out
+
+
+async def test_quarantine_breaker_reset_closes_the_breaker_and_records_who(
+    svc_client: tuple[Service, TestClient],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    svc, client = svc_client
+    monkeypatch.setenv("GPUWARDEN_WEBHOOK_TOKEN", TOKEN)
+    svc.journal.put("breaker_opened_at", repr(svc.clock.now()))
+    assert await run_cli(client, "breaker", "reset") == 0
+    assert "breaker_open=False" in capsys.readouterr().out
+    [row] = svc.journal.rows("SELECT * FROM decisions WHERE action='breaker_close'")
+    assert "reset by" in row["reason"] and '"cause": "manual"' in row["evidence"]

@@ -100,3 +100,77 @@ def test_the_alertmanager_receiver_example_passes_amtool_and_routes_drains_to_gp
         timeout=60,
     )
     assert "gpuwarden-remediation" not in notify.stdout
+
+
+def demo_topology(nodes: int = 32) -> dict[str, dict[str, str]]:
+    """What `gpuwarden demo` writes for remediation: the simulator's own leaf switches."""
+    from simulator.fleet import Fleet
+
+    fleet = Fleet(nodes, 0)
+    return {n: {"leaf": leaf} for n, leaf in zip(fleet.nodes, fleet.leaf_of, strict=True)}
+
+
+@pytest.mark.parametrize("nodes", [21, 32, 256])
+def test_the_default_policy_passes_check_on_the_example_and_demo_topologies(nodes: int) -> None:
+    from remediation import policy_check
+
+    example = topology.load(DEPLOY / "topology.example.yaml")
+    for topo in (example, demo_topology(nodes)):
+        lines, problems = policy_check.check(policy.load(None), topo)
+        assert problems == [] and lines
+    lines, _ = policy_check.check(policy.load(None), example)
+    assert "nvlink_domain nvl-01: 2 nodes -> limit 1" in lines
+
+
+def test_check_fails_on_a_domain_whose_limit_is_zero_unless_the_policy_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from remediation import cli
+
+    (tmp_path / "t.yaml").write_text(
+        "domains: {nvlink_domain: {nvl-01: [a, b, c, d]}}\nnodes: {e: {leaf: l1}, f: {leaf: l1}}\n"
+    )
+    text = policy.default_text().replace(
+        "max_fraction: 0.5, max_nodes: 1", "max_fraction: 0.125, max_nodes: 1"
+    )
+    (tmp_path / "p.yaml").write_text(text)
+    argv = ["--policy", str(tmp_path / "p.yaml"), "--topology", str(tmp_path / "t.yaml")]
+    argv += ["--state-db", str(tmp_path / "s.db"), "--check", "--allow-unauthenticated"]
+    assert cli.main(argv) == 2
+    out = capsys.readouterr()
+    assert "nvlink_domain nvl-01: 4 nodes -> limit 0" in out.out
+    assert "limit of 0" in out.err and "allow_zero" in out.err
+    explicit = text.replace(
+        "max_fraction: 0.125, max_nodes: 1}", "max_fraction: 0.125, max_nodes: 1, allow_zero: true}"
+    )
+    (tmp_path / "p.yaml").write_text(explicit)
+    assert cli.main(argv) == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "token", "words"),
+    [
+        (0o644, "x" * 40, "readable by group or others"),
+        (0o640, "x" * 40, "chmod 600"),
+        (0o600, "short", "need at least 32"),
+    ],
+)
+def test_a_loose_or_short_token_file_stops_the_start(
+    tmp_path: Path, mode: int, token: str, words: str
+) -> None:
+    from remediation import auth
+
+    f = tmp_path / "token"
+    f.write_text(token + "\n")
+    f.chmod(mode)
+    with pytest.raises(SettingsError) as e:
+        auth.load(None, f, None)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_short_token_in_the_environment_stops_the_start() -> None:
+    from remediation import auth
+
+    with pytest.raises(SettingsError, match="GPUWARDEN_WEBHOOK_TOKEN"):
+        auth.load("hunter2", None, None)
+    assert auth.load("y" * 32, None, None).token == "y" * 32

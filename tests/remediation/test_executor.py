@@ -24,17 +24,20 @@ class JobsBackend(DryRunBackend):
         return Job("42", "RUNNING", ("gpu-node-009",), 1)
 
 
+CLOCK = FakeClock()
+
+
 def setup(tmp: Path, action: str = "drain") -> tuple[Journal, DryRunBackend, Executor, dict]:
     j = Journal(tmp / "s.db")
     topo: dict[str, dict[str, str]] = {f"gpu-node-{i:03d}": {} for i in range(1, 11)}
-    b = JobsBackend(j, topo, FakeClock().now)
+    b = JobsBackend(j, topo, CLOCK.now)
     pol = live_policy(checkpoint=live_policy().checkpoint.__class__(str(tmp), 0.2, "requeue", 2))
-    eng = Engine(j, b, pol, FakeClock(), Metrics())
+    eng = Engine(j, b, pol, CLOCK, Metrics())
     j.accept([alert("gpu-node-001", action=action)], 0)
     aid = eng.decide(alert("gpu-node-001", action=action))
     assert aid is not None
     [row] = j.rows("SELECT * FROM actions WHERE id=?", (aid,))
-    return j, b, Executor(j, b, pol, sleep=lambda s: None), row
+    return j, b, Executor(j, b, pol, CLOCK.now), row
 
 
 def effects(j: Journal, op: str) -> int:
@@ -59,16 +62,19 @@ def test_a_drain_interrupted_before_it_took_effect_is_done_once(tmp_path: Path) 
     assert effects(j, "take_out") == 1
 
 
-def test_a_checkpoint_signal_is_never_sent_twice_and_no_ack_falls_back_to_requeue(
+def test_a_checkpoint_signal_without_evidence_is_sent_again_not_called_done(
     tmp_path: Path,
 ) -> None:
     j, _, ex, row = setup(tmp_path, "checkpoint_restart")
     j.set_step(row["id"], "take_out", "done")
-    j.set_step(row["id"], "signal:42", "started")  # crashed around the signal
+    j.set_step(row["id"], "signal:42", "started")  # crashed around the signal: no evidence
+    assert ex.run(row)[0] == "waiting"  # the ack wait is a persisted deadline, not a sleep
+    assert effects(j, "checkpoint") == 1  # the job still runs: the signal is re-sent
+    assert j.step_detail(row["id"], "signal:42") == "checkpoint requested"
+    CLOCK.advance(1)  # past the 0.2 s ack deadline
     state, outcome = ex.run(row)
-    assert effects(j, "checkpoint") == 0
     assert "no ack by deadline; requeued anyway" in outcome and state == "done"
-    assert effects(j, "requeue") == 1
+    assert effects(j, "requeue") == 1 and effects(j, "checkpoint") == 1
     assert j.step_state(row["id"], "requeue:42") == "done"
 
 
@@ -78,6 +84,7 @@ def test_a_reboot_waits_for_an_idle_node_and_happens_once_it_is(tmp_path: Path) 
     assert state == "deferred" and "node busy (1 jobs)" in outcome
     assert effects(j, "reboot") == 0
     b.jobs_on = lambda node: ()  # type: ignore[method-assign]  # the job ended
-    assert ex.retry_deferred(frozenset({"gpu-node-001"})) == [("done", "would reboot")]
+    assert ex.run(row) == ("done", "would reboot")
     assert effects(j, "reboot") == 1 and effects(j, "take_out") == 1
-    assert ex.retry_deferred(frozenset({"gpu-node-001"})) == []
+    assert ex.run(row) == ("done", "would reboot")  # finished: running it again does nothing
+    assert effects(j, "reboot") == 1

@@ -6,6 +6,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
+from remediation.backends.base import BackendError
 from remediation.backends.runner import Result
 from remediation.backends.slurm import SlurmBackend
 from remediation.clock import FakeClock
@@ -16,10 +19,10 @@ from tests.remediation.helpers import alert, service
 class FakeRunner:
     """Answers sinfo/squeue from a tiny in-memory cluster and records every command."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, fail_on: str = "") -> None:
         self.calls: list[list[str]] = []
-        self.fail = fail
-        self.job_state = "RUNNING"
+        self.fail, self.fail_on = fail, fail_on
+        self.job_state, self.reason = "RUNNING", "None"
 
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> Result:
         self.calls.append(list(argv))
@@ -33,13 +36,18 @@ class FakeRunner:
                 {
                     "job_id": 7,
                     "job_state": self.job_state,
+                    "state_reason": self.reason,
                     "nodes": "gpu-node-[001-002]",
                     "restart_cnt": 0,
                 }
             ]
             return Result(0, json.dumps({"jobs": jobs}), "")
+        if self.fail_on and self.fail_on in " ".join(argv):
+            return Result(1, "", f"scontrol: error: {self.fail_on} failed")
         if list(argv[:2]) == ["scontrol", "requeuehold"]:
-            self.job_state = "PENDING"
+            self.job_state, self.reason = "PENDING", "JobHeldAdmin"
+        if list(argv[:2]) == ["scontrol", "release"]:
+            self.reason = "None"
         return Result(0, "", "")
 
 
@@ -51,6 +59,30 @@ def test_requeue_holds_waits_for_pending_excludes_the_node_then_releases() -> No
     writes = [c for c in r.calls if c[0] != "squeue"]
     assert writes == [
         ["scontrol", "requeuehold", "7"],
+        ["scontrol", "update", "JobId=7", "ExcNodeList=gpu-node-001"],
+        ["scontrol", "update", "JobId=7", "StartTime=now"],
+        ["scontrol", "release", "7"],
+    ]
+
+
+def test_a_failed_exclusion_after_requeuehold_is_compensated_by_a_release() -> None:
+    r = FakeRunner(fail_on="ExcNodeList")
+    b = SlurmBackend(r, sleep=lambda s: None)
+    with pytest.raises(BackendError, match="compensated: job 7 released"):
+        b.requeue(Job("7", "RUNNING", ("gpu-node-001",)), "gpu-node-001")
+    assert ["scontrol", "release", "7"] in r.calls
+    job = b.job("7")
+    assert job is not None and not job.held  # never left held
+
+
+def test_a_requeue_interrupted_while_held_is_finished_not_held_again() -> None:
+    r = FakeRunner()
+    r.job_state, r.reason = "PENDING", "JobHeldAdmin"  # the crash came after requeuehold
+    SlurmBackend(r, sleep=lambda s: None).requeue(
+        Job("7", "RUNNING", ("gpu-node-001",)), "gpu-node-001"
+    )
+    writes = [c for c in r.calls if c[0] not in ("squeue", "sinfo")]
+    assert writes == [
         ["scontrol", "update", "JobId=7", "ExcNodeList=gpu-node-001"],
         ["scontrol", "update", "JobId=7", "StartTime=now"],
         ["scontrol", "release", "7"],

@@ -122,6 +122,7 @@ async def test_wrong_or_missing_credentials_get_401_and_change_nothing(svc_clien
 
 async def test_basic_auth_from_a_file_is_accepted(tmp_path: Path) -> None:
     (tmp_path / "basic").write_text("am:pa55\n")
+    (tmp_path / "basic").chmod(0o600)
     svc = service(
         tmp_path,
         clock=FakeClock(),

@@ -1,0 +1,288 @@
+"""The rails hold under any interleaving: a hypothesis state machine drives the engine and
+executor (with the real Slurm backend code over a fault-injecting fake slurmctld) through
+valid and garbage alerts, resolutions, manual releases, pauses, breaker resets, clock
+jumps, restarts rebuilt from the journal, acks, faults and operators acting behind our back.
+
+CI runs ``GPUWARDEN_SOAK_EXAMPLES`` (default 200) examples; ``make soak`` runs 20,000.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from remediation import policy as policy_mod
+from remediation.backends.slurm import SlurmBackend
+from remediation.clock import FakeClock
+from remediation.engine import Engine
+from remediation.executor import Executor
+from remediation.journal import Journal
+from remediation.metrics import Metrics
+from remediation.model import Alert
+from tests.remediation.fakeslurm import FakeJob, FakeSlurm
+
+NODES = [f"gpu-node-{i:03d}" for i in range(1, 13)]
+TOPOLOGY = {n: {"leaf": f"leaf-{i // 4}"} for i, n in enumerate(NODES)}
+FLEET_LIMIT, LEAF_LIMIT, QUIET_S, TICK_S = 4, 2, 120.0, 5.0
+POLICY = """
+dry_run: false
+auto_release: true
+rules:
+  - match: {fault_class: "~xid_fatal|memory"}
+    allow: [notify, cordon, drain, requeue, checkpoint_restart, reboot, inspect]
+  - match: {fault_class: pcie}
+    allow: [notify]
+  - match: {}
+    allow: [notify]
+ladders:
+  xid_fatal: [drain, checkpoint_restart, reboot, inspect]
+  memory: [checkpoint_restart, requeue, inspect]
+  pcie: [drain]
+inspect_after: 4
+budgets:
+  fleet: {max_fraction: 0.5, max_nodes: 4}
+  domains: {leaf: {max_fraction: 0.5, max_nodes: 2}}
+  per_job_max_nodes: 1
+rate_limit: {max_actions: 100, window_s: 60}
+storm: {max_nodes: 3, window_s: 60, quiet_s: 120}
+probation_s: 60
+incident_window_s: 120
+retry: {max_attempts: 2, backoff_s: 5}
+checkpoint: {ack_dir: ACKS, deadline_s: 30, on_timeout: requeue, restart_deadline_s: 60}
+"""
+VERBS = ["sinfo", "squeue", "drain", "resume", "requeuehold", "job_update", "release", "scancel"]
+LIVE = ("pending", "waiting", "paused", "retry", "deferred")
+
+
+class Rails(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="gpuwarden-rails-"))
+        (self.dir / "acks").mkdir()
+        self.policy = policy_mod.loads(POLICY.replace("ACKS", str(self.dir / "acks")))
+        self.clock = FakeClock()
+        self.slurm = FakeSlurm(NODES)
+        self.foreign: dict[str, str] = {}  # node -> reason an operator drained it with
+        self.firing: dict[str, Alert] = {}
+        self.seq = 0
+        self._build()
+
+    def _build(self) -> None:
+        self.journal = Journal(self.dir / "state.db")
+        self.backend = SlurmBackend(self.slurm, TOPOLOGY, sleep=lambda s: None, requeue_wait_s=1)
+        self.engine = Engine(self.journal, self.backend, self.policy, self.clock, Metrics())
+        self.executor = Executor(
+            self.journal, self.backend, self.policy, self.clock.now, lambda: self.engine.paused
+        )
+
+    def teardown(self) -> None:
+        self.journal.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @initialize(jobs=st.lists(st.sampled_from(NODES), max_size=6, unique=True))
+    def start_jobs(self, jobs: list[str]) -> None:
+        for i, node in enumerate(jobs):
+            self.slurm.jobs[str(100 + i)] = FakeJob("RUNNING", [node])
+
+    # ------------------------------------------------------------------ alerts
+    def _send(self, *alerts: Alert) -> None:
+        self.journal.accept(alerts, self.clock.now())
+        for _, a in self.journal.todo(1000):
+            try:
+                self.engine.decide(a)
+            except Exception as e:  # what the worker does: recorded, never lost
+                self.engine.record_error(a, e)
+
+    @rule(
+        node=st.sampled_from(NODES),
+        fc=st.sampled_from(["xid_fatal", "memory", "pcie"]),
+        gpu=st.integers(0, 3),
+        action=st.sampled_from(["drain", "checkpoint_restart", "requeue", "notify"]),
+        then_run=st.booleans(),
+    )
+    def fire(self, node: str, fc: str, gpu: int, action: str, then_run: bool) -> None:
+        fp = f"{node}-{fc}-{gpu}"
+        a = self.firing.get(fp)
+        if a is None:
+            self.seq += 1
+            labels = {"alertname": "X", "node": node, "fault_class": fc, "action": action}
+            a = Alert(fp, f"2026-01-01T00:00:{self.seq:02d}Z#{self.seq}", "firing", labels)
+            self.firing[fp] = a
+        self._send(a)  # a new alert, or Alertmanager's repeat of a firing one
+        if then_run:
+            self.run_actions()
+
+    @rule(nodes=st.lists(st.sampled_from(NODES), min_size=4, max_size=8, unique=True))
+    def storm(self, nodes: list[str]) -> None:
+        for node in nodes:
+            self.fire(node, "xid_fatal", 0, "drain", False)
+
+    @rule(
+        garbage=st.sampled_from(
+            [
+                {"node": "ghost-1", "fault_class": "xid_fatal", "action": "drain"},
+                {"node": "gpu-node-001", "fault_class": "cosmic", "action": "drain"},
+                {"node": "gpu-node-002", "fault_class": "xid_fatal", "action": "nuke"},
+                {"node": "bad node;", "fault_class": "xid_fatal", "action": "drain"},
+                {"fault_class": "xid_fatal", "action": "drain"},
+            ]
+        )
+    )
+    def fire_garbage(self, garbage: dict[str, str]) -> None:
+        self.seq += 1
+        self._send(Alert(f"junk{self.seq}", "2026-01-01T00:00:00Z", "firing", garbage))
+
+    @rule(node=st.sampled_from(NODES))
+    def fire_hold(self, node: str) -> None:
+        labels = {"node": node, "fault_class": "unwatched", "action": "hold"}
+        a = Alert(f"hold-{node}", "2026-01-01T00:00:00Z", "firing", labels)
+        self.firing[a.fingerprint] = a
+        self._send(a)
+
+    @precondition(lambda self: bool(self.firing))
+    @rule(data=st.data())
+    def resolve(self, data: st.DataObject) -> None:
+        fp = data.draw(st.sampled_from(sorted(self.firing)))
+        a = self.firing.pop(fp)
+        self._send(Alert(a.fingerprint, a.starts_at, "resolved", a.labels))
+
+    # ------------------------------------------------------------------ operators
+    @rule(node=st.sampled_from(NODES))
+    def release(self, node: str) -> None:
+        self.engine.release(node, manual=True, who="op")
+
+    @rule(paused=st.sampled_from([False, False, True]))
+    def pause(self, paused: bool) -> None:
+        self.engine.set_paused(paused, "op")
+
+    @rule()
+    def reset_breaker(self) -> None:
+        self.engine.reset_breaker("op")
+
+    @rule(node=st.sampled_from(NODES), drain=st.booleans())
+    def behind_our_back(self, node: str, drain: bool) -> None:
+        n = self.slurm.nodes[node]
+        if drain and not n.flags:
+            n.flags.add("DRAIN")
+            n.reason = self.foreign[node] = "operator: replacing fan"
+        elif not drain and node in self.foreign:
+            n.flags.discard("DRAIN")
+            n.reason = ""
+            del self.foreign[node]
+
+    # ------------------------------------------------------------------ the world
+    @rule(seconds=st.sampled_from([1.0, 5.0, 31.0, 61.0, 130.0, 400.0]))
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @rule(
+        fail=st.sets(st.sampled_from(VERBS), max_size=2),
+        partial=st.sets(st.sampled_from(["drain", "requeuehold", "job_update"]), max_size=1),
+        raise_on=st.sets(st.sampled_from(["scancel", "resume"]), max_size=1),
+    )
+    def faults(self, fail: set[str], partial: set[str], raise_on: set[str]) -> None:
+        self.slurm.fail, self.slurm.partial, self.slurm.raise_on = fail, partial, raise_on
+
+    @rule()
+    def heal(self) -> None:
+        self.slurm.fail, self.slurm.partial, self.slurm.raise_on = set(), set(), set()
+
+    @rule()
+    def ack_all(self) -> None:
+        for jid, job in self.slurm.jobs.items():
+            if job.signals:
+                (self.dir / "acks" / f"{jid}.ack").write_text("{}")
+
+    @rule()
+    def restart(self) -> None:
+        """kill -9 between steps: everything is rebuilt from the journal file."""
+        self.journal.close()
+        self._build()
+
+    @rule()
+    def tick(self) -> None:
+        self.engine.tick()
+        self.slurm.schedule()
+        last = self.journal.flag_summary(0)[1]
+        if last is None or self.clock.now() - last >= QUIET_S:
+            assert self.journal.get("breaker_opened_at") is None, "breaker open after quiet_s"
+
+    @rule()
+    def run_actions(self) -> None:
+        """One pass of the worker: every action that can move runs once."""
+        j = self.journal
+        held = j.held_nodes()
+        rows = j.pending_actions() + j.due_retries(self.clock.now())
+        rows += [
+            r for r in j.rows("SELECT * FROM actions WHERE state='deferred'") if r["node"] in held
+        ]
+        for row in rows:
+            self.executor.run(row)
+        self.slurm.schedule()
+        late = j.rows(
+            "SELECT a.id FROM steps s JOIN actions a ON a.id=s.action_id WHERE s.state='waiting' "
+            "AND a.state IN ('pending','waiting') AND s.deadline < ?",
+            (self.clock.now() - TICK_S,),
+        )
+        assert not late, f"steps past their deadline after a pass: {late}"
+
+    # ------------------------------------------------------------------ invariants
+    @invariant()
+    def never_above_any_budget(self) -> None:
+        ours = [n for n in NODES if self.slurm.ours(n)]
+        assert len(ours) <= FLEET_LIMIT, ours
+        for leaf in {d["leaf"] for d in TOPOLOGY.values()}:
+            in_leaf = [n for n in ours if TOPOLOGY[n]["leaf"] == leaf]
+            assert len(in_leaf) <= LEAF_LIMIT, in_leaf
+
+    @invariant()
+    def nothing_owned_by_someone_else_is_touched(self) -> None:
+        for node, reason in self.foreign.items():
+            assert self.slurm.nodes[node].reason == reason, node
+            assert "DRAIN" in self.slurm.nodes[node].flags, node
+
+    @invariant()
+    def a_released_node_carries_no_drain_of_ours(self) -> None:
+        for r in self.journal.rows("SELECT node FROM nodes WHERE state='released'"):
+            if self.slurm.ours(r["node"]):  # only while the undo of a superseded drain retries
+                live = self.journal.rows(
+                    f"SELECT id FROM actions WHERE node=? AND state IN {LIVE}", (r["node"],)
+                )
+                assert live, f"{r['node']}: released in the journal, drained by us in Slurm"
+
+    @invariant()
+    def no_job_left_held_without_a_live_or_paged_saga(self) -> None:
+        held = [jid for jid, j in self.slurm.jobs.items() if j.held]
+        if held:
+            live = self.journal.rows(
+                f"SELECT id FROM actions WHERE state IN {(*LIVE, 'failed')} "
+                "AND action IN ('checkpoint_restart','requeue')"
+            )
+            assert live, f"jobs {held} held with no saga to finish them"
+
+    @invariant()
+    def one_disruptive_action_per_incident(self) -> None:
+        dup = self.journal.rows(
+            "SELECT incident_id, COUNT(*) AS n FROM actions WHERE incident_id IS NOT NULL "
+            "GROUP BY incident_id HAVING n > 1"
+        )
+        assert not dup, dup
+
+    @invariant()
+    def every_alert_is_accounted_for(self) -> None:
+        assert self.journal.todo(1) == []
+
+
+Rails.TestCase.settings = settings(
+    max_examples=int(os.environ.get("GPUWARDEN_SOAK_EXAMPLES", "200")),
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_the_rails_hold_under_any_interleaving = Rails.TestCase
