@@ -83,7 +83,7 @@ def leave_dry_run(journal: Journal, backend_name: str, now: float) -> list[str]:
     with journal.tx() as db:
         cancelled = db.execute(
             "UPDATE actions SET state='cancelled', outcome=?, finished_at=? "
-            "WHERE state IN ('pending','deferred') AND backend='dry-run'",
+            "WHERE state IN ('pending','deferred','waiting','paused') AND backend='dry-run'",
             ("journaled in dry-run; not carried out live", now),
         ).rowcount
         held = [

@@ -147,7 +147,7 @@ def test_the_unit_with_the_example_policy_observes_slurm_without_acting(
     args = pairs_to_equals(unit_args("remediation"))
     files: dict[str, str | None] = {
         "--policy": (ROOT / "deploy/remediation/policy.example.yaml").read_text(),
-        "--webhook-token-file": "s3cret\n",
+        "--webhook-token-file": "s3cret-of-at-least-thirty-two-bytes\n",
         "--state-db": None,
     }
     assert main([*relocate(args, tmp_path, files), "--check"]) == 0

@@ -26,7 +26,7 @@ from tests.realcomp import (
 
 pytestmark = pytest.mark.real
 RECEIVER = ROOT / "deploy" / "alertmanager" / "remediation-tls.yml"
-TOKEN = "tls-test-token-0123456789abcdef"
+TOKEN = "tls-test-token-0123456789abcdef-0123456789"
 
 
 def test_the_tls_receiver_example_passes_amtool() -> None:
