@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -30,7 +31,7 @@ from analyzer.sources.promhttp import (
     decode,
     with_retries,
 )
-from analyzer.sources.queries import QUERIES, Query, node_matcher
+from analyzer.sources.queries import QUERIES, Query, rows_matchers
 from analyzer.window import Window
 
 
@@ -49,7 +50,8 @@ class PrometheusSource:
         retries: int = 2,
         parallel: int = 4,
         lookback: float = 300.0,
-        overlap: int = 1,
+        overlap: int = 0,
+        settle: float = 5.0,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.url = url.rstrip("/")
@@ -59,6 +61,7 @@ class PrometheusSource:
         self.leaf_of = dict(leaf_of or {})
         self.queries = tuple(queries)
         self.retries, self.lookback, self.overlap = retries, lookback, overlap
+        self.settle = settle  # a grid point is read once it is this old (its scrapes are in)
         self.timer = timer
         self.parallel = max(parallel, 1)
         self.mats = {q: SeriesMatrix(self.T) for q in self.queries}
@@ -69,7 +72,7 @@ class PrometheusSource:
     # ------------------------------------------------------------------ cycle
     async def read(self, now: float) -> Window:
         t0 = self.timer()
-        end = math.floor(now / self.step) * self.step
+        end = math.floor((now - self.settle) / self.step) * self.step
         if self.end is not None and end < self.end:  # time went backwards: start over
             self.mats = {q: SeriesMatrix(self.T) for q in self.queries}
             self.end = None
@@ -109,46 +112,46 @@ class PrometheusSource:
         cold = behind >= self.span
         first = 0 if cold else max(self.T - 1 - round(behind / self.step) - self.overlap, 0)
         if q.moved_only:
-            await (self._moved_cold(q, m, start, end) if cold else self._moved(q, m, start, end))
+            await self._moved(q, m, start, end, cold, first)
         else:
             pad = self.lookback if (cold and q.anchored) else 0.0
-            got = await self._range(q, q.expr(self.span), start + first * self.step - pad, end)
+            got = await self._range(q, q.expr(), start + first * self.step - pad, end)
             m.clear(first)
             self._merge(q, m, got, start)
             if not q.anchored:
                 m.prune()
         m.end = end
 
-    async def _moved_cold(self, q: Query, m: SeriesMatrix, start: float, end: float) -> None:
-        moved = await self._instant(q, q.moved_expr(self.span), end)
-        keys = {self._key(q, lab) for lab in moved.labels}
-        m.keep_only(set())
-        if keys:
-            await self._detail(q, m, keys, start, end)
-
-    async def _moved(self, q: Query, m: SeriesMatrix, start: float, end: float) -> None:
-        """Which series moved within the window ending now (instant query); the new points
-        of those already held; the full window of those that just started to move."""
-        moved = await self._instant(q, q.moved_expr(self.span), end)
-        keys = {self._key(q, lab) for lab in moved.labels}
-        before = set(m.keys)
-        assert m.end is not None
-        fresh = self.T - round((end - m.end) / self.step)  # no overlap: see Query.expr
-        if fresh < self.T and keys & before:
-            got = await self._range(q, q.expr(self.span), start + fresh * self.step, end)
-            self._merge(q, m, _only(got, keys & before, q), start)
-        new = keys - before
+    async def _moved(self, q: Query, m: SeriesMatrix, start: float, end: float, cold: bool,
+                     first: int) -> None:  # fmt: skip
+        """Which series moved within the window ending now (small instant queries, over one
+        shard of the GPUs per cycle, all at a cold start); the new points of those already
+        held; the full window of those that just started to move."""
+        if cold:
+            m.keep_only(set())
+        shards = range(q.moved_shards) if cold else (self.stats.cycles,)
+        keys: set[Key] = set()
+        for s in shards:
+            moved = await self._instant(q, q.moved_expr(self.span, q.shard_matcher(s)), end)
+            keys |= {self._key(q, lab) for lab in moved.labels}
+        if not cold and q.moved_shards > 1:  # rows of the shards not checked now stay held
+            checked = re.compile(q.shard_matcher(self.stats.cycles).split('"')[1])
+            g = q.labels.index("gpu")
+            keys |= {k for k in m.keys if not checked.fullmatch(k[g])}
+        held = sorted(keys & set(m.keys))
+        if held and first < self.T:
+            got = await self._rows(q, held, start + first * self.step, end)
+            m.clear(first)
+            self._merge(q, m, got, start)
+        new = sorted(keys - set(m.keys))
         if new:
-            await self._detail(q, m, new, start, end)
+            self._merge(q, m, await self._rows(q, new, start, end), start)
         m.keep_only(keys)
 
-    async def _detail(
-        self, q: Query, m: SeriesMatrix, keys: set[Key], start: float, end: float
-    ) -> None:
-        """The full window of the series that just started to move (fetched by node)."""
-        nodes = [k[q.labels.index("node")] for k in keys]
-        got = await self._range(q, q.expr(self.span, node_matcher(nodes), detail=True), start, end)
-        self._merge(q, m, _only(got, keys, q), start)
+    async def _rows(self, q: Query, rows: list[Key], start: float, end: float) -> Parsed:
+        """The points of exactly these rows (one query: a selector per node, or-ed)."""
+        expr = " or ".join(q.expr(mt) for mt in rows_matchers(q.labels, rows))
+        return _only(await self._range(q, expr, start, end), set(rows), q)
 
     def _merge(self, q: Query, m: SeriesMatrix, got: Parsed, start: float) -> None:
         keys, cols, vals, pre = [], [], [], []

@@ -10,9 +10,10 @@ pair of Prometheus servers):
 - ``absent_means=v`` (sparse gauges): only samples ``!= v``; where the GPU reported
   ``gpu_up`` at that step and the series is absent, the value is ``v`` (never where the GPU
   did not report: a gap stays a gap);
-- ``moved_only`` (error counters): only series whose value changed within the window
-  (``changes(...[window]) > 0`` at the window's end, a small instant query); their full
-  history is fetched once, when they start to move, then only their new points. A counter that did not move has no increase, which is all the
+- ``moved_only`` (error counters): only series whose value changed within the window (a
+  small instant query at the window's end comparing each series with its value one window
+  earlier); their full history is fetched once, when they start to move, then only their
+  new points, with label matchers narrowed to the rows that moved. A counter that did not move has no increase, which is all the
   detectors read from it.
 """
 
@@ -37,6 +38,19 @@ class Query:
     moved_only: bool = False
     absent_means: float | None = None
     anchored: bool = False  # counters whose increases become events: fetch a value before
+    moved_shards: int = 1  # check 1/k of the GPUs for moved series per cycle (1, 2, 5 or 10)
+
+    def __post_init__(self) -> None:
+        if self.moved_shards not in (1, 2, 5, 10):
+            raise ValueError(f"{self.name}: moved_shards must be 1, 2, 5 or 10")
+
+    def shard_matcher(self, cycle: int) -> str:
+        """GPUs whose index ends in a digit of this cycle's shard (all when unsharded)."""
+        k = self.moved_shards
+        if k == 1:
+            return ""
+        digits = "".join(str(d) for d in range(10) if d % k == cycle % k)
+        return f'gpu=~".*[{digits}]"'
 
     @property
     def name(self) -> str:
@@ -50,24 +64,23 @@ class Query:
         m = ",".join(x for x in (self.matchers, extra) if x)
         return f"{self.name}{{{m}}}" if m else self.name
 
-    def expr(self, window: float, extra: str = "", detail: bool = False) -> str:
-        """The PromQL for a range read. ``detail``: the plain series (a moved-only query's
-        backfill of chosen nodes), without the moved filter."""
+    def expr(self, extra: str = "") -> str:
+        """The PromQL for a range read (of a moved-only query: of the series chosen by
+        ``extra``, the matchers of the rows that moved)."""
         by = ",".join(self.labels)
         sel = self.selector(extra)
         if self.absent_means is not None:
             sel = f"{sel} != {self.absent_means:g}"
-        base = f"max by ({by}) ({sel})"
-        if not self.moved_only or detail:
-            return base
-        # 3 windows: a series that moved within the window ending at ``end`` has moved within
-        # 3 windows before every fresh point of an incremental read (fresh points are < 1
-        # window old); which series count as moved is decided by moved_expr at ``end``
-        return f"{base} and on ({by}) ({self.moved_expr(3 * window, extra)})"
+        return f"max by ({by}) ({sel})"
 
     def moved_expr(self, window: float, extra: str = "") -> str:
-        by = ",".join(self.labels)
-        return f"max by ({by}) (changes({self.selector(extra)}[{int(window)}s])) > 0"
+        """Series whose value at the evaluation time differs from the value one window
+        earlier, or that did not exist then: a counter that moved within the window. Two
+        samples per series (``offset``), never a range of them (``changes()`` would load
+        every sample of every series in the window)."""
+        now = f"max by ({','.join(self.labels)}) ({self.selector(extra)})"
+        then = f"{now[:-1]} offset {int(window)}s)"
+        return f"({now} != {then}) or ({now} unless {then})"
 
 
 c = catalog
@@ -90,7 +103,8 @@ QUERIES: tuple[Query, ...] = (
     Query(c.GPU_XID_ERRORS, anchored=True),
     Query(c.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id")),
     Query(c.NVLINK_UP, absent_means=1.0),
-    Query(c.NVLINK_ERRORS, moved_only=True),
+    # 18 links x 4 types per GPU: the largest family; half the GPUs are checked each cycle
+    Query(c.NVLINK_ERRORS, moved_only=True, moved_shards=2),
     Query(c.IB_PORT_STATE),
     Query(c.IB_PORT_RATE),
     Query(c.IB_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True),
@@ -98,10 +112,23 @@ QUERIES: tuple[Query, ...] = (
 )
 
 
-def node_matcher(nodes: list[str]) -> str:
-    """``node=~"a|b"`` for exactly these node names (RE2-escaped)."""
-    alt = "|".join(_re2(n) for n in sorted(set(nodes)))
-    return f'node=~"{alt}"'
+def rows_matchers(labels: tuple[str, ...], keys: list[tuple[str, ...]]) -> list[str]:
+    """Label matchers selecting (a small superset of) exactly these rows: one matcher set
+    per node, each label the alternation of the values its rows have (RE2-escaped); one
+    set for all when the rows span many nodes."""
+    by_node: dict[str, list[tuple[str, ...]]] = {}
+    n = labels.index("node")
+    for k in keys:
+        by_node.setdefault(k[n], []).append(k)
+    groups = list(by_node.values()) if len(by_node) <= 64 else [keys]
+    out = []
+    for group in groups:
+        parts = []
+        for i, label in enumerate(labels):
+            values = sorted({k[i] for k in group})
+            parts.append(f'{label}=~"{"|".join(_re2(v) for v in values)}"')
+        out.append(",".join(parts))
+    return out
 
 
 def _re2(s: str) -> str:

@@ -1,14 +1,13 @@
 """A hand-written fake of the Prometheus HTTP API for the incremental-read property tests.
 
 Evaluates exactly the PromQL shapes :mod:`analyzer.sources.queries` renders (``max by``,
-``!= v``, ``and on (...)``, ``changes(sel[Ns]) > 0``, ``=~`` matchers) over series whose
+``!= v``, vector ``!=`` / ``unless`` / ``or``, ``offset``, ``=~`` matchers) over series whose
 samples sit on the step grid; a missing sample is a stale series at that step (no lookback),
-as after a failed scrape. The real server is exercised by test_prometheus.py.
+as after a failed scrape. ``offset`` looks back exactly that far. The real server is exercised by test_prometheus.py.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from collections.abc import Mapping
@@ -44,41 +43,48 @@ class FakeProm:
 
     def _vector(self, expr: str, t: float) -> dict[Labels, float]:
         expr = expr.strip()
-        if " and on (" in expr:
-            left, right = expr.split(" and on (", 1)
-            keep = self._vector(left, t)
-            ok = self._vector(right.split(") ", 1)[1].strip()[1:-1], t)
-            return {k: v for k, v in keep.items() if k in ok}
-        m = re.fullmatch(r"max by \(([\w,]+)\) \((.*)\)( > 0)?", expr)
+        if expr.startswith("(") and ") or (" in expr:  # (A != B) or (A unless B)
+            left, right = expr[1:-1].split(") or (", 1)
+            out = self._vector(right, t)
+            out.update(self._vector(left, t))
+            return out
+        if expr.startswith("max by") and " or max by" in expr:  # one selector per node, or-ed
+            out = {}
+            for part in expr.split(" or max by"):
+                out.update(self._vector(part if part.startswith("max by") else "max by" + part, t))
+            return out
+        for op in (" != max by", " unless max by"):
+            if op in expr:
+                a, b = expr.split(op, 1)
+                va, vb = self._vector(a, t), self._vector("max by" + b, t)
+                if op.startswith(" !="):
+                    return {k: v for k, v in va.items() if k in vb and vb[k] != v}
+                return {k: v for k, v in va.items() if k not in vb}
+        m = re.fullmatch(r"max by \(([\w,]+)\) \((.*)\)", expr)
         assert m, expr
-        by, inner, positive = m.group(1).split(","), m.group(2), m.group(3)
+        by, inner = m.group(1).split(","), m.group(2)
+        off = re.search(r" offset (\d+)s$", inner)
+        if off:  # the value one window earlier
+            t, inner = t - float(off.group(1)), inner[: off.start()]
         rows: dict[Labels, float] = {}
-        ch = re.fullmatch(r"changes\((.*)\[(\d+)s\]\)", inner)
         ne = re.fullmatch(r"(.*) != (\S+)", inner)
-        sel = ch.group(1) if ch else ne.group(1) if ne else inner
+        sel = ne.group(1) if ne else inner
         for labels, samples in self._select(sel):
-            if ch:
-                w = float(ch.group(2))
-                vals = [v for s, v in sorted(samples.items()) if t - w < s <= t]
-                if not vals:
-                    continue
-                val = float(sum(a != b for a, b in itertools.pairwise(vals)))
-            else:
-                if round(t, 3) not in samples:
-                    continue
-                val = samples[round(t, 3)]
-                if ne and val == float(ne.group(2)):
-                    continue
+            if round(t, 3) not in samples:
+                continue
+            val = samples[round(t, 3)]
+            if ne and val == float(ne.group(2)):
+                continue
             key = tuple((k, dict(labels).get(k, "")) for k in by)
             rows[key] = max(rows.get(key, val), val)
-        return {k: v for k, v in rows.items() if not positive or v > 0}
+        return rows
 
     async def post(self, path: str, form: Mapping[str, str]) -> bytes:
         from analyzer.sources import SourceError
 
         q = form["query"]
         self.calls.append(q)
-        if any(q.startswith("max by") and name in q for name in self.fail):
+        if any(name in q for name in self.fail):
             raise SourceError(f"HTTP 503 for {q[:40]}")
         if path.endswith("query_range"):
             start, end, step = float(form["start"]), float(form["end"]), float(form["step"])

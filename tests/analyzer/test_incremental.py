@@ -4,6 +4,7 @@ cycles); a failed query degrades the cycle instead of aborting it."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.sources import SourceError
 from analyzer.sources.prometheus import PrometheusSource
+from analyzer.sources.queries import QUERIES
 from exporter import catalog as c
 
 from .fakeprom import FakeProm
@@ -81,7 +83,15 @@ def test_incremental_reads_equal_a_full_window_read_over_random_gaps_resets_and_
     prom = _fleet(data.draw, points)
     # random read times, sometimes several steps apart, sometimes more than a window apart
     gaps = data.draw(st.lists(st.sampled_from([1, 1, 1, 2, 3, 12]), min_size=3, max_size=12))
-    kw = {"window": WINDOW, "step": STEP, "lookback": STEP * points, "parallel": 3}
+    # every GPU checked for moved counters each cycle (sharded checks keep rows a cycle longer)
+    queries = [dataclasses.replace(q, moved_shards=1) for q in QUERIES]
+    kw = {
+        "window": WINDOW,
+        "step": STEP,
+        "lookback": STEP * points,
+        "parallel": 3,
+        "queries": queries,
+    }
     inc = PrometheusSource("http://fake", http=prom, **kw)
     at = 11
 
@@ -98,6 +108,17 @@ def test_incremental_reads_equal_a_full_window_read_over_random_gaps_resets_and_
             assert w_full.nodes  # the reads saw data (the grid is the data's grid)
 
     asyncio.run(run())
+
+
+def test_sharded_moved_checks_find_every_moving_nvlink_within_the_shard_count():
+    prom = _fleet(_fixed, 40)  # NVLink errors move on every node from step 5
+    src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom)
+    full = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom)
+    for k in range(20, 24):
+        w = asyncio.run(src.read(T0 + STEP * k + 6))
+    w_full = asyncio.run(full.read(T0 + STEP * 23 + 6))
+    err = c.NVLINK_ERRORS.name
+    assert np.array_equal(w.metrics[err], w_full.metrics[err], equal_nan=True)
 
 
 def test_an_incremental_cycle_fetches_only_the_newest_points():

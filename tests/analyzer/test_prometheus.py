@@ -88,7 +88,7 @@ def test_prometheus_source_reads_backfilled_history_and_detectors_find_the_fault
 
         async def read():
             try:
-                return await source.read(end)
+                return await source.read(end + 5)
             finally:
                 await source.close()
 
@@ -122,8 +122,8 @@ def test_incremental_reads_of_a_real_prometheus_equal_a_cold_full_window_read(tm
             cold = PrometheusSource(p.url, window=600, step=STEP)
             try:
                 for back in (12, 7, 6, 2, 0):
-                    w = await inc.read(end - back * STEP + 4)
-                return w, await cold.read(end + 4), inc.stats, cold.stats
+                    w = await inc.read(end - back * STEP + 6)
+                return w, await cold.read(end + 6), inc.stats, cold.stats
             finally:
                 await inc.close()
                 await cold.close()
@@ -143,7 +143,7 @@ def test_recorded_query_range_responses_give_the_same_findings():
     bodies = {p.stem: p.read_bytes() for p in FIXTURES.glob("*.json")}
     assert len(bodies) >= 8
     source = PrometheusSource("http://recorded", window=600, step=STEP, http=Replay(bodies))
-    w = asyncio.run(source.read(RECORDED_END))
+    w = asyncio.run(source.read(RECORDED_END + 5))
     assert w.nodes == NODES
     assert _expected(Engine(default_detectors()).cycle(w)) == WANT
 
@@ -198,12 +198,12 @@ def test_at_reproduces_the_findings_a_cycle_made_at_that_moment(backfilled, caps
     service = AnalyzerService(PrometheusSource(prom.url), Engine(default_detectors()), 15.0)
 
     async def live():
-        await service.run_cycle(end + 2)
+        await service.run_cycle(end + 6)
         await service.source.close()
 
     asyncio.run(live())
     assert _expected(service.engine.findings) == WANT
-    iso = datetime.datetime.fromtimestamp(end + 2, tz=datetime.UTC).isoformat()
+    iso = datetime.datetime.fromtimestamp(end + 6, tz=datetime.UTC).isoformat()
     assert cli_main(["--prometheus", prom.url, "--at", iso]) == 0
     assert _cli_findings(capsys.readouterr().out) == WANT
 
@@ -213,10 +213,10 @@ def test_replay_prints_one_line_per_cycle_and_the_fault_appears_when_it_happened
     backfilled, capsys
 ):
     prom, end = backfilled
-    args = ["--prometheus", prom.url, "--replay", str(end - 8 * STEP), str(end), "--step", "30"]
+    args = ["--prometheus", prom.url, "--replay", str(end - 8 * STEP + 6), str(end + 6), "--step", "30"]
     assert cli_main(args) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert [x["generated_at"] for x in lines] == [end - 8 * STEP + 30 * i for i in range(5)]
+    assert [x["generated_at"] for x in lines] == [end - 8 * STEP + 6 + 30 * i for i in range(5)]
     kinds = [{f["kind"] for f in x["findings"]} for x in lines]
     assert "ib_port_down" not in kinds[0] and "ib_port_down" in kinds[-1]  # down at the last 3
     assert all("xid_fatal" in k for k in kinds)  # XID 79 logged 10 steps before the end
