@@ -11,7 +11,7 @@ EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 PYTEST_ARGS ?=
 APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl
 
-.PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules clean
+.PHONY: venv system-deps test lint typecheck unit demo bench bench-prometheus evaluate dashboards rules clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -49,6 +49,10 @@ demo: venv
 
 bench: venv system-deps
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+# the analyzer reading a real, promtool-backfilled Prometheus (BENCH_NODES=128,1024,4096)
+bench-prometheus: venv system-deps
+	$(BIN)/python -m benchmarks --only analyzer-prometheus $(BENCH_ARGS)
 
 evaluate: venv
 	$(BIN)/gpuwarden evaluate $(EVAL_ARGS)
