@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 # EVAL_ARGS="--jobs 2" (256 nodes x 24 h x 5 seeds; see docs/analyzer.md for its time).
 EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 PYTEST_ARGS ?=
-APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl
+APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl victoria-metrics
 
 .PHONY: venv system-deps test lint typecheck unit demo bench bench-prometheus evaluate dashboards rules clean
 
@@ -23,7 +23,7 @@ venv: $(BIN)/.installed
 
 # Debian packages for the real-component tests; installed only when root and missing.
 system-deps:
-	@missing=""; for b in prometheus promtool prometheus-alertmanager amtool slurmctld slurmd munged systemd-analyze openssl; do \
+	@missing=""; for b in prometheus promtool prometheus-alertmanager amtool slurmctld slurmd munged systemd-analyze openssl victoria-metrics; do \
 	  command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \

@@ -17,6 +17,7 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.sources.prometheus import PrometheusSource
 from benchmarks.fleet_openmetrics import write
-from tests.realcomp import promtool, run_prometheus
+from tests.realcomp import require_binary, run_prometheus
 
 STEP, WINDOW, CYCLES = 15.0, 600.0, 8
 CACHE = Path(__file__).resolve().parents[1] / ".bench-cache" / "analyzer-prometheus"
@@ -35,15 +36,20 @@ def _tsdb(nodes: int, t0: float, steps: int) -> Path:
     out = CACHE / f"{nodes}-nodes-{int(t0)}"
     if out.exists() and not os.environ.get("BENCH_FRESH"):
         return out
-    shutil.rmtree(out, ignore_errors=True)
+    part = out.with_name(out.name + ".partial")
+    shutil.rmtree(part, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    om = out.parent / f"{nodes}.om"
-    write(om, nodes, t0, steps, STEP)
-    r = promtool("tsdb", "create-blocks-from", "openmetrics", str(om), str(out))
-    om.unlink()
+    om = out.parent / f"{nodes}-{int(t0)}.om"
+    if not om.exists() or os.environ.get("BENCH_FRESH"):
+        write(om, nodes, t0, steps, STEP)
+    promtool = require_binary("promtool")
+    argv = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(part)]
+    r = subprocess.run(argv, capture_output=True, timeout=3 * 3600, check=False)
     if r.returncode != 0:
         raise RuntimeError(f"promtool: {r.stderr.decode()[-400:]}")
-    out.chmod(0o777)
+    om.unlink()
+    part.chmod(0o777)
+    part.rename(out)
     return out
 
 
