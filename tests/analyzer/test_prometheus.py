@@ -213,7 +213,15 @@ def test_replay_prints_one_line_per_cycle_and_the_fault_appears_when_it_happened
     backfilled, capsys
 ):
     prom, end = backfilled
-    args = ["--prometheus", prom.url, "--replay", str(end - 8 * STEP + 6), str(end + 6), "--step", "30"]
+    args = [
+        "--prometheus",
+        prom.url,
+        "--replay",
+        str(end - 8 * STEP + 6),
+        str(end + 6),
+        "--step",
+        "30",
+    ]
     assert cli_main(args) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [x["generated_at"] for x in lines] == [end - 8 * STEP + 6 + 30 * i for i in range(5)]
