@@ -84,5 +84,5 @@ def test_a_decision_on_an_already_quarantined_node_is_shown_as_a_no_op_and_the_t
     assert "no-op" not in first.text
     assert again.text.endswith("[no-op: node already quarantined]")
     table = "\n".join(tally.table())
-    assert "n1 xid gpu2" in table and "4s  xid_fatal gpu=2 / drain -> ALLOW" in table
+    assert "n1 xid gpu2" in table and "4s  finding xid_fatal gpu=2 / drain -> ALLOW" in table
     assert "n2 app_xid gpu1" in table and "not detected" in table
