@@ -43,26 +43,17 @@ class SeriesMatrix:
         """Forget columns ``first_col..`` (they are about to be fetched again)."""
         self.vals[:, max(first_col, 0) :] = np.nan
 
-    def merge(self, keys: Sequence[Key], cols: Sequence[np.ndarray], vals: Sequence[np.ndarray],
-              pre: Sequence[np.ndarray] = ()) -> list[int]:  # fmt: skip
-        """Place each series' points (column indexes, values); returns the rows of new keys.
-        ``pre``: values of that series fetched from before the window (anchors)."""
+    def rows(self, keys: Sequence[Key]) -> np.ndarray:
+        """Row index of each key; keys not held yet get new (all-NaN) rows."""
         new = [k for k in dict.fromkeys(keys) if k not in self.index]
         if new:
             base = len(self.keys)
-            for i, k in enumerate(new):
-                self.index[k] = base + i
+            self.index.update((k, base + i) for i, k in enumerate(new))
             self.keys += new
             self.vals = np.concatenate([self.vals, np.full((len(new), self.T), np.nan)])
             self.anchor = np.concatenate([self.anchor, np.full(len(new), np.nan)])
-        for i, (k, c, v) in enumerate(zip(keys, cols, vals, strict=True)):
-            r = self.index[k]
-            self.vals[r, c] = v
-            if pre and len(pre[i]):
-                before = pre[i][~np.isnan(pre[i])]
-                if len(before):
-                    self.anchor[r] = before[-1]
-        return [self.index[k] for k in new]
+        index = self.index
+        return np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
 
     def prune(self) -> None:
         """Drop rows with no value left in the window (a node gone for a whole window)."""

@@ -154,15 +154,18 @@ class PrometheusSource:
         return _only(await self._range(q, expr, start, end), set(rows), q)
 
     def _merge(self, q: Query, m: SeriesMatrix, got: Parsed, start: float) -> None:
-        keys, cols, vals, pre = [], [], [], []
-        for lab, t, v in zip(got.labels, got.times, got.values, strict=True):
-            c = np.rint((t - start) / self.step).astype(int)
-            ok = (c >= 0) & (c < self.T)
-            keys.append(self._key(q, lab))
-            cols.append(c[ok])
-            vals.append(v[ok])
-            pre.append(v[c < 0])
-        m.merge(keys, cols, vals, pre if q.anchored else ())
+        """Place every sample of ``got`` in one vectorised assignment (no per-series numpy)."""
+        keys = [self._key(q, lab) for lab in got.labels]
+        rows = m.rows(keys)[got.series_of_samples()]
+        cols = np.rint((got.times - start) / self.step).astype(np.int64)
+        inside = (cols >= 0) & (cols < self.T)
+        m.vals[rows[inside], cols[inside]] = got.values[inside]
+        if q.anchored and not inside.all():  # samples before the window: the anchors
+            before = cols < 0
+            r, c, v = rows[before], cols[before], got.values[before]
+            ok = ~np.isnan(v)
+            order = np.lexsort((c[ok], r[ok]))  # by row, then time: the last per row wins
+            m.anchor[r[ok][order]] = v[ok][order]
 
     @staticmethod
     def _key(q: Query, labels: Mapping[str, str]) -> Key:
@@ -199,5 +202,6 @@ class PrometheusSource:
 
 def _only(got: Parsed, keys: set[Key], q: Query) -> Parsed:
     """The series of ``got`` whose key is in ``keys``."""
-    i = [j for j, lab in enumerate(got.labels) if PrometheusSource._key(q, lab) in keys]
-    return Parsed([got.labels[j] for j in i], [got.times[j] for j in i], [got.values[j] for j in i])
+    return got.only(
+        [j for j, lab in enumerate(got.labels) if PrometheusSource._key(q, lab) in keys]
+    )

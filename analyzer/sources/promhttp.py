@@ -79,15 +79,40 @@ _DECODER = msgspec.json.Decoder(_Body, strict=False)  # strict=False: "1.5" -> 1
 
 @dataclass
 class Parsed:
-    """One answer: per series, its label dict, timestamps and values (numpy)."""
+    """One answer, flat: per series its labels and how many samples it has; every sample's
+    timestamp and value in one array each (series after series)."""
 
     labels: list[dict[str, str]] = field(default_factory=list)
-    times: list[np.ndarray] = field(default_factory=list)
-    values: list[np.ndarray] = field(default_factory=list)
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    times: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    values: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def samples(self) -> int:
-        return sum(len(v) for v in self.values)
+        return len(self.values)
+
+    def series_of_samples(self) -> np.ndarray:
+        """For each sample, the index of its series."""
+        return np.repeat(np.arange(len(self.labels)), self.counts)
+
+    def only(self, keep: list[int]) -> Parsed:
+        """The series at these indexes."""
+        sel = np.zeros(len(self.labels), dtype=bool)
+        sel[keep] = True
+        per_sample = np.repeat(sel, self.counts)
+        return Parsed([self.labels[i] for i in keep], self.counts[sel],
+                      self.times[per_sample], self.values[per_sample])  # fmt: skip
+
+
+def _flat(labels: list[dict[str, str]], pairs: list[Any]) -> Parsed:
+    counts = np.fromiter((len(p) for p in pairs), dtype=np.int64, count=len(pairs))
+    arr = np.array([x for p in pairs for x in p], dtype=float).reshape(-1, 2)
+    bad = np.isinf(arr[:, 1])
+    if bad.any():  # +-Inf is no measurement: drop it (and its place in its series' count)
+        owner = np.repeat(np.arange(len(pairs)), counts)
+        counts = counts - np.bincount(owner[bad], minlength=len(pairs))
+        arr = arr[~bad]
+    return Parsed(labels, counts, arr[:, 0].copy(), arr[:, 1].copy())
 
 
 def decode(raw: bytes, what: str) -> Parsed:
@@ -103,15 +128,9 @@ def decode(raw: bytes, what: str) -> Parsed:
         raise SourceError(f"{what}: status {body.status!r}: {body.error}")
     if body.data.resultType not in ("matrix", "vector"):
         raise SourceError(f"{what}: expected a matrix or vector result")
-    out = Parsed()
-    for s in body.data.result:
-        pairs = s.values if s.value is None else [s.value]
-        arr = np.asarray(pairs, dtype=float).reshape(-1, 2)
-        keep = ~np.isinf(arr[:, 1])
-        out.labels.append(s.metric)
-        out.times.append(arr[keep, 0])
-        out.values.append(arr[keep, 1])
-    return out
+    result = body.data.result
+    pairs = [s.values if s.value is None else [s.value] for s in result]
+    return _flat([s.metric for s in result], pairs)
 
 
 def _decode_generic(raw: bytes, what: str) -> Parsed:
@@ -129,17 +148,13 @@ def _decode_generic(raw: bytes, what: str) -> Parsed:
     result = data.get("result")
     if not isinstance(result, list):
         raise SourceError(f"{what}: result is not a list")
-    out = Parsed()
+    labels, pairs = [], []
     for item in result:
         if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
             continue
-        pairs = item.get("values") if "values" in item else [item.get("value")]
-        arr = np.asarray(good_pairs(pairs), dtype=float).reshape(-1, 2)
-        keep = ~np.isinf(arr[:, 1])
-        out.labels.append({str(k): str(v) for k, v in item["metric"].items()})
-        out.times.append(arr[keep, 0])
-        out.values.append(arr[keep, 1])
-    return out
+        labels.append({str(k): str(v) for k, v in item["metric"].items()})
+        pairs.append(good_pairs(item.get("values") if "values" in item else [item.get("value")]))
+    return _flat(labels, pairs)
 
 
 def good_pairs(values: Any) -> list[tuple[float, float]]:

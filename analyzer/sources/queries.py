@@ -103,8 +103,9 @@ QUERIES: tuple[Query, ...] = (
     Query(c.GPU_XID_ERRORS, anchored=True),
     Query(c.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id")),
     Query(c.NVLINK_UP, absent_means=1.0),
-    # 18 links x 4 types per GPU: the largest family; half the GPUs are checked each cycle
-    Query(c.NVLINK_ERRORS, moved_only=True, moved_shards=2),
+    # 18 links x 4 types per GPU, the largest family: a fifth of the GPUs is checked for
+    # newly moving links each cycle (links already moving are read every cycle)
+    Query(c.NVLINK_ERRORS, moved_only=True, moved_shards=5),
     Query(c.IB_PORT_STATE),
     Query(c.IB_PORT_RATE),
     Query(c.IB_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True),

@@ -169,9 +169,9 @@ def test_bad_samples_are_skipped_and_nan_is_kept():
         {"metric": "not a dict", "values": []},
     ]}}  # fmt: skip
     got = decode(json.dumps(body).encode(), "q")
-    assert len(got.values) == 1
-    assert got.times[0].tolist() == [0, 15] and got.values[0][0] == 1.0
-    assert np.isnan(got.values[0][1])
+    assert len(got.labels) == 1 and got.counts.tolist() == [2]
+    assert got.times.tolist() == [0, 15] and got.values[0] == 1.0
+    assert np.isnan(got.values[1])
 
 
 @pytest.fixture(scope="module")
