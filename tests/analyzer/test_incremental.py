@@ -171,3 +171,9 @@ def test_a_degraded_cycle_is_reported_in_findings_json_and_the_read_metrics():
     text = render_metrics([], service.engine.stats, service.source_errors, src.stats)
     assert f'{c.ANALYZER_QUERY_FAILURES.name}{{query="{c.NVLINK_ERRORS.name}"}} 1.0' in text
     assert f"{c.ANALYZER_READ_BYTES.name} " in text
+
+
+def test_the_prometheus_queries_cover_exactly_the_metrics_the_other_sources_read():
+    from analyzer.sources.build import QUERIED
+
+    assert {q.metric for q in QUERIES} == set(QUERIED)
