@@ -25,6 +25,9 @@ class SeriesMatrix:
         self.vals = np.full((0, T), np.nan)
         self.anchor = np.full(0, np.nan)
         self.end: float | None = None  # grid time of the last column fetched successfully
+        self.version = 0  # bumped whenever rows come or go (caches of label columns key on it)
+        self.cache: dict[str, np.ndarray] = {}
+        self.cache_version = -1
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -47,6 +50,7 @@ class SeriesMatrix:
         """Row index of each key; keys not held yet get new (all-NaN) rows."""
         new = [k for k in dict.fromkeys(keys) if k not in self.index]
         if new:
+            self.version += 1
             base = len(self.keys)
             self.index.update((k, base + i) for i, k in enumerate(new))
             self.keys += new
@@ -66,6 +70,7 @@ class SeriesMatrix:
         keep = [i for i, k in enumerate(self.keys) if k in keys]
         if len(keep) == len(self.keys):
             return
+        self.version += 1
         self.keys = [self.keys[i] for i in keep]
         self.index = {k: i for i, k in enumerate(self.keys)}
         self.vals, self.anchor = self.vals[keep], self.anchor[keep]

@@ -23,8 +23,23 @@ from exporter import catalog
 
 
 def _col(m: SeriesMatrix, q: Query, label: str) -> np.ndarray:
-    i = q.labels.index(label)
-    return np.array([k[i] for k in m.keys]) if len(m) else np.zeros(0, dtype=str)
+    """The label's value per row (cached until the matrix's rows change)."""
+    if m.cache_version != m.version:
+        m.cache, m.cache_version = {}, m.version
+    got = m.cache.get(label)
+    if got is None:
+        i = q.labels.index(label)
+        got = np.array([k[i] for k in m.keys]) if len(m) else np.zeros(0, dtype=str)
+        m.cache[label] = got
+    return got
+
+
+def _ints_of(m: SeriesMatrix, q: Query, label: str) -> np.ndarray:
+    col = _col(m, q, label)
+    got = m.cache.get("int:" + label)
+    if got is None:
+        got = m.cache["int:" + label] = _ints(col)
+    return got
 
 
 def _ints(a: np.ndarray) -> np.ndarray:
@@ -51,7 +66,7 @@ def assemble(
         if "device" in q.labels and len(m)
     }
     ports = tuple(sorted(set().union(*[set(c.tolist()) for c in port_cols.values()])))
-    gpu_cols = {q.name: _ints(_col(m, q, "gpu")) for q, m in items if "gpu" in q.labels}
+    gpu_cols = {q.name: _ints_of(m, q, "gpu") for q, m in items if "gpu" in q.labels}
     gpus = max([8] + [int(c.max()) + 1 for c in gpu_cols.values() if len(c)])
     N, P = len(nodes), len(ports)
     if not N or not T:
@@ -98,7 +113,7 @@ def _place_gpu(arrays: dict[str, np.ndarray], q: Query, m: SeriesMatrix, n_ix: n
     pos: list[np.ndarray] = [n_ix, g_ix]
     dims: list[int] = [N, G]
     if "link" in q.labels:
-        k = _ints(_col(m, q, "link"))
+        k = _ints_of(m, q, "link")
         pos.append(k)
         dims.append(max(NVLINKS, int(k.max()) + 1))
     for label, values in _GPU_FAMILY_AXES.get(q.name, ()):
@@ -141,7 +156,7 @@ def _xids(qm: tuple[Query, SeriesMatrix], nodes: np.ndarray, grid: np.ndarray,
           present: np.ndarray) -> list[XidEvent]:  # fmt: skip
     q, m = qm
     n_ix = np.searchsorted(nodes, _col(m, q, "node"))
-    g, x = _ints(_col(m, q, "gpu")), _ints(_col(m, q, "xid"))
+    g, x = _ints_of(m, q, "gpu"), _ints_of(m, q, "xid")
     out = []
     for r in range(len(m)):
         row = m.vals[r]

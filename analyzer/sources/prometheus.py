@@ -149,9 +149,14 @@ class PrometheusSource:
         m.keep_only(keys)
 
     async def _rows(self, q: Query, rows: list[Key], start: float, end: float) -> Parsed:
-        """The points of exactly these rows (one query: a selector per node, or-ed)."""
-        expr = " or ".join(q.expr(mt) for mt in rows_matchers(q.labels, rows))
-        return _only(await self._range(q, expr, start, end), set(rows), q)
+        """The points of exactly these rows: a selector per node, or-ed, 200 per query."""
+        matchers = rows_matchers(q.labels, rows)
+        parts = []
+        for i in range(0, len(matchers), 200):
+            expr = " or ".join(q.expr(mt) for mt in matchers[i : i + 200])
+            parts.append(await self._range(q, expr, start, end))
+        got = parts[0] if len(parts) == 1 else Parsed.concat(parts)
+        return _only(got, set(rows), q)
 
     def _merge(self, q: Query, m: SeriesMatrix, got: Parsed, start: float) -> None:
         """Place every sample of ``got`` in one vectorised assignment (no per-series numpy)."""

@@ -95,6 +95,13 @@ class Parsed:
         """For each sample, the index of its series."""
         return np.repeat(np.arange(len(self.labels)), self.counts)
 
+    @staticmethod
+    def concat(parts: list[Parsed]) -> Parsed:
+        return Parsed([lab for p in parts for lab in p.labels],
+                      np.concatenate([p.counts for p in parts]),
+                      np.concatenate([p.times for p in parts]),
+                      np.concatenate([p.values for p in parts]))  # fmt: skip
+
     def only(self, keep: list[int]) -> Parsed:
         """The series at these indexes."""
         sel = np.zeros(len(self.labels), dtype=bool)
