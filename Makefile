@@ -50,7 +50,7 @@ demo: venv
 bench: venv system-deps
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
-# the analyzer reading a real, promtool-backfilled Prometheus (BENCH_NODES=128,1024,4096)
+# the analyzer reading a real, promtool-backfilled Prometheus (BENCH_NODES=128,1024[,4096])
 bench-prometheus: venv system-deps
 	$(BIN)/python -m benchmarks --only analyzer-prometheus $(BENCH_ARGS)
 

@@ -7,7 +7,9 @@ serves it and the analyzer runs a cold start followed by steady-state cycles at 
 interval (virtual time, back to back). Per size: cold start, steady-state cycle wall and
 analyzer CPU, MB read, bytes and CPU per node per cycle, the process's peak RSS, and the
 engine-only cycle on the same window with the read/engine ratio. The generated TSDB is cached
-under ``.bench-cache/`` (``BENCH_FRESH=1`` rebuilds it). ``BENCH_NODES=128,1024`` picks sizes.
+under ``.bench-cache/`` (``BENCH_FRESH=1`` rebuilds it). ``BENCH_NODES=128,1024,4096`` picks
+sizes; the default is 128 and 1,024: at 4,096 nodes the one-piece promtool backfill needs
+about 40 GB of memory (10.5 GB at 1,024), more than the development machine has.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ async def _cycles(url: str, t_cold: float) -> dict[str, Any]:
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
-    sizes = os.environ.get("BENCH_NODES", "128" if quick else "128,1024,4096")
+    sizes = os.environ.get("BENCH_NODES", "128" if quick else "128,1024")
     steps = round(WINDOW / STEP) + 1 + CYCLES
     t0 = (time.time() // 7200) * 7200 - 6 * 3600  # well inside the TSDB's head-free past
     rows: list[dict[str, Any]] = []
