@@ -9,9 +9,9 @@ DEMO_ARGS ?=
 # EVAL_ARGS="--jobs 2" (256 nodes x 24 h x 5 seeds; see docs/analyzer.md for its time).
 EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 PYTEST_ARGS ?=
-APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl prometheus-node-exporter shellcheck
+APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl prometheus-node-exporter shellcheck victoria-metrics
 
-.PHONY: venv system-deps test lint typecheck unit demo bench evaluate dashboards rules dist image-test clean soak mutation
+.PHONY: venv system-deps test lint typecheck unit demo bench bench-prometheus evaluate dashboards rules dist image-test clean soak mutation
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,7 +23,7 @@ venv: $(BIN)/.installed
 
 # Debian packages for the real-component tests; installed only when root and missing.
 system-deps:
-	@missing=""; for b in prometheus promtool prometheus-alertmanager amtool slurmctld slurmd munged systemd-analyze openssl prometheus-node-exporter shellcheck; do \
+	@missing=""; for b in prometheus promtool prometheus-alertmanager amtool slurmctld slurmd munged systemd-analyze openssl prometheus-node-exporter shellcheck victoria-metrics; do \
 	  command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
@@ -59,6 +59,10 @@ mutation: venv
 	$(BIN)/pip install -q -e '.[mutation]'
 	$(BIN)/mutmut run --max-children 2
 	$(BIN)/mutmut results
+
+# the analyzer reading a real, promtool-backfilled Prometheus (BENCH_NODES=128,1024[,4096])
+bench-prometheus: venv system-deps
+	$(BIN)/python -m benchmarks --only analyzer-prometheus $(BENCH_ARGS)
 
 evaluate: venv
 	$(BIN)/gpuwarden evaluate $(EVAL_ARGS)

@@ -40,7 +40,10 @@ class _Snapshot(Collector):
 
 
 def render_metrics(
-    findings: Sequence[Finding], stats: CycleStats, source_errors: Mapping[str, int]
+    findings: Sequence[Finding],
+    stats: CycleStats,
+    source_errors: Mapping[str, int],
+    reads: Any = None,
 ) -> str:
     """Prometheus text exposition of findings and self-metrics."""
     families = [
@@ -64,10 +67,29 @@ def render_metrics(
             (({"source": s}, float(n)) for s, n in sorted(source_errors.items())),
         ),
         _family(catalog.ANALYZER_LAST_CYCLE, [({}, stats.last_cycle)]),
+        *(_read_families(reads) if reads is not None else []),
     ]
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))
     return generate_latest(registry).decode()
+
+
+def _read_families(r: Any) -> list[Metric]:
+    """The Prometheus source's read accounting (analyzer.sources.promhttp.QueryStats)."""
+
+    def per_query(m: catalog.MetricDef, d: Mapping[str, float]) -> Metric:
+        return _family(m, (({"query": q}, v) for q, v in sorted(d.items())))
+
+    return [
+        per_query(catalog.ANALYZER_QUERY_BYTES, r.bytes),
+        per_query(catalog.ANALYZER_QUERY_SAMPLES, r.samples),
+        per_query(catalog.ANALYZER_QUERY_SECONDS, r.seconds),
+        per_query(catalog.ANALYZER_QUERY_FAILURES, r.failures),
+        per_query(catalog.ANALYZER_QUERY_SERIES, r.series),
+        _family(catalog.ANALYZER_READ_DURATION, [({}, r.cycle_seconds)]),
+        _family(catalog.ANALYZER_READ_BYTES, [({}, r.cycle_bytes)]),
+        _family(catalog.ANALYZER_READ_SAMPLES, [({}, r.cycle_samples)]),
+    ]
 
 
 def _labels(f: Finding, metric: catalog.MetricDef) -> dict[str, str]:
@@ -76,10 +98,15 @@ def _labels(f: Finding, metric: catalog.MetricDef) -> dict[str, str]:
     return {k: str(getattr(f, k)) for k in metric.labels}
 
 
-def findings_json(findings: Sequence[Finding], now: float) -> dict[str, Any]:
+def findings_json(
+    findings: Sequence[Finding], now: float, missing: Sequence[str] = ()
+) -> dict[str, Any]:
+    """``missing_data``: series families the source could not read for this cycle (a
+    degraded cycle: its findings may lack what those series would have shown)."""
     return {
         "generated_at": now,
         "count": len(findings),
+        "missing_data": list(missing),
         "findings": [f.to_json() for f in findings],
     }
 

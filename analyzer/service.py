@@ -39,10 +39,12 @@ class AnalyzerService:
         self.source_errors: dict[str, int] = {source.name: 0}
         self.last_ok: float | None = None
         self.last_error = ""
+        self.missing: tuple[str, ...] = ()  # what the last cycle could not read
         self._session: ClientSession | None = None
 
-    async def run_cycle(self) -> None:
-        now = self.clock()
+    async def run_cycle(self, at: float | None = None) -> None:
+        """One cycle at ``at`` (a past moment, for ``--at`` / ``--replay``) or now."""
+        now = self.clock() if at is None else at
         try:
             window = await self.source.read(now)
         except Exception as e:  # a source failure costs a count, never the loop
@@ -51,6 +53,10 @@ class AnalyzerService:
             log.warning("source %s failed: %s", self.source.name, self.last_error)
             return
         findings = await asyncio.to_thread(self.engine.cycle, window)
+        self.missing = window.missing
+        if window.missing:
+            self.last_error = "degraded cycle, missing: " + ", ".join(window.missing)
+            log.warning("%s", self.last_error)
         self.last_ok = now
         if self.alertmanager:
             await self._push(findings, now)
@@ -77,11 +83,16 @@ class AnalyzerService:
 
     # ------------------------------------------------------------------ HTTP
     async def metrics(self, _: web.Request) -> web.Response:
-        text = render_metrics(self.engine.findings, self.engine.stats, self.source_errors)
+        text = render_metrics(
+            self.engine.findings,
+            self.engine.stats,
+            self.source_errors,
+            getattr(self.source, "stats", None),
+        )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def findings(self, _: web.Request) -> web.Response:
-        return web.json_response(findings_json(self.engine.findings, self.clock()))
+        return web.json_response(findings_json(self.engine.findings, self.clock(), self.missing))
 
     async def healthz(self, _: web.Request) -> web.Response:
         if self.last_ok is None:

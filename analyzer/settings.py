@@ -21,6 +21,11 @@ class AnalyzerSettings:
     interval: float = 15.0
     window: float = 600.0
     alertmanager: str = ""
+    query_timeout: float = 30.0  # seconds per Prometheus request
+    query_retries: int = 2  # extra attempts on a transient failure (5xx, timeout)
+    query_parallel: int = 4  # queries in flight at once
+    resolution: float = 0.0  # query step in seconds (0: the interval)
+    counter_lookback: float = 300.0  # how far before the window a cold start looks for anchors
     xid_overrides: dict[str, Any] = field(default_factory=dict)
     leaf_of: dict[str, str] = field(default_factory=dict)
     detectors: dict[str, Any] = field(default_factory=dict)
@@ -31,6 +36,18 @@ class AnalyzerSettings:
         if self.window < 2 * self.interval:
             raise SettingsError(
                 f"window ({self.window}s) must cover at least two intervals ({self.interval}s)"
+            )
+        if not self.query_timeout > 0:
+            raise SettingsError(f"query_timeout must be > 0 seconds, got {self.query_timeout}")
+        if not 0 <= self.query_retries <= 10:
+            raise SettingsError(f"query_retries must be 0..10, got {self.query_retries}")
+        if not 1 <= self.query_parallel <= 64:
+            raise SettingsError(f"query_parallel must be 1..64, got {self.query_parallel}")
+        if self.resolution < 0 or self.counter_lookback < 0:
+            raise SettingsError("resolution and counter_lookback must be >= 0 seconds")
+        if self.window < 2 * self.step:
+            raise SettingsError(
+                f"window ({self.window}s) must cover at least two query steps ({self.step}s)"
             )
         _host, sep, port = self.listen.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
@@ -49,6 +66,11 @@ class AnalyzerSettings:
         for k in self.xid_overrides:
             if not str(k).isdigit():
                 raise SettingsError(f"xid_overrides: {k!r} is not an XID number")
+
+    @property
+    def step(self) -> float:
+        """The query grid's step: ``resolution``, or the interval when it is 0."""
+        return self.resolution or self.interval
 
     @property
     def host_port(self) -> tuple[str, int]:

@@ -52,6 +52,7 @@ class Window:
     sku: tuple[str, ...] = ()
     gpus: int = 8
     step: float = 15.0
+    missing: tuple[str, ...] = ()  # series families the source could not read this cycle
 
     @property
     def now(self) -> float:

@@ -16,7 +16,8 @@ from typing import Any
 def _modules(only: list[str]) -> list[str]:
     here = Path(__file__).parent
     names = sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_"))
-    return [n for n in names if not only or any(o in n for o in only)]
+    wanted = [o.replace("-", "_") for o in only]  # --only analyzer-prometheus
+    return [n for n in names if not wanted or any(o in n for o in wanted)]
 
 
 def _fmt(v: Any) -> str:

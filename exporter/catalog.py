@@ -910,6 +910,39 @@ ANALYZER_LAST_CYCLE = _m(
     (),
     "seconds",
 )
+ANALYZER_QUERY_BYTES = _m(
+    "analyzer_query_bytes_total", "counter", "Response bytes read per query.", ("query",), "bytes"
+)
+ANALYZER_QUERY_SAMPLES = _m(
+    "analyzer_query_samples_total", "counter", "Samples read per query.", ("query",)
+)
+ANALYZER_QUERY_SECONDS = _m(
+    "analyzer_query_seconds_total",
+    "counter",
+    "Time spent in each query (request and decode).",
+    ("query",),
+    "seconds",
+)
+ANALYZER_QUERY_FAILURES = _m(
+    "analyzer_query_failures_total",
+    "counter",
+    "Queries that failed after retries (their data is missing from that cycle).",
+    ("query",),
+)
+ANALYZER_QUERY_SERIES = _m(
+    "analyzer_query_series", "gauge", "Series each query holds in the window.", ("query",)
+)
+ANALYZER_READ_DURATION = _m(
+    "analyzer_read_duration_seconds",
+    "gauge",
+    "Wall time of the last cycle's read (all queries and the window build).",
+    (),
+    "seconds",
+)
+ANALYZER_READ_BYTES = _m(
+    "analyzer_read_bytes", "gauge", "Response bytes read in the last cycle.", (), "bytes"
+)
+ANALYZER_READ_SAMPLES = _m("analyzer_read_samples", "gauge", "Samples read in the last cycle.", ())
 
 # --------------------------------------------------------------------------- remediation
 REMEDIATION_DECISIONS = _m(

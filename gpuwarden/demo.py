@@ -27,7 +27,7 @@ from gpuwarden import demojob
 from gpuwarden.lab import slurmlab
 from gpuwarden.processes import StartError, wait_until
 from gpuwarden.stack import Stack, StackOptions, servers_installed
-from gpuwarden.timeline import Seen, diff, http_fetch, snapshot
+from gpuwarden.timeline import Event, Seen, diff, http_fetch, snapshot
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ DEFAULT_STORY = [
     ),
     Step(
         40,
-        "gpu-node-012",
+        "gpu-node-018",  # in a 4-node job the XID above does not end (seed 1)
         "straggler",
         "gpu4",
         {"slowdown": 0.15},
@@ -68,7 +68,7 @@ DEFAULT_STORY = [
     ),
     Step(
         55,
-        "gpu-node-020",
+        "gpu-node-021",  # a job of its own: its restart leaves the straggler's job alone
         "app_xid",
         "gpu1",
         {"xid": 13},
@@ -253,7 +253,82 @@ def _job_events(d: Path, seen: Seen, t: float) -> list[str]:
     return out
 
 
+# finding kinds that detect each story fault kind (for the closing table)
+DETECTED_BY = {
+    "xid": ("xid_fatal", "gpu_lost"),
+    "app_xid": ("xid_fatal", "xid_repeated_application"),
+    "nvlink_errors": ("nvlink_errors", "nvlink_down"),
+    "nvlink_down": ("nvlink_down",),
+    "straggler": ("straggler",),
+    "ib_port_down": ("ib_port_down",),
+    "ib_symbol_errors": ("ib_errors",),
+}
+QUARANTINED = ("quarantined", "inspection", "draining", "drained")
+
+
+@dataclass
+class Outcome:
+    """One injected story fault: when it was injected, found, and what was decided."""
+
+    step: Step
+    node: str
+    injected: float
+    found: float | None = None
+    finding: str = ""
+    decision: str = ""
+
+
+class Tally:
+    """Follows the timeline's events: node states (so a decision that changes nothing is shown
+    as a no-op), and per injected fault its first finding and first decision."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, str] = {}
+        self.outcomes: list[Outcome] = []
+
+    def injected(self, step: Step, node: str, t: float) -> None:
+        self.outcomes.append(Outcome(step, node, t))
+
+    def see(self, e: Event) -> Event:
+        if e.kind == "NODE":
+            self.state[e.node] = e.text.removeprefix("now ").strip()
+        if e.kind == "DECISION" and "-> ALLOW" in e.text and self.state.get(e.node) in QUARANTINED:
+            e = Event(e.t, e.kind, e.node, f"{e.text} [no-op: node already {self.state[e.node]}]")
+        for o in self.outcomes:
+            if o.node != e.node or e.t < o.injected:
+                continue
+            kind = e.text.split(" ", 1)[0]
+            if o.found is None and (
+                (e.kind == "FINDING" and kind in DETECTED_BY.get(o.step.kind, ()))
+                or (e.kind == "ALERT" and o.step.kind != "app_xid")  # a rule on the raw series
+            ):
+                o.found, o.finding = e.t, f"{e.kind.lower()} {e.text.split(' severity=')[0]}"
+            elif e.kind == "DECISION" and o.found is not None and not o.decision:
+                o.decision = e.text.split(" (guard")[0]
+        return e
+
+    def table(self) -> list[str]:
+        out = ["", "injected fault                          found after  finding / decision"]
+        for o in self.outcomes:
+            what = f"{o.node} {o.step.kind} {o.step.target}"
+            if o.found is None:
+                out.append(f"{what:<40}{'-':>11}  not detected")
+                continue
+            decided = o.decision or "no decision"
+            out.append(f"{what:<40}{o.found - o.injected:>10.0f}s  {o.finding} / {decided}")
+        return out
+
+
 def _loop(stack: Stack, story: list[Step], duration: float, job_node: str) -> None:
+    tally = Tally()
+    try:
+        _watch(stack, story, duration, job_node, tally)
+    finally:
+        for line in tally.table():
+            _say(line)
+
+
+def _watch(stack: Stack, story: list[Step], duration: float, job_node: str, tally: Tally) -> None:
     fetch = http_fetch(stack.token)
     seen = Seen()
     start = time.monotonic()
@@ -264,6 +339,7 @@ def _loop(stack: Stack, story: list[Step], duration: float, job_node: str) -> No
             step = pending.pop(0)
             node = job_node if step.node == JOB_NODE else step.node
             _say(f"[{t:7.1f}s] STORY    {node:<14} {step.note}")
+            tally.injected(step, node, t)
             try:
                 stack.inject(node, step.kind, step.target, **step.parameters)
             except OSError as e:  # HTTPError included: say so, keep the demo going
@@ -276,7 +352,7 @@ def _loop(stack: Stack, story: list[Step], duration: float, job_node: str) -> No
             stack.urls.prometheus,
         )
         for event in diff(seen, snap, t):
-            _say(event.line())
+            _say(tally.see(event).line())
         for line in _job_events(stack.opts.workdir / "job", seen, t):
             _say(line)
         dead = stack.sup.failed()
@@ -293,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.nodes < 21 and not ns.story:
         print(
             "gpuwarden demo: --nodes must be >= 21 for the built-in story (it uses "
-            "gpu-node-020); pass --story for a smaller fleet",
+            "gpu-node-021); pass --story for a smaller fleet",
             file=sys.stderr,
         )
         return 2

@@ -42,6 +42,19 @@ STATIC_COUNTERS = ("VL15_dropped", "port_rcv_constraint_errors", "port_rcv_switc
                    "port_xmit_constraint_errors")  # fmt: skip
 
 
+class SimJobMap:
+    """This node's job map as the Slurm prolog writes it (GPU index -> job id): an exporter
+    ``JobMap`` for the simulator's own jobs, so nodes serve ``gpu_allocation_info``."""
+
+    scheduler = "slurm"
+
+    def __init__(self) -> None:
+        self.current: dict[str, str] = {}
+
+    def allocations(self) -> dict[str, str]:
+        return dict(self.current)
+
+
 def _base(p: int) -> str:
     return f"class/infiniband/mlx5_{p}"
 
@@ -62,6 +75,7 @@ class NodeView:
         self.nvml = FakeNvml(gpus, driver_version=DRIVER)
         self.sysfs = DictSysfs(self._static_files(index))
         self.kmsg = ListKernelLog()
+        self.jobs = SimJobMap()
         self.events_seen = 0
         self._seq = 1000
 
@@ -76,9 +90,14 @@ class NodeView:
             files |= {f"{b}/ports/1/counters/{n}": "0" for n in STATIC_COUNTERS}
         return files
 
-    def refresh(self, frame: Frame, events: list[Event]) -> None:
-        """Copy this node's values from ``frame`` and log its events not yet logged."""
+    def refresh(
+        self, frame: Frame, events: list[Event], allocation: dict[str, str] | None = None
+    ) -> None:
+        """Copy this node's values from ``frame``, log its events not yet logged, and (when
+        given) set its job map: GPU index -> job id."""
         i = self.index
+        if allocation is not None:
+            self.jobs.current = allocation
         up = frame[c.GPU_UP.name][i]
         if np.isnan(up).all():
             return  # the node is down: nothing to read (the server answers 503)

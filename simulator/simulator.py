@@ -18,6 +18,8 @@ from typing import Any
 from exporter import catalog as c
 from exporter.assemble import collectors_for
 from exporter.collection import CollectionLoop
+from exporter.collectors.gpu import GpuCollector
+from exporter.collectors.jobs import JobsCollector
 from simulator.faults import Fault, FaultError
 from simulator.fleet import Fleet
 from simulator.node_view import NodeView
@@ -99,7 +101,8 @@ class Simulator:
             raise NodeDown(node)
         served = self._served.get(node) or self._serve(node, i)
         if served.steps != self.steps and self._due(served, i):
-            served.view.refresh(self.frame, self.fleet.node_events.get(i, []))
+            events = self.fleet.node_events.get(i, [])
+            served.view.refresh(self.frame, events, self._allocation(i))
             served.body = served.loop.run_once().body
             served.steps, served.t, served.wall = self.steps, self.fleet.t, self._clock()
         return served.body
@@ -111,9 +114,20 @@ class Simulator:
             return True
         return self.fleet.changed(i, served.t)
 
+    def _allocation(self, i: int) -> dict[str, str]:
+        """GPU index -> job id on node ``i`` now, as the Slurm prolog's map would say."""
+        jobs = self.fleet.jobs
+        jid = int(jobs.job_of[i])
+        job = jobs.running.get(jid)
+        if jid < 0 or job is None:
+            return {}
+        return {str(g): str(jid) for g in range(job.gpus)}
+
     def _serve(self, node: str, i: int) -> _Served:
         view = NodeView(node, i, self.fleet.topo.sku)
         cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg)
+        gpu = next(x for x in cols if isinstance(x, GpuCollector))
+        cols.append(JobsCollector(view.jobs, gpu.identities, node))  # the prolog's job map
         loop = CollectionLoop(cols, node, source="simulated", interval=15.0, dcgm=self.dcgm,
                               wall=self._wall)  # fmt: skip
         self._served[node] = served = _Served(view, loop)

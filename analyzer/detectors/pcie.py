@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.detectors.emit import ev, gpu_subject, mask_findings
-from analyzer.detectors.series import first_true_time, k_of_n
+from analyzer.detectors.series import first_true_time, k_of_n_known
 from analyzer.findings import Finding
 from analyzer.window import Window
 from exporter import catalog
@@ -30,18 +30,25 @@ class PcieDetector:
         )
         width, wmax = window.get(catalog.GPU_PCIE_WIDTH), window.get(catalog.GPU_PCIE_WIDTH_MAX)
         util = window.get(catalog.GPU_UTILIZATION)
-        flags = None
+        flags = known = None
         with np.errstate(invalid="ignore"):
             if width is not None and wmax is not None:
-                flags = width < _ref(wmax)
+                wref = _ref(wmax)
+                flags, known = width < wref, ~np.isnan(width) & ~np.isnan(wref)
             if gen is not None and gmax is not None:
-                g = gen < _ref(gmax)
+                gref = _ref(gmax)
+                g, gk = gen < gref, ~np.isnan(gen) & ~np.isnan(gref)
                 if util is not None:
                     g &= util >= self.busy
+                    gk &= ~np.isnan(util)
                 flags = g if flags is None else (flags | g)
-        if flags is None:
+                known = gk if known is None else (known & gk)
+        if flags is None or known is None:
             return []
-        mask = k_of_n(flags, self.k, self.n)
+        # healthy only where every check was seen; a gap is neither healthy nor faulty:
+        # k of the last n samples that were seen
+        known = known | flags
+        mask = k_of_n_known(flags, known, self.k, self.n)
         since = first_true_time(flags, window.t)
 
         def make(node: str, subj: str, s: float, ix: tuple[int, ...]) -> Finding:

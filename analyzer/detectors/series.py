@@ -52,6 +52,14 @@ def k_of_n(flags: np.ndarray, k: int, n: int) -> np.ndarray:
     return np.asarray(np.sum(tail, axis=0) >= k)
 
 
+def k_of_n_known(flags: np.ndarray, known: np.ndarray, k: int, n: int) -> np.ndarray:
+    """True where at least ``k`` of the last ``n`` *known* samples (axis 0) are True: a gap
+    counts neither as healthy nor as faulty, it is skipped (looking further back)."""
+    rank = np.cumsum(known[::-1], axis=0)[::-1]  # 1 = the newest known sample
+    recent = known & (rank <= n)
+    return np.asarray(np.sum(flags & recent, axis=0) >= k)
+
+
 def sustained(flags: np.ndarray, n: int) -> np.ndarray:
     """True where the last ``n`` samples are all True (NaN-derived False breaks the run)."""
     if flags.shape[0] < n:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.sources.counters import born_inside, counter_increases, node_presence
 from analyzer.window import (
     ECC_COUNTER_TYPES,
     ECC_ERROR_TYPES,
@@ -148,7 +149,7 @@ def build_window(
         metrics=arrays,
         ib_counters=ib,
         ports=ports,
-        xids=tuple(_xid_events(xid_series, grid)),
+        xids=tuple(_xid_events(xid_series, grid, _presence(arrays, T, len(nodes)))),
         jobs={j: tuple(sorted(v)) for j, v in alloc.items()},
         leaf_of=leaf_of,
         gpus=gpus,
@@ -188,20 +189,22 @@ def _position(
     return tuple(pos)
 
 
-def _xid_events(xs: list[tuple[int, int, int, RawSeries]], grid: np.ndarray) -> list[XidEvent]:
+def _presence(arrays: Mapping[str, np.ndarray], T: int, N: int) -> np.ndarray:
+    return node_presence(arrays.get(catalog.GPU_UP.name), (T, N))
+
+
+def _xid_events(
+    xs: list[tuple[int, int, int, RawSeries]], grid: np.ndarray, present: np.ndarray
+) -> list[XidEvent]:
+    """XID events from counter rows: a first sample is a baseline unless the series was born
+    while its node was scraped (analyzer.sources.counters); a drop is a reset."""
     out: list[XidEvent] = []
     for n, g, x, s in xs:
-        ok = ~np.isnan(s.values)
-        idx, vals = s.index[ok], s.values[ok]
-        if len(idx) == 0:
-            continue
-        order = np.argsort(idx)
-        idx, vals = idx[order], vals[order]
-        prev = np.concatenate([[np.nan if idx[0] == 0 else 0.0], vals[:-1]])
-        inc = np.where(vals < prev, vals, vals - prev)  # a drop is a counter reset
-        for i, d in zip(idx, inc, strict=False):
-            if np.isfinite(d) and d > 0:
-                out.append(XidEvent(float(grid[i]), n, g, x, int(d + 0.5)))
+        row = np.full(len(grid), np.nan)
+        row[s.index] = s.values
+        inc = counter_increases(row, born=born_inside(row, present[:, n]))
+        for i in np.flatnonzero(np.nan_to_num(inc, nan=0.0) > 0):
+            out.append(XidEvent(float(grid[i]), n, g, x, int(inc[i] + 0.5)))
     return sorted(out, key=lambda e: e.t)
 
 

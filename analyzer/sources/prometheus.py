@@ -1,104 +1,38 @@
-"""Prometheus HTTP API source: one ``query_range`` per metric over the analysis window.
+"""Prometheus-compatible source (Prometheus, VictoriaMetrics, Thanos, Mimir): incremental reads.
 
-Edge of the analyzer (network I/O). Works with any Prometheus-compatible server (Prometheus,
-Thanos, Mimir, VictoriaMetrics). The HTTP client sits behind :class:`HttpJson` so tests can
-feed recorded responses (``fixtures/prometheus/``). A malformed response or an error status
-raises :class:`SourceError` with the reason; a single bad sample is skipped.
+Edge of the analyzer (network I/O through :class:`~analyzer.sources.promhttp.PromHttp`).
+Keeps each query's window in memory (:class:`~analyzer.sources.matrix.SeriesMatrix`) and
+fetches only ``(last_end - overlap, now]`` each cycle; a full-window backfill only at start,
+after a gap longer than the window, or when time goes backwards (``--replay``). Queries are
+the declarative :data:`~analyzer.sources.queries.QUERIES`, run at most ``parallel`` at a time,
+each with its own timeout and retries. A query that still fails degrades the cycle: its data
+is missing from the window (``Window.missing`` says which) and the cycle goes on; only when
+every query fails is the read an error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from analyzer.sources import SourceError
-from analyzer.sources.build import QUERIED, BuildReport, RawSeries, build_window
+from analyzer.sources.matrix import Key, SeriesMatrix
+from analyzer.sources.place import assemble
+from analyzer.sources.promhttp import (
+    AiohttpProm,
+    Parsed,
+    PromHttp,
+    QueryStats,
+    decode,
+    with_retries,
+)
+from analyzer.sources.queries import QUERIES, Query, rows_matchers
 from analyzer.window import Window
-from exporter import catalog
-
-
-class HttpJson(Protocol):
-    async def get_json(self, url: str, params: Mapping[str, str]) -> Any: ...
-
-
-class AiohttpJson:
-    """The real client: one aiohttp session, a per-request timeout."""
-
-    def __init__(self, timeout: float = 10.0) -> None:
-        self.timeout = timeout
-        self._session: Any = None
-
-    async def get_json(self, url: str, params: Mapping[str, str]) -> Any:
-        import aiohttp
-
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
-        try:
-            async with self._session.get(url, params=dict(params)) as r:
-                text = await r.text()
-                if r.status >= 500:
-                    raise SourceError(f"{url}: HTTP {r.status}")
-                import json
-
-                # Off the event loop: a big query_range answer takes long to decode, and the
-                # service's /metrics and /healthz must keep answering meanwhile.
-                return await asyncio.to_thread(json.loads, text)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-            raise SourceError(f"{url}: {type(e).__name__}: {e}") from None
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-
-def parse_matrix(body: Any, name: str, start: float, step: float, T: int) -> list[RawSeries]:
-    """Series from a ``query_range`` response body, placed on the window grid."""
-    if not isinstance(body, dict):
-        raise SourceError(f"query_range {name}: response is not a JSON object")
-    if body.get("status") != "success":
-        raise SourceError(
-            f"query_range {name}: status {body.get('status')!r}: {body.get('error', '')}"
-        )
-    data = body.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "matrix":
-        raise SourceError(f"query_range {name}: expected a matrix result")
-    result = data.get("result")
-    if not isinstance(result, list):
-        raise SourceError(f"query_range {name}: result is not a list")
-    out = []
-    for item in result:
-        if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
-            continue
-        idx, vals = _place(item.get("values") or [], start, step, T)
-        labels = {str(k): str(v) for k, v in item["metric"].items() if k != "__name__"}
-        out.append(RawSeries(name, labels, idx, vals))
-    return out
-
-
-def _place(values: Any, start: float, step: float, T: int) -> tuple[np.ndarray, np.ndarray]:
-    """(grid index, value) of ``[[ts, "value"], ...]``; vectorised, with a per-pair fallback
-    that skips malformed pairs when the fast path cannot parse them."""
-    try:
-        arr = np.asarray(values, dtype=float).reshape(-1, 2)
-    except (TypeError, ValueError):
-        arr = np.asarray(_good_pairs(values), dtype=float).reshape(-1, 2)
-    i = np.rint((arr[:, 0] - start) / step).astype(int)
-    keep = (i >= 0) & (i < T) & ~np.isinf(arr[:, 1])
-    return i[keep], arr[keep, 1]
-
-
-def _good_pairs(values: Any) -> list[tuple[float, float]]:
-    out = []
-    for pair in values if isinstance(values, list) else []:
-        try:
-            out.append((float(pair[0]), float(pair[1])))
-        except (TypeError, ValueError, IndexError):
-            continue
-    return out
 
 
 class PrometheusSource:
@@ -109,38 +43,170 @@ class PrometheusSource:
         url: str,
         window: float = 600.0,
         step: float = 15.0,
-        http: HttpJson | None = None,
+        http: PromHttp | None = None,
         leaf_of: Mapping[str, str] | None = None,
-        metrics: Sequence[catalog.MetricDef] = QUERIED,
+        queries: Sequence[Query] = QUERIES,
+        timeout: float = 30.0,
+        retries: int = 2,
+        parallel: int = 4,
+        lookback: float = 300.0,
+        overlap: int = 0,
+        settle: float = 5.0,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.url = url.rstrip("/")
         self.span, self.step = window, step
-        self.http: HttpJson = http or AiohttpJson()
+        self.T = round(window / step) + 1
+        self.http: PromHttp = http or AiohttpProm(self.url, timeout)
         self.leaf_of = dict(leaf_of or {})
-        self.metrics = tuple(metrics)
-        self.report = BuildReport()
+        self.queries = tuple(queries)
+        self.retries, self.lookback, self.overlap = retries, lookback, overlap
+        self.settle = settle  # a grid point is read once it is this old (its scrapes are in)
+        self.timer = timer
+        self.parallel = max(parallel, 1)
+        self.mats = {q: SeriesMatrix(self.T) for q in self.queries}
+        self.end: float | None = None
+        self.stats = QueryStats()
+        self.errors: dict[str, str] = {}
 
+    # ------------------------------------------------------------------ cycle
     async def read(self, now: float) -> Window:
-        end = math.floor(now / self.step) * self.step
-        start = end - self.span
-        T = round(self.span / self.step) + 1
-        grid = start + self.step * np.arange(T)
-        series: list[RawSeries] = []
-        for m in self.metrics:
-            params = {
-                "query": m.name,
-                "start": repr(start),
-                "end": repr(end),
-                "step": repr(self.step),
-            }
-            body = await self.http.get_json(f"{self.url}/api/v1/query_range", params)
-            series += await asyncio.to_thread(parse_matrix, body, m.name, start, self.step, T)
-        self.report = BuildReport()
-        return await asyncio.to_thread(
-            build_window, series, grid, self.step, self.leaf_of, self.report
-        )
+        t0 = self.timer()
+        end = math.floor((now - self.settle) / self.step) * self.step
+        if self.end is not None and end < self.end:  # time went backwards: start over
+            self.mats = {q: SeriesMatrix(self.T) for q in self.queries}
+            self.end = None
+        k = self.T if self.end is None else round((end - self.end) / self.step)
+        for m in self.mats.values():
+            m.slide(k)
+        self.end = end
+        self.stats.cycle_bytes = self.stats.cycle_samples = 0.0
+        sem = asyncio.Semaphore(self.parallel)
+
+        async def one(q: Query) -> str | None:
+            async with sem:
+                try:
+                    await self._fetch(q, end)
+                    return None
+                except SourceError as e:
+                    self.stats.fail(q.name)
+                    self.errors[q.name] = str(e)
+                    return q.name
+
+        failed = tuple(f for f in await asyncio.gather(*(one(q) for q in self.queries)) if f)
+        if failed and len(failed) == len(self.queries):
+            raise SourceError(f"every query failed; first: {self.errors[failed[0]]}")
+        grid = end - self.step * np.arange(self.T - 1, -1, -1)
+        items = [(q, self.mats[q]) for q in self.queries]
+        w = await asyncio.to_thread(assemble, items, grid, self.step, self.leaf_of, failed)
+        self.stats.series = {q.name: float(len(m)) for q, m in items}
+        self.stats.cycle_seconds = self.timer() - t0
+        self.stats.cycles += 1
+        return w
+
+    # ------------------------------------------------------------------ one query
+    async def _fetch(self, q: Query, end: float) -> None:
+        m = self.mats[q]
+        start = end - self.step * (self.T - 1)
+        behind = self.span if m.end is None else end - m.end  # since this query last succeeded
+        cold = behind >= self.span
+        first = 0 if cold else max(self.T - 1 - round(behind / self.step) - self.overlap, 0)
+        if q.moved_only:
+            await self._moved(q, m, start, end, cold, first)
+        else:
+            pad = self.lookback if (cold and q.anchored) else 0.0
+            got = await self._range(q, q.expr(), start + first * self.step - pad, end)
+            m.clear(first)
+            self._merge(q, m, got, start)
+            if not q.anchored:
+                m.prune()
+        m.end = end
+
+    async def _moved(self, q: Query, m: SeriesMatrix, start: float, end: float, cold: bool,
+                     first: int) -> None:  # fmt: skip
+        """Which series moved within the window ending now (small instant queries, over one
+        shard of the GPUs per cycle, all at a cold start); the new points of those already
+        held; the full window of those that just started to move."""
+        if cold:
+            m.keep_only(set())
+        shards = range(q.moved_shards) if cold else (self.stats.cycles,)
+        keys: set[Key] = set()
+        for s in shards:
+            moved = await self._instant(q, q.moved_expr(self.span, q.shard_matcher(s)), end)
+            keys |= {self._key(q, lab) for lab in moved.labels}
+        if not cold and q.moved_shards > 1:  # rows of the shards not checked now stay held
+            checked = re.compile(q.shard_matcher(self.stats.cycles).split('"')[1])
+            g = q.labels.index("gpu")
+            keys |= {k for k in m.keys if not checked.fullmatch(k[g])}
+        held = sorted(keys & set(m.keys))
+        if held and first < self.T:
+            got = await self._rows(q, held, start + first * self.step, end)
+            m.clear(first)
+            self._merge(q, m, got, start)
+        new = sorted(keys - set(m.keys))
+        if new:
+            self._merge(q, m, await self._rows(q, new, start, end), start)
+        m.keep_only(keys)
+
+    async def _rows(self, q: Query, rows: list[Key], start: float, end: float) -> Parsed:
+        """The points of exactly these rows: a selector per node, or-ed, 200 per query."""
+        matchers = rows_matchers(q.labels, rows)
+        parts = []
+        for i in range(0, len(matchers), 200):
+            expr = " or ".join(q.expr(mt) for mt in matchers[i : i + 200])
+            parts.append(await self._range(q, expr, start, end))
+        got = parts[0] if len(parts) == 1 else Parsed.concat(parts)
+        return _only(got, set(rows), q)
+
+    def _merge(self, q: Query, m: SeriesMatrix, got: Parsed, start: float) -> None:
+        """Place every sample of ``got`` in one vectorised assignment (no per-series numpy)."""
+        keys = [self._key(q, lab) for lab in got.labels]
+        rows = m.rows(keys)[got.series_of_samples()]
+        cols = np.rint((got.times - start) / self.step).astype(np.int64)
+        inside = (cols >= 0) & (cols < self.T)
+        m.vals[rows[inside], cols[inside]] = got.values[inside]
+        if q.anchored and not inside.all():  # samples before the window: the anchors
+            before = cols < 0
+            r, c, v = rows[before], cols[before], got.values[before]
+            ok = ~np.isnan(v)
+            order = np.lexsort((c[ok], r[ok]))  # by row, then time: the last per row wins
+            m.anchor[r[ok][order]] = v[ok][order]
+
+    @staticmethod
+    def _key(q: Query, labels: Mapping[str, str]) -> Key:
+        return tuple(labels.get(x, "") for x in q.labels)
+
+    # ------------------------------------------------------------------ HTTP
+    async def _range(self, q: Query, expr: str, start: float, end: float) -> Parsed:
+        form = {
+            "query": expr,
+            "start": f"{start:.3f}",
+            "end": f"{end:.3f}",
+            "step": f"{self.step:g}",
+        }
+        return await self._call(q, "/api/v1/query_range", form)
+
+    async def _instant(self, q: Query, expr: str, at: float) -> Parsed:
+        return await self._call(q, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+
+    async def _call(self, q: Query, path: str, form: Mapping[str, str]) -> Parsed:
+        async def go() -> Parsed:
+            t0 = self.timer()
+            raw = await self.http.post(path, form)
+            got = await asyncio.to_thread(decode, raw, q.name)
+            self.stats.add(q.name, len(raw), got.samples, self.timer() - t0)
+            return got
+
+        return await with_retries(go, self.retries)
 
     async def close(self) -> None:
         close = getattr(self.http, "close", None)
         if close is not None:
             await close()
+
+
+def _only(got: Parsed, keys: set[Key], q: Query) -> Parsed:
+    """The series of ``got`` whose key is in ``keys``."""
+    return got.only(
+        [j for j, lab in enumerate(got.labels) if PrometheusSource._key(q, lab) in keys]
+    )

@@ -4,18 +4,24 @@ responses (fixtures/prometheus/), and malformed responses."""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from analyzer.cli import main as cli_main
 from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
+from analyzer.service import AnalyzerService
 from analyzer.sources import SourceError
-from analyzer.sources.prometheus import PrometheusSource, parse_matrix
+from analyzer.sources.prometheus import PrometheusSource
+from analyzer.sources.promhttp import decode
 from exporter import catalog as c
 from tests.realcomp import promtool, run_prometheus
 
@@ -25,27 +31,36 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "prometheus"
 RECORDED_END = 1_700_000_000.0 - (1_700_000_000.0 % STEP)
 
 
+def _fixture(form) -> str:
+    """A file name for one request: the metric it reads and a hash of the whole form."""
+    q = form["query"]
+    name = re.search(r"gpuwarden_\w+", q)
+    digest = hashlib.sha1(repr(sorted(form.items())).encode()).hexdigest()[:8]
+    return f"{name.group(0) if name else 'query'}-{digest}"
+
+
 class Recording:
-    """Wraps an HTTP client and keeps each response by query, for ``UPDATE_GOLDEN=1``."""
+    """Wraps an HTTP client and keeps each response by request, for ``UPDATE_GOLDEN=1``."""
 
     def __init__(self, inner) -> None:
         self.inner = inner
-        self.bodies: dict[str, object] = {}
+        self.bodies: dict[str, bytes] = {}
 
-    async def get_json(self, url, params):
-        body = await self.inner.get_json(url, params)
-        self.bodies[params["query"]] = body
+    async def post(self, path, form):
+        body = await self.inner.post(path, form)
+        self.bodies[_fixture(form)] = body
         return body
+
+    async def close(self):
+        await self.inner.close()
 
 
 class Replay:
     def __init__(self, bodies) -> None:
         self.bodies = bodies
 
-    async def get_json(self, url, params):
-        return self.bodies.get(
-            params["query"], {"status": "success", "data": {"resultType": "matrix", "result": []}}
-        )
+    async def post(self, path, form):
+        return self.bodies[_fixture(form)]
 
 
 def _expected(findings):
@@ -73,7 +88,7 @@ def test_prometheus_source_reads_backfilled_history_and_detectors_find_the_fault
 
         async def read():
             try:
-                return await source.read(end)
+                return await source.read(end + 5)
             finally:
                 await source.close()
 
@@ -86,15 +101,49 @@ def test_prometheus_source_reads_backfilled_history_and_detectors_find_the_fault
     assert _expected(Engine(default_detectors()).cycle(w)) == WANT
     if os.environ.get("UPDATE_GOLDEN"):
         FIXTURES.mkdir(parents=True, exist_ok=True)
+        for old in FIXTURES.glob("*.json"):
+            old.unlink()
         for q, body in rec.bodies.items():
-            (FIXTURES / f"{q}.json").write_text(json.dumps(body, indent=1) + "\n")
+            (FIXTURES / f"{q}.json").write_text(json.dumps(json.loads(body), indent=1) + "\n")
+
+
+@pytest.mark.real
+def test_incremental_reads_of_a_real_prometheus_equal_a_cold_full_window_read(tmp_path):
+    end = (time.time() // STEP) * STEP - 7200
+    om = tmp_path / "data.om"
+    om.write_text(openmetrics(end))
+    data = tmp_path / "data"
+    assert promtool("tsdb", "create-blocks-from", "openmetrics", str(om), str(data)).returncode == 0
+    data.chmod(0o777)
+    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n", data_dir=data) as p:
+
+        async def reads():
+            inc = PrometheusSource(p.url, window=600, step=STEP)
+            cold = PrometheusSource(p.url, window=600, step=STEP)
+            try:
+                for back in (12, 7, 6, 2, 0):
+                    w = await inc.read(end - back * STEP + 6)
+                return w, await cold.read(end + 6), inc.stats, cold.stats
+            finally:
+                await inc.close()
+                await cold.close()
+
+        w_inc, w_cold, s_inc, s_cold = asyncio.run(reads())
+    assert w_inc.nodes == w_cold.nodes == NODES
+    for k in w_cold.metrics:
+        assert np.array_equal(w_inc.metrics[k], w_cold.metrics[k], equal_nan=True), k
+    assert [(e.t, e.node, e.gpu, e.xid) for e in w_inc.xids] == [
+        (e.t, e.node, e.gpu, e.xid) for e in w_cold.xids
+    ] and len(w_cold.xids) == 1
+    assert w_inc.jobs == w_cold.jobs
+    assert s_inc.cycle_bytes < s_cold.cycle_bytes / 2  # the last incremental read was small
 
 
 def test_recorded_query_range_responses_give_the_same_findings():
-    bodies = {p.stem: json.loads(p.read_text()) for p in FIXTURES.glob("*.json")}
+    bodies = {p.stem: p.read_bytes() for p in FIXTURES.glob("*.json")}
     assert len(bodies) >= 8
     source = PrometheusSource("http://recorded", window=600, step=STEP, http=Replay(bodies))
-    w = asyncio.run(source.read(RECORDED_END))
+    w = asyncio.run(source.read(RECORDED_END + 5))
     assert w.nodes == NODES
     assert _expected(Engine(default_detectors()).cycle(w)) == WANT
 
@@ -102,15 +151,16 @@ def test_recorded_query_range_responses_give_the_same_findings():
 @pytest.mark.parametrize(
     "body, why",
     [
-        ([], "not a JSON object"),
-        ({"status": "error", "error": "bad query"}, "bad query"),
-        ({"status": "success", "data": {"resultType": "vector", "result": []}}, "matrix"),
-        ({"status": "success", "data": {"resultType": "matrix", "result": {}}}, "not a list"),
+        (b"[", "not JSON"),
+        (b"[]", "not a JSON object"),
+        (b'{"status": "error", "error": "bad query"}', "bad query"),
+        (b'{"status": "success", "data": {"resultType": "scalar", "result": []}}', "matrix"),
+        (b'{"status": "success", "data": {"resultType": "matrix", "result": {}}}', "not a list"),
     ],
 )
 def test_malformed_responses_raise_a_clear_source_error(body, why):
     with pytest.raises(SourceError, match=why):
-        parse_matrix(body, "q", 0.0, 15.0, 5)
+        decode(body, "q")
 
 
 def test_bad_samples_are_skipped_and_nan_is_kept():
@@ -118,14 +168,72 @@ def test_bad_samples_are_skipped_and_nan_is_kept():
         {"metric": {"node": "n", "gpu": "0"}, "values": [[0, "1"], [15, "NaN"], ["x", "2"], [30], [45, "+Inf"]]},
         {"metric": "not a dict", "values": []},
     ]}}  # fmt: skip
-    (s,) = parse_matrix(body, "q", 0.0, 15.0, 5)
-    assert s.index.tolist() == [0, 1] and s.values[0] == 1.0 and np.isnan(s.values[1])
+    got = decode(json.dumps(body).encode(), "q")
+    assert len(got.labels) == 1 and got.counts.tolist() == [2]
+    assert got.times.tolist() == [0, 15] and got.values[0] == 1.0
+    assert np.isnan(got.values[1])
 
 
-def test_a_failing_server_is_an_error_not_an_empty_window():
-    class Down:
-        async def get_json(self, url, params):
-            raise SourceError("connection refused")
+@pytest.fixture(scope="module")
+def backfilled(tmp_path_factory):
+    """A real Prometheus serving promdata's history, ending two hours ago."""
+    tmp = tmp_path_factory.mktemp("prom")
+    end = (time.time() // STEP) * STEP - 7200
+    (tmp / "data.om").write_text(openmetrics(end))
+    data = tmp / "data"
+    r = promtool("tsdb", "create-blocks-from", "openmetrics", str(tmp / "data.om"), str(data))
+    assert r.returncode == 0, r.stderr.decode()
+    data.chmod(0o777)
+    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n", data_dir=data) as p:
+        yield p, end
 
-    with pytest.raises(SourceError):
-        asyncio.run(PrometheusSource("http://x", http=Down()).read(1000.0))
+
+def _cli_findings(text):
+    return {(f["node"], f["subject"], f["kind"]) for f in json.loads(text)["findings"]}
+
+
+@pytest.mark.real
+def test_at_reproduces_the_findings_a_cycle_made_at_that_moment(backfilled, capsys):
+    prom, end = backfilled
+    service = AnalyzerService(PrometheusSource(prom.url), Engine(default_detectors()), 15.0)
+
+    async def live():
+        await service.run_cycle(end + 6)
+        await service.source.close()
+
+    asyncio.run(live())
+    assert _expected(service.engine.findings) == WANT
+    iso = datetime.datetime.fromtimestamp(end + 6, tz=datetime.UTC).isoformat()
+    assert cli_main(["--prometheus", prom.url, "--at", iso]) == 0
+    assert _cli_findings(capsys.readouterr().out) == WANT
+
+
+@pytest.mark.real
+def test_replay_prints_one_line_per_cycle_and_the_fault_appears_when_it_happened(
+    backfilled, capsys
+):
+    prom, end = backfilled
+    args = [
+        "--prometheus",
+        prom.url,
+        "--replay",
+        str(end - 8 * STEP + 6),
+        str(end + 6),
+        "--step",
+        "30",
+    ]
+    assert cli_main(args) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["generated_at"] for x in lines] == [end - 8 * STEP + 6 + 30 * i for i in range(5)]
+    kinds = [{f["kind"] for f in x["findings"]} for x in lines]
+    assert "ib_port_down" not in kinds[0] and "ib_port_down" in kinds[-1]  # down at the last 3
+    assert all("xid_fatal" in k for k in kinds)  # XID 79 logged 10 steps before the end
+
+
+def test_time_travel_needs_prometheus_and_a_sane_range(capsys, tmp_path):
+    sd = tmp_path / "sd.json"
+    sd.write_text("[]")
+    assert cli_main(["--targets", str(sd), "--at", "1700000000"]) == 2
+    assert "need --prometheus" in capsys.readouterr().err
+    assert cli_main(["--prometheus", "http://p:9090", "--replay", "20", "10"]) == 2
+    assert "before FROM" in capsys.readouterr().err

@@ -277,3 +277,29 @@ def test_cli_once_scrapes_targets_and_prints_findings(tmp_path, capsys):
     assert asyncio.run(go()) == 0
     out = json.loads(capsys.readouterr().out)
     assert [(f["node"], f["kind"]) for f in out["findings"]] == [("n1", "gpu_lost")]
+
+
+@pytest.mark.real
+async def test_two_active_replicas_make_one_alert_with_one_start_in_alertmanager():
+    """HA: two analyzer replicas on the same data post the same alerts (same labels, same
+    startsAt: the fingerprint + startsAt idempotency key remediation keys on); Alertmanager
+    keeps one alert per finding."""
+    cfg = "route: {receiver: blackhole}\nreceivers: [{name: blackhole}]\n"
+    with run_alertmanager(cfg) as am:
+        replicas = [AnalyzerService(Src(), Engine([MemoryDetector()]), 15, am.url) for _ in "ab"]
+        bodies = []
+        for svc in replicas:  # one after the other: the replicas' cycles are not in step
+            await svc.run_cycle()
+            bodies.append(alertmanager_alerts(svc.engine.findings, 0.0, 45.0))
+            await svc._session.close()  # type: ignore[union-attr]
+        assert bodies[0] == bodies[1] and bodies[0]
+
+        def alerts():
+            import urllib.request
+
+            with urllib.request.urlopen(f"{am.url}/api/v2/alerts", timeout=2) as r:
+                return json.loads(r.read())
+
+        got = await asyncio.to_thread(wait_until, alerts, 10, 0.1, "alert in alertmanager")
+        assert len(got) == len(bodies[0])
+        assert {a["startsAt"][:19] for a in got} == {b["startsAt"][:19] for b in bodies[0]}

@@ -59,7 +59,30 @@ def test_a_short_demo_injects_its_story_prints_the_timeline_and_cleans_up(tmp_pa
     assert "STORY    gpu-node-002   a GPU falls off the bus" in out
     assert "INJECT   gpu-node-002   xid on gpu0 xid=79 (fault)" in out
     assert "stopping everything the demo started" in out
+    assert "injected fault" in out and "gpu-node-002 xid gpu0" in out  # the closing table
     for port in range(base, base + 3):  # simulator, analyzer, remediation are gone
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine
             s.bind(("127.0.0.1", port))  # a process still listening is not
+
+
+def test_a_decision_on_an_already_quarantined_node_is_shown_as_a_no_op_and_the_table_has_each_fault() -> (
+    None
+):
+    from gpuwarden.demo import Step, Tally
+    from gpuwarden.timeline import Event
+
+    tally = Tally()
+    xid = Step(10, "n1", "xid", "gpu2", {"xid": 79}, "")
+    app = Step(20, "n2", "app_xid", "gpu1", {"xid": 13}, "")
+    tally.injected(xid, "n1", 10.0)
+    tally.injected(app, "n2", 20.0)
+    tally.see(Event(14.0, "FINDING", "n1", "xid_fatal gpu=2 severity=critical action=drain"))
+    first = tally.see(Event(15.0, "DECISION", "n1", "drain -> ALLOW (guard ok: fine)"))
+    tally.see(Event(16.0, "NODE", "n1", "now quarantined"))
+    again = tally.see(Event(30.0, "DECISION", "n1", "checkpoint_restart -> ALLOW (guard ok: x)"))
+    assert "no-op" not in first.text
+    assert again.text.endswith("[no-op: node already quarantined]")
+    table = "\n".join(tally.table())
+    assert "n1 xid gpu2" in table and "4s  finding xid_fatal gpu=2 / drain -> ALLOW" in table
+    assert "n2 app_xid gpu1" in table and "not detected" in table

@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import catalog as c
-from simulator.server import make_app
+from simulator.server import SIM, make_app
 from simulator.simulator import Simulator
 from tests.realcomp import promtool
 from tests.simulator.helpers import busy_fleet
@@ -59,7 +59,26 @@ async def test_every_node_is_served_by_the_real_collectors(client: TestClient[An
         assert samples(body, c.GPU_UP.name, node=node) == [1.0] * 8
         assert len(samples(body, c.NVLINK_UP.name, node=node)) == 8 * 18
         assert len(samples(body, c.IB_PORT_STATE.name, node=node)) == 8
-        assert samples(body, c.COLLECTOR_SUCCESS.name) == [1.0, 1.0, 1.0]
+        assert samples(body, c.COLLECTOR_SUCCESS.name) == [1.0] * 4  # gpu, ib, xid, jobs
+
+
+async def test_nodes_serve_the_allocation_series_of_the_jobs_the_simulator_runs(
+    client: TestClient[Any, Any],
+) -> None:
+    truth_jobs = client.server.app[SIM].fleet.jobs
+    seen = 0
+    for i, node in enumerate(("gpu-node-001", "gpu-node-002", "gpu-node-003", "gpu-node-004")):
+        body = await scrape(client, node)
+        fams = text_string_to_metric_families(body)
+        got = {(s.labels["gpu"], s.labels["job_id"], s.labels["scheduler"])
+               for f in fams for s in f.samples if s.name == c.GPU_ALLOCATION_INFO.name}  # fmt: skip
+        jid = int(truth_jobs.job_of[i])
+        want = set() if jid < 0 else {
+            (str(g), str(jid), "slurm") for g in range(truth_jobs.running[jid].gpus)
+        }  # fmt: skip
+        assert got == want
+        seen += bool(got)
+    assert seen >= 3  # the busy fleet runs jobs on (nearly) every node
 
 
 async def test_simulated_exposition_is_promtool_clean(client: TestClient[Any, Any]) -> None:

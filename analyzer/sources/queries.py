@@ -1,0 +1,152 @@
+"""What the analyzer asks Prometheus for: one declarative :class:`Query` per series family.
+
+Adding a series to the analyzer's read path is one line in :data:`QUERIES` (the
+heterogeneous-fleet inventory reads ``gpu_info`` the same way). Each query renders to PromQL
+that returns only what the detectors use, with the identity labels they do not use dropped
+server-side (``max by``: exact for one series per key, and it absorbs the duplicates of an HA
+pair of Prometheus servers):
+
+- plain: every series, e.g. ``max by (node,gpu) (gpuwarden_gpu_temperature_celsius)``;
+- ``absent_means=v`` (sparse gauges): only samples ``!= v``; where the GPU reported
+  ``gpu_up`` at that step and the series is absent, the value is ``v`` (never where the GPU
+  did not report: a gap stays a gap);
+- ``moved_only`` (error counters): only series whose value changed within the window (a
+  small instant query at the window's end comparing each series with its value one window
+  earlier); their full history is fetched once, when they start to move, then only their
+  new points, with label matchers narrowed to the rows that moved. A counter that did not move has no increase, which is all the
+  detectors read from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter import catalog
+
+IDENTITY = frozenset({"uuid", "scheduler"})  # labels no detector reads
+IB_USED = (  # analyzer.detectors.infiniband RATE_LIMITS + ANY_INCREASE
+    "symbol_error|link_error_recovery|port_rcv_errors|port_xmit_discards|local_ack_timeout_err"
+    "|link_downed|local_link_integrity_errors|excessive_buffer_overrun_errors|rnr_nak_retry_err"
+)
+
+
+@dataclass(frozen=True)
+class Query:
+    metric: catalog.MetricDef
+    keep: tuple[str, ...] = ()  # labels kept (default: the catalogue's, minus identity)
+    matchers: str = ""  # extra PromQL label matchers, e.g. 'counter=~"a|b"'
+    moved_only: bool = False
+    absent_means: float | None = None
+    anchored: bool = False  # counters whose increases become events: fetch a value before
+    moved_shards: int = 1  # check 1/k of the GPUs for moved series per cycle (1, 2, 5 or 10)
+
+    def __post_init__(self) -> None:
+        if self.moved_shards not in (1, 2, 5, 10):
+            raise ValueError(f"{self.name}: moved_shards must be 1, 2, 5 or 10")
+
+    def shard_matcher(self, cycle: int) -> str:
+        """GPUs whose index ends in a digit of this cycle's shard (all when unsharded)."""
+        k = self.moved_shards
+        if k == 1:
+            return ""
+        digits = "".join(str(d) for d in range(10) if d % k == cycle % k)
+        return f'gpu=~".*[{digits}]"'
+
+    @property
+    def name(self) -> str:
+        return self.metric.name
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self.keep or tuple(x for x in self.metric.labels if x not in IDENTITY)
+
+    def selector(self, extra: str = "") -> str:
+        m = ",".join(x for x in (self.matchers, extra) if x)
+        return f"{self.name}{{{m}}}" if m else self.name
+
+    def expr(self, extra: str = "") -> str:
+        """The PromQL for a range read (of a moved-only query: of the series chosen by
+        ``extra``, the matchers of the rows that moved)."""
+        by = ",".join(self.labels)
+        sel = self.selector(extra)
+        if self.absent_means is not None:
+            sel = f"{sel} != {self.absent_means:g}"
+        return f"max by ({by}) ({sel})"
+
+    def moved_expr(self, window: float, extra: str = "") -> str:
+        """Series whose value at the evaluation time differs from the value one window
+        earlier, or that did not exist then: a counter that moved within the window. Two
+        samples per series (``offset``), never a range of them (``changes()`` would load
+        every sample of every series in the window)."""
+        now = f"max by ({','.join(self.labels)}) ({self.selector(extra)})"
+        then = f"{now[:-1]} offset {int(window)}s)"
+        return f"({now} != {then}) or ({now} unless {then})"
+
+
+c = catalog
+QUERIES: tuple[Query, ...] = (
+    Query(c.GPU_UP, keep=("node", "gpu")),
+    Query(c.GPU_UTILIZATION),
+    Query(c.GPU_TEMPERATURE),
+    Query(c.GPU_MEMORY_TEMPERATURE),
+    Query(c.GPU_POWER),
+    Query(c.GPU_POWER_LIMIT),
+    Query(c.GPU_SM_CLOCK),
+    Query(c.GPU_THROTTLE, absent_means=0.0),
+    Query(c.GPU_ECC_ERRORS, moved_only=True),
+    Query(c.GPU_ROW_REMAP_PENDING),
+    Query(c.GPU_ROW_REMAP_FAILED),
+    Query(c.GPU_PCIE_GENERATION),
+    Query(c.GPU_PCIE_GENERATION_MAX),
+    Query(c.GPU_PCIE_WIDTH),
+    Query(c.GPU_PCIE_WIDTH_MAX),
+    Query(c.GPU_XID_ERRORS, anchored=True),
+    Query(c.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id")),
+    Query(c.NVLINK_UP, absent_means=1.0),
+    # 18 links x 4 types per GPU, the largest family: a fifth of the GPUs is checked for
+    # newly moving links each cycle (links already moving are read every cycle)
+    Query(c.NVLINK_ERRORS, moved_only=True, moved_shards=5),
+    Query(c.IB_PORT_STATE),
+    Query(c.IB_PORT_RATE),
+    Query(c.IB_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True),
+    Query(c.IB_HW_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True),
+)
+
+
+def rows_matchers(labels: tuple[str, ...], keys: list[tuple[str, ...]]) -> list[str]:
+    """Label matchers selecting (a small superset of) exactly these rows: one matcher set
+    per node (``node="n"``), each other label the alternation of the values that node's rows
+    have (RE2-escaped). Never one set across nodes: its cross product can be 1,000x the rows."""
+    by_node: dict[str, list[tuple[str, ...]]] = {}
+    n = labels.index("node")
+    for k in keys:
+        by_node.setdefault(k[n], []).append(k)
+    out = []
+    for node, group in sorted(by_node.items()):
+        parts = [f'node="{_quote(node)}"']
+        for i, label in enumerate(labels):
+            if i == n:
+                continue
+            values = sorted({k[i] for k in group})
+            if len(values) == 1:
+                parts.append(f'{label}="{_quote(values[0])}"')
+            else:
+                parts.append(f'{label}=~"{"|".join(_re2(v) for v in values)}"')
+        out.append(",".join(parts))
+    return out
+
+
+def _quote(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _re2(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch in r"\.+*?()|[]{}^$":
+            out.append("\\\\" + ch)  # PromQL string escape of a regex escape
+        elif ch == '"':
+            out.append('\\"')
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -1,0 +1,105 @@
+"""A hand-written fake of the Prometheus HTTP API for the incremental-read property tests.
+
+Evaluates exactly the PromQL shapes :mod:`analyzer.sources.queries` renders (``max by``,
+``!= v``, vector ``!=`` / ``unless`` / ``or``, ``offset``, ``=~`` matchers) over series whose
+samples sit on the step grid; a missing sample is a stale series at that step (no lookback),
+as after a failed scrape. ``offset`` looks back exactly that far. The real server is exercised by test_prometheus.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+
+Labels = tuple[tuple[str, str], ...]
+
+_SEL = re.compile(r"(\w+)(?:\{(.*?)\})?")
+_MATCH = re.compile(r'(\w+)(=~|=)"((?:[^"\\]|\\.)*)"')
+
+
+class FakeProm:
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, Labels], dict[float, float]] = {}
+        self.calls: list[str] = []
+        self.fail: set[str] = set()  # metric names whose queries answer HTTP 503
+
+    def add(self, name: str, labels: Mapping[str, str], t: float, v: float) -> None:
+        self.data.setdefault((name, tuple(sorted(labels.items()))), {})[round(t, 3)] = v
+
+    def _select(self, sel: str) -> list[tuple[Labels, dict[float, float]]]:
+        m = _SEL.fullmatch(sel.strip())
+        assert m, sel
+        name, matchers = m.group(1), _MATCH.findall(m.group(2) or "")
+        out = []
+        for (n, labels), samples in self.data.items():
+            d = dict(labels)
+            if n == name and all(
+                re.fullmatch(v.replace("\\\\", "\\"), d.get(k, "")) if op == "=~" else d.get(k) == v
+                for k, op, v in matchers
+            ):
+                out.append((labels, samples))
+        return out
+
+    def _vector(self, expr: str, t: float) -> dict[Labels, float]:
+        expr = expr.strip()
+        if expr.startswith("(") and ") or (" in expr:  # (A != B) or (A unless B)
+            left, right = expr[1:-1].split(") or (", 1)
+            out = self._vector(right, t)
+            out.update(self._vector(left, t))
+            return out
+        if expr.startswith("max by") and " or max by" in expr:  # one selector per node, or-ed
+            out = {}
+            for part in expr.split(" or max by"):
+                out.update(self._vector(part if part.startswith("max by") else "max by" + part, t))
+            return out
+        for op in (" != max by", " unless max by"):
+            if op in expr:
+                a, b = expr.split(op, 1)
+                va, vb = self._vector(a, t), self._vector("max by" + b, t)
+                if op.startswith(" !="):
+                    return {k: v for k, v in va.items() if k in vb and vb[k] != v}
+                return {k: v for k, v in va.items() if k not in vb}
+        m = re.fullmatch(r"max by \(([\w,]+)\) \((.*)\)", expr)
+        assert m, expr
+        by, inner = m.group(1).split(","), m.group(2)
+        off = re.search(r" offset (\d+)s$", inner)
+        if off:  # the value one window earlier
+            t, inner = t - float(off.group(1)), inner[: off.start()]
+        rows: dict[Labels, float] = {}
+        ne = re.fullmatch(r"(.*) != (\S+)", inner)
+        sel = ne.group(1) if ne else inner
+        for labels, samples in self._select(sel):
+            if round(t, 3) not in samples:
+                continue
+            val = samples[round(t, 3)]
+            if ne and val == float(ne.group(2)):
+                continue
+            key = tuple((k, dict(labels).get(k, "")) for k in by)
+            rows[key] = max(rows.get(key, val), val)
+        return rows
+
+    async def post(self, path: str, form: Mapping[str, str]) -> bytes:
+        from analyzer.sources import SourceError
+
+        q = form["query"]
+        self.calls.append(q)
+        if any(name in q for name in self.fail):
+            raise SourceError(f"HTTP 503 for {q[:40]}")
+        if path.endswith("query_range"):
+            start, end, step = float(form["start"]), float(form["end"]), float(form["step"])
+            series: dict[Labels, list[list[object]]] = {}
+            n = round((end - start) / step)
+            for i in range(n + 1):
+                t = round(start + i * step, 3)
+                for k, v in self._vector(q, t).items():
+                    series.setdefault(k, []).append([t, repr(v)])
+            result = [{"metric": dict(k), "values": v} for k, v in series.items()]
+            return json.dumps(
+                {"status": "success", "data": {"resultType": "matrix", "result": result}}
+            ).encode()
+        t = float(form["time"])
+        result = [{"metric": dict(k), "value": [t, repr(v)]} for k, v in self._vector(q, t).items()]
+        return json.dumps(
+            {"status": "success", "data": {"resultType": "vector", "result": result}}
+        ).encode()

@@ -1,0 +1,179 @@
+"""Incremental reads equal full-window reads (random gaps, resets, late series, gaps between
+cycles); a failed query degrades the cycle instead of aborting it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from analyzer.detectors import default_detectors
+from analyzer.engine import Engine
+from analyzer.sources import SourceError
+from analyzer.sources.prometheus import PrometheusSource
+from analyzer.sources.queries import QUERIES
+from exporter import catalog as c
+
+from .fakeprom import FakeProm
+
+STEP, WINDOW, T0 = 15.0, 150.0, 99_990.0  # T0 on the 15 s grid
+NODES = ("n0", "n1", "n2")
+
+
+def _fleet(draw: st.DrawFn, points: int) -> FakeProm:
+    """Random history: per node random missed scrapes (every series of the node vanishes);
+    an XID counter that starts late and resets; NVLink errors that start to move late."""
+    prom = FakeProm()
+    for n in NODES:
+        seen = draw(st.lists(st.booleans(), min_size=points, max_size=points))
+        xid_from = draw(st.integers(0, points))
+        reset_at = draw(st.integers(0, points * 2))
+        bumps = draw(st.lists(st.integers(0, 2), min_size=points, max_size=points))
+        move_from = draw(st.integers(0, points * 2))
+        xid = nvl = 0.0
+        for i in range(points):
+            if i == reset_at:
+                xid = 0.0
+            xid += bumps[i]
+            if i >= move_from:
+                nvl += bumps[i]
+            if not seen[i] and i % 7:  # a missed scrape (never two neighbours on 7k)
+                continue
+            t = T0 + STEP * i
+            for g in range(2):
+                gl = {"node": n, "gpu": str(g), "uuid": f"U-{n}-{g}"}
+                prom.add(c.GPU_UP.name, {**gl, "reason": ""}, t, 1.0)
+                prom.add(c.GPU_UTILIZATION.name, gl, t, 0.5 + 0.01 * (i % 5))
+                prom.add(
+                    c.GPU_ALLOCATION_INFO.name, {**gl, "job_id": "7", "scheduler": "slurm"}, t, 1.0
+                )
+                prom.add(c.GPU_THROTTLE.name, {**gl, "reason": "hw_slowdown"}, t, float(i % 9 == 0))
+                prom.add(c.NVLINK_ERRORS.name, {**gl, "link": "3", "error_type": "replay"}, t, nvl)
+            if i >= xid_from:
+                prom.add(
+                    c.GPU_XID_ERRORS.name, {"node": n, "gpu": "1", "uuid": "x", "xid": "79"}, t, xid
+                )
+    return prom
+
+
+def _same(a, b) -> None:
+    assert a.nodes == b.nodes and np.array_equal(a.t, b.t)
+    assert set(a.metrics) == set(b.metrics) and set(a.ib_counters) == set(b.ib_counters)
+    for k in a.metrics:
+        assert np.array_equal(a.metrics[k], b.metrics[k], equal_nan=True), k
+    assert [(e.t, e.node, e.gpu, e.xid, e.count) for e in a.xids] == [
+        (e.t, e.node, e.gpu, e.xid, e.count) for e in b.xids
+    ]
+    assert dict(a.jobs) == dict(b.jobs)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+@given(st.data())
+def test_incremental_reads_equal_a_full_window_read_over_random_gaps_resets_and_late_series(data):
+    points = 50
+    prom = _fleet(data.draw, points)
+    # random read times, sometimes several steps apart, sometimes more than a window apart
+    gaps = data.draw(st.lists(st.sampled_from([1, 1, 1, 2, 3, 12]), min_size=3, max_size=12))
+    # every GPU checked for moved counters each cycle (sharded checks keep rows a cycle longer)
+    queries = [dataclasses.replace(q, moved_shards=1) for q in QUERIES]
+    kw = {
+        "window": WINDOW,
+        "step": STEP,
+        "lookback": STEP * points,
+        "parallel": 3,
+        "queries": queries,
+    }
+    inc = PrometheusSource("http://fake", http=prom, **kw)
+    at = 11
+
+    async def run() -> None:
+        nonlocal at
+        for g in gaps:
+            at += g
+            if at >= points:
+                return
+            now = T0 + STEP * at + 3.0  # a few seconds after the grid point
+            w_inc = await inc.read(now)
+            w_full = await PrometheusSource("http://fake", http=prom, **kw).read(now)
+            _same(w_inc, w_full)
+            assert w_full.nodes  # the reads saw data (the grid is the data's grid)
+
+    asyncio.run(run())
+
+
+def test_sharded_moved_checks_find_every_moving_nvlink_within_the_shard_count():
+    prom = _fleet(_fixed, 40)  # NVLink errors move on every node from step 5
+    src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom)
+    full = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom)
+    for k in range(20, 24):
+        w = asyncio.run(src.read(T0 + STEP * k + 6))
+    w_full = asyncio.run(full.read(T0 + STEP * 23 + 6))
+    err = c.NVLINK_ERRORS.name
+    assert np.array_equal(w.metrics[err], w_full.metrics[err], equal_nan=True)
+
+
+def test_an_incremental_cycle_fetches_only_the_newest_points():
+    prom = _fleet(_fixed, 40)
+    src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom)
+    asyncio.run(src.read(T0 + STEP * 20))
+    cold = src.stats.cycle_samples
+    asyncio.run(src.read(T0 + STEP * 21))
+    assert 0 < src.stats.cycle_samples < cold / 4
+
+
+def _fixed(strategy):
+    """A deterministic draw: every scrape seen, the smallest values."""
+    if isinstance(strategy, st.SearchStrategy) and "booleans" in repr(strategy):
+        return [True] * 40
+    if "lists" in repr(strategy):
+        return [1] * 40
+    return 5
+
+
+def test_a_failed_query_yields_a_degraded_cycle_that_says_what_is_missing():
+    prom = _fleet(_fixed, 40)
+    prom.fail = {c.GPU_UTILIZATION.name}
+    src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom, retries=0)
+    w = asyncio.run(src.read(T0 + STEP * 30))
+    assert w.missing == (c.GPU_UTILIZATION.name,)
+    assert w.get(c.GPU_UTILIZATION) is None and w.get(c.GPU_UP) is not None
+    assert Engine(default_detectors()).cycle(w) is not None
+    assert src.stats.failures == {c.GPU_UTILIZATION.name: 1.0}
+
+
+def test_every_query_failing_is_a_source_error_not_an_empty_window():
+    prom = _fleet(_fixed, 40)
+    prom.fail = {q.name for q in PrometheusSource("http://x").queries}
+    with pytest.raises(SourceError, match="every query failed"):
+        asyncio.run(PrometheusSource("http://fake", http=prom, retries=0).read(T0 + 450))
+
+
+def test_a_degraded_cycle_is_reported_in_findings_json_and_the_read_metrics():
+    from analyzer.output import findings_json, render_metrics
+    from analyzer.service import AnalyzerService
+
+    prom = _fleet(_fixed, 40)
+    prom.fail = {c.NVLINK_ERRORS.name}
+    src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom, retries=1)
+    service = AnalyzerService(src, Engine(default_detectors()), STEP)
+    asyncio.run(service.run_cycle(T0 + STEP * 30))
+    assert service.last_ok is not None
+    assert findings_json([], 0.0, service.missing)["missing_data"] == [c.NVLINK_ERRORS.name]
+    text = render_metrics([], service.engine.stats, service.source_errors, src.stats)
+    assert f'{c.ANALYZER_QUERY_FAILURES.name}{{query="{c.NVLINK_ERRORS.name}"}} 1.0' in text
+    assert f"{c.ANALYZER_READ_BYTES.name} " in text
+
+
+def test_the_prometheus_queries_cover_exactly_the_metrics_the_other_sources_read():
+    from analyzer.sources.build import QUERIED
+
+    assert {q.metric for q in QUERIES} == set(QUERIED)
