@@ -1,27 +1,70 @@
-"""Peer groups: who a node is compared with. The nodes of the same job; idle nodes fall back
-to same-SKU fleet peers. Pure function of the window's job map."""
+"""Peer groups: who a node is compared with. Like with like: the nodes of the same job and the
+same GPU model (a job spanning two generations is two groups); idle nodes fall back to
+same-model fleet peers. A group too small for statistics falls back to the model's
+specification (:mod:`exporter.catalog_specs`), never to the whole fleet. Pure functions of the
+window's job map and models (``Window.sku``)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from analyzer.window import Window
+from exporter import catalog_specs
+from exporter.catalog_specs import GpuSpec
+
+
+def models(window: Window) -> tuple[str, ...]:
+    """Per node, its model's peer-group key ("" where no source or inventory said)."""
+    n = len(window.nodes)
+    return window.sku if len(window.sku) == n else ("",) * n
+
+
+def split_by_model(window: Window, idx: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """``[(model, node indices)]``: ``idx`` split by GPU model, in model order."""
+    skus = models(window)
+    out: dict[str, list[int]] = {}
+    for i in idx:
+        out.setdefault(skus[int(i)], []).append(int(i))
+    return [(k, np.array(v, dtype=int)) for k, v in sorted(out.items())]
 
 
 def peer_groups(window: Window, min_size: int = 3) -> list[tuple[str, np.ndarray]]:
-    """``[(group name, node indices)]``: each job with >= ``min_size`` nodes, then the
-    remaining nodes per SKU ("idle/<sku>")."""
+    """``[(group name, node indices)]``: each job with >= ``min_size`` nodes of one model
+    (``job/<id>``, or ``job/<id>/<model>`` when the job spans models), then the remaining
+    nodes per model (``idle/<model>``)."""
     n = len(window.nodes)
     taken = np.zeros(n, dtype=bool)
     out: list[tuple[str, np.ndarray]] = []
     for job, members in sorted(window.jobs.items()):
         idx = np.array(sorted({m for m in members if 0 <= m < n}), dtype=int)
-        if len(idx) >= min_size:
-            out.append((f"job/{job}", idx))
+        parts = split_by_model(window, idx)
+        for sku, part in parts:
+            if len(part) >= min_size:
+                out.append((f"job/{job}/{sku}" if len(parts) > 1 else f"job/{job}", part))
         taken[idx] = True
-    skus = window.sku if len(window.sku) == n else ("",) * n
-    for sku in sorted(set(skus)):
-        idx = np.array([i for i in range(n) if not taken[i] and skus[i] == sku], dtype=int)
+    for sku, idx in split_by_model(window, np.flatnonzero(~taken)):
         if len(idx) >= min_size:
             out.append((f"idle/{sku}" if sku else "idle", idx))
     return out
+
+
+def like_reference(window: Window, values: np.ndarray, from_spec: Callable[[GpuSpec], float | None],
+                   min_nodes: int = 3) -> np.ndarray:  # fmt: skip
+    """Per node, the reference ``values`` (N, ...) are judged against: the median over the
+    nodes of the same model when at least ``min_nodes`` of them have a value, else the
+    model's specification (``from_spec``), else NaN: no judgement, never the fleet's."""
+    n = len(window.nodes)
+    ref = np.full(n, np.nan)
+    flat = values.reshape(n, -1)
+    for sku, idx in split_by_model(window, np.arange(n)):
+        have = idx[np.isfinite(flat[idx]).any(axis=1)]
+        if len(have) >= min_nodes:
+            ref[idx] = float(np.nanmedian(flat[have]))
+            continue
+        spec = catalog_specs.spec(sku) if sku else None
+        value = from_spec(spec) if spec is not None else None
+        if value is not None:
+            ref[idx] = value
+    return ref

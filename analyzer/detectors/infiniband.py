@@ -13,10 +13,11 @@ from collections import defaultdict, deque
 import numpy as np
 
 from analyzer.detectors.emit import ev
+from analyzer.detectors.groups import like_reference
 from analyzer.detectors.series import first_true_time, increases, last_valid, window_rate
 from analyzer.findings import Finding
 from analyzer.window import Window
-from exporter import catalog
+from exporter import catalog, catalog_specs
 
 ACTIVE = 4
 # counter -> errors per second above which a port is degraded
@@ -205,8 +206,9 @@ class InfinibandDetector:
         last = last_valid(rate)
         if np.isnan(last).all():
             return []
-        expected = self.expected_rate or float(np.nanmedian(last))
-        low = last < expected * 0.99
+        expected = self.expected_rates(w, last)
+        with np.errstate(invalid="ignore"):
+            low = last < expected[:, None] * 0.99
         out = []
         for n, p in zip(*np.nonzero(low), strict=False):
             out.append(
@@ -219,11 +221,24 @@ class InfinibandDetector:
                     "cordon",
                     0.9,
                     w.now,
-                    {"rate": float(last[n, p]), "expected": expected},
+                    {"rate": float(last[n, p]), "expected": float(expected[n])},
                     "IB port rate below the node's inventory",
                 )
             )
         return out
+
+    def expected_rates(self, w: Window, last: np.ndarray) -> np.ndarray:
+        """Per node, the rate its ports should run at: the inventory's fabric (``hca``),
+        else the configured ``ib_expected_rate_bytes``, else the median of the nodes of the
+        same GPU model, else that model's reference fabric; NaN (no judgement) otherwise.
+        Never the fleet's median: an HDR rack beside NDR racks is not a failed switch."""
+        ref = like_reference(w, last, lambda s: s.hca_rate)
+        if self.expected_rate:
+            ref[:] = self.expected_rate
+        for n, hca in enumerate(w.hca[: len(ref)]):
+            if hca:
+                ref[n] = catalog_specs.hca_rate(hca)
+        return ref
 
     def _switches(self, w: Window, found: list[Finding]) -> list[Finding]:
         if not w.leaf_of:

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from analyzer.detectors.groups import split_by_model
 from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
 from analyzer.window import Window
@@ -50,12 +51,16 @@ class StragglerDetector:
         out: list[Finding] = []
         streaks: dict[tuple[str, str], tuple[int, float]] = {}
         for job, members in sorted(window.jobs.items()):
-            idx = np.array(sorted({m for m in members if 0 <= m < len(window.nodes)}), dtype=int)
-            if len(idx) < self.min_nodes:
-                continue
-            u = util[-self.n :, idx, :]
-            c = clock[-self.n :, idx, :] if clock is not None and clock.ndim == 3 else None
-            out += self._job(window, job, idx, u, c, streaks)
+            all_idx = np.array(
+                sorted({m for m in members if 0 <= m < len(window.nodes)}), dtype=int
+            )
+            # ranks on another GPU generation run at another speed: compare like with like
+            for _, idx in split_by_model(window, all_idx):
+                if len(idx) < self.min_nodes:
+                    continue
+                u = util[-self.n :, idx, :]
+                c = clock[-self.n :, idx, :] if clock is not None and clock.ndim == 3 else None
+                out += self._job(window, job, idx, u, c, streaks)
         self._streaks = streaks
         return out
 
