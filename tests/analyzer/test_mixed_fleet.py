@@ -111,3 +111,29 @@ def test_workload_imbalance_between_generations_in_one_job_is_not_a_straggler():
 def test_a_healthy_mixed_fleet_gets_no_findings_from_the_full_detector_set():
     d, sku = mixed(h100=8, a100=4)
     assert Engine(default_detectors()).cycle(_w(d, sku)) == []
+
+
+def _simulated(models: bool, caps: dict[str, float] | None = None):
+    from analyzer.sources.frames import FrameBuffer
+    from simulator import Fleet
+    from simulator.topology import port_name
+
+    skus = ("h100",) * 8 + ("a100",) * 8
+    fleet = Fleet(16, seed=7, nodes_per_leaf=4, idle_fraction=0.2, skus=skus, power_caps=caps)
+    ports = [port_name(p) for p in range(8)]
+    buf = FrameBuffer(fleet.nodes, leaf_of=dict(enumerate(fleet.leaf_of)), ports=ports,
+                      sku=fleet.models if models else ())  # fmt: skip
+    engine = Engine(default_detectors())
+    found = set()
+    for frame in fleet.run(1800, 15.0):
+        buf.push(frame, fleet.jobs_at(frame.t))
+        if frame.t >= 600 and frame.t % 60 == 0:
+            found |= {(f.node, f.kind, f.action) for f in engine.cycle(buf.window())}
+    return found
+
+
+def test_a_simulated_healthy_a100_h100_fleet_with_a_capped_rack_gets_no_finding_at_all():
+    caps = {"leaf-02": 550.0}  # an H100 rack capped by facilities
+    without_models = {(node, kind) for node, kind, _ in _simulated(False, caps)}
+    assert ("leaf-03", "switch_degraded") in without_models, "cause: the HDR leaves look failed"
+    assert _simulated(True, caps) == set()
