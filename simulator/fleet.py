@@ -44,11 +44,13 @@ class Fleet:
         start: float = 0.0,
         skus: Sequence[str] | None = None,
         power_caps: Mapping[str, float] | None = None,
+        busy_wait: bool = False,
     ) -> None:
         if not 0.0 <= idle_fraction < 1.0:
             raise ValueError(f"idle_fraction must be in [0, 1), got {idle_fraction}")
         self.topo = Topology(nodes, nodes_per_leaf, sku)
         self.sku: model.Sku | model.NodeSkus = model.SKUS[sku]
+        self.busy_wait = busy_wait  # NCCL collective waits show as ~100 % utilisation
         self.sku_of = tuple(skus) if skus is not None else (sku,) * nodes  # per node
         if skus is not None or power_caps:
             self.sku = _mixed(self.topo, self.sku_of, dict(power_caps or {}))
@@ -168,7 +170,8 @@ class Fleet:
         for n in sorted(eff.stop_jobs):
             self.jobs.stop_on(n, t1)
         self._blocked = eff.lost.any(axis=1) | eff.hung.any(axis=1) | eff.down
-        g = model.gauges(self.state, self._job_arrays(), eff, self.sku, t0, t1, self.rng)
+        ja = self._job_arrays()
+        g = model.gauges(self.state, ja, eff, self.sku, t0, t1, self.rng, self.busy_wait)
         events = sorted(eff.events, key=lambda e: (e.t, e.node, e.gpu))
         self.events.extend(events)
         for e in events:

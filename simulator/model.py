@@ -3,7 +3,8 @@
 The vectorised middle of :mod:`simulator`: pure numpy over (nodes, GPUs[, links]) arrays.
 Synchronous jobs: every GPU of a job waits at each step for the slowest one, so a slow GPU
 (straggler, throttling) works longer per step while its peers idle more; an uneven pipeline
-stage makes a whole group of nodes work longer at normal clocks. NCCL waits count as idle.
+stage makes a whole group of nodes work longer at normal clocks. NCCL waits count as idle,
+or (``busy_wait``) as ~100 % utilisation at lower power, as NVML reports real NCCL jobs.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ IDLE_BIT = 0x1  # nvmlClocksEventReasonGpuIdle
 NDR_BYTES_S = 400e9 / 8
 NVLINK_GPU_BYTES_S = 450e9  # NVLink 4: 900 GB/s bidirectional per GPU
 TEMP_TAU_S = 60.0
+WAIT_POWER = 0.4  # a rank spinning in an NCCL collective: share of full dynamic power
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,11 @@ def gauges(
     t0: float,
     t1: float,
     rng: np.random.Generator,
+    busy_wait: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Advance ``st`` from t0 to t1 and return the instantaneous values at t1."""
+    """Advance ``st`` from t0 to t1 and return the instantaneous values at t1. With
+    ``busy_wait`` a multi-node job's GPUs show ~100 % utilisation while they wait at the
+    collective (a spinning kernel draws ``WAIT_POWER`` of the dynamic power)."""
     dt = t1 - t0
     n = ja.job_of.size
     active = ja.in_use & ~eff.pause[:, None] & ~eff.down[:, None] & ~eff.lost & ~eff.hung
@@ -144,9 +149,14 @@ def gauges(
     phase = ((t1 - ja.start) / (ja.step_s * step_rel)) % 1.0  # same phase for a job's peers
     wave = 0.06 * np.cos(2 * np.pi * phase)[:, None]
     util = np.clip(busy + wave + rng.normal(0, 0.015, (n, GPUS)), 0.0, 1.0) * active
+    load = util  # what draws power: compute (and, busy-waiting, a spinning collective)
+    if busy_wait:  # NCCL: peers wait inside collective kernels, so NVML counts them busy
+        spin = np.where(ja.multi[:, None] & active, 1.0 - busy, 0.0)
+        load = np.clip(busy + WAIT_POWER * spin + wave, 0.0, 1.0) * active
+        util = np.where(spin > 0, np.clip(0.99 + rng.normal(0, 0.005, (n, GPUS)), 0, 1), util)
     clock_f = np.where(active, eff.clock, 1.0)
     sm = np.where(active, sku.sm_max_mhz * clock_f, sku.sm_idle_mhz)
-    dyn = (sku.power_limit_w - sku.idle_w) * util**0.9 * clock_f**2
+    dyn = (sku.power_limit_w - sku.idle_w) * load**0.9 * clock_f**2
     power = np.minimum(sku.idle_w + dyn + rng.normal(0, 3.0, (n, GPUS)), eff.power_cap_w)
     power = np.minimum(power, sku.power_limit_w)
     target = 27.0 + 0.075 * power + eff.temp_add
