@@ -6,12 +6,13 @@ window's job map and models (``Window.sku``)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 
 from analyzer.window import Window
-from exporter import catalog_specs
+from exporter import catalog, catalog_specs
 from exporter.catalog_specs import GpuSpec
 
 
@@ -21,9 +22,27 @@ def models(window: Window) -> tuple[str, ...]:
     return window.sku if len(window.sku) == n else ("",) * n
 
 
-def split_by_model(window: Window, idx: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """``[(model, node indices)]``: ``idx`` split by GPU model, in model order."""
+def configurations(window: Window) -> tuple[str, ...]:
+    """Per node, its model and enforced power limit (``h100-sxm@500W``): GPUs capped lower
+    draw less power and run slower at the same work, so they are peers only of each other."""
     skus = models(window)
+    lim = window.get(catalog.GPU_POWER_LIMIT)
+    if lim is None or lim.ndim != 3 or lim.shape[1] != len(skus):
+        return skus
+    with warnings.catch_warnings():  # a node without the series: no limit to group by
+        warnings.simplefilter("ignore", RuntimeWarning)
+        per_node = np.nanmedian(lim[-3:], axis=(0, 2))
+    return tuple(
+        f"{k}@{10 * round(w / 10):.0f}W" if np.isfinite(w) else k
+        for k, w in zip(skus, per_node, strict=True)
+    )
+
+
+def split_by_model(window: Window, idx: np.ndarray, config: bool = False
+                   ) -> list[tuple[str, np.ndarray]]:  # fmt: skip
+    """``[(model, node indices)]``: ``idx`` split by GPU model (and, with ``config``, by
+    power limit too), in key order."""
+    skus = configurations(window) if config else models(window)
     out: dict[str, list[int]] = {}
     for i in idx:
         out.setdefault(skus[int(i)], []).append(int(i))
@@ -31,20 +50,20 @@ def split_by_model(window: Window, idx: np.ndarray) -> list[tuple[str, np.ndarra
 
 
 def peer_groups(window: Window, min_size: int = 3) -> list[tuple[str, np.ndarray]]:
-    """``[(group name, node indices)]``: each job with >= ``min_size`` nodes of one model
-    (``job/<id>``, or ``job/<id>/<model>`` when the job spans models), then the remaining
-    nodes per model (``idle/<model>``)."""
+    """``[(group name, node indices)]``: each job with >= ``min_size`` nodes of one
+    configuration (``job/<id>``, or ``job/<id>/<model>@<limit>`` when the job spans several),
+    then the remaining nodes per configuration (``idle/<model>@<limit>``)."""
     n = len(window.nodes)
     taken = np.zeros(n, dtype=bool)
     out: list[tuple[str, np.ndarray]] = []
     for job, members in sorted(window.jobs.items()):
         idx = np.array(sorted({m for m in members if 0 <= m < n}), dtype=int)
-        parts = split_by_model(window, idx)
+        parts = split_by_model(window, idx, config=True)
         for sku, part in parts:
             if len(part) >= min_size:
                 out.append((f"job/{job}/{sku}" if len(parts) > 1 else f"job/{job}", part))
         taken[idx] = True
-    for sku, idx in split_by_model(window, np.flatnonzero(~taken)):
+    for sku, idx in split_by_model(window, np.flatnonzero(~taken), config=True):
         if len(idx) >= min_size:
             out.append((f"idle/{sku}" if sku else "idle", idx))
     return out

@@ -58,7 +58,7 @@ class StragglerDetector:
                 sorted({m for m in members if 0 <= m < len(window.nodes)}), dtype=int
             )
             # ranks on another GPU generation run at another speed: compare like with like
-            for _, idx in split_by_model(window, all_idx):
+            for _, idx in split_by_model(window, all_idx, config=True):
                 if len(idx) < self.min_nodes:
                     continue
                 u = util[-self.n :, idx, :]

@@ -68,6 +68,7 @@ def test_idle_a100s_are_not_peers_of_busy_h100s():
     d["metrics"][c.GPU_UTILIZATION.name][:, :8] = 0.0
     d["metrics"][c.GPU_POWER.name][:, :8] = 70.0 + np.random.default_rng(3).normal(0, 1, (41, 8, 8))
     d["metrics"][c.GPU_SM_CLOCK.name][:, :8] = 1980e6  # H100 idle clocks stay high (persistence)
+    del d["metrics"][c.GPU_POWER_LIMIT.name]  # the model alone must keep the groups apart
     assert any(f.kind == "faulty_machine" for f in PeerDetector().detect(_w(d, ()))), "cause"
     assert PeerDetector().detect(_w(d, sku)) == []
 
@@ -100,6 +101,7 @@ def test_the_inventory_fabric_wins_over_the_peer_group():
 
 def test_workload_imbalance_between_generations_in_one_job_is_not_a_straggler():
     d, sku = mixed(h100=8, a100=4)
+    del d["metrics"][c.GPU_POWER_LIMIT.name]  # the model alone must keep the groups apart
     d["jobs"] = {"mix": tuple(range(12))}
     m = d["metrics"]
     m[c.GPU_UTILIZATION.name][:, 8:] = 0.97  # the A100s work longer per step ...
@@ -137,3 +139,15 @@ def test_a_simulated_healthy_a100_h100_fleet_with_a_capped_rack_gets_no_finding_
     without_models = {(node, kind) for node, kind, _ in _simulated(False, caps)}
     assert ("leaf-03", "switch_degraded") in without_models, "cause: the HDR leaves look failed"
     assert _simulated(True, caps) == set()
+
+
+def test_peers_at_an_administrators_lower_power_limit_are_a_configuration_of_their_own():
+    d, sku = mixed(h100=8, a100=4)
+    d["jobs"] = {"h": tuple(range(8))}
+    m = d["metrics"]
+    m[c.GPU_POWER_LIMIT.name][:, 6:8] = 500.0  # two nodes of the job on a capped rack
+    m[c.GPU_POWER.name][:, 6:8] = 70 + 430 * m[c.GPU_UTILIZATION.name][:, 6:8]
+    without = replace(window(d), sku=sku, metrics={k: v for k, v in m.items()
+                                                   if k != c.GPU_POWER_LIMIT.name})  # fmt: skip
+    assert any(f.kind == "faulty_machine" for f in PeerDetector().detect(without)), "cause"
+    assert PeerDetector().detect(_w(d, sku)) == []

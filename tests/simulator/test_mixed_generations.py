@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from exporter import catalog as c
 from simulator import Fleet
 from tests.simulator.helpers import IB_RATE, NVL_TX, NVL_UP, POWER, SM, UP, run
 
 SKUS = ("h100",) * 4 + ("a100",) * 4 + ("l40s",) * 4
-LIMIT = "gpuwarden_gpu_power_limit_watts"
+LIMIT = c.GPU_POWER_LIMIT.name
 
 
 def _fleet(**kw):
