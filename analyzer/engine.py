@@ -93,6 +93,10 @@ def _fold_switches(found: list[Finding], window: Window) -> list[Finding]:
     switches = {f.node for f in found if f.kind == "switch_degraded"}
     if not switches:
         return found
+    if window.port_leaf:  # leaf per port: only the findings of ports on that leaf
+        on = {(window.nodes[n], f"port={window.port_name(p)}")
+              for (n, p), leaf in window.port_leaf.items() if leaf in switches}  # fmt: skip
+        return [f for f in found if (f.node, f.subject) not in on]
     under = {window.nodes[n] for n, leaf in window.leaf_of.items() if leaf in switches}
     return [
         f

@@ -11,10 +11,13 @@ File format (every key optional; ``defaults`` apply to every node the file does 
     nodes:
       gpu-node-001: {model: a100-sxm, hca: HDR, rack: r01, leaf: leaf-01, power_limit_w: 300}
       gpu-node-002: {model: "NVIDIA H100 80GB HBM3", rack: r02}
+      gpu-node-003: {ports: {mlx5_0/1: su1-rail0, mlx5_1/1: su1-rail1}}  # leaf per port
 
 ``model`` is a key of :data:`exporter.catalog_specs.BY_KEY` or an NVML name; ``hca`` is HDR,
 NDR, XDR (or EDR); ``power_limit_w`` is a power limit the administrator set on purpose (it
-is configuration, never a fault).
+is configuration, never a fault); ``ports`` maps each IB port to its leaf switch
+(rail-optimized fabrics: port i of every node of a scalable unit on leaf i; in ``defaults``
+it describes a whole scalable unit at once).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from analyzer.window import Window
 from common.settings import SettingsError
 from exporter import catalog_specs
 
-FIELDS = ("model", "hca", "rack", "leaf", "power_limit_w")
+FIELDS = ("model", "hca", "rack", "leaf", "power_limit_w", "ports")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class NodeInventory:
     rack: str = ""
     leaf: str = ""
     power_limit_w: float | None = None
+    ports: Mapping[str, str] = field(default_factory=dict)  # IB port (mlx5_0/1) -> its leaf
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,13 @@ class Inventory:
             return w
         sku, hca = list(_per_node(w.sku, w.nodes)), list(_per_node(w.hca, w.nodes))
         rack, leaf, cap = dict(w.rack_of), dict(w.leaf_of), dict(w.power_cap_w)
+        port_leaf = dict(w.port_leaf)
+        port_ix = {p: j for j, p in enumerate(w.ports)}
         for i, name in enumerate(w.nodes):
             inv = self.of(name)
+            for port, lf in inv.ports.items():
+                if port in port_ix:
+                    port_leaf[(i, port_ix[port])] = lf
             if inv.model:
                 sku[i] = catalog_specs.model_key(inv.model)
             if inv.hca:
@@ -70,7 +79,7 @@ class Inventory:
             if inv.power_limit_w is not None:
                 cap[i] = inv.power_limit_w
         return replace(w, sku=tuple(sku), hca=tuple(hca), rack_of=rack, leaf_of=leaf,
-                       power_cap_w=cap)  # fmt: skip
+                       power_cap_w=cap, port_leaf=port_leaf)  # fmt: skip
 
 
 def _per_node(values: tuple[str, ...], nodes: tuple[str, ...]) -> tuple[str, ...]:
@@ -117,7 +126,11 @@ def _node(v: Any, where: str) -> NodeInventory:
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
                             or cap <= 0):  # fmt: skip
         raise SettingsError(f"{where}: power_limit_w must be a positive number of watts")
+    ports = v.get("ports") or {}
+    if not isinstance(ports, Mapping) or not all(isinstance(x, str) for x in ports.values()):
+        raise SettingsError(f"{where}: ports must map IB ports (mlx5_0/1) to leaf names")
     return NodeInventory(
+        ports={str(k): str(x) for k, x in ports.items()},
         model=str(v.get("model") or ""),
         hca=hca,
         rack=str(v.get("rack") or ""),

@@ -52,6 +52,9 @@ class Window:
     sku: tuple[str, ...] = ()  # per node: the GPU model's peer-group key (catalog_specs)
     hca: tuple[str, ...] = ()  # per node: the fabric generation its ports should run at
     rack_of: Mapping[int, str] = field(default_factory=dict)
+    # (node, port) -> leaf where fabrics are built per port (rail-optimized: port i of every
+    # node of a scalable unit on leaf i); when set, switch correlation is per port
+    port_leaf: Mapping[tuple[int, int], str] = field(default_factory=dict)
     power_cap_w: Mapping[int, float] = field(default_factory=dict)  # inventory: admin caps
     gpus: int = 8
     step: float = 15.0

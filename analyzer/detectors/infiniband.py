@@ -241,6 +241,8 @@ class InfinibandDetector:
         return ref
 
     def _switches(self, w: Window, found: list[Finding]) -> list[Finding]:
+        if w.port_leaf:
+            return self._port_switches(w, found)
         if not w.leaf_of:
             return found
         members: dict[str, list[str]] = defaultdict(list)
@@ -271,4 +273,28 @@ class InfinibandDetector:
                         "every node on this leaf switch degraded at once",
                     )
                 )
+        return out
+
+    def _port_switches(self, w: Window, found: list[Finding]) -> list[Finding]:
+        """Leaf per port (rail-optimized): a leaf is degraded when most of the ports cabled
+        to it (>= ``switch_fraction``, from >= ``switch_min_nodes`` nodes) have a finding at
+        once; those port findings become the one switch finding. A port fault on a leaf
+        whose other ports are fine stays the port's own finding."""
+        ports_of: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        for (n, p), leaf in w.port_leaf.items():
+            if 0 <= n < len(w.nodes):
+                ports_of[leaf].add((w.nodes[n], f"port={w.port_name(p)}"))
+        hit = {(f.node, f.subject) for f in found if f.subject.startswith("port=")}
+        out = list(found)
+        for leaf, ports in sorted(ports_of.items()):
+            bad = ports & hit
+            nodes = {n for n, _ in ports}
+            if len(nodes) < self.switch_min_nodes or len(bad) < self.switch_fraction * len(ports):
+                continue
+            since = min(f.since for f in found if (f.node, f.subject) in bad)
+            out = [f for f in out if (f.node, f.subject) not in bad]
+            out.append(Finding(leaf, f"switch={leaf}", "switch_degraded", "critical", "notify",
+                               self.name, len(bad) / len(ports), since,
+                               ev(ports=len(ports), degraded=len(bad), nodes=len(nodes)),
+                               "every port on this leaf switch degraded at once"))  # fmt: skip
         return out
