@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
+from analyzer.inventory import load_inventory
 from analyzer.output import findings_json
 from analyzer.service import AnalyzerService
 from analyzer.settings import AnalyzerSettings
@@ -34,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", help="seconds between analysis cycles")
     p.add_argument("--window", help="seconds of history each cycle looks at")
     p.add_argument("--config", help="YAML settings file (xid_overrides, leaf_of, detectors)")
+    p.add_argument("--inventory", help="YAML inventory file: model, hca, rack, leaf, power caps")
     p.add_argument("--alertmanager", help="Alertmanager URL for direct v2 pushes")
     p.add_argument("--query-timeout", dest="query_timeout", help="seconds per Prometheus request")
     p.add_argument("--query-retries", dest="query_retries", help="retries on a transient failure")
@@ -93,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load(AnalyzerSettings, flags, config_file=args.config)
         source = build_source(settings)
-        engine = Engine(default_detectors(settings.detector_config()))
+        inventory = load_inventory(settings.inventory) if settings.inventory else None
+        engine = Engine(default_detectors(settings.detector_config()), inventory=inventory)
         _check_time_travel(args, settings)
     except (SettingsError, SourceError, ValueError) as e:
         print(f"gpuwarden-analyzer: {e}", file=sys.stderr)

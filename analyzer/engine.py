@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from analyzer.detectors import Detector
 from analyzer.findings import Finding
+from analyzer.inventory import Inventory
 from analyzer.window import Window
 
 log = logging.getLogger(__name__)
@@ -39,14 +40,17 @@ class Engine:
         self,
         detectors: Sequence[Detector],
         timer: Callable[[], float] = time.perf_counter,
+        inventory: Inventory | None = None,
     ) -> None:
         self.detectors = list(detectors)
+        self.inventory = inventory or Inventory()
         self.timer = timer
         self.stats = CycleStats(errors={d.name: 0 for d in self.detectors})
         self._since: dict[tuple[str, str, str], float] = {}
         self.findings: list[Finding] = []
 
     def cycle(self, window: Window) -> list[Finding]:
+        window = self.inventory.apply(window)  # the operator's inventory completes the source's
         found: list[Finding] = []
         for d in self.detectors:
             t0 = self.timer()
@@ -89,6 +93,10 @@ def _fold_switches(found: list[Finding], window: Window) -> list[Finding]:
     switches = {f.node for f in found if f.kind == "switch_degraded"}
     if not switches:
         return found
+    if window.port_leaf:  # leaf per port: only the findings of ports on that leaf
+        on = {(window.nodes[n], f"port={window.port_name(p)}")
+              for (n, p), leaf in window.port_leaf.items() if leaf in switches}  # fmt: skip
+        return [f for f in found if (f.node, f.subject) not in on]
     under = {window.nodes[n] for n, leaf in window.leaf_of.items() if leaf in switches}
     return [
         f

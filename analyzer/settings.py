@@ -26,6 +26,7 @@ class AnalyzerSettings:
     query_parallel: int = 4  # queries in flight at once
     resolution: float = 0.0  # query step in seconds (0: the interval)
     counter_lookback: float = 300.0  # how far before the window a cold start looks for anchors
+    inventory: str = ""  # YAML inventory file (analyzer.inventory): models, fabric, racks, caps
     xid_overrides: dict[str, Any] = field(default_factory=dict)
     leaf_of: dict[str, str] = field(default_factory=dict)
     detectors: dict[str, Any] = field(default_factory=dict)

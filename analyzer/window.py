@@ -49,7 +49,13 @@ class Window:
     xids: tuple[XidEvent, ...] = ()
     jobs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     leaf_of: Mapping[int, str] = field(default_factory=dict)
-    sku: tuple[str, ...] = ()
+    sku: tuple[str, ...] = ()  # per node: the GPU model's peer-group key (catalog_specs)
+    hca: tuple[str, ...] = ()  # per node: the fabric generation its ports should run at
+    rack_of: Mapping[int, str] = field(default_factory=dict)
+    # (node, port) -> leaf where fabrics are built per port (rail-optimized: port i of every
+    # node of a scalable unit on leaf i); when set, switch correlation is per port
+    port_leaf: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    power_cap_w: Mapping[int, float] = field(default_factory=dict)  # inventory: admin caps
     gpus: int = 8
     step: float = 15.0
     missing: tuple[str, ...] = ()  # series families the source could not read this cycle
@@ -79,6 +85,9 @@ class Window:
     def series_count(self) -> int:
         n = sum(int(np.prod(a.shape[1:])) for a in self.metrics.values())
         return n + sum(int(np.prod(a.shape[1:])) for a in self.ib_counters.values())
+
+    def sku_of(self, n: int) -> str:
+        return self.sku[n] if n < len(self.sku) else ""
 
     def port_name(self, p: int) -> str:
         return self.ports[p] if p < len(self.ports) else str(p)

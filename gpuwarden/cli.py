@@ -12,6 +12,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "exporter": ("exporter.cli", "main", "run the per-node exporter (= gpuwarden-exporter)"),
     "simulate": ("simulator.cli", "main", "serve a simulated GPU fleet with fault injection"),
     "analyzer": ("analyzer.cli", "main", "run the analyzer (= gpuwarden-analyzer)"),
+    "inventory": (
+        "analyzer.inventory_cli",
+        "main",
+        "what the fleet is made of (models, limits, fabric)",
+    ),
     "evaluate": ("gpuwarden.lab.evaluate", "main", "score the analyzer on the simulator, offline"),
     "remediation": (
         "remediation.cli",

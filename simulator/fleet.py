@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from exporter import catalog_specs
 from simulator import frame as framing
 from simulator import model
 from simulator.effects import Effects, Event
@@ -41,11 +42,18 @@ class Fleet:
         mean_job_s: float = 8 * 3600.0,
         small_job_share: float = 0.3,
         start: float = 0.0,
+        skus: Sequence[str] | None = None,
+        power_caps: Mapping[str, float] | None = None,
+        busy_wait: bool = False,
     ) -> None:
         if not 0.0 <= idle_fraction < 1.0:
             raise ValueError(f"idle_fraction must be in [0, 1), got {idle_fraction}")
         self.topo = Topology(nodes, nodes_per_leaf, sku)
-        self.sku = model.SKUS[sku]
+        self.sku: model.Sku | model.NodeSkus = model.SKUS[sku]
+        self.busy_wait = busy_wait  # NCCL collective waits show as ~100 % utilisation
+        self.sku_of = tuple(skus) if skus is not None else (sku,) * nodes  # per node
+        if skus is not None or power_caps:
+            self.sku = _mixed(self.topo, self.sku_of, dict(power_caps or {}))
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.state = FleetState.new(nodes, self.rng)
@@ -61,6 +69,11 @@ class Fleet:
         self.jobs.advance(self.t, self.rng)
 
     # ------------------------------------------------------------------ views
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Per node, the peer-group key of its GPU model (``Window.sku``)."""
+        return tuple(catalog_specs.model_key(model.SKUS[k].name) for k in self.sku_of)
+
     @property
     def nodes(self) -> tuple[str, ...]:
         return self.topo.nodes
@@ -157,7 +170,8 @@ class Fleet:
         for n in sorted(eff.stop_jobs):
             self.jobs.stop_on(n, t1)
         self._blocked = eff.lost.any(axis=1) | eff.hung.any(axis=1) | eff.down
-        g = model.gauges(self.state, self._job_arrays(), eff, self.sku, t0, t1, self.rng)
+        ja = self._job_arrays()
+        g = model.gauges(self.state, ja, eff, self.sku, t0, t1, self.rng, self.busy_wait)
         events = sorted(eff.events, key=lambda e: (e.t, e.node, e.gpu))
         self.events.extend(events)
         for e in events:
@@ -193,3 +207,16 @@ class Fleet:
         if self._ja is None or self._ja[0] != self.jobs.version:
             self._ja = (self.jobs.version, model.JobArrays.of(self.jobs))
         return self._ja[1]
+
+
+def _mixed(topo: Topology, skus: tuple[str, ...], caps: dict[str, float]) -> model.NodeSkus:
+    """Per-node models, and the power caps an administrator set per leaf (the rack's)."""
+    if len(skus) != topo.n_nodes:
+        raise ValueError(f"skus names {len(skus)} nodes, the fleet has {topo.n_nodes}")
+    bad = sorted(set(skus) - set(model.SKUS)) + sorted(set(caps) - set(topo.leaves))
+    if bad:
+        raise ValueError(f"unknown sku or leaf: {', '.join(bad)} (skus: {', '.join(model.SKUS)})")
+    if any(not w > 0 for w in caps.values()):
+        raise ValueError("power_caps must be positive watts per leaf")
+    cap = [caps.get(leaf, np.inf) for leaf in topo.leaf_of]
+    return model.NodeSkus.of([model.SKUS[k] for k in skus], cap)

@@ -13,7 +13,7 @@ import numpy as np
 
 from exporter import catalog as c
 from simulator.effects import Effects, Event
-from simulator.model import NDR_BYTES_S, Sku
+from simulator.model import NodeSkus, Sku, link_exists
 from simulator.state import IB, IB_FILES, FleetState
 
 MAX_PCIE_GEN, MAX_PCIE_WIDTH = 5, 16
@@ -42,7 +42,7 @@ def build(
     st: FleetState,
     g: dict[str, np.ndarray],
     eff: Effects,
-    sku: Sku,
+    sku: Sku | NodeSkus,
     events: list[Event],
 ) -> Frame:
     """Copy the model's arrays into a frame, NaN where a real scrape would deliver nothing."""
@@ -53,7 +53,7 @@ def build(
         mask = gone.reshape(gone.shape + (1,) * (a.ndim - 2))
         return np.where(mask, np.nan, a).astype(float)
 
-    def full(v: float) -> np.ndarray:
+    def full(v: float | np.ndarray) -> np.ndarray:
         return gpu(np.full(eff.lost.shape, v))
 
     hung = eff.hung
@@ -89,13 +89,18 @@ def build(
         c.NVLINK_TRANSMIT.name: gpu(st.nvl_tx),
         c.NVLINK_RECEIVE.name: gpu(st.nvl_rx),
     }
+    if isinstance(sku, NodeSkus):  # fewer NVLinks than 18 (A100: 12, PCIe: 0): NaN padding
+        absent = ~link_exists(sku, down.shape[0])[:, None, :]
+        for k in (c.NVLINK_UP, c.NVLINK_ERRORS, c.NVLINK_TRANSMIT, c.NVLINK_RECEIVE):
+            a = m[k.name]
+            a[np.broadcast_to(absent.reshape(absent.shape + (1,) * (a.ndim - 3)), a.shape)] = np.nan
 
     def port(a: np.ndarray) -> np.ndarray:
         return np.where(down[:, None], np.nan, a).astype(float)
 
     m[c.IB_PORT_STATE.name] = port(eff.port_state)
     m[c.IB_PORT_PHYS_STATE.name] = port(eff.port_phys)
-    m[c.IB_PORT_RATE.name] = port(NDR_BYTES_S * eff.port_rate)
+    m[c.IB_PORT_RATE.name] = port(sku.hca_bytes_s * eff.port_rate)
     m[c.IB_TRANSMIT.name] = port(st.ib_tx)
     m[c.IB_RECEIVE.name] = port(st.ib_rx)
     ib = {name: port(st.ib[IB[name]]) for name in IB_FILES}

@@ -3,15 +3,18 @@
 The vectorised middle of :mod:`simulator`: pure numpy over (nodes, GPUs[, links]) arrays.
 Synchronous jobs: every GPU of a job waits at each step for the slowest one, so a slow GPU
 (straggler, throttling) works longer per step while its peers idle more; an uneven pipeline
-stage makes a whole group of nodes work longer at normal clocks. NCCL waits count as idle.
+stage makes a whole group of nodes work longer at normal clocks. NCCL waits count as idle,
+or (``busy_wait``) as ~100 % utilisation at lower power, as NVML reports real NCCL jobs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 import numpy as np
 
+from exporter import catalog_specs
 from simulator.effects import PORT_ACTIVE, Effects
 from simulator.jobs import Jobs
 from simulator.state import CORRECTED, CRC_FLIT, IB, FleetState
@@ -21,6 +24,7 @@ IDLE_BIT = 0x1  # nvmlClocksEventReasonGpuIdle
 NDR_BYTES_S = 400e9 / 8
 NVLINK_GPU_BYTES_S = 450e9  # NVLink 4: 900 GB/s bidirectional per GPU
 TEMP_TAU_S = 60.0
+WAIT_POWER = 0.4  # a rank spinning in an NCCL collective: share of full dynamic power
 
 
 @dataclass(frozen=True)
@@ -32,12 +36,52 @@ class Sku:
     memory_bytes: float = 85_520_809_984.0
     power_limit_w: float = 700.0
     idle_w: float = 70.0
+    links: int = LINKS  # NVLinks per GPU (0: PCIe card)
+    hca_bytes_s: float = NDR_BYTES_S  # the rate its IB ports train to
 
 
+_A100, _L40S = catalog_specs.BY_KEY["a100-sxm"], catalog_specs.BY_KEY["l40s"]
 SKUS = {
     "h100": Sku("NVIDIA H100 80GB HBM3"),
     "h200": Sku("NVIDIA H200", mem_mhz=3201.0, memory_bytes=150_754_820_096.0),
-}
+    # older and PCIe generations for mixed fleets: values from the catalogue's spec table
+    "a100": Sku("NVIDIA A100-SXM4-80GB", _A100.sm_clock_max_hz / 1e6, 210.0, 1593.0,
+                85_899_345_920.0, _A100.power_limit_w, 55.0, _A100.nvlinks,
+                catalog_specs.HCA_RATES["HDR"]),
+    "l40s": Sku("NVIDIA L40S", _L40S.sm_clock_max_hz / 1e6, 210.0, 9001.0, 48_305_799_168.0,
+                _L40S.power_limit_w, 35.0, _L40S.nvlinks, NDR_BYTES_S),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeSkus:
+    """A mixed fleet's GPU models: every numeric :class:`Sku` field as an (n, 1) column that
+    broadcasts over (nodes, GPUs), so the model's arithmetic is the same as for one model.
+    ``power_limit_w`` is the enforced limit (the model's, or an administrator's lower cap)."""
+
+    names: tuple[str, ...]
+    sm_max_mhz: np.ndarray
+    sm_idle_mhz: np.ndarray
+    mem_mhz: np.ndarray
+    memory_bytes: np.ndarray
+    power_limit_w: np.ndarray
+    idle_w: np.ndarray
+    links: np.ndarray
+    hca_bytes_s: np.ndarray
+
+    @classmethod
+    def of(cls, skus: Sequence[Sku], caps_w: Sequence[float] | None = None) -> NodeSkus:
+        col = {f.name: np.array([[float(getattr(s, f.name))] for s in skus])
+               for f in fields(Sku) if f.name != "name"}  # fmt: skip
+        if caps_w is not None:
+            col["power_limit_w"] = np.minimum(col["power_limit_w"], np.asarray(caps_w)[:, None])
+        return cls(names=tuple(s.name for s in skus), **col)
+
+
+def link_exists(sku: Sku | NodeSkus, n: int) -> np.ndarray:
+    """(n, LINKS) True where the node's GPUs have that NVLink (A100: 12, PCIe: none)."""
+    links = np.broadcast_to(np.asarray(sku.links, dtype=float).reshape(-1, 1), (n, 1))
+    return np.arange(LINKS)[None, :] < links
 
 
 @dataclass
@@ -89,12 +133,15 @@ def gauges(
     st: FleetState,
     ja: JobArrays,
     eff: Effects,
-    sku: Sku,
+    sku: Sku | NodeSkus,
     t0: float,
     t1: float,
     rng: np.random.Generator,
+    busy_wait: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Advance ``st`` from t0 to t1 and return the instantaneous values at t1."""
+    """Advance ``st`` from t0 to t1 and return the instantaneous values at t1. With
+    ``busy_wait`` a multi-node job's GPUs show ~100 % utilisation while they wait at the
+    collective (a spinning kernel draws ``WAIT_POWER`` of the dynamic power)."""
     dt = t1 - t0
     n = ja.job_of.size
     active = ja.in_use & ~eff.pause[:, None] & ~eff.down[:, None] & ~eff.lost & ~eff.hung
@@ -102,9 +149,14 @@ def gauges(
     phase = ((t1 - ja.start) / (ja.step_s * step_rel)) % 1.0  # same phase for a job's peers
     wave = 0.06 * np.cos(2 * np.pi * phase)[:, None]
     util = np.clip(busy + wave + rng.normal(0, 0.015, (n, GPUS)), 0.0, 1.0) * active
+    load = util  # what draws power: compute (and, busy-waiting, a spinning collective)
+    if busy_wait:  # NCCL: peers wait inside collective kernels, so NVML counts them busy
+        spin = np.where(ja.multi[:, None] & active, 1.0 - busy, 0.0)
+        load = np.clip(busy + WAIT_POWER * spin + wave, 0.0, 1.0) * active
+        util = np.where(spin > 0, np.clip(0.99 + rng.normal(0, 0.005, (n, GPUS)), 0, 1), util)
     clock_f = np.where(active, eff.clock, 1.0)
     sm = np.where(active, sku.sm_max_mhz * clock_f, sku.sm_idle_mhz)
-    dyn = (sku.power_limit_w - sku.idle_w) * util**0.9 * clock_f**2
+    dyn = (sku.power_limit_w - sku.idle_w) * load**0.9 * clock_f**2
     power = np.minimum(sku.idle_w + dyn + rng.normal(0, 3.0, (n, GPUS)), eff.power_cap_w)
     power = np.minimum(power, sku.power_limit_w)
     target = 27.0 + 0.075 * power + eff.temp_add
@@ -115,7 +167,7 @@ def gauges(
     # Bytes per step are fixed by the job, so a stretched step (a straggler, an uneven stage)
     # moves fewer bytes per second everywhere in the job; waiting is not transmitting.
     comm = np.where(active, ((1.0 - ja.compute) / step_rel)[:, None], 0.0)
-    _traffic(st, ja, eff, comm, dt, rng)
+    _traffic(st, ja, eff, sku, comm, dt, rng)
     _background(st, eff, dt, rng)
     return {
         "util": util,
@@ -134,6 +186,7 @@ def _traffic(
     st: FleetState,
     ja: JobArrays,
     eff: Effects,
+    sku: Sku | NodeSkus,
     comm: np.ndarray,
     dt: float,
     rng: np.random.Generator,
@@ -141,6 +194,7 @@ def _traffic(
     """NVLink bytes for jobs on several GPUs of a node, IB bytes for multi-node jobs, in
     proportion to the nominal communication share of a step over the actual step time."""
     up = ~eff.link_down & ~eff.lost[:, :, None] & ~eff.down[:, None, None]
+    up &= link_exists(sku, up.shape[0])[:, None, :]
     n_up = np.maximum(up.sum(axis=2, keepdims=True), 1)
     nvl = comm * (ja.in_use.sum(axis=1) > 1)[:, None]
     per_link = (NVLINK_GPU_BYTES_S * 0.5 * nvl)[:, :, None] * up / n_up * dt
@@ -148,7 +202,7 @@ def _traffic(
     st.nvl_rx += per_link * rng.uniform(0.97, 1.03, per_link.shape[:2])[:, :, None]
     port_up = eff.port_state == PORT_ACTIVE
     ib = comm * ja.multi[:, None]
-    ib_bytes = NDR_BYTES_S * eff.port_rate * ja.ib_load[:, None] * ib * port_up * dt
+    ib_bytes = sku.hca_bytes_s * eff.port_rate * ja.ib_load[:, None] * ib * port_up * dt
     st.ib_tx += ib_bytes
     st.ib_rx += ib_bytes * rng.uniform(0.97, 1.03, ib_bytes.shape)
     st.ib[IB["port_xmit_packets"]] += ib_bytes / 4096.0

@@ -1,27 +1,89 @@
-"""Peer groups: who a node is compared with. The nodes of the same job; idle nodes fall back
-to same-SKU fleet peers. Pure function of the window's job map."""
+"""Peer groups: who a node is compared with. Like with like: the nodes of the same job and the
+same GPU model (a job spanning two generations is two groups); idle nodes fall back to
+same-model fleet peers. A group too small for statistics falls back to the model's
+specification (:mod:`exporter.catalog_specs`), never to the whole fleet. Pure functions of the
+window's job map and models (``Window.sku``)."""
 
 from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
 
 import numpy as np
 
 from analyzer.window import Window
+from exporter import catalog, catalog_specs
+from exporter.catalog_specs import GpuSpec
+
+
+def models(window: Window) -> tuple[str, ...]:
+    """Per node, its model's peer-group key ("" where no source or inventory said)."""
+    n = len(window.nodes)
+    return window.sku if len(window.sku) == n else ("",) * n
+
+
+def configurations(window: Window) -> tuple[str, ...]:
+    """Per node, its model and enforced power limit (``h100-sxm@500W``): GPUs capped lower
+    draw less power and run slower at the same work, so they are peers only of each other."""
+    skus = models(window)
+    lim = window.get(catalog.GPU_POWER_LIMIT)
+    if lim is None or lim.ndim != 3 or lim.shape[1] != len(skus):
+        return skus
+    with warnings.catch_warnings():  # a node without the series: no limit to group by
+        warnings.simplefilter("ignore", RuntimeWarning)
+        per_node = np.nanmedian(lim[-3:], axis=(0, 2))
+    return tuple(
+        f"{k}@{10 * round(w / 10):.0f}W" if np.isfinite(w) else k
+        for k, w in zip(skus, per_node, strict=True)
+    )
+
+
+def split_by_model(window: Window, idx: np.ndarray, config: bool = False
+                   ) -> list[tuple[str, np.ndarray]]:  # fmt: skip
+    """``[(model, node indices)]``: ``idx`` split by GPU model (and, with ``config``, by
+    power limit too), in key order."""
+    skus = configurations(window) if config else models(window)
+    out: dict[str, list[int]] = {}
+    for i in idx:
+        out.setdefault(skus[int(i)], []).append(int(i))
+    return [(k, np.array(v, dtype=int)) for k, v in sorted(out.items())]
 
 
 def peer_groups(window: Window, min_size: int = 3) -> list[tuple[str, np.ndarray]]:
-    """``[(group name, node indices)]``: each job with >= ``min_size`` nodes, then the
-    remaining nodes per SKU ("idle/<sku>")."""
+    """``[(group name, node indices)]``: each job with >= ``min_size`` nodes of one
+    configuration (``job/<id>``, or ``job/<id>/<model>@<limit>`` when the job spans several),
+    then the remaining nodes per configuration (``idle/<model>@<limit>``)."""
     n = len(window.nodes)
     taken = np.zeros(n, dtype=bool)
     out: list[tuple[str, np.ndarray]] = []
     for job, members in sorted(window.jobs.items()):
         idx = np.array(sorted({m for m in members if 0 <= m < n}), dtype=int)
-        if len(idx) >= min_size:
-            out.append((f"job/{job}", idx))
+        parts = split_by_model(window, idx, config=True)
+        for sku, part in parts:
+            if len(part) >= min_size:
+                out.append((f"job/{job}/{sku}" if len(parts) > 1 else f"job/{job}", part))
         taken[idx] = True
-    skus = window.sku if len(window.sku) == n else ("",) * n
-    for sku in sorted(set(skus)):
-        idx = np.array([i for i in range(n) if not taken[i] and skus[i] == sku], dtype=int)
+    for sku, idx in split_by_model(window, np.flatnonzero(~taken), config=True):
         if len(idx) >= min_size:
             out.append((f"idle/{sku}" if sku else "idle", idx))
     return out
+
+
+def like_reference(window: Window, values: np.ndarray, from_spec: Callable[[GpuSpec], float | None],
+                   min_nodes: int = 3) -> np.ndarray:  # fmt: skip
+    """Per node, the reference ``values`` (N, ...) are judged against: the median over the
+    nodes of the same model when at least ``min_nodes`` of them have a value, else the
+    model's specification (``from_spec``), else NaN: no judgement, never the fleet's."""
+    n = len(window.nodes)
+    ref = np.full(n, np.nan)
+    flat = values.reshape(n, -1)
+    for sku, idx in split_by_model(window, np.arange(n)):
+        have = idx[np.isfinite(flat[idx]).any(axis=1)]
+        if len(have) >= min_nodes:
+            ref[idx] = float(np.nanmedian(flat[have]))
+            continue
+        spec = catalog_specs.spec(sku) if sku else None
+        value = from_spec(spec) if spec is not None else None
+        if value is not None:
+            ref[idx] = value
+    return ref

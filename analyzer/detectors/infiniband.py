@@ -13,10 +13,11 @@ from collections import defaultdict, deque
 import numpy as np
 
 from analyzer.detectors.emit import ev
+from analyzer.detectors.groups import like_reference
 from analyzer.detectors.series import first_true_time, increases, last_valid, window_rate
 from analyzer.findings import Finding
 from analyzer.window import Window
-from exporter import catalog
+from exporter import catalog, catalog_specs
 
 ACTIVE = 4
 # counter -> errors per second above which a port is degraded
@@ -205,8 +206,9 @@ class InfinibandDetector:
         last = last_valid(rate)
         if np.isnan(last).all():
             return []
-        expected = self.expected_rate or float(np.nanmedian(last))
-        low = last < expected * 0.99
+        expected = self.expected_rates(w, last)
+        with np.errstate(invalid="ignore"):
+            low = last < expected[:, None] * 0.99
         out = []
         for n, p in zip(*np.nonzero(low), strict=False):
             out.append(
@@ -219,13 +221,28 @@ class InfinibandDetector:
                     "cordon",
                     0.9,
                     w.now,
-                    {"rate": float(last[n, p]), "expected": expected},
+                    {"rate": float(last[n, p]), "expected": float(expected[n])},
                     "IB port rate below the node's inventory",
                 )
             )
         return out
 
+    def expected_rates(self, w: Window, last: np.ndarray) -> np.ndarray:
+        """Per node, the rate its ports should run at: the inventory's fabric (``hca``),
+        else the configured ``ib_expected_rate_bytes``, else the median of the nodes of the
+        same GPU model, else that model's reference fabric; NaN (no judgement) otherwise.
+        Never the fleet's median: an HDR rack beside NDR racks is not a failed switch."""
+        ref = like_reference(w, last, lambda s: s.hca_rate)
+        if self.expected_rate:
+            ref[:] = self.expected_rate
+        for n, hca in enumerate(w.hca[: len(ref)]):
+            if hca:
+                ref[n] = catalog_specs.hca_rate(hca)
+        return ref
+
     def _switches(self, w: Window, found: list[Finding]) -> list[Finding]:
+        if w.port_leaf:
+            return self._port_switches(w, found)
         if not w.leaf_of:
             return found
         members: dict[str, list[str]] = defaultdict(list)
@@ -256,4 +273,28 @@ class InfinibandDetector:
                         "every node on this leaf switch degraded at once",
                     )
                 )
+        return out
+
+    def _port_switches(self, w: Window, found: list[Finding]) -> list[Finding]:
+        """Leaf per port (rail-optimized): a leaf is degraded when most of the ports cabled
+        to it (>= ``switch_fraction``, from >= ``switch_min_nodes`` nodes) have a finding at
+        once; those port findings become the one switch finding. A port fault on a leaf
+        whose other ports are fine stays the port's own finding."""
+        ports_of: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        for (n, p), leaf in w.port_leaf.items():
+            if 0 <= n < len(w.nodes):
+                ports_of[leaf].add((w.nodes[n], f"port={w.port_name(p)}"))
+        hit = {(f.node, f.subject) for f in found if f.subject.startswith("port=")}
+        out = list(found)
+        for leaf, ports in sorted(ports_of.items()):
+            bad = ports & hit
+            nodes = {n for n, _ in ports}
+            if len(nodes) < self.switch_min_nodes or len(bad) < self.switch_fraction * len(ports):
+                continue
+            since = min(f.since for f in found if (f.node, f.subject) in bad)
+            out = [f for f in out if (f.node, f.subject) not in bad]
+            out.append(Finding(leaf, f"switch={leaf}", "switch_degraded", "critical", "notify",
+                               self.name, len(bad) / len(ports), since,
+                               ev(ports=len(ports), degraded=len(bad), nodes=len(nodes)),
+                               "every port on this leaf switch degraded at once"))  # fmt: skip
         return out

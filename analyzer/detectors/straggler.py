@@ -4,6 +4,9 @@ straggler (one node, persistent, clocks below its peers or following the node ac
 from workload imbalance (a whole pipeline stage, or scattered nodes), which never
 recommends a drain.
 
+Where NCCL's collective waits keep every rank at ~100 % utilisation, the slow rank is the one
+whose SM clock sits below the job's (same model) ranks'.
+
 Reads ``gpu_utilization_ratio`` and ``gpu_sm_clock_hertz`` (T, node, gpu) and the job map;
 averages over the last ``n`` samples (the per-sample noise is larger than a 3% slowdown).
 Remembers per node the jobs in which it straggled, and per (job, node) the streak.
@@ -16,6 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from analyzer.detectors.groups import split_by_model
 from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
 from analyzer.window import Window
@@ -50,12 +54,16 @@ class StragglerDetector:
         out: list[Finding] = []
         streaks: dict[tuple[str, str], tuple[int, float]] = {}
         for job, members in sorted(window.jobs.items()):
-            idx = np.array(sorted({m for m in members if 0 <= m < len(window.nodes)}), dtype=int)
-            if len(idx) < self.min_nodes:
-                continue
-            u = util[-self.n :, idx, :]
-            c = clock[-self.n :, idx, :] if clock is not None and clock.ndim == 3 else None
-            out += self._job(window, job, idx, u, c, streaks)
+            all_idx = np.array(
+                sorted({m for m in members if 0 <= m < len(window.nodes)}), dtype=int
+            )
+            # ranks on another GPU generation run at another speed: compare like with like
+            for _, idx in split_by_model(window, all_idx, config=True):
+                if len(idx) < self.min_nodes:
+                    continue
+                u = util[-self.n :, idx, :]
+                c = clock[-self.n :, idx, :] if clock is not None and clock.ndim == 3 else None
+                out += self._job(window, job, idx, u, c, streaks)
         self._streaks = streaks
         return out
 
@@ -80,9 +88,9 @@ class StragglerDetector:
         zg = zg * _evidence(known, busy)
         zn = zn * _evidence(known.sum(axis=1), busy)
         hot_nodes = np.nonzero((zn > self.z) | (zg > self.z).any(axis=1))[0]
-        if len(hot_nodes) == 0:
-            return []
         clock_z = self._clock_z(c, busy)
+        if len(hot_nodes) == 0:  # NCCL peers wait at ~100 %: the slow rank's clocks tell
+            return self._by_clock(w, job, idx, clock_z, um, streaks)
         slow: list[tuple[int, str, int | None, bool]] = []
         for n in map(int, hot_nodes):
             subject, g = self._subject(zn, zg, n, u.shape[2])
@@ -100,6 +108,20 @@ class StragglerDetector:
             shape = "stage" if _contiguous(rest) else "scattered"
             out.append(_imbalance(w, job, idx, rest, shape, self.name))
         return out
+
+    def _by_clock(self, w: Window, job: str, idx: np.ndarray, clock_z: np.ndarray | None,
+                  um: np.ndarray, streaks: dict[tuple[str, str], tuple[int, float]]) -> list[Finding]:  # fmt: skip
+        """Ranks whose SM clocks sit below the job's same-model ranks (z < -z): the signal
+        that survives collective waits, where every rank shows ~100 % utilisation."""
+        if clock_z is None:
+            return []
+        slow = -np.nan_to_num(clock_z, nan=0.0)  # (N, G), positive = slower
+        node_z = np.median(slow, axis=1)
+        hot = np.nonzero((node_z > self.z) | (slow > self.z).any(axis=1))[0]
+        if len(hot) == 0 or len(hot) > max(self.max_hardware_nodes, len(idx) // 4):
+            return []  # many ranks slow at once: the job's shape, not one part
+        return [self._finding(w, job, idx, int(n), *self._subject(node_z, slow, int(n), slow.shape[1]),
+                              True, node_z, slow, um, streaks) for n in hot]  # fmt: skip
 
     def _subject(self, zn: np.ndarray, zg: np.ndarray, n: int, gpus: int) -> tuple[str, int | None]:
         """The whole node, or its most deviating GPU when only some of its GPUs stand out."""

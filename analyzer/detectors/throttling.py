@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.detectors.emit import ev, gpu_subject, mask_findings
+from analyzer.detectors.groups import like_reference, split_by_model
 from analyzer.detectors.series import first_true_time, last_valid
 from analyzer.findings import Finding
 from analyzer.window import THROTTLE_REASONS, Window
@@ -68,20 +69,51 @@ class ThrottlingDetector:
         return out + self._power_cap(window, mask)
 
     def _power_cap(self, window: Window, flagged: np.ndarray) -> list[Finding]:
-        """An enforced power limit well below the fleet's: the GPU is capped (and slow)."""
+        """An enforced power limit well below its model's (the same-model peers' median, or
+        the specification when they are too few): the GPU is capped (and slow). A cap the
+        inventory names, or one every GPU of a rack shares, is configuration, not a fault."""
         lim = window.get(catalog.GPU_POWER_LIMIT)
         if lim is None or lim.ndim != 3:
             return []
         last = last_valid(lim[-self.min_samples :])
         if not np.isfinite(last).any():
             return []
-        ref = float(np.nanmedian(last))
+        admin = admin_capped(window, last)
+        # the model's limit from the GPUs at their own (not an administrator's) limit
+        ref = like_reference(window, np.where(admin, np.nan, last), lambda s: s.power_limit_w)
+        ref = ref[:, None]
         with np.errstate(invalid="ignore"):
-            capped = (last < self.cap_fraction * ref) & ~flagged
+            capped = (last < self.cap_fraction * ref) & ~flagged & ~admin
 
         def make(node: str, subj: str, s: float, ix: tuple[int, ...]) -> Finding:
             return Finding(node, subj, "throttling", "warning", "cordon", self.name, 0.8, s,
-                           ev(power_limit_w=last[ix], fleet_limit_w=ref),
-                           "power limit far below the fleet's")  # fmt: skip
+                           ev(power_limit_w=last[ix], model_limit_w=ref[ix[0], 0]),
+                           "power limit far below its model's")  # fmt: skip
 
         return mask_findings(window, capped, None, gpu_subject, make)
+
+
+def admin_capped(w: Window, limit: np.ndarray, share: float = 0.9) -> np.ndarray:
+    """(N, G) True where a power limit is an administrator's: the node's cap in the
+    inventory, or the limit at least ``share`` of a rack's GPUs of one model have (a rack
+    of >= 2 nodes; the leaf switch stands in for the rack when the inventory names none)."""
+    out = np.zeros(limit.shape, dtype=bool)
+    for n, cap in w.power_cap_w.items():
+        if 0 <= n < len(out):
+            out[n] = np.abs(limit[n] - cap) <= 0.01 * cap
+    rack = w.rack_of or w.leaf_of
+    racks: dict[str, list[int]] = {}
+    for n, r in rack.items():
+        if 0 <= n < len(out):
+            racks.setdefault(r, []).append(n)
+    for nodes in racks.values():
+        for _, idx in split_by_model(w, np.array(nodes, dtype=int)):
+            vals = np.rint(limit[idx])
+            ok = np.isfinite(vals)
+            if len(idx) < 2 or not ok.any():
+                continue
+            common, count = np.unique(vals[ok], return_counts=True)
+            mode = common[np.argmax(count)]
+            if count.max() >= share * vals.size:
+                out[idx] |= vals == mode
+    return out

@@ -24,7 +24,7 @@ from analyzer.window import (
     Window,
     XidEvent,
 )
-from exporter import catalog
+from exporter import catalog, catalog_specs
 
 NVLINKS = 18
 _GPU_FAMILY_AXES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
@@ -95,6 +95,7 @@ def build_window(
     ib: dict[str, np.ndarray] = {}
     xid_series: list[tuple[int, int, int, RawSeries]] = []
     alloc: dict[str, set[int]] = defaultdict(set)
+    models: dict[int, list[str]] = defaultdict(list)
     for s in items:
         rep.series += 1
         try:
@@ -109,6 +110,10 @@ def build_window(
                 rep.skip("bad xid labels")
             else:
                 xid_series.append((n, g, x, s))
+            continue
+        if metric is catalog.GPU_INFO:
+            if s.labels.get("name") and not np.isnan(s.values).all():
+                models[n].append(s.labels["name"])
             continue
         if metric is catalog.GPU_ALLOCATION_INFO:
             ok = s.values[~np.isnan(s.values)]
@@ -152,9 +157,20 @@ def build_window(
         xids=tuple(_xid_events(xid_series, grid, _presence(arrays, T, len(nodes)))),
         jobs={j: tuple(sorted(v)) for j, v in alloc.items()},
         leaf_of=leaf_of,
+        sku=node_models(models, len(nodes)),
         gpus=gpus,
         step=step,
     )
+
+
+def node_models(names: Mapping[int, list[str]], n: int) -> tuple[str, ...]:
+    """Per node, the peer-group key of its GPUs' model (the most common one when a node
+    reports several); "" for a node without ``gpu_info``."""
+    out = []
+    for i in range(n):
+        keys = [catalog_specs.model_key(x) for x in names.get(i, ())]
+        out.append(max(sorted(set(keys)), key=keys.count) if keys else "")
+    return tuple(out)
 
 
 def _shape(m: catalog.MetricDef, T: int, N: int, G: int, L: int, P: int) -> tuple[int, ...] | None:
@@ -211,6 +227,7 @@ def _xid_events(
 # every metric some detector reads; sources fetch exactly these
 QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.GPU_UP,
+    catalog.GPU_INFO,
     catalog.GPU_UTILIZATION,
     catalog.GPU_TEMPERATURE,
     catalog.GPU_MEMORY_TEMPERATURE,

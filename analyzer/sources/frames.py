@@ -30,8 +30,10 @@ class FrameBuffer:
         leaf_of: Mapping[int, str] | None = None,
         ports: Sequence[str] = (),
         metrics: Iterable[str] = QUERIED_NAMES,
+        sku: Sequence[str] = (),
     ) -> None:
         self.nodes = tuple(nodes)
+        self.sku = tuple(sku)  # per node model key (the simulator's Fleet.models)
         self.step = step
         self.T = round(window / step) + 1
         self.leaf_of = dict(leaf_of or {})
@@ -104,6 +106,7 @@ class FrameBuffer:
             xids=tuple(self._xids),
             jobs=self.jobs,
             leaf_of=self.leaf_of,
+            sku=self.sku,
             step=self.step,
         )
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.sources.build import _GPU_FAMILY_AXES, _IB_COUNTER_FAMILIES, NVLINKS
+from analyzer.sources.build import _GPU_FAMILY_AXES, _IB_COUNTER_FAMILIES, NVLINKS, node_models
 from analyzer.sources.counters import counter_increases, node_presence
 from analyzer.sources.matrix import SeriesMatrix
 from analyzer.sources.queries import Query
@@ -76,11 +76,16 @@ def assemble(
     ib: dict[str, np.ndarray] = {}
     xid_q: tuple[Query, SeriesMatrix] | None = None
     alloc_q: tuple[Query, SeriesMatrix] | None = None
+    models: dict[int, list[str]] = {}
     for q, m in items:
         if not len(m):
             continue
         n_ix = np.searchsorted(nodes_a, node_cols[q.name])
-        if q.metric is catalog.GPU_XID_ERRORS:
+        if q.metric is catalog.GPU_INFO:
+            seen = ~np.isnan(m.vals).all(axis=1)
+            for i, name in zip(n_ix[seen], _col(m, q, "name")[seen], strict=True):
+                models.setdefault(int(i), []).append(str(name))
+        elif q.metric is catalog.GPU_XID_ERRORS:
             xid_q = (q, m)
         elif q.metric is catalog.GPU_ALLOCATION_INFO:
             alloc_q = (q, m)
@@ -102,6 +107,7 @@ def assemble(
         xids=tuple(_xids(xid_q, nodes_a, grid, present)) if xid_q else (),
         jobs=_jobs(alloc_q, nodes_a) if alloc_q else {},
         leaf_of={i: leaf[n] for i, n in enumerate(nodes) if n in (leaf := leaf_of_name or {})},
+        sku=node_models(models, N),
         gpus=gpus,
         step=step,
         missing=missing,

@@ -86,6 +86,7 @@ class Query:
 c = catalog
 QUERIES: tuple[Query, ...] = (
     Query(c.GPU_UP, keep=("node", "gpu")),
+    Query(c.GPU_INFO, keep=("node", "gpu", "name")),  # the model: peer groups, inventory
     Query(c.GPU_UTILIZATION),
     Query(c.GPU_TEMPERATURE),
     Query(c.GPU_MEMORY_TEMPERATURE),

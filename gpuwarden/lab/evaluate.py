@@ -32,6 +32,7 @@ from gpuwarden.lab.evaluation_baselines import Mahalanobis, StaticThresholds, ZS
 from gpuwarden.lab.evaluation_metrics import EpisodeTracker, Truth, score
 from gpuwarden.lab.evaluation_scenarios import EXPLICIT, Planned, plan
 from simulator.fleet import Fleet
+from simulator.model import SKUS
 from simulator.topology import port_name
 
 
@@ -81,8 +82,28 @@ def _inject(
     node = _pick_node(fleet, p, busy_until, p.onset, rng)
     if node is None:
         return
+    p = _for_model(fleet, p, node)
     fleet.inject(p.kind, node, p.target, p.parameters, onset=p.onset, duration=p.duration)
     busy_until[fleet.nodes.index(node)] = p.onset + p.duration + 900
+
+
+def mixed_fleet(nodes: int, seed: int) -> Fleet:
+    """The mixed-fleet evaluation: six racks (leaves), four of H100 SXM (NDR) and two of A100
+    SXM (HDR, 12 NVLinks), the second H100 rack capped at 500 W by its administrator."""
+    per_leaf = max(1, -(-nodes // 6))
+    skus = ["h100" if i // per_leaf < 4 else "a100" for i in range(nodes)]
+    return Fleet(nodes, seed, nodes_per_leaf=per_leaf, skus=skus, power_caps={"leaf-02": 500.0})
+
+
+def _for_model(fleet: Fleet, p: Planned, node: str) -> Planned:
+    """A planned fault fitted to the node's model: a link it has, a power cap below its limit."""
+    sku = SKUS[fleet.sku_of[fleet.nodes.index(node)]]
+    if p.kind.startswith("nvlink") and sku.links < 18:
+        g, k = p.target.split("/")
+        return replace(p, target=f"{g}/{int(k) % max(sku.links, 1)}")
+    if p.kind == "power_throttle" and sku.power_limit_w < 700:
+        return replace(p, parameters={**p.parameters, "cap_w": round(sku.power_limit_w * 4 / 7)})
+    return p
 
 
 def _missing_hook(fraction: float, rng: np.random.Generator) -> Any:
@@ -105,12 +126,13 @@ def run_seed(
     hardware: bool = True,
     missing: float = 0.0,
     compare: bool = True,
+    mixed: bool = False,
 ) -> dict[str, Any]:
-    fleet = Fleet(nodes, seed)
+    fleet = mixed_fleet(nodes, seed) if mixed else Fleet(nodes, seed)
     rng = np.random.default_rng(20_000 + seed)
     planned = plan(seed, horizon, per_kind, controls, hardware)
     buf = FrameBuffer(fleet.nodes, 600.0, step, dict(enumerate(fleet.leaf_of)),
-                      [port_name(p) for p in range(8)])  # fmt: skip
+                      [port_name(p) for p in range(8)], sku=fleet.models)  # fmt: skip
     if missing > 0:
         buf.missing = _missing_hook(missing, np.random.default_rng(30_000 + seed))
     engines: dict[str, Engine] = {"gpuwarden": Engine(default_detectors())}
@@ -266,10 +288,15 @@ def _fmt(x: Any, pct: bool = False) -> str:
 
 
 def table(agg: dict[str, Any], fault_free: dict[str, Any] | None, missing: dict[str, Any] | None,
-          stragglers: list[dict[str, Any]]) -> str:  # fmt: skip
+          stragglers: list[dict[str, Any]], mixed: dict[str, Any] | None = None) -> str:  # fmt: skip
     lines = ["| system | precision | recall | F1 | TTD median s | TTD p95 s | localisation | false drains /1000 node-days |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name, a in agg.items():
+    systems = list(agg.items())
+    if mixed:  # side by side with the homogeneous fleet's row
+        systems.insert(
+            1, ("gpuwarden, mixed fleet (4 H100 + 2 A100 racks, one capped)", mixed["gpuwarden"])
+        )
+    for name, a in systems:
         lines.append(f"| {name} | {_fmt(a['precision'])} | {_fmt(a['recall'])} | {_fmt(a['f1'])} | "
                      f"{_fmt(a['ttd_median_s'], True)} | {_fmt(a['ttd_p95_s'], True)} | "
                      f"{_fmt(a['localisation'])} | {_fmt(a['false_drains_per_1000_node_days'])} |")  # fmt: skip
@@ -279,6 +306,11 @@ def table(agg: dict[str, Any], fault_free: dict[str, Any] | None, missing: dict[
         tag = " (explicit)" if k["explicit"] else ""
         lines.append(f"| {kind}{tag} | {k['faults']} | {k['recall']:.2f} | {_fmt(k['ttd_median_s'], True)} | "
                      f"{_fmt(k['ttd_p95_s'], True)} | {_fmt(k['localisation'])} |")  # fmt: skip
+    if mixed:
+        kinds = mixed["gpuwarden"]["per_kind"]
+        low = sorted((k["recall"], kind) for kind, k in kinds.items())[:3]
+        lines += ["", "mixed fleet, lowest per-kind recall: "
+                  + ", ".join(f"{kind} {r:.2f}" for r, kind in low)]  # fmt: skip
     if fault_free:
         g = fault_free["gpuwarden"]
         lines += ["", f"fault-free seeds (negative controls only): false drains per 1000 node-days "
@@ -327,6 +359,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--missing", type=float, default=0.3, help="also run with this share missing")
     p.add_argument("--no-fault-free", action="store_true", help="skip the fault-free seeds")
     p.add_argument("--straggler-trials", type=int, default=10)
+    p.add_argument("--mixed", action="store_true",
+                   help="also run each seed on a mixed A100/H100 fleet, rows side by side")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="seeds evaluated in parallel processes")
     p.add_argument("--out", default="out/evaluation")
     return p
@@ -334,7 +368,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _one_seed(
     job: tuple[int, argparse.Namespace],
-) -> tuple[dict[str, Any], list[Any], list[Any], list[Any]]:
+) -> tuple[dict[str, Any], list[Any], list[Any], list[Any], list[Any]]:
     """Every run of one seed (main, fault-free, missing data, stragglers): seeds are
     independent, so ``--jobs`` runs them in parallel processes with the same results."""
     seed, a = job
@@ -350,7 +384,11 @@ def _one_seed(
     if a.straggler_trials > 0:
         strag.append(run_stragglers(seed, a.nodes, (0.03, 0.05, 0.1), a.straggler_trials,
                                     a.step, a.cycle))  # fmt: skip
-    return run, free, miss, strag
+    mixed = []
+    if a.mixed:
+        mixed.append(run_seed(seed, a.nodes, horizon, a.step, a.cycle, a.per_kind, a.controls,
+                              compare=False, mixed=True))  # fmt: skip
+    return run, free, miss, strag, mixed
 
 
 class _Inline:
@@ -374,9 +412,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs, free, miss, strag = [], [], [], []
+    runs, free, miss, strag, mixed = [], [], [], [], []
     with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Inline() as pool:
-        for seed, (r, f, m, st) in zip(
+        for seed, (r, f, m, st, mx) in zip(
             range(a.seeds), pool.map(_one_seed, [(seed, a) for seed in range(a.seeds)]), strict=True
         ):
             print(f"seed {seed}: {r['wall_s']:.0f}s", file=sys.stderr)
@@ -384,15 +422,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             free += f
             miss += m
             strag += st
+            mixed += mx
     agg = aggregate(runs)
     agg_free = aggregate(free) if free else None
     agg_miss = aggregate(miss) if miss else None
-    text = table(agg, agg_free, agg_miss, strag)
+    agg_mixed = aggregate(mixed) if mixed else None
+    text = table(agg, agg_free, agg_miss, strag, agg_mixed)
     print(text)
     args = vars(a)
     (out / "evaluation.json").write_text(json.dumps(
         {"args": args, "aggregate": agg, "fault_free": agg_free, "missing": agg_miss,
-         "stragglers": strag, "runs": runs, "fault_free_runs": free, "missing_runs": miss},
+         "mixed": agg_mixed, "stragglers": strag, "runs": runs, "fault_free_runs": free,
+         "missing_runs": miss, "mixed_runs": mixed},
         indent=1, default=str))  # fmt: skip
     (out / "evaluation.md").write_text(text + "\n")
     plot(agg, out / "ttd_per_kind.png")

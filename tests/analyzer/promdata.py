@@ -1,6 +1,6 @@
 """A small recorded-looking history for the Prometheus source tests, as OpenMetrics text.
 
-Three nodes, one job; node-01 GPU 3 logs XID 79 (its counter series appears mid-window) and
+Three H100 nodes, one job; node-01 GPU 3 logs XID 79 (its counter series appears mid-window) and
 node-00's port mlx5_2/1 goes down for the last three samples.
 """
 
@@ -47,6 +47,15 @@ def openmetrics(end: float) -> str:
         for g in range(8)
     ]
     family(c.GPU_UP, up)
+    info = [
+        (_labels(node=n, gpu=g, uuid=f"GPU-{n}-{g}", name="NVIDIA H100 80GB HBM3",
+                 pci_bus_id=f"00000000:{g:02X}:00.0", serial=f"{g}", vbios_version="96.00.74",
+                 driver_version="550.54.15"),
+         [(t, 1.0) for t in times])
+        for n in NODES
+        for g in range(8)
+    ]  # fmt: skip
+    family(c.GPU_INFO, info)
     alloc = [
         (_labels(node=n, gpu=g, uuid=f"GPU-{n}-{g}", job_id="777", scheduler="slurm"),
          [(t, 1.0) for t in times])

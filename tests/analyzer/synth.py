@@ -66,3 +66,31 @@ def window(d: dict[str, Any], xids: tuple[XidEvent, ...] = (), leaf_of: dict[int
 
 def keys(findings: list[Any]) -> set[tuple[str, str, str]]:
     return {(f.node, f.subject, f.kind) for f in findings}
+
+
+def mixed(h100: int = 8, a100: int = 4, seed: int = 0, a100_busy: bool = True,
+          a100_job: bool = True) -> tuple[dict[str, Any], tuple[str, ...]]:  # fmt: skip
+    """A two-generation fleet: ``h100`` H100 SXM nodes (700 W, 1980 MHz, 18 NVLinks, NDR)
+    then ``a100`` A100 SXM nodes (400 W, 1410 MHz, 12 NVLinks padded with NaN, HDR), each
+    generation in a job of its own (or the A100s idle). Returns the arrays and the per-node
+    model keys (``Window.sku``)."""
+    d = healthy(h100 + a100, seed=seed)
+    m, a = d["metrics"], slice(h100, None)
+    rng = np.random.default_rng(seed + 1)
+    shape = m[c.GPU_UTILIZATION.name][:, a].shape
+    util = np.clip(0.8 + rng.normal(0, 0.01, shape), 0, 1) if a100_busy else np.zeros(shape)
+    power = 50 + 320 * util + rng.normal(0, 2, shape)
+    m[c.GPU_UTILIZATION.name][:, a] = util
+    m[c.GPU_POWER.name][:, a] = power
+    m[c.GPU_POWER_LIMIT.name][:, a] = 400.0
+    m[c.GPU_TEMPERATURE.name][:, a] = np.round(30 + 0.09 * power)
+    m[c.GPU_SM_CLOCK.name][:, a] = 1410e6 if a100_busy else 210e6
+    m[c.NVLINK_UP.name][:, a, :, 12:] = np.nan
+    m[c.NVLINK_ERRORS.name][:, a, :, 12:] = np.nan
+    m[c.IB_PORT_RATE.name][:, a] = 25e9
+    n = h100 + a100
+    jobs = {"h": tuple(range(h100))}
+    if a100_job and a100_busy:
+        jobs["a"] = tuple(range(h100, n))
+    d["jobs"] = jobs
+    return d, ("h100-sxm",) * h100 + ("a100-sxm",) * a100

@@ -4,6 +4,7 @@ import json
 import math
 
 from analyzer.findings import Finding
+from exporter import catalog as c
 from gpuwarden.lab.evaluate import aggregate, main, run_seed, table
 from gpuwarden.lab.evaluation_metrics import EpisodeTracker, Truth, expected_subject, score
 
@@ -79,3 +80,28 @@ def test_seeds_evaluated_in_parallel_processes_give_the_same_results_as_one_by_o
 def test_evaluate_refuses_nonsense_sizes_with_exit_2():
     assert main(["--nodes", "4"]) == 2
     assert main(["--jobs", "0"]) == 2
+
+
+def test_mixed_fleet_rows_are_printed_beside_the_homogeneous_ones(tmp_path):
+    args = ["--nodes", "12", "--hours", "0.6", "--seeds", "1", "--straggler-trials", "0",
+            "--missing", "0", "--no-fault-free", "--mixed", "--out", str(tmp_path)]  # fmt: skip
+    assert main(args) == 0
+    text = (tmp_path / "evaluation.md").read_text()
+    lines = text.splitlines()
+    assert lines[2].startswith("| gpuwarden |")
+    assert lines[3].startswith("| gpuwarden, mixed fleet")
+    assert "mixed fleet, lowest per-kind recall" in text
+    data = json.loads((tmp_path / "evaluation.json").read_text())
+    assert data["mixed_runs"][0]["nodes"] == 12 and data["mixed"]["gpuwarden"]["f1"]
+
+
+def test_the_mixed_fleet_has_a100_and_h100_racks_and_one_capped_rack():
+    from gpuwarden.lab.evaluate import mixed_fleet
+
+    fleet = mixed_fleet(48, 0)
+    assert fleet.models == ("h100-sxm",) * 32 + ("a100-sxm",) * 16
+    assert len(set(fleet.leaf_of)) == 6
+    frame = fleet.step(15.0)
+    limit = frame[c.GPU_POWER_LIMIT.name]
+    assert set(limit[8:16].ravel()) == {500.0} and set(limit[:8].ravel()) == {700.0}
+    assert set(limit[32:].ravel()) == {400.0}

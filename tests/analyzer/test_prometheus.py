@@ -94,6 +94,7 @@ def test_prometheus_source_reads_backfilled_history_and_detectors_find_the_fault
 
         w = asyncio.run(read())
     assert w.nodes == NODES and w.jobs == {"777": (0, 1, 2)}
+    assert w.sku == ("h100-sxm",) * 3  # the model, from gpu_info's name
     assert len(w.t) == 41 and w.t[-1] == end
     assert [(e.node, e.gpu, e.xid) for e in w.xids] == [(1, 3, 79)]
     util = w.get(c.GPU_UTILIZATION)
@@ -144,7 +145,7 @@ def test_recorded_query_range_responses_give_the_same_findings():
     assert len(bodies) >= 8
     source = PrometheusSource("http://recorded", window=600, step=STEP, http=Replay(bodies))
     w = asyncio.run(source.read(RECORDED_END + 5))
-    assert w.nodes == NODES
+    assert w.nodes == NODES and w.sku == ("h100-sxm",) * 3
     assert _expected(Engine(default_detectors()).cycle(w)) == WANT
 
 

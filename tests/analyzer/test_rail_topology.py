@@ -1,0 +1,48 @@
+"""Rail-optimized fabrics (port i of every node of a scalable unit on leaf i, the DGX
+SuperPOD design): the inventory names a leaf per port, and switch correlation is per port."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzer.detectors import default_detectors
+from analyzer.detectors.infiniband import InfinibandDetector
+from analyzer.engine import Engine
+from analyzer.inventory import parse_inventory
+from common.settings import SettingsError
+from exporter import catalog as c
+
+from .synth import PORTS, healthy, keys, window
+
+RAILS = parse_inventory({"defaults": {"ports": {p: f"su1-rail{i}" for i, p in enumerate(PORTS)}}})
+
+
+def test_a_rail_leaf_outage_is_one_incident_naming_the_leaf():
+    d = healthy(nodes=8)
+    d["metrics"][c.IB_PORT_STATE.name][-2:, :, 3] = 1  # port 3 of every node: rail 3's leaf
+    per_node = window(d, leaf_of=dict.fromkeys(range(8), "leaf-01"))
+    assert ("leaf-01", "switch=leaf-01", "switch_degraded") in keys(
+        InfinibandDetector().detect(per_node)
+    ), "cause: one leaf per node blames the wrong switch"
+    w = RAILS.apply(window(d))
+    assert keys(Engine(default_detectors()).cycle(w)) == {
+        ("su1-rail3", "switch=su1-rail3", "switch_degraded")
+    }
+
+
+def test_a_single_port_fault_on_a_rail_fabric_is_not_folded_into_a_switch_incident():
+    d = healthy(nodes=8)
+    d["metrics"][c.IB_PORT_STATE.name][-2:, :, 3] = 1  # rail 3's leaf is down ...
+    d["metrics"][c.IB_PORT_STATE.name][-2:, 2, 5] = 1  # ... and node-02's port 5 is broken
+    found = Engine(default_detectors()).cycle(RAILS.apply(window(d)))
+    assert keys(found) == {
+        ("su1-rail3", "switch=su1-rail3", "switch_degraded"),
+        ("node-02", "port=mlx5_5/1", "ib_port_down"),
+    }
+
+
+def test_the_inventory_maps_ports_to_leaves_and_rejects_a_bad_map():
+    w = RAILS.apply(window(healthy(nodes=2)))
+    assert w.port_leaf[(1, 7)] == "su1-rail7" and len(w.port_leaf) == 16
+    with pytest.raises(SettingsError, match="ports must map"):
+        parse_inventory({"nodes": {"n1": {"ports": ["mlx5_0/1"]}}})
