@@ -87,8 +87,8 @@ def test_a_non_zero_exit_fails_even_with_good_numbers() -> None:
 
 def test_a_required_measurement_missing_from_the_output_fails() -> None:
     text = "\n".join(
-        l
-        for l in (FIX / "all_reduce_perf-8gpu.txt").read_text().splitlines()
+        line
+        for line in (FIX / "all_reduce_perf-8gpu.txt").read_text().splitlines()
         if line.startswith("# Avg")
     )
     v = judge(suite().steps[1], StepRun(0, text))
