@@ -18,12 +18,14 @@ from exporter.collectors.base import Collector
 from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.infiniband import InfinibandCollector
 from exporter.collectors.jobs import JobsCollector
+from exporter.collectors.storage import StorageCollector
 from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
 from exporter.sources.jobmap import DirJobMap
 from exporter.sources.kmsg import KernelLogReader
 from exporter.sources.nvml_events import NvmlXidEvents
 from exporter.sources.protocols import KernelLog, NvmlApi, SysfsRoot, XidEventSource
+from exporter.sources.storage_probe import StorageProber
 from exporter.sources.sysfs import DirSysfs
 
 
@@ -48,6 +50,7 @@ def collectors_for(
     *,
     nvml_xid_events: bool = False,
     job_map_dir: str | None = None,
+    storage: StorageProber | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
@@ -65,6 +68,8 @@ def collectors_for(
     ]
     if job_map_dir:
         out.append(JobsCollector(DirJobMap(job_map_dir), gpu.identities, node))
+    if storage is not None and storage.mounts:
+        out.append(StorageCollector(storage, node))
     return out
 
 
@@ -87,6 +92,17 @@ def plugin_source(name: str) -> Callable[[ExporterSettings], Assembly]:
     return factory
 
 
+def storage_prober(settings: ExporterSettings) -> StorageProber | None:
+    if not settings.storage_mounts:
+        return None
+    return StorageProber(
+        settings.storage_mounts,
+        settings.node,
+        timeout=settings.storage_probe_timeout,
+        interval=settings.storage_probe_interval,
+    )
+
+
 def assemble(settings: ExporterSettings) -> Assembly:
     if settings.source != "nvml":
         return plugin_source(settings.source)(settings)
@@ -98,5 +114,6 @@ def assemble(settings: ExporterSettings) -> Assembly:
         KernelLogReader(settings.kmsg or "/dev/kmsg"),
         nvml_xid_events=True,
         job_map_dir=settings.job_map_dir,
+        storage=storage_prober(settings),
     )
     return Assembly(cols)

@@ -9,7 +9,7 @@ simulated GPUs.
 
 from __future__ import annotations
 
-from exporter.assemble import Assembly, collectors_for
+from exporter.assemble import Assembly, collectors_for, storage_prober
 from exporter.settings import ExporterSettings
 from exporter.sources.kmsg import KernelLogReader
 from exporter.sources.protocols import KernelLog, SysfsRoot
@@ -22,5 +22,12 @@ def assemble(settings: ExporterSettings) -> Assembly:
     sim = single_node(settings.node, seed=settings.seed)
     sysfs: SysfsRoot = DirSysfs(settings.sysfs_root) if settings.sysfs_root else sim.sysfs
     kmsg: KernelLog = KernelLogReader(settings.kmsg) if settings.kmsg else sim.kmsg
-    cols = collectors_for(settings.node, sim.nvml, sysfs, kmsg, job_map_dir=settings.job_map_dir)
+    cols = collectors_for(
+        settings.node,
+        sim.nvml,
+        sysfs,
+        kmsg,
+        job_map_dir=settings.job_map_dir,
+        storage=storage_prober(settings),
+    )
     return Assembly(cols, before_cycle=sim.advance)
