@@ -33,6 +33,7 @@ FAULT_CLASSES = (
     "straggler",
     "faulty_machine",
     "switch",
+    "storage",
 )
 SEVERITIES = ("critical", "warning", "info")
 # Series no gpuwarden component exports: Prometheus's own `up`, Alertmanager's counters.

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.real
 def test_there_is_a_rule_file_and_a_test_file_per_subject() -> None:
     subjects = {f.name.removesuffix(".rules.yml") for f in RULE_FILES}
     tested = {f.name.removesuffix("_test.yml") for f in TEST_FILES}
-    assert subjects == {"gpu", "memory", "nvlink", "infiniband", "xid", "findings", "pipeline"}
+    assert subjects >= {"gpu", "memory", "nvlink", "infiniband", "xid", "findings", "pipeline"}
     assert tested == subjects
 
 
