@@ -120,8 +120,6 @@ def test_shard_keeps_one_hashmod_bucket_and_only_node_local_rules() -> None:
         # A shard sees only its own nodes: absent() fires on every shard, and the analyzer's
         # findings and pipeline health are scraped centrally; a cluster-scope rule counts
         # nodes across shards.
-        global_only = (
-            "absent(" in text or catalog.FINDING.name in text or "scope: cluster" in text
-        )
+        global_only = "absent(" in text or catalog.FINDING.name in text or "scope: cluster" in text
         assert (path.name in shard_rules) != global_only, path.name
     assert shard_rules <= {p.name for p in rule_files()}
