@@ -32,10 +32,23 @@ class KubeApi(Protocol):
         """POST a policy/v1 Eviction; returns the HTTP status (429: a PDB blocks it)."""
         ...
 
+    def delete_pod(self, namespace: str, name: str) -> int:
+        """DELETE a pod (gang restarts only); returns the HTTP status (404: already gone)."""
+        ...
+
+    def create_custom(self, api_version: str, plural: str, namespace: str, body: Obj) -> None:
+        """POST a namespaced custom object (e.g. a Volcano ``bus.volcano.sh/v1alpha1`` Command)."""
+        ...
+
 
 class OfficialKubeApi:
-    def __init__(self, core: Any, timeout: float = 10.0) -> None:
+    def __init__(self, core: Any, timeout: float = 10.0, custom: Any = None) -> None:
         self.core, self.timeout = core, timeout
+        if custom is None:
+            import kubernetes
+
+            custom = kubernetes.client.CustomObjectsApi(core.api_client)
+        self.custom = custom
 
     @classmethod
     def from_config(cls, host: str | None = None) -> OfficialKubeApi:
@@ -103,3 +116,26 @@ class OfficialKubeApi:
         except ApiException as e:
             return int(e.status)
         return 201
+
+    def delete_pod(self, namespace: str, name: str) -> int:
+        from kubernetes.client import ApiException
+
+        try:
+            self.core.delete_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            )
+        except ApiException as e:
+            return int(e.status)
+        return 200
+
+    def create_custom(self, api_version: str, plural: str, namespace: str, body: Obj) -> None:
+        group, _, version = api_version.rpartition("/")
+        self.custom.create_namespaced_custom_object(
+            group,
+            version,
+            namespace,
+            plural,
+            body,
+            _preload_content=False,
+            _request_timeout=self.timeout,
+        )
