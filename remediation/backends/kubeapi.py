@@ -40,15 +40,27 @@ class KubeApi(Protocol):
         """POST a namespaced custom object (e.g. a Volcano ``bus.volcano.sh/v1alpha1`` Command)."""
         ...
 
+    # batch/v1 Jobs and pod logs: validation suites run as a Job pinned to the node.
+    def create_job(self, namespace: str, body: Obj) -> int: ...
+
+    def read_job(self, namespace: str, name: str) -> Obj | None: ...
+
+    def delete_job(self, namespace: str, name: str) -> None: ...
+
+    def list_pods_by_label(self, namespace: str, selector: str) -> list[Obj]: ...
+
+    def read_pod_log(self, namespace: str, name: str) -> str: ...
+
 
 class OfficialKubeApi:
-    def __init__(self, core: Any, timeout: float = 10.0, custom: Any = None) -> None:
+    def __init__(
+        self, core: Any, timeout: float = 10.0, custom: Any = None, batch: Any = None
+    ) -> None:
         self.core, self.timeout = core, timeout
-        if custom is None:
-            import kubernetes
+        import kubernetes
 
-            custom = kubernetes.client.CustomObjectsApi(core.api_client)
-        self.custom = custom
+        self.custom = custom or kubernetes.client.CustomObjectsApi(core.api_client)
+        self.batch = batch or kubernetes.client.BatchV1Api(core.api_client)
 
     @classmethod
     def from_config(cls, host: str | None = None) -> OfficialKubeApi:
@@ -139,3 +151,36 @@ class OfficialKubeApi:
             _preload_content=False,
             _request_timeout=self.timeout,
         )
+
+    def create_job(self, namespace: str, body: Obj) -> int:
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(self.batch.create_namespaced_job, namespace, body)
+        except ApiException as e:
+            return int(e.status)
+        return 201
+
+    def read_job(self, namespace: str, name: str) -> Obj | None:
+        return self._or_none(self.batch.read_namespaced_job, name, namespace)
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(
+                self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background"
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def list_pods_by_label(self, namespace: str, selector: str) -> list[Obj]:
+        raw = self._raw(self.core.list_namespaced_pod, namespace, label_selector=selector)
+        return list(raw.get("items") or [])
+
+    def read_pod_log(self, namespace: str, name: str) -> str:
+        resp = self.core.read_namespaced_pod_log(
+            name, namespace, _preload_content=False, _request_timeout=self.timeout
+        )
+        return bytes(resp.data or b"").decode(errors="replace")
