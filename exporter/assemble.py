@@ -19,6 +19,7 @@ from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.infiniband import InfinibandCollector
 from exporter.collectors.jobs import JobsCollector
 from exporter.collectors.pods import PodsCollector
+from exporter.collectors.storage import StorageCollector
 from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
 from exporter.sources.dcgm import DcgmProfiling, load_bindings
@@ -29,6 +30,7 @@ from exporter.sources.kubelet import KubeletPodResources, PodResources
 from exporter.sources.nvml_events import NvmlXidEvents
 from exporter.sources.pci import nvidia_gpu_addresses
 from exporter.sources.protocols import KernelLog, NvmlApi, SysfsRoot, XidEventSource
+from exporter.sources.storage_probe import StorageProber
 from exporter.sources.sysfs import DirSysfs
 
 
@@ -57,6 +59,7 @@ def collectors_for(
     dcgm: DcgmProfiling | None = None,
     kmsg_state: str | None = None,
     kmsg_backlog: float | None = None,
+    storage: StorageProber | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
@@ -83,6 +86,8 @@ def collectors_for(
         out.append(JobsCollector(DirJobMap(job_map_dir), gpu.identities, node))
     if pod_resources is not None:
         out.append(PodsCollector(pod_resources, gpu.identities, node, mig=gpu.mig_devices))
+    if storage is not None and storage.mounts:
+        out.append(StorageCollector(storage, node))
     return out
 
 
@@ -105,6 +110,17 @@ def plugin_source(name: str) -> Callable[[ExporterSettings], Assembly]:
     return factory
 
 
+def storage_prober(settings: ExporterSettings) -> StorageProber | None:
+    if not settings.storage_mounts:
+        return None
+    return StorageProber(
+        settings.storage_mounts,
+        settings.node,
+        timeout=settings.storage_probe_timeout,
+        interval=settings.storage_probe_interval,
+    )
+
+
 def assemble(settings: ExporterSettings) -> Assembly:
     if settings.source != "nvml":
         return plugin_source(settings.source)(settings)
@@ -124,5 +140,6 @@ def assemble(settings: ExporterSettings) -> Assembly:
         else None,
         kmsg_state=settings.kmsg_state,
         kmsg_backlog=settings.kmsg_backlog,
+        storage=storage_prober(settings),
     )
     return Assembly(cols)

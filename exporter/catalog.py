@@ -808,6 +808,49 @@ IB_COUNTER_RESETS = _m(
     IB_PORT,
 )
 
+# --------------------------------------------------------------------------- checkpoint storage
+STORAGE = ("node", "mount")
+STORAGE_PROBE_UP = _m(
+    "storage_probe_up",
+    "gauge",
+    "1 when the last probe of a checkpoint mount (stat, write, fsync, read) succeeded in time;"
+    " 0 when it failed or hung.",
+    STORAGE,
+)
+STORAGE_PROBE_DURATION = _m(
+    "storage_probe_duration_seconds",
+    "gauge",
+    "Seconds each step of the last probe of a checkpoint mount took (op: stat, write, fsync,"
+    " read).",
+    (*STORAGE, "op"),
+    "seconds",
+)
+STORAGE_PROBES = _m(
+    "storage_probes_total",
+    "counter",
+    "Probes of a checkpoint mount by outcome (ok, error, hung).",
+    (*STORAGE, "outcome"),
+)
+NFS_OPS = _m(
+    "nfs_client_operations_total",
+    "counter",
+    "NFS operations the client sent for a probed mount (from /proc/self/mountstats), by op.",
+    (*STORAGE, "op"),
+)
+NFS_OP_MAJOR_TIMEOUTS = _m(
+    "nfs_client_major_timeouts_total",
+    "counter",
+    "NFS operations of a probed mount that hit a major timeout (server not answering), by op.",
+    (*STORAGE, "op"),
+)
+NFS_OP_RTT_SECONDS = _m(
+    "nfs_client_rtt_seconds_total",
+    "counter",
+    "Cumulative round-trip time of the NFS operations of a probed mount, by op.",
+    (*STORAGE, "op"),
+    "seconds",
+)
+
 # --------------------------------------------------------------------------- exporter self
 COLLECTOR_DURATION = _m(
     "exporter_collector_duration_seconds",

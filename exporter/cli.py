@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds without a cycle before /healthz says 503 (default 3 intervals, at least 15)",
     )
     a("--seed", help="seed of the simulated source (default 0)")
+    a(
+        "--storage-mounts",
+        help="comma-separated checkpoint mounts to probe (stat, small write + fsync, read) "
+        "in a child process each, so a hung mount never blocks the exporter",
+    )
+    a("--storage-probe-timeout", help="seconds before a probe counts as hung (default 10)")
+    a("--storage-probe-interval", help="seconds between storage probes (default 30)")
     a("--config", help="YAML file with any of the settings above")
     a("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     a("--version", action="version", version=f"gpuwarden-exporter {__version__}")

@@ -47,6 +47,9 @@ class ExporterSettings:
     interval: float = 15.0
     stale_after: float = 0.0  # 0: 3 intervals (at least 15 s) without a good cycle
     seed: int = 0  # simulated source only
+    storage_mounts: tuple[str, ...] = ()  # checkpoint mounts to probe (stat, write, fsync, read)
+    storage_probe_timeout: float = 10.0
+    storage_probe_interval: float = 30.0
 
     def __post_init__(self) -> None:
         parse_listen(self.listen)
@@ -67,6 +70,14 @@ class ExporterSettings:
             raise ValueError(f"--kmsg-state: the directory of {self.kmsg_state} does not exist")
         if self.kmsg_backlog < 0:
             raise ValueError(f"--kmsg-backlog: {self.kmsg_backlog} must be >= 0")
+        for mount in self.storage_mounts:
+            if not mount.startswith("/"):
+                raise ValueError(f"--storage-mounts: {mount!r} is not an absolute path")
+        if not 0 < self.storage_probe_timeout < self.storage_probe_interval:
+            raise ValueError(
+                f"--storage-probe-timeout: {self.storage_probe_timeout} s must be > 0 and below"
+                f" --storage-probe-interval ({self.storage_probe_interval} s)"
+            )
         if self.stale_after < 0:
             raise ValueError(f"--stale-after: {self.stale_after} must be >= 0")
 

@@ -9,7 +9,7 @@ simulated GPUs.
 
 from __future__ import annotations
 
-from exporter.assemble import Assembly, collectors_for
+from exporter.assemble import Assembly, collectors_for, storage_prober
 from exporter.settings import ExporterSettings
 from exporter.sources.kmsg import KernelLogReader
 from exporter.sources.protocols import KernelLog, SysfsRoot
@@ -30,5 +30,6 @@ def assemble(settings: ExporterSettings) -> Assembly:
         job_map_dir=settings.job_map_dir,
         kmsg_state=settings.kmsg_state,
         kmsg_backlog=settings.kmsg_backlog,
+        storage=storage_prober(settings),
     )
     return Assembly(cols, before_cycle=sim.advance)

@@ -46,6 +46,21 @@ class KubeApi(Protocol):
         self, group: str, version: str, namespace: str, plural: str, name: str
     ) -> None: ...
 
+    def delete_pod(self, namespace: str, name: str) -> int:
+        """DELETE a pod (gang restarts only); returns the HTTP status (404: already gone)."""
+        ...
+
+    # batch/v1 Jobs and pod logs: validation suites run as a Job pinned to the node.
+    def create_job(self, namespace: str, body: Obj) -> int: ...
+
+    def read_job(self, namespace: str, name: str) -> Obj | None: ...
+
+    def delete_job(self, namespace: str, name: str) -> None: ...
+
+    def list_pods_by_label(self, namespace: str, selector: str) -> list[Obj]: ...
+
+    def read_pod_log(self, namespace: str, name: str) -> str: ...
+
 
 class OfficialKubeApi:
     def __init__(self, core: Any, timeout: float = 10.0) -> None:
@@ -158,3 +173,53 @@ class OfficialKubeApi:
         except ApiException as e:
             if e.status != 404:
                 raise
+
+    def delete_pod(self, namespace: str, name: str) -> int:
+        from kubernetes.client import ApiException
+
+        try:
+            self.core.delete_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            )
+        except ApiException as e:
+            return int(e.status)
+        return 200
+
+    def _batch(self) -> Any:
+        from kubernetes.client import BatchV1Api
+
+        return BatchV1Api(self.core.api_client)
+
+    def create_job(self, namespace: str, body: Obj) -> int:
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(self._batch().create_namespaced_job, namespace, body)
+        except ApiException as e:
+            return int(e.status)
+        return 201
+
+    def read_job(self, namespace: str, name: str) -> Obj | None:
+        return self._or_none(self._batch().read_namespaced_job, name, namespace)
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(
+                self._batch().delete_namespaced_job, name, namespace,
+                propagation_policy="Background",
+            )  # fmt: skip
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def list_pods_by_label(self, namespace: str, selector: str) -> list[Obj]:
+        raw = self._raw(self.core.list_namespaced_pod, namespace, label_selector=selector)
+        return list(raw.get("items") or [])
+
+    def read_pod_log(self, namespace: str, name: str) -> str:
+        resp = self.core.read_namespaced_pod_log(
+            name, namespace, _preload_content=False, _request_timeout=self.timeout
+        )
+        return bytes(resp.data or b"").decode(errors="replace")

@@ -4,6 +4,11 @@ Ownership is an annotation we write when we cordon (``gpuwarden.io/cordoned-by``
 cordoned by anyone else is never touched and never uncordoned. A 429 on eviction means a
 PodDisruptionBudget blocks it: retry with backoff until a deadline, never delete around it.
 Checkpoint requests are a pod annotation the pod reads through a downward-API volume.
+
+Gang-scheduled jobs (Volcano vcjobs and PodGroups, JobSets, Kubeflow PyTorchJobs; see
+:mod:`remediation.backends.gangs`) are one job here: every member is asked to checkpoint,
+and the gang is restarted whole the way its controller expects, never one member evicted
+alone. Budgets count the gang once, with all its members' nodes.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 from remediation.backends import noderemediation
 from remediation.backends.base import BackendError
+from remediation.backends.gangs import Gang, gang_of, members, restart_plan
 from remediation.backends.kubeapi import KubeApi, Obj, OfficialKubeApi
 from remediation.checkpoint import ANNOTATION as CHECKPOINT_ANNOTATION
 from remediation.model import Job, NodeView
@@ -43,6 +49,8 @@ class KubernetesBackend:
         self.api, self.topology, self.effect = api, topology or {}, taint_effect
         self.evict_deadline_s, self.sleep = evict_deadline_s, sleep
         self.owners: dict[str, str] = {}  # job id -> controller uid, to find its replacement
+        self.gangs: dict[str, Gang] = {}  # gang job id -> gang
+        self.restarted: dict[str, frozenset[str]] = {}  # gang job id -> member uids we replaced
 
     @classmethod
     def from_config(
@@ -162,10 +170,54 @@ class KubernetesBackend:
             delay = min(delay * 2, 30.0)
 
     def _evict_all(self, node: str) -> str:
-        pods = self._pods(node)
-        for p in pods:
+        singles, gangs = [], {}
+        for p in self._pods(node):
+            g = gang_of(p)
+            if g is None:
+                singles.append(p)
+            else:
+                gangs[g.job_id] = g
+        for p in singles:
             self._evict(_meta(p).get("namespace", "default"), _meta(p)["name"])
-        return f"evicted {len(pods)} pods"
+        for g in gangs.values():  # never one member alone: the whole gang restarts
+            self._restart_gang(g, f"node {node} taken out of service")
+        out = f"evicted {len(singles)} pods"
+        if gangs:
+            out += f"; restarted {len(gangs)} gang(s) whole: {', '.join(sorted(gangs))}"
+        return out
+
+    def _restart_gang(self, gang: Gang, reason: str) -> None:
+        pods = self.api.list_pods(None)
+        plan = restart_plan(gang, pods, reason)
+        self.restarted[gang.job_id] = frozenset(
+            str(_meta(p).get("uid") or _meta(p).get("name")) for p in members(gang, pods)
+        )
+        if plan.command is not None:
+            group, _, version = str(plan.command["apiVersion"]).rpartition("/")
+            status = self.api.create_custom(
+                group, version, gang.namespace, "commands", plan.command
+            )
+            if status not in (200, 201):
+                raise BackendError(f"restart of gang {gang.job_id}: Command create HTTP {status}")
+            return
+        failed = []
+        for pid in plan.delete_pods:
+            namespace, _, name = pid.partition("/")
+            status = self.api.delete_pod(namespace, name)
+            if status not in (200, 202, 404):
+                failed.append(f"{pid}: HTTP {status}")
+        if failed:
+            raise BackendError(f"restart of gang {gang.job_id} incomplete: {'; '.join(failed)}")
+
+    def _gang_job(self, gang: Gang, pods: list[Obj]) -> Job:
+        mine = members(gang, pods)
+        phases = {str((p.get("status") or {}).get("phase") or "Pending").upper() for p in mine}
+        state = "RUNNING" if phases == {"RUNNING"} else ("PENDING" if mine else "COMPLETED")
+        nodes = tuple(sorted({str((p.get("spec") or {}).get("nodeName") or "") for p in mine}))
+        replaced = self.restarted.get(gang.job_id)
+        uids = {str(_meta(p).get("uid") or _meta(p).get("name")) for p in mine}
+        restarts = 1 if replaced is not None and mine and not (uids & replaced) else 0
+        return Job(gang.job_id, state, tuple(n for n in nodes if n), restarts)
 
     def _job(self, p: Obj) -> Job:
         meta = _meta(p)
@@ -174,8 +226,16 @@ class KubernetesBackend:
         return Job(jid, phase, ((p.get("spec") or {}).get("nodeName") or "",))
 
     def jobs_on(self, node: str) -> tuple[Job, ...]:
-        jobs = []
+        jobs: list[Job] = []
+        everyone: list[Obj] | None = None
         for p in self._pods(node):
+            gang = gang_of(p)
+            if gang is not None:  # one job per gang, with every member's node
+                if all(j.job_id != gang.job_id for j in jobs):
+                    self.gangs[gang.job_id] = gang
+                    everyone = self.api.list_pods(None) if everyone is None else everyone
+                    jobs.append(self._gang_job(gang, everyone))
+                continue
             job = self._job(p)
             ctrl = [o for o in _meta(p).get("ownerReferences") or [] if o.get("controller")]
             if ctrl:
@@ -184,6 +244,10 @@ class KubernetesBackend:
         return tuple(jobs)
 
     def job(self, job_id: str) -> Job | None:
+        gang = self.gangs.get(job_id)
+        if gang is not None:
+            job = self._gang_job(gang, self.api.list_pods(None))
+            return None if job.state == "COMPLETED" else job
         namespace, _, name = job_id.partition("/")
         pod = self.api.read_pod(namespace, name)
         if pod is not None:
@@ -198,14 +262,20 @@ class KubernetesBackend:
         return None
 
     def request_checkpoint(self, job: Job) -> None:
+        body = {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: str(int(time.time()))}}}
+        gang = self.gangs.get(job.job_id)
+        if gang is not None:  # every rank is asked, so no rank blocks the others' checkpoint
+            for p in members(gang, self.api.list_pods(None)):
+                self.api.patch_pod(_meta(p).get("namespace", "default"), _meta(p)["name"], body)
+            return
         namespace, _, name = job.job_id.partition("/")
-        self.api.patch_pod(
-            namespace,
-            name,
-            {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: str(int(time.time()))}}},
-        )
+        self.api.patch_pod(namespace, name, body)
 
     def requeue(self, job: Job, exclude: str) -> None:
+        gang = self.gangs.get(job.job_id)
+        if gang is not None:
+            self._restart_gang(gang, f"requeued away from {exclude}")
+            return
         namespace, _, name = job.job_id.partition("/")
         self._evict(namespace, name)  # the node is cordoned: its controller reschedules elsewhere
 

@@ -33,6 +33,7 @@ FAULT_CLASSES = (
     "straggler",
     "faulty_machine",
     "switch",
+    "storage",
 )
 SEVERITIES = ("critical", "warning", "info")
 # The pipeline's own alerts (exporter or analyzer down) tell remediation "unknown", never

@@ -96,6 +96,8 @@ def test_every_alert_names_what_it_is_about(rule: Rule) -> None:
     text = rule.annotations["summary"] + rule.annotations["description"]
     if rule.file.name == "pipeline.rules.yml":
         assert "component" in rule.labels or 'component="' in rule.expr
+    elif rule.labels.get("scope") == "cluster":  # a shared fault: named by what is shared
+        assert "$labels.mount" in text
     else:
         assert "$labels.node" in text
     per_node = ":by_node" in rule.expr  # a count of GPUs per node names no single GPU
