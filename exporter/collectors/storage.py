@@ -43,26 +43,20 @@ class StorageCollector:
         self.node = node
         self.read_errors = ReadErrors()
         self._mountstats = mountstats
-        self._counts: dict[tuple[str, str], int] = {}
-        self._seen_at: dict[str, float] = {}
 
     def collect(self) -> Sequence[Sample]:
         self.prober.start()  # idempotent: the probe loop runs beside collection, never in it
         out: list[Sample] = []
-        last = self.prober.last()
+        last, counts = self.prober.last(), self.prober.counts()
         for mount in self.prober.mounts:
             r = last.get(mount)
             if r is None:
                 continue  # not probed yet: no value rather than a guess
-            if self._seen_at.get(mount) != r.at:  # count each probe once
-                self._seen_at[mount] = r.at
-                key = (mount, r.outcome)
-                self._counts[key] = self._counts.get(key, 0) + 1
             out.append(STORAGE_PROBE_UP.make(1.0 if r.outcome == "ok" else 0.0, self.node, mount))
             for op, secs in r.seconds.items():
                 out.append(STORAGE_PROBE_DURATION.make(secs, self.node, mount, op))
             for outcome in OUTCOMES:
-                n = self._counts.get((mount, outcome), 0)
+                n = counts.get((mount, outcome), 0)
                 out.append(STORAGE_PROBES.make(n, self.node, mount, outcome))
         out += self._nfs()
         return out

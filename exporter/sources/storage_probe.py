@@ -103,6 +103,7 @@ class StorageProber:
         self._stuck: dict[str, BaseProcess] = {}
         self._lock = threading.Lock()
         self._last: dict[str, ProbeResult] = {}
+        self._counts: dict[tuple[str, str], int] = {}  # (mount, outcome) -> probes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -110,11 +111,20 @@ class StorageProber:
         with self._lock:
             return dict(self._last)
 
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Probes so far by (mount, outcome): every probe counted once, however often the
+        collector reads (a counter that would miss probes between two collections if the
+        reader counted them)."""
+        with self._lock:
+            return dict(self._counts)
+
     def run_once(self) -> None:
         for mount in self.mounts:
             result = self._probe(mount)
+            key = (mount, result.outcome)
             with self._lock:
                 self._last[mount] = result
+                self._counts[key] = self._counts.get(key, 0) + 1
 
     def _probe(self, mount: str) -> ProbeResult:
         now = self._clock()

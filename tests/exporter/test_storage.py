@@ -125,3 +125,12 @@ def test_an_unreadable_mountstats_costs_only_its_own_series(tmp_path: Path) -> N
 def test_bad_storage_settings_stop_the_start(kw: dict, msg: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ValueError, match=msg):
         ExporterSettings(node="n1", **kw)
+
+
+def test_probes_between_two_collections_are_all_counted(tmp_path: Path) -> None:
+    p = StorageProber([str(tmp_path)], "n1", timeout=5, interval=10)
+    p.start = lambda: None  # type: ignore[method-assign]
+    c = StorageCollector(p, "n1", mountstats=lambda: "")
+    p.run_once()
+    p.run_once()
+    assert values(c.collect(), STORAGE_PROBES)[(str(tmp_path), "ok")] == 2.0
