@@ -32,11 +32,10 @@ class StorageHealth:
         mount = labels.get("mount", "")
         if not mount:
             return True
-        key = f"{mount}"
         if status == "firing":
-            self.unhealthy[key] = f"{labels.get('alertname', 'storage alert')}: {summary}".strip()
+            self.unhealthy[mount] = f"{labels.get('alertname', 'storage alert')}: {summary}".strip()
         else:
-            self.unhealthy.pop(key, None)
+            self.unhealthy.pop(mount, None)
         return True
 
     def checkpoint_blocked(self, mount: str | None) -> str | None:

@@ -91,7 +91,7 @@ def gang_of(pod: Obj) -> Gang | None:
     for key in PYTORCHJOB_LABELS:
         if labels.get(key):
             return Gang("pytorchjob", ns, labels[key], owner_uid("PyTorchJob"))
-    if owner_uid("PyTorchJob") or any(o.get("kind") == "PyTorchJob" for o in owners):
+    if any(o.get("kind") == "PyTorchJob" for o in owners):
         name = next(str(o.get("name")) for o in owners if o.get("kind") == "PyTorchJob")
         return Gang("pytorchjob", ns, name, owner_uid("PyTorchJob"))
     group = ann.get(VOLCANO_GROUP_ANNOTATION) or labels.get(COSCHEDULING_LABEL)

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from remediation.backends.base import BackendError
+
 
 @dataclass(frozen=True)
 class Result:
@@ -36,3 +38,11 @@ class SubprocessRunner:
         except OSError as e:
             return Result(127, "", f"{argv[0]}: {e.strerror or e}")
         return Result(p.returncode, p.stdout, p.stderr)
+
+
+def checked(runner: Runner, argv: Sequence[str], timeout: float) -> str:
+    """stdout of a command that must succeed; a non-zero exit is a BackendError with stderr."""
+    r = runner.run(argv, timeout)
+    if r.rc != 0:
+        raise BackendError(f"{' '.join(argv[:3])}: rc {r.rc}: {r.stderr.strip()[:200]}")
+    return r.stdout

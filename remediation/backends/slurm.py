@@ -16,7 +16,7 @@ from typing import Any
 from remediation.backends import slurmstate
 from remediation.backends.base import BackendError
 from remediation.backends.hostlist import expand
-from remediation.backends.runner import Runner
+from remediation.backends.runner import Runner, checked
 from remediation.model import REASON_PREFIX, Job, NodeView
 
 
@@ -35,10 +35,7 @@ class SlurmBackend:
         self.sleep, self.requeue_wait_s = sleep, requeue_wait_s
 
     def _run(self, *argv: str) -> str:
-        r = self.runner.run(argv, self.timeout)
-        if r.rc != 0:
-            raise BackendError(f"{' '.join(argv[:3])}: rc {r.rc}: {r.stderr.strip()[:200]}")
-        return r.stdout
+        return checked(self.runner, argv, self.timeout)
 
     def _json(self, *argv: str) -> dict[str, Any]:
         try:

@@ -101,9 +101,9 @@ def split_log(log: str, steps: int) -> list[StepRun]:
             out[current].append(line)
     runs = []
     for i in range(steps):
-        rc = codes.get(i)
         text = "\n".join(out.get(i, [])) + "\n"
-        runs.append(StepRun(None if rc is None or rc in (124, 137) else rc, text))
+        rc = codes.get(i)
+        runs.append(StepRun(None, text) if rc is None else StepRun.exited(rc, text))
     return runs
 
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from remediation.backends.base import BackendError
-from remediation.backends.runner import Runner
+from remediation.backends.runner import Runner, checked
+from remediation.model import REASON_PREFIX
 from remediation.validation.suite import StepRun, Suite
 
 PREFIX = "gpuwarden-validate-"
@@ -62,15 +63,12 @@ class SlurmValidation:
         self.runner, self.out_dir = runner, Path(out_dir)
         self.user = user or getpass.getuser()
 
-    def _ok(self, *argv: str, timeout: float = 15.0) -> str:
-        r = self.runner.run(list(argv), timeout=timeout)
-        if r.rc != 0:
-            raise BackendError(f"{' '.join(argv[:3])}: rc {r.rc}: {r.stderr.strip()[:300]}")
-        return r.stdout
+    def _ok(self, *argv: str) -> str:
+        return checked(self.runner, argv, 15.0)
 
     def start(self, node: str, suite: Suite, run_id: str, drain_reason: str) -> ValidationRun:
         """Reserve the node, lift our drain into the reservation, submit the suite."""
-        if not drain_reason.startswith("gpuwarden:"):
+        if not drain_reason.startswith(REASON_PREFIX):
             raise BackendError(f"node {node} is not drained by gpuwarden ({drain_reason!r})")
         res = reservation_name(node)
         minutes = max(1, int((sum(s.timeout_s for s in suite.steps) + RESERVATION_MARGIN_S) // 60))
@@ -90,7 +88,7 @@ class SlurmValidation:
                            f"--output={out / 'job.log'}", f"--chdir={out}",
                            str(script)).strip().split(";")[0]  # fmt: skip
         except (BackendError, OSError) as e:
-            self._redrain(node, f"gpuwarden: validation could not start: {e}"[:200])
+            self._redrain(node, f"{REASON_PREFIX} validation could not start: {e}"[:200])
             self.runner.run(["scontrol", "delete", f"ReservationName={res}"])
             raise BackendError(f"validation of {node} not started: {e}") from e
         return ValidationRun(node, run_id, job, res, str(out), len(suite.steps))
@@ -108,7 +106,7 @@ class SlurmValidation:
             except (OSError, ValueError):
                 runs.append(StepRun(None, ""))  # never ran or no result: not a pass
                 continue
-            runs.append(StepRun(None if rc in (124, 137) else rc, stdout))
+            runs.append(StepRun.exited(rc, stdout))
         return runs
 
     def cancel(self, run: ValidationRun) -> None:
@@ -116,7 +114,7 @@ class SlurmValidation:
 
     def finish(self, run: ValidationRun, verdict: str) -> None:
         """Drain the node again (the verdict in the reason) and drop the reservation."""
-        self._redrain(run.node, f"gpuwarden: validation {verdict}"[:200])
+        self._redrain(run.node, f"{REASON_PREFIX} validation {verdict}"[:200])
         self.runner.run(["scontrol", "delete", f"ReservationName={run.reservation}"])
 
     def _redrain(self, node: str, reason: str) -> None:

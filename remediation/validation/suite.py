@@ -65,6 +65,12 @@ class StepRun:
     stdout: str
     seconds: float = 0.0
 
+    @classmethod
+    def exited(cls, rc: int, stdout: str) -> StepRun:
+        """A step that ended with ``rc`` under coreutils ``timeout -k``: 124 (timed out) and
+        137 (killed after the grace period) are no result, never an exit code to judge."""
+        return cls(None if rc in (124, 137) else rc, stdout)
+
 
 @dataclass(frozen=True)
 class StepVerdict:
