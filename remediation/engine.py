@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remediation import guards
+from remediation import storage as storage_mod
 from remediation.backends.base import Backend, BackendError
 from remediation.clock import Clock
 from remediation.executor import validate
@@ -165,6 +166,9 @@ class Engine:
 
     def decide(self, alert: Alert, alert_started: float | None = None) -> int | None:
         """Decide one accepted alert; returns the id of the action to execute, if any."""
+        if alert.labels.get("fault_class") == storage_mod.STORAGE_CLASS:
+            self._storage_alert(alert)  # shared storage: recorded, never a node action
+            return None
         if alert.status == "resolved":
             self._resolved(alert)
             return None
@@ -197,12 +201,22 @@ class Engine:
         occurrence = self.journal.occurrences(node, fc, now - p.recurrence_window_s) + 1
         action = guards.choose_action(p, alert, occurrence)
         s = self._situation(alert, action, now)
+        held_back = self._checkpoint_held_back(s) if action == "checkpoint_restart" else None
+        if held_back is not None and p.checkpoint.on_storage_unhealthy == "hold":
+            v = deny("storage", f"{held_back}; no action until it recovers (policy: hold)")
+            return self._record(alert, node, fc, action, v, {"checkpoint_held_back": held_back})
+        if held_back is not None:
+            action = p.checkpoint.on_storage_unhealthy
+            s = dataclasses.replace(s, action=action)
         if action in DISRUPTIVE and not s.scheduler_error and s.node is None:
             self._invalid(alert, "unknown_node", f"node {node!r} is unknown")
             return None
         if action in DISRUPTIVE and not s.scheduler_error and guards.policy_rule(s, p) is None:
             s = dataclasses.replace(s, breaker_open=self.breaker_open(flag=node))
         verdict = guards.decide(s, p)
+        if held_back is not None:
+            why = f"{held_back}; {action} instead (policy checkpoint.on_storage_unhealthy)"
+            verdict = dataclasses.replace(verdict, reason=f"{why}; {verdict.reason}")
         probation, flapped = guards.probation_for(p, rec.get("released_at"), now)
         evidence = {
             "occurrence": occurrence,
@@ -217,6 +231,8 @@ class Engine:
             "jobs": [j.job_id for j in s.jobs],
             "recent_actions": s.recent_actions,
         }
+        if held_back is not None:
+            evidence["checkpoint_held_back"] = held_back
         if not verdict.allow or action not in DISRUPTIVE:
             return self._record(alert, node, fc, action, verdict, evidence)
         held_for_inspection = rec.get("state") == "inspection"  # left only by hand
@@ -232,6 +248,38 @@ class Engine:
         }
         intent = {"alert_started": alert_started, "incident_id": incident and incident["id"]}
         return self._record(alert, node, fc, action, verdict, evidence, intent, state)
+
+    def _storage_alert(self, alert: Alert) -> None:
+        """A checkpoint-storage alert updates StorageHealth (kept in the journal) and is
+        journaled as one incident per mount; it never drains, never flags the breaker."""
+        health = storage_mod.load(self.journal)
+        health.observe(alert.status, alert.labels, alert.annotations.get("summary", ""))
+        storage_mod.save(self.journal, health)
+        mount, node = alert.labels.get("mount", ""), alert.node
+        node = node if guards.NODE_NAME.fullmatch(node) else ""
+        cluster = alert.labels.get("scope") == "cluster" or not node
+        incident = None
+        if mount and cluster:
+            still = health.unhealthy_mount(mount)
+            incident = self.journal.cluster_incident("storage", mount, self.clock.now(), still)
+        why = storage_mod.alert_reason(alert.status, alert.labels, incident)
+        evidence = {"mount": mount, "scope": "cluster" if cluster else "node", "incident": incident}
+        self._record(
+            alert,
+            "" if cluster else node,
+            "storage",
+            "notify",
+            Verdict(True, "storage", why),
+            evidence,
+        )
+
+    def _checkpoint_held_back(self, s: guards.Situation) -> str | None:
+        """Why no checkpoint may be asked of the jobs on this node now (their storage is
+        unhealthy), or None."""
+        nodes = {s.alert.node}.union(*(j.nodes for j in s.jobs))
+        health = storage_mod.load(self.journal)
+        why = health.checkpoint_blocked(self.policy.checkpoint.mount or None, nodes)
+        return None if why is None else f"checkpoint held back: {why}"
 
     def _invalid(self, alert: Alert, code: str, why: str) -> None:
         """Garbage is recorded and counted, and never counts toward the storm breaker."""

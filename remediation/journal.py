@@ -60,6 +60,7 @@ MIGRATIONS = (
     ("actions", "incident_id", "INTEGER"),
     ("nodes", "epoch", "INTEGER NOT NULL DEFAULT 0"),
     ("steps", "deadline", "REAL"),
+    ("incidents", "subject", "TEXT"),  # what a cluster incident (node '') is about: a mount
 )
 # Nodes gpuwarden holds out of service (or may hold: a failed action may have half-drained).
 HELD_STATES = ("quarantined", "probation", "inspection", "action_failed")
@@ -221,6 +222,32 @@ class Journal:
                 iid = row["id"]
                 db.execute("UPDATE incidents SET last_at=? WHERE id=?", (now, iid))
             return dict(db.execute("SELECT * FROM incidents WHERE id=?", (iid,)).fetchone())
+
+    def cluster_incident(
+        self, fault_class: str, subject: str, now: float, firing: bool
+    ) -> int | None:
+        """The open cluster-level incident (node '') of ``fault_class`` about ``subject`` (a
+        mount): opened by the first firing alert, touched by every later one, closed by a
+        resolve. Returns its id (None: a resolve with no incident open)."""
+        with self.tx() as db:
+            row = db.execute(
+                "SELECT id FROM incidents WHERE node='' AND fault_class=? AND subject=? "
+                "AND closed=0 ORDER BY id DESC LIMIT 1",
+                (fault_class, subject),
+            ).fetchone()
+            if row is None and not firing:
+                return None
+            if row is None:
+                return db.execute(
+                    "INSERT INTO incidents(node,fault_class,subject,opened_at,last_at) "
+                    "VALUES('',?,?,?,?)",
+                    (fault_class, subject, now, now),
+                ).lastrowid
+            db.execute(
+                "UPDATE incidents SET last_at=?, closed=? WHERE id=?",
+                (now, int(not firing), row[0]),
+            )
+            return int(row[0])
 
     def close_incidents(self, db: sqlite3.Connection, node: str) -> None:
         db.execute("UPDATE incidents SET closed=1 WHERE node=? AND closed=0", (node,))

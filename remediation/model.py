@@ -35,6 +35,7 @@ TRANSIENT_GUARDS = frozenset(
         "budget_domain",
         "budget_job",
         "scheduler",
+        "storage",  # checkpoint held back while its storage is unhealthy (policy: hold)
     }
 )
 REASON_PREFIX = "gpuwarden:"

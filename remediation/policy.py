@@ -18,6 +18,7 @@ import yaml
 
 from common.settings import SettingsError
 from remediation.model import ACTIONS
+from remediation.storage import FALLBACKS
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class Checkpoint:
     deadline_s: float = 300.0
     on_timeout: str = "requeue"  # requeue | wait
     restart_deadline_s: float = 600.0
+    mount: str = ""  # where jobs write checkpoints; "" = unknown: any unhealthy mount counts
+    on_storage_unhealthy: str = "requeue"  # remediation.storage.FALLBACKS
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,15 @@ def parse(data: Mapping[str, Any]) -> Policy:
     on_timeout = ckpt.get("on_timeout", "requeue")
     if on_timeout not in ("requeue", "wait"):
         raise SettingsError(f"policy checkpoint.on_timeout: requeue or wait, got {on_timeout!r}")
+    on_storage = ckpt.get("on_storage_unhealthy", "requeue")
+    if on_storage not in FALLBACKS:
+        raise SettingsError(
+            f"policy checkpoint.on_storage_unhealthy: one of {', '.join(FALLBACKS)}, "
+            f"got {on_storage!r}"
+        )
+    mount = ckpt.get("mount", "")
+    if not isinstance(mount, str) or (mount and not mount.startswith("/")):
+        raise SettingsError(f"policy checkpoint.mount: expected an absolute path, got {mount!r}")
     effect = kube.get("taint_effect", "NoSchedule")
     if effect not in ("NoSchedule", "NoExecute"):
         raise SettingsError(
@@ -232,6 +244,8 @@ def parse(data: Mapping[str, Any]) -> Policy:
             deadline_s=_num(ckpt, "deadline_s", 300.0, "checkpoint"),
             on_timeout=on_timeout,
             restart_deadline_s=_num(ckpt, "restart_deadline_s", 600.0, "checkpoint"),
+            mount=mount,
+            on_storage_unhealthy=on_storage,
         ),
         taint_effect=effect,
         incident_window_s=_num(data, "incident_window_s", 120.0, ""),
