@@ -45,12 +45,15 @@ class Fleet:
         skus: Sequence[str] | None = None,
         power_caps: Mapping[str, float] | None = None,
         busy_wait: bool = False,
+        storage_mounts: Sequence[str] = (),
     ) -> None:
         if not 0.0 <= idle_fraction < 1.0:
             raise ValueError(f"idle_fraction must be in [0, 1), got {idle_fraction}")
         self.topo = Topology(nodes, nodes_per_leaf, sku)
         self.sku: model.Sku | model.NodeSkus = model.SKUS[sku]
         self.busy_wait = busy_wait  # NCCL collective waits show as ~100 % utilisation
+        # checkpoint mounts every node probes (a storage fault adds its own): simulator/storage.py
+        self.storage_mounts = tuple(storage_mounts)
         self.sku_of = tuple(skus) if skus is not None else (sku,) * nodes  # per node
         if skus is not None or power_caps:
             self.sku = _mixed(self.topo, self.sku_of, dict(power_caps or {}))

@@ -29,6 +29,7 @@ FLEET_KEYS = {
     "mean_job_s",
     "seed",
     "small_job_share",
+    "storage_mounts",
 }
 TOP_KEYS = {"name", "description", "fleet", "faults", "random"}
 FAULT_KEYS = {"kind", "node", "target", "at", "duration", "parameters"}
@@ -133,6 +134,7 @@ def _target(rng: np.random.Generator, kind: str, want: str | None) -> str:
         "switch": "",
         "link": f"gpu{g}/{int(rng.integers(LINKS))}",
         "port": port_name(int(rng.integers(PORTS))),
+        "mount": "/mnt/ckpt",
     }[t]
 
 

@@ -18,11 +18,14 @@ from typing import Any
 from exporter import catalog as c
 from exporter.assemble import collectors_for
 from exporter.collection import CollectionLoop
+from exporter.collectors.base import Collector
 from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.jobs import JobsCollector
+from exporter.collectors.storage import StorageCollector
 from simulator.faults import Fault, FaultError
 from simulator.fleet import Fleet
 from simulator.node_view import NodeView
+from simulator.storage import SimStorage
 
 INJECT_KEYS = {"node", "kind", "target", "parameters", "duration", "onset"}
 
@@ -35,6 +38,8 @@ class NodeDown(Exception):
 class _Served:
     view: NodeView
     loop: CollectionLoop
+    storage: SimStorage
+    cols: list[Collector]
     steps: int = -1  # model step the body was rendered at
     t: float = -math.inf  # model time the body was rendered at
     wall: float = -math.inf  # wall time it was rendered at
@@ -103,6 +108,13 @@ class Simulator:
         if served.steps != self.steps and self._due(served, i):
             events = self.fleet.node_events.get(i, [])
             served.view.refresh(self.frame, events, self._allocation(i))
+            served.storage.advance(self.fleet.t, self.fleet.faults())
+            if served.storage.mounts and not any(
+                isinstance(x, StorageCollector) for x in served.cols
+            ):
+                # the first mount to probe (configured, or named by a storage fault)
+                served.cols.append(StorageCollector(served.storage, node, mountstats=lambda: ""))
+                served.loop = self._loop(node, served.cols)
             served.body = served.loop.run_once().body
             served.steps, served.t, served.wall = self.steps, self.fleet.t, self._clock()
         return served.body
@@ -128,10 +140,14 @@ class Simulator:
         cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg)
         gpu = next(x for x in cols if isinstance(x, GpuCollector))
         cols.append(JobsCollector(view.jobs, gpu.identities, node))  # the prolog's job map
-        loop = CollectionLoop(cols, node, source="simulated", interval=15.0, dcgm=self.dcgm,
-                              wall=self._wall)  # fmt: skip
-        self._served[node] = served = _Served(view, loop)
+        storage = SimStorage(node, i, self.fleet.faults(), self.fleet.storage_mounts)
+        self._served[node] = served = _Served(view, self._loop(node, cols), storage, cols)
         return served
+
+    def _loop(self, node: str, cols: list[Collector]) -> CollectionLoop:
+        """The collection loop of one node; its collectors (and their counters) outlive it."""
+        return CollectionLoop(cols, node, source="simulated", interval=15.0, dcgm=self.dcgm,
+                              wall=self._wall)  # fmt: skip
 
     def inject(self, request: Any, *, lead_ticks: int = 1, late_ok: bool = False) -> Fault:
         """``POST /inject`` body -> a fault at the grid point ``lead_ticks`` ahead (or at the

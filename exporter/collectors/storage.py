@@ -21,7 +21,7 @@ from exporter.catalog import (
 )
 from exporter.collectors.base import ReadErrors
 from exporter.sources.mountstats import parse_mountstats
-from exporter.sources.storage_probe import OUTCOMES, StorageProber
+from exporter.sources.storage_probe import OUTCOMES, ProbeResults
 
 
 def _read_mountstats() -> str:
@@ -34,7 +34,7 @@ class StorageCollector:
 
     def __init__(
         self,
-        prober: StorageProber,
+        prober: ProbeResults,
         node: str,
         *,
         mountstats: Callable[[], str] = _read_mountstats,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, Protocol
 
 OPS = ("stat", "write", "fsync", "read")
 OUTCOMES = ("ok", "error", "hung")
@@ -34,6 +34,16 @@ class ProbeResult:
     seconds: Mapping[str, float] = field(default_factory=dict)
     error: str = ""
     at: float = 0.0
+
+
+class ProbeResults(Protocol):
+    """What the collector reads: this module's StorageProber, or the simulator's probes."""
+
+    @property
+    def mounts(self) -> tuple[str, ...]: ...
+    def start(self) -> None: ...
+    def last(self) -> dict[str, ProbeResult]: ...
+    def counts(self) -> dict[tuple[str, str], int]: ...
 
 
 def probe_once(

@@ -120,7 +120,7 @@ Apply = Callable[[Fault, Step], None]
 @dataclass(frozen=True)
 class FaultKind:
     name: str
-    target: str  # gpu | link | port | node | gpu_or_node | switch
+    target: str  # gpu | link | port | node | gpu_or_node | switch | mount
     apply: Apply
     params: Mapping[str, Param] = field(default_factory=dict)
     hardware: bool = True
@@ -137,6 +137,8 @@ _PORT = re.compile(r"^mlx5_(\d+)/1$")
 
 def resolve_target(kind: FaultKind, topo: Topology, node: str, target: str) -> dict[str, Any]:
     """Node indices and gpu/link/port for ``target``; FaultError when it names nothing real."""
+    if kind.target == "mount":
+        return _mount_target(kind, topo, node, target)
     if kind.target == "switch":
         leaf = target or (topo.leaf_of[topo.node_index(node)] if node in topo.index else node)
         if leaf not in topo.leaves:
@@ -161,6 +163,19 @@ def resolve_target(kind: FaultKind, topo: Topology, node: str, target: str) -> d
         "port": "mlx5_<0-7>/1",
     }[kind.target]
     raise FaultError(f"bad target {target!r} for {kind.name}: want {want}")
+
+
+def _mount_target(kind: FaultKind, topo: Topology, node: str, target: str) -> dict[str, Any]:
+    """A mount (absolute path) seen from ``cluster`` (every node), a leaf, or one node."""
+    if not target.startswith("/") or any(c.isspace() for c in target):
+        raise FaultError(f"bad target {target!r} for {kind.name}: want a mount (absolute path)")
+    if node in ("", "cluster"):
+        return {"node": "cluster", "target": target, "nodes": tuple(range(topo.n_nodes))}
+    if node in topo.leaves:
+        return {"node": node, "target": target, "nodes": tuple(topo.leaves[node])}
+    if node in topo.index:
+        return {"node": node, "target": target, "nodes": (topo.index[node],)}
+    raise FaultError(f"unknown node {node!r} for {kind.name}: want cluster, a leaf or a node")
 
 
 def check_parameters(kind: FaultKind, given: Mapping[str, Any]) -> dict[str, Any]:
