@@ -34,6 +34,7 @@ KINDS = frozenset(
         "straggler",
         "workload_imbalance",
         "node_missing",
+        "storage_degraded",
     }
 )
 SEVERITIES = ("critical", "warning", "info")
@@ -62,7 +63,12 @@ FAULT_CLASS = {
     "straggler": "straggler",
     "workload_imbalance": "straggler",
     "node_missing": "gpu_lost",
+    "storage_degraded": "storage",
 }
+# Kinds about shared infrastructure, not a machine: never more than notify (draining nodes
+# for them is wrong), and ``node`` names the scope (``cluster``), not a node.
+NOTIFY_ONLY = frozenset({"workload_imbalance", "storage_degraded"})
+CLUSTER = "cluster"
 
 
 @dataclass(frozen=True)
@@ -85,8 +91,8 @@ class Finding:
             raise ValueError(f"unknown severity {self.severity!r}")
         if self.action not in ACTIONS:
             raise ValueError(f"unknown action {self.action!r}")
-        if self.kind == "workload_imbalance" and self.action != "notify":
-            raise ValueError("workload_imbalance never recommends more than notify")
+        if self.kind in NOTIFY_ONLY and self.action != "notify":
+            raise ValueError(f"{self.kind} never recommends more than notify")
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -132,4 +138,6 @@ def subject_labels(subject: str) -> dict[str, str]:
         return {"switch": value}
     if kind == "job":
         return {"job_id": value}
+    if kind == "mount":
+        return {"mount": value}
     return {}

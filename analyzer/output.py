@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from analyzer.engine import CycleStats
-from analyzer.findings import Finding, subject_labels
+from analyzer.findings import CLUSTER, Finding, subject_labels
 from exporter import catalog
 
 ALERTNAME = "GpuwardenFinding"
@@ -130,6 +130,9 @@ def alertmanager_alerts(
         }
         if "xid" in f.evidence:
             labels["xid"] = str(int(f.evidence["xid"]))
+        if f.node == CLUSTER:  # a shared fault (storage): about no node; remediation reads scope
+            del labels["node"]
+            labels["scope"] = CLUSTER
         evidence = ", ".join(f"{k}={v:.4g}" for k, v in f.evidence.items())
         alert: dict[str, Any] = {
             "labels": labels,

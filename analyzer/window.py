@@ -10,6 +10,7 @@ builds a :class:`Window`; detectors are pure functions of it. Arrays follow the 
   order (ECC ``(T, nodes, gpus, 2, 2)``, throttle ``(T, nodes, gpus, reasons)``, NVLink
   errors ``(T, nodes, gpus, links, 4)``);
 - IB counters by sysfs file name in ``ib_counters`` as ``(T, nodes, ports)``;
+- per checkpoint mount ``(T, nodes, mounts)`` (storage probes; durations: fsync only);
 - a value the source did not deliver is NaN. Counters are raw (resets possible).
 """
 
@@ -59,6 +60,7 @@ class Window:
     gpus: int = 8
     step: float = 15.0
     missing: tuple[str, ...] = ()  # series families the source could not read this cycle
+    mounts: tuple[str, ...] = ()  # checkpoint mounts the storage arrays are indexed by
 
     @property
     def now(self) -> float:

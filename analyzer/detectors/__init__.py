@@ -28,6 +28,7 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
     from analyzer.detectors.nvlink import NvlinkDetector
     from analyzer.detectors.pcie import PcieDetector
     from analyzer.detectors.peer import PeerDetector
+    from analyzer.detectors.storage import StorageDetector
     from analyzer.detectors.straggler import StragglerDetector
     from analyzer.detectors.throttling import ThrottlingDetector
     from analyzer.detectors.xid import XidDetector
@@ -46,4 +47,5 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
         ThrottlingDetector(),
         PeerDetector(**peer_cfg),
         StragglerDetector(),
+        StorageDetector.from_config(cfg.get("storage")),
     ]

@@ -89,6 +89,8 @@ def build_window(
         )
     )
     port_ix = {p: i for i, p in enumerate(ports)}
+    mounts = tuple(sorted({s.labels["mount"] for s in items if s.labels.get("mount")}))
+    mount_ix = {m: i for i, m in enumerate(mounts)}
     gpus = max([g + 1 for s in items if (g := _int(s.labels.get("gpu"))) is not None] + [8])
     links = max([k + 1 for s in items if (k := _int(s.labels.get("link"))) is not None] + [NVLINKS])
     arrays: dict[str, np.ndarray] = {}
@@ -131,6 +133,14 @@ def build_window(
                 a = ib[counter] = np.full((T, len(nodes), len(ports)), np.nan)
             a[s.index, n, p] = s.values
             continue
+        if "mount" in metric.labels:  # storage probes: (T, nodes, mounts), fsync durations
+            if s.labels.get("op", "fsync") != "fsync" or s.labels.get("mount") not in mount_ix:
+                continue
+            a = arrays.get(metric.name)
+            if a is None:
+                a = arrays[metric.name] = np.full((T, len(nodes), len(mounts)), np.nan)
+            a[s.index, n, mount_ix[s.labels["mount"]]] = s.values
+            continue
         pos = _position(metric, s.labels, n, port_ix)
         if pos is None:
             rep.skip("bad labels")
@@ -160,6 +170,7 @@ def build_window(
         sku=node_models(models, len(nodes)),
         gpus=gpus,
         step=step,
+        mounts=mounts,
     )
 
 
@@ -250,5 +261,7 @@ QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.IB_PORT_RATE,
     catalog.IB_COUNTER,
     catalog.IB_HW_COUNTER,
+    catalog.STORAGE_PROBE_UP,
+    catalog.STORAGE_PROBE_DURATION,
 )
 QUERIED_NAMES = frozenset(m.name for m in QUERIED)

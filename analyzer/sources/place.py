@@ -66,6 +66,8 @@ def assemble(
         if "device" in q.labels and len(m)
     }
     ports = tuple(sorted(set().union(*[set(c.tolist()) for c in port_cols.values()])))
+    mount_cols = {q.name: _col(m, q, "mount") for q, m in items if "mount" in q.labels and len(m)}
+    mounts = tuple(sorted(set().union(*[set(c.tolist()) for c in mount_cols.values()])))
     gpu_cols = {q.name: _ints_of(m, q, "gpu") for q, m in items if "gpu" in q.labels}
     gpus = max([8] + [int(c.max()) + 1 for c in gpu_cols.values() if len(c)])
     N, P = len(nodes), len(ports)
@@ -94,6 +96,9 @@ def assemble(
         elif "device" in q.labels:
             a = arrays[q.name] = np.full((T, N, P), np.nan)
             a[:, n_ix, np.searchsorted(ports_a, port_cols[q.name])] = m.vals.T
+        elif "mount" in q.labels:  # (T, nodes, mounts)
+            a = arrays[q.name] = np.full((T, N, len(mounts)), np.nan)
+            a[:, n_ix, np.searchsorted(np.array(mounts), mount_cols[q.name])] = m.vals.T
         else:
             _place_gpu(arrays, q, m, n_ix, gpu_cols[q.name], T, N, gpus)
     present = node_presence(arrays.get(catalog.GPU_UP.name), (T, N))
@@ -111,6 +116,7 @@ def assemble(
         gpus=gpus,
         step=step,
         missing=missing,
+        mounts=mounts,
     )
 
 

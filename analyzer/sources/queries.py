@@ -111,6 +111,9 @@ QUERIES: tuple[Query, ...] = (
     Query(c.IB_PORT_RATE),
     Query(c.IB_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True),
     Query(c.IB_HW_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True),
+    # checkpoint storage, per (node, mount): analyzer.detectors.storage
+    Query(c.STORAGE_PROBE_UP, keep=("node", "mount")),
+    Query(c.STORAGE_PROBE_DURATION, keep=("node", "mount"), matchers='op="fsync"'),
 )
 
 
