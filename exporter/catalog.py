@@ -850,6 +850,28 @@ NFS_OP_RTT_SECONDS = _m(
     (*STORAGE, "op"),
     "seconds",
 )
+LUSTRE_OPS = _m(
+    "lustre_client_operations_total",
+    "counter",
+    "Lustre client (llite) operations on the file system a probed mount is on, by op.",
+    (*STORAGE, "op"),
+)
+LUSTRE_BYTES = _m(
+    "lustre_client_bytes_total",
+    "counter",
+    "Bytes the Lustre client read or wrote on the file system a probed mount is on"
+    " (direction: read, write).",
+    (*STORAGE, "direction"),
+    "bytes",
+)
+LUSTRE_LATENCY = _m(
+    "lustre_client_latency_seconds_total",
+    "counter",
+    "Cumulative time the Lustre client spent in each op on the file system a probed mount is"
+    " on (Lustre 2.12+ keeps it; absent on older clients).",
+    (*STORAGE, "op"),
+    "seconds",
+)
 
 # --------------------------------------------------------------------------- exporter self
 COLLECTOR_DURATION = _m(

@@ -16,7 +16,7 @@ SECTIONS = (  # title, name prefixes after catalog.PREFIX
     ("GPU (NVML)", (_P + "gpu_",)),
     ("NVLink", (_P + "nvlink_",)),
     ("InfiniBand (sysfs)", (_P + "infiniband_",)),
-    ("Checkpoint storage", (_P + "storage_", _P + "nfs_client_")),
+    ("Checkpoint storage", (_P + "storage_", _P + "nfs_client_", _P + "lustre_client_")),
     ("Exporter self-metrics", (_P + "exporter_",)),
     ("Analyzer", (_P + "finding", _P + "analyzer_")),
     ("Remediation", (_P + "remediation_",)),

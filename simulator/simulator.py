@@ -109,12 +109,7 @@ class Simulator:
             events = self.fleet.node_events.get(i, [])
             served.view.refresh(self.frame, events, self._allocation(i))
             served.storage.advance(self.fleet.t, self.fleet.faults())
-            if served.storage.mounts and not any(
-                isinstance(x, StorageCollector) for x in served.cols
-            ):
-                # the first mount to probe (configured, or named by a storage fault)
-                served.cols.append(StorageCollector(served.storage, node, mountstats=lambda: ""))
-                served.loop = self._loop(node, served.cols)
+            self._probe_storage(served, node)
             served.body = served.loop.run_once().body
             served.steps, served.t, served.wall = self.steps, self.fleet.t, self._clock()
         return served.body
@@ -143,6 +138,15 @@ class Simulator:
         storage = SimStorage(node, i, self.fleet.faults(), self.fleet.storage_mounts)
         self._served[node] = served = _Served(view, self._loop(node, cols), storage, cols)
         return served
+
+    def _probe_storage(self, served: _Served, node: str) -> None:
+        """From the first mount to probe on (configured, or named by a storage fault), the
+        node also runs the exporter's storage collector (no NFS or Lustre client here)."""
+        if not served.storage.mounts or any(isinstance(x, StorageCollector) for x in served.cols):
+            return
+        storage = StorageCollector(served.storage, node, mountstats=lambda: "", lustre=lambda m: [])
+        served.cols.append(storage)
+        served.loop = self._loop(node, served.cols)
 
     def _loop(self, node: str, cols: list[Collector]) -> CollectionLoop:
         """The collection loop of one node; its collectors (and their counters) outlive it."""

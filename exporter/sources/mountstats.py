@@ -5,7 +5,7 @@ a ``device SERVER:/EXPORT mounted on MOUNT with fstype nfs4 statvers=1.1`` line 
 mount; under ``per-op statistics`` each line is ``OP: ops transmissions major_timeouts
 bytes_sent bytes_recv queue_ms rtt_ms execute_ms [errors]``. Major timeouts and growing RTT
 are what a stalled NFS server looks like from the client before probes start to hang.
-Lustre's ``llite/*/stats`` is not read yet.
+Lustre's ``llite/*/stats`` is read by exporter/sources/lustre.py.
 """
 
 from __future__ import annotations
