@@ -24,6 +24,42 @@ def node_health() -> str:
 )"""
 
 
+def storage_row(lay: Layout) -> None:
+    """Checkpoint mounts as every node's probe sees them (alerts/storage.rules.yml): how many
+    nodes fail, how slow each probe step is on the slowest node, failures over time."""
+    up, dur, probes = c.STORAGE_PROBE_UP.name, c.STORAGE_PROBE_DURATION.name, c.STORAGE_PROBES.name
+    lay.row("Checkpoint storage")
+    lay.add(
+        ts("Nodes failing a probe, per mount",
+           [(f"count by (mount) ({up}{{{NODE}}} == 0) or sum by (mount) ({up}{{{NODE}}}) * 0",
+             "{{mount}}")], "none",
+           "Nodes whose last probe (stat, write, fsync, read) of the mount failed or hung. Many"
+           " nodes at once is the storage, not the nodes (CheckpointStorageDegraded)."),
+        8, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Probe latency per mount and step (slowest node)",
+           [(f"max by (mount, op) ({dur}{{{NODE}}})", "{{mount}} {{op}}")], "s",
+           "Seconds each probe step took on the slowest node; fsync over 2 s for 10 minutes on"
+           " several nodes is CheckpointStorageSlow. A hung probe has no duration."),
+        8, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Probe failures per mount",
+           [(f'sum by (mount, outcome) (rate({probes}{{{NODE}, outcome!="ok"}}[5m]))'
+             f" or sum by (mount) (rate({probes}{{{NODE}}}[5m])) * 0", "{{mount}} {{outcome}}")],
+           "ops", "Failed (error) and hung probes per second, all nodes together."),
+        8, 8,
+    )  # fmt: skip
+    lay.add(
+        table("Nodes whose last probe failed",
+              f"sum by (node, mount) ({up}{{{NODE}}} == 0) or on() vector(0)", "none",
+              "One row per node and mount that failed its last probe; a single 0 row means"
+              " none."),
+        24, 6,
+    )  # fmt: skip
+
+
 def build() -> g.Dashboard:
     lay = Layout()
     lay.add(stat("Nodes reporting", f"count(count by (node) ({c.GPU_INFO.name}{{{NODE}}})) or vector(0)", "none"), 4, 4)  # fmt: skip
@@ -89,6 +125,7 @@ def build() -> g.Dashboard:
         ts("Fleet power draw", [(f"sum({c.GPU_POWER.name}{{{NODE}}})", "all GPUs")], "watt"),
         8, 8,
     )  # fmt: skip
+    storage_row(lay)
     node = query_variable("node", "Node", f"label_values({c.GPU_INFO.name}, node)", True, True)
     return dashboard(
         "gpuwarden / Fleet overview", UID,
