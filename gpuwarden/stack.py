@@ -40,6 +40,8 @@ class StackOptions:
     policy: Mapping[str, Any] | None = None  # remediation policy overrides (merged)
     scenario: Path | None = None
     time_scale: float = 1.0
+    analyzer_config: Mapping[str, Any] | None = None  # analyzer YAML settings (--config)
+    analyzer_push: bool = False  # the analyzer also posts findings to Alertmanager directly
 
     @property
     def backend(self) -> str:
@@ -294,6 +296,11 @@ class Stack:
             argv += ["--prometheus", self.urls.prometheus]
         else:
             argv += ["--targets", str(w / "targets.json")]
+        if self.opts.analyzer_config:
+            (w / "analyzer.yml").write_text(yaml.safe_dump(dict(self.opts.analyzer_config)))
+            argv += ["--config", str(w / "analyzer.yml")]
+        if self.opts.analyzer_push and self.urls.alertmanager:
+            argv += ["--alertmanager", self.urls.alertmanager]
         self.sup.start("analyzer", argv, ready_url=f"{self.urls.analyzer}/metrics", timeout=90)
 
     # ------------------------------------------------------------------ talking to it
