@@ -97,9 +97,9 @@ def read_lustre(root: str, probed: Iterable[str]) -> list[LustreOpStats]:
         return []
     stats: dict[str, str] = {}  # fsname -> stats file
     for d in STATS_DIRS:
-        for path in sorted(glob.glob(os.path.join(root, d, "*", "stats"))):
-            name = os.path.basename(os.path.dirname(path)).rsplit("-", 1)[0]
-            stats.setdefault(name, path)
+        for found in sorted(glob.glob(os.path.join(root, d, "*", "stats"))):
+            name = os.path.basename(os.path.dirname(found)).rsplit("-", 1)[0]
+            stats.setdefault(name, found)
     out: list[LustreOpStats] = []
     for mount, name in sorted(wanted.items()):
         path = stats.get(name)
