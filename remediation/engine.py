@@ -277,9 +277,7 @@ class Engine:
         """Why no checkpoint may be asked of the jobs on this node now (their storage is
         unhealthy), or None."""
         nodes = {s.alert.node}.union(*(j.nodes for j in s.jobs))
-        health = storage_mod.load(self.journal)
-        why = health.checkpoint_blocked(self.policy.checkpoint.mount or None, nodes)
-        return None if why is None else f"checkpoint held back: {why}"
+        return storage_mod.held_back(self.journal, self.policy.checkpoint.mount, nodes)
 
     def _invalid(self, alert: Alert, code: str, why: str) -> None:
         """Garbage is recorded and counted, and never counts toward the storm breaker."""

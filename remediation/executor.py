@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from remediation import storage
 from remediation.backends.base import Backend, BackendError
 from remediation.journal import Journal
 from remediation.model import Job
@@ -201,11 +202,20 @@ class Executor:
             now = self.backend.job(job.job_id)
             if now is None or now.state != "RUNNING":
                 return "job no longer running: not signalled"
+            # the storage may have failed since the decision: never a checkpoint into it
+            held = storage.held_back(self.journal, ck.mount, (node, *job.nodes))
+            if held is not None:
+                return held
             ack.unlink(missing_ok=True)  # a stale ack must not count
             self.backend.request_checkpoint(job)
             return "checkpoint requested"
 
         self._step(a, f"signal:{job.job_id}", signal, None)
+        held = self.journal.step_detail(int(a["id"]), f"signal:{job.job_id}")
+        if held.startswith(storage.HELD_BACK):
+            if ck.on_storage_unhealthy in ("cordon", "hold"):
+                return f"job {job.job_id}: {held}; left running (policy)"
+            return f"job {job.job_id}: {held}; requeued without one; " + self._requeue(a, job, node)
         if self._wait(a, f"ack:{job.job_id}", ack.exists, ck.deadline_s):
             note = "ack received"
         elif ck.on_timeout == "wait":

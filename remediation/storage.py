@@ -114,6 +114,16 @@ def save(kv: KV, health: StorageHealth) -> None:
     kv.put(KV_KEY, health.to_json() if health.unhealthy or health.on_node else None)
 
 
+HELD_BACK = "checkpoint held back"
+
+
+def held_back(kv: KV, mount: str | None, nodes: Iterable[str]) -> str | None:
+    """Why no checkpoint may be asked of a job on ``nodes`` now (the state in the journal),
+    or None. Read by the engine when it decides and by the executor before it signals."""
+    why = load(kv).checkpoint_blocked(mount or None, nodes)
+    return None if why is None else f"{HELD_BACK}: {why}"
+
+
 def alert_reason(status: str, labels: Mapping[str, str], incident: int | None) -> str:
     """The decision text for a storage alert itself (it is recorded, never acted on)."""
     mount = labels.get("mount", "")

@@ -167,3 +167,15 @@ def test_policy_hold_denies_transiently_so_the_repeat_is_decided_again(tmp_path:
 def test_a_bad_storage_setting_stops_the_start_with_a_reason(ckpt: str) -> None:
     with pytest.raises(SettingsError, match=r"checkpoint\.(on_storage_unhealthy|mount)"):
         policy_mod.loads(f"checkpoint: {ckpt}\n")
+
+
+def test_storage_failing_after_the_decision_still_gets_no_checkpoint_request(world: World) -> None:
+    a = alert("gpu-node-001", action="checkpoint_restart")
+    world.journal.accept([a], world.clock.now())
+    aid = world.engine.decide(a)  # healthy storage: checkpoint_restart as recommended
+    assert aid is not None
+    world.feed(storage_alert())  # the mount fails before the executor signals the job
+    world.executor.run({"id": aid})
+    assert world.signalled() == 0 and world.slurm.jobs["101"].restarts == 1  # requeued
+    why = world.journal.step_detail(aid, "signal:101")
+    assert why.startswith("checkpoint held back: storage /mnt/ckpt unhealthy")
