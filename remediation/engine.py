@@ -261,7 +261,9 @@ class Engine:
         incident = None
         if mount and cluster:
             still = health.unhealthy_mount(mount)
-            incident = self.journal.cluster_incident("storage", mount, self.clock.now(), still)
+            incident = self.journal.cluster_incident(
+                "storage", mount, self.clock.now(), still, self.policy.incident_window_s
+            )
         why = storage_mod.alert_reason(alert.status, alert.labels, incident)
         evidence = {"mount": mount, "scope": "cluster" if cluster else "node", "incident": incident}
         self._record(

@@ -224,17 +224,20 @@ class Journal:
             return dict(db.execute("SELECT * FROM incidents WHERE id=?", (iid,)).fetchone())
 
     def cluster_incident(
-        self, fault_class: str, subject: str, now: float, firing: bool
+        self, fault_class: str, subject: str, now: float, firing: bool, window: float = 0.0
     ) -> int | None:
-        """The open cluster-level incident (node '') of ``fault_class`` about ``subject`` (a
-        mount): opened by the first firing alert, touched by every later one, closed by a
-        resolve. Returns its id (None: a resolve with no incident open)."""
+        """The cluster-level incident (node '') of ``fault_class`` about ``subject`` (a mount):
+        opened by the first firing alert, touched by every later one, closed by a resolve; a
+        firing alert within ``window`` of the close reopens it (a flap is the same incident).
+        Returns its id (None: a resolve with no incident open)."""
         with self.tx() as db:
             row = db.execute(
-                "SELECT id FROM incidents WHERE node='' AND fault_class=? AND subject=? "
-                "AND closed=0 ORDER BY id DESC LIMIT 1",
-                (fault_class, subject),
+                "SELECT id, closed FROM incidents WHERE node='' AND fault_class=? AND subject=? "
+                "AND (closed=0 OR last_at>=?) ORDER BY id DESC LIMIT 1",
+                (fault_class, subject, now - window),
             ).fetchone()
+            if row is not None and row[1] and not firing:
+                row = None  # already closed: a repeated resolve changes nothing
             if row is None and not firing:
                 return None
             if row is None:

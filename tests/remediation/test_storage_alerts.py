@@ -27,7 +27,12 @@ from tests.remediation.helpers import LIVE_POLICY, alert
 NODES = [f"gpu-node-{i:03d}" for i in range(1, 9)]
 
 
-def storage_alert(status: str = "firing", mount: str = "/mnt/ckpt", **extra: str) -> Alert:
+def storage_alert(
+    status: str = "firing",
+    mount: str = "/mnt/ckpt",
+    starts_at: str = "2026-11-29T10:00:00Z",
+    **extra: str,
+) -> Alert:
     labels = {
         "alertname": "CheckpointStorageDegraded",
         "severity": "critical",
@@ -38,9 +43,7 @@ def storage_alert(status: str = "firing", mount: str = "/mnt/ckpt", **extra: str
         **extra,
     }
     summary = f"checkpoint storage {mount} fails on 6 nodes"
-    return Alert(
-        f"fp-storage-{mount}", "2026-11-29T10:00:00Z", status, labels, {"summary": summary}
-    )
+    return Alert(f"fp-storage-{mount}", starts_at, status, labels, {"summary": summary})
 
 
 class World:
@@ -179,3 +182,16 @@ def test_storage_failing_after_the_decision_still_gets_no_checkpoint_request(wor
     assert world.signalled() == 0 and world.slurm.jobs["101"].restarts == 1  # requeued
     why = world.journal.step_detail(aid, "signal:101")
     assert why.startswith("checkpoint held back: storage /mnt/ckpt unhealthy")
+
+
+def test_a_flap_within_the_incident_window_is_still_the_same_incident(world: World) -> None:
+    world.feed(storage_alert())
+    world.clock.advance(10)
+    world.feed(storage_alert("resolved"))
+    world.clock.advance(30)  # within incident_window_s (120 s): the same incident, reopened
+    world.feed(storage_alert(starts_at="2026-11-29T10:01:00Z"))
+    assert world.journal.rows("SELECT id, closed FROM incidents") == [{"id": 1, "closed": 0}]
+    world.feed(storage_alert("resolved", starts_at="2026-11-29T10:01:00Z"))
+    world.clock.advance(600)  # long after: a new incident
+    world.feed(storage_alert(starts_at="2026-11-29T11:00:00Z"))
+    assert [r["closed"] for r in world.journal.rows("SELECT closed FROM incidents")] == [1, 0]
