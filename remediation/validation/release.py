@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from remediation.backends.base import BackendError
+from remediation.journal import HELD_STATES
 from remediation.model import Alert, NodeView, Verdict, deny
 from remediation.validation import slurm as vslurm
 from remediation.validation.suite import StepRun, StepVerdict, Suite, SuiteVerdict, judge_suite
@@ -239,8 +240,9 @@ class Validator:
         e, now = self.engine, self.engine.clock.now()
         rec = e.journal.node(node)
         with self.lock:
-            if rec is None:
-                raise ValidationError(f"node {node} is not held by gpuwarden")
+            if rec is None or rec["state"] not in HELD_STATES:
+                state = f" (state {rec['state']})" if rec else ""
+                raise ValidationError(f"node {node} is not held by gpuwarden{state}")
             if self._running(node):
                 raise ValidationError(f"a validation of {node} is already running")
             name = suite_name or (s.name if (s := self.vp.suite_for(rec["fault_class"])) else None)
@@ -251,8 +253,6 @@ class Validator:
                     f"no validation suite {name or ''} in the policy"
                     + (f" (suites: {', '.join(sorted(self.vp.suites))})" if self.vp.suites else "")
                 )
-            if trigger != "on_demand" and rec["state"] in ("released", None):
-                raise ValidationError(f"node {node} is not held (state {rec['state']})")
             suite = self.vp.suites[name]
             deadline = now + self.vp.deadline_s(suite)
             with e.journal.tx() as db:
@@ -299,11 +299,15 @@ class Validator:
             return got
 
     def _running(self, node: str) -> bool:
-        return bool(
-            self.engine.journal.scalar(
-                "SELECT COUNT(*) FROM validations WHERE node=? AND state='running'", (node,)
-            )
+        return self.running(node) is not None
+
+    def running(self, node: str, gating: bool = False) -> int | None:
+        """The id of the node's running validation (``gating``: one a release waits for)."""
+        extra = " AND trigger!='on_demand'" if gating else ""
+        got = self.engine.journal.scalar(
+            f"SELECT id FROM validations WHERE node=? AND state='running'{extra}", (node,)
         )
+        return None if got is None else int(got)
 
     # ------------------------------------------------------------------ the tick
     def tick(self) -> None:

@@ -283,6 +283,9 @@ async def test_a_manual_release_is_validated_first_when_the_policy_says_so(
         r = await client.post(f"/api/v1/nodes/{NODE}/release?who=ops", headers=AUTH)
         assert r.status == 202 and (await r.json())["validation"]["trigger"] == "manual"
         assert state(svc) == "validating"
+        r = await client.post(f"/api/v1/nodes/{NODE}/release?who=ops", headers=AUTH)
+        body = await r.json()
+        assert r.status == 409 and body["guard"] == "validation" and "runs" in body["reason"]
         deadline = time.monotonic() + 15
         while state(svc) == "validating" and time.monotonic() < deadline:
             svc.worker.wake.set()
