@@ -57,6 +57,11 @@ class Service:
         """A manual release: validated first when the policy says so (202 and the run),
         else released now (200, or 409 with the denying guard)."""
         vp, rec = self.policy.validation, self.journal.node(node)
+        vid = self.validator.running(node, gating=True)
+        if vid is not None:  # on Slurm the node sits in our reservation: nothing to resume yet
+            return 409, {"node": node, "released": False, "guard": "validation",
+                         "reason": f"validation #{vid} runs; the node is released when it "
+                         "passes (or ask again once it ended)"}  # fmt: skip
         held = rec is not None and rec["state"] not in ("released", None)
         if (
             vp.manual_release
@@ -72,11 +77,6 @@ class Service:
                 "reason": "validation first; released when it passes",
                 "validation": last,
             }
-        vid = self.validator.running(node, gating=True)
-        if vid is not None:  # on Slurm the node sits in our reservation: nothing to resume yet
-            return 409, {"node": node, "released": False, "guard": "validation",
-                         "reason": f"validation #{vid} runs; the node is released when it "
-                         "passes (or ask again once it ended)"}  # fmt: skip
         v = self.engine.release(node, True, who)
         body = {"node": node, "released": v.allow, "guard": v.guard, "reason": v.reason}
         return (200 if v.allow else 409), body
