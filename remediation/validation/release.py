@@ -313,13 +313,26 @@ class Validator:
     def tick(self) -> None:
         """Poll every running validation; conclude the finished and the overdue ones."""
         e = self.engine
-        for r in e.journal.rows("SELECT * FROM validations WHERE state='running' ORDER BY id"):
-            with self.lock:
+        for row in e.journal.rows("SELECT id FROM validations WHERE state='running'"):
+            vid = int(row["id"])
+            with self.lock:  # read inside the lock: a start may have just saved its handle
+                rows = e.journal.rows(
+                    "SELECT * FROM validations WHERE id=? AND state='running'", (vid,)
+                )
+                if not rows:
+                    continue
                 try:
-                    self._poll(r)
+                    self._poll(rows[0])
                 except Exception as ex:  # a bug or runner error: fail closed, never stuck
                     reason = f"runner error: {type(ex).__name__}: {ex}"
-                    self._conclude(int(r["id"]), _failed(r["suite"], reason), r)
+                    self._conclude(vid, _failed(rows[0]["suite"], reason), rows[0])
+        with self.lock:  # a crash between a verdict and its consequence: validate again
+            for r in e.journal.rows(
+                "SELECT node FROM nodes WHERE state='validating' AND node NOT IN "
+                "(SELECT node FROM validations WHERE state='running')"
+            ):
+                with e.journal.tx() as db:
+                    db.execute("UPDATE nodes SET state='probation' WHERE node=?", (r["node"],))
 
     def _poll(self, r: dict[str, Any]) -> None:
         e, vid, now = self.engine, int(r["id"]), self.engine.clock.now()

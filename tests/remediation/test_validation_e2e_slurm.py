@@ -33,7 +33,9 @@ async def concluded(svc: Service, node: str, n: int, timeout: float = 30.0) -> d
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         runs = await asyncio.to_thread(svc.validator.list, node, 10)
-        if len(runs) >= n and runs[0]["state"] != "running":
+        rec = await asyncio.to_thread(svc.journal.node, node)
+        done = len(runs) >= n and runs[0]["state"] != "running"
+        if done and rec is not None and rec["state"] != "validating":  # and acted on
             await svc.worker.idle(20)  # the escalated action, if any, has run
             return runs[0]
         svc.worker.wake.set()

@@ -330,3 +330,21 @@ def test_check_prints_the_validation_policy(
     out = capsys.readouterr().out
     assert "validation suite nvlink-check: nccl (nccl-tests, 20 s); deadline 620 s" in out
     assert "nvlink -> nvlink-check; manual releases not validated; inspection after 3" in out
+
+
+def test_a_crash_between_a_verdict_and_its_consequence_validates_again(tmp_path: Path) -> None:
+    clock = FakeClock()
+    svc = make(tmp_path, clock, ["all_reduce_perf-8gpu.txt"])
+    fault_then_resolve(svc, clock)
+    clock.advance(61)
+    svc.engine.tick()
+    [first] = svc.validator.list(NODE, 1)
+    svc.validator.runner.stop(json.loads(  # type: ignore[union-attr]
+        svc.journal.rows("SELECT handle FROM validations")[0]["handle"]), "failed")  # fmt: skip
+    with svc.journal.tx() as db:  # the verdict was committed, then the process died
+        db.execute("UPDATE validations SET state='passed' WHERE id=?", (first["id"],))
+    assert state(svc) == "validating"
+    svc.engine.tick()  # never stuck: probation is over, so the suite runs again
+    runs = svc.validator.list(NODE, 5)
+    assert len(runs) == 2 and runs[0]["state"] == "running" and state(svc) == "validating"
+    assert until_concluded(svc)["state"] == "passed" and state(svc) == "released"
