@@ -37,6 +37,7 @@ class Engine:
     metrics: Metrics
     silences: Silences = field(default_factory=NoSilences)
     pager: Pager = field(default_factory=NoPager)
+    validator: Any = None  # remediation.validation.release.Validator: suites before release
 
     # ------------------------------------------------------------------ pause / breaker
     @property
@@ -163,8 +164,11 @@ class Engine:
         v = deny("error", f"internal error: {type(error).__name__}: {error}")
         self._record(alert, alert.node, alert.labels.get("fault_class", ""), "notify", v, {})
 
-    def decide(self, alert: Alert, alert_started: float | None = None) -> int | None:
-        """Decide one accepted alert; returns the id of the action to execute, if any."""
+    def decide(
+        self, alert: Alert, alert_started: float | None = None, min_occurrence: int = 0
+    ) -> int | None:
+        """Decide one accepted alert; returns the id of the action to execute, if any.
+        ``min_occurrence``: climb at least that far (a node failing validation too often)."""
         if alert.status == "resolved":
             self._resolved(alert)
             return None
@@ -195,6 +199,7 @@ class Engine:
                 )
                 return self._record(alert, node, fc, "notify", v, {"incident": incident["id"]})
         occurrence = self.journal.occurrences(node, fc, now - p.recurrence_window_s) + 1
+        occurrence = max(occurrence, min_occurrence)
         action = guards.choose_action(p, alert, occurrence)
         s = self._situation(alert, action, now)
         if action in DISRUPTIVE and not s.scheduler_error and s.node is None:
@@ -382,6 +387,8 @@ class Engine:
         passed (if the policy allows); returns them. Inspection is left only by hand."""
         p, now, released = self.policy, self.clock.now(), []
         self.breaker_open()
+        if self.validator is not None:
+            self.validator.tick()  # running validations: pass -> release, fail -> escalate
         self.journal.prune_flags(now - 2 * max(p.storm_window_s, p.storm_quiet_s))
         for r in self.journal.rows(
             "SELECT * FROM nodes WHERE state='quarantined' AND resolved_at IS NOT NULL"
@@ -399,6 +406,8 @@ class Engine:
                 continue
             if self.journal.firing_fingerprints(r["node"]):
                 continue
+            if self.validator is not None and self.validator.gate(r, "probation", "probation"):
+                continue  # the suite runs first; the validator releases the node if it passes
             ok, why = validate(self.policy.validate_command, r["node"])
             if not ok:
                 self._record(None, r["node"], "", "release", deny("validation", why), {})

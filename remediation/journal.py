@@ -62,7 +62,7 @@ MIGRATIONS = (
     ("steps", "deadline", "REAL"),
 )
 # Nodes gpuwarden holds out of service (or may hold: a failed action may have half-drained).
-HELD_STATES = ("quarantined", "probation", "inspection", "action_failed")
+HELD_STATES = ("quarantined", "probation", "inspection", "action_failed", "validating")
 
 
 class Journal:
