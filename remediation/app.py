@@ -95,7 +95,7 @@ class Api:
         return web.json_response({"status": "ok"})
 
     async def nodes(self, request: web.Request) -> web.Response:
-        rows = await asyncio.to_thread(self.svc.journal.read, "SELECT * FROM nodes ORDER BY node")
+        rows = await asyncio.to_thread(self.svc.nodes)
         status = await asyncio.to_thread(self.svc.status)
         return web.json_response({"nodes": rows, **status})
 
@@ -119,11 +119,39 @@ class Api:
     async def release(self, request: web.Request) -> web.Response:
         name = request.match_info["node"]
         who = request.query.get("who", "api")[:64]
-        v = await asyncio.to_thread(self.svc.engine.release, name, True, who)
-        return web.json_response(
-            {"node": name, "released": v.allow, "guard": v.guard, "reason": v.reason},
-            status=200 if v.allow else 409,
-        )
+        status, body = await asyncio.to_thread(self.svc.request_release, name, who)
+        return web.json_response(body, status=status)
+
+    async def validate(self, request: web.Request) -> web.Response:
+        """Run the node's suite now (202 and the run; the tick concludes it), or 409."""
+        from remediation.validation.release import ValidationError
+
+        name = request.match_info["node"]
+        who = request.query.get("who", "api")[:64]
+        try:
+            run = await asyncio.to_thread(
+                self.svc.validator.start, name, "on_demand", who, request.query.get("suite")
+            )
+        except ValidationError as e:
+            return _err(409, str(e))
+        self.svc.worker.wake.set()
+        return web.json_response({"validation": run}, status=202)
+
+    async def validations(self, request: web.Request) -> web.Response:
+        try:
+            limit = max(1, min(10_000, int(request.query.get("limit", "50"))))
+        except ValueError:
+            return _err(400, "limit must be an integer")
+        rows = await asyncio.to_thread(self.svc.validator.list, request.query.get("node"), limit)
+        return web.json_response({"validations": rows})
+
+    async def validation(self, request: web.Request) -> web.Response:
+        try:
+            vid = int(request.match_info["id"])
+        except ValueError:
+            return _err(400, "validation id must be an integer")
+        run = await asyncio.to_thread(self.svc.validator.get, vid)
+        return _err(404, f"no validation {vid}") if run is None else web.json_response(run)
 
     async def pause(self, request: web.Request) -> web.Response:
         paused = request.path.endswith("/pause")
@@ -154,6 +182,9 @@ def build_app(svc: Service) -> web.Application:
     app.router.add_get("/api/v1/nodes/{node}", api.node)
     app.router.add_get("/api/v1/decisions", api.decisions)
     app.router.add_post("/api/v1/nodes/{node}/release", api.release)
+    app.router.add_post("/api/v1/nodes/{node}/validate", api.validate)
+    app.router.add_get("/api/v1/validations", api.validations)
+    app.router.add_get("/api/v1/validations/{id}", api.validation)
     app.router.add_post("/api/v1/pause", api.pause)
     app.router.add_post("/api/v1/resume", api.pause)
     app.router.add_post("/api/v1/breaker/reset", api.breaker_reset)

@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         lines, problems = policy_check.check(svc.policy, topology.load(s.topology))
         svc.journal.close()
-        print("\n".join([mode, *warnings, *lines]))
+        print("\n".join([mode, *warnings, *lines, *svc.policy.validation.describe()]))
         for problem in problems:
             print(f"gpuwarden-remediation: {problem}", file=sys.stderr)
         if problems:

@@ -38,6 +38,7 @@ class Engine:
     metrics: Metrics
     silences: Silences = field(default_factory=NoSilences)
     pager: Pager = field(default_factory=NoPager)
+    validator: Any = None  # remediation.validation.release.Validator: suites before release
 
     # ------------------------------------------------------------------ pause / breaker
     @property
@@ -164,8 +165,11 @@ class Engine:
         v = deny("error", f"internal error: {type(error).__name__}: {error}")
         self._record(alert, alert.node, alert.labels.get("fault_class", ""), "notify", v, {})
 
-    def decide(self, alert: Alert, alert_started: float | None = None) -> int | None:
-        """Decide one accepted alert; returns the id of the action to execute, if any."""
+    def decide(
+        self, alert: Alert, alert_started: float | None = None, min_occurrence: int = 0
+    ) -> int | None:
+        """Decide one accepted alert; returns the id of the action to execute, if any.
+        ``min_occurrence``: climb at least that far (a node failing validation too often)."""
         if alert.labels.get("fault_class") == storage_mod.STORAGE_CLASS:
             self._storage_alert(alert)  # shared storage: recorded, never a node action
             return None
@@ -199,6 +203,7 @@ class Engine:
                 )
                 return self._record(alert, node, fc, "notify", v, {"incident": incident["id"]})
         occurrence = self.journal.occurrences(node, fc, now - p.recurrence_window_s) + 1
+        occurrence = max(occurrence, min_occurrence)
         action = guards.choose_action(p, alert, occurrence)
         s = self._situation(alert, action, now)
         held_back = self._checkpoint_held_back(s) if action == "checkpoint_restart" else None
@@ -430,6 +435,8 @@ class Engine:
         passed (if the policy allows); returns them. Inspection is left only by hand."""
         p, now, released = self.policy, self.clock.now(), []
         self.breaker_open()
+        if self.validator is not None:
+            self.validator.tick()  # running validations: pass -> release, fail -> escalate
         self.journal.prune_flags(now - 2 * max(p.storm_window_s, p.storm_quiet_s))
         for r in self.journal.rows(
             "SELECT * FROM nodes WHERE state='quarantined' AND resolved_at IS NOT NULL"
@@ -447,6 +454,8 @@ class Engine:
                 continue
             if self.journal.firing_fingerprints(r["node"]):
                 continue
+            if self.validator is not None and self.validator.gate(r, "probation", "probation"):
+                continue  # the suite runs first; the validator releases the node if it passes
             ok, why = validate(self.policy.validate_command, r["node"])
             if not ok:
                 self._record(None, r["node"], "", "release", deny("validation", why), {})

@@ -63,7 +63,7 @@ MIGRATIONS = (
     ("incidents", "subject", "TEXT"),  # what a cluster incident (node '') is about: a mount
 )
 # Nodes gpuwarden holds out of service (or may hold: a failed action may have half-drained).
-HELD_STATES = ("quarantined", "probation", "inspection", "action_failed")
+HELD_STATES = ("quarantined", "probation", "inspection", "action_failed", "validating")
 
 
 class Journal:

@@ -19,6 +19,8 @@ import yaml
 from common.settings import SettingsError
 from remediation.model import ACTIONS
 from remediation.storage import FALLBACKS
+from remediation.validation import config as validation_config
+from remediation.validation.config import ValidationPolicy
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Policy:
     incident_window_s: float = 120.0
     action_retries: int = 3
     retry_backoff_s: float = 30.0
+    validation: ValidationPolicy = field(default_factory=ValidationPolicy)
 
     def rule_for(self, labels: Mapping[str, str]) -> Rule | None:
         return next((r for r in self.rules if r.matches(labels)), None)
@@ -181,6 +184,7 @@ _KNOWN = {
     "kubernetes",
     "incident_window_s",
     "retry",
+    "validation",
 }
 
 
@@ -251,6 +255,7 @@ def parse(data: Mapping[str, Any]) -> Policy:
         incident_window_s=_num(data, "incident_window_s", 120.0, ""),
         action_retries=_int(retry, "max_attempts", 3, "retry", 1),
         retry_backoff_s=_num(retry, "backoff_s", 30.0, "retry"),
+        validation=validation_config.parse(data.get("validation")),
     )
 
 

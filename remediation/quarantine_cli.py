@@ -1,4 +1,6 @@
-"""`gpuwarden quarantine list|show|release|pause|resume|history|breaker reset`: the operator's CLI.
+"""`gpuwarden quarantine list|show|release|validate|pause|resume|history|breaker reset`.
+
+The operator's CLI.
 
 A thin client of the service's /api/v1/ (same credentials as the webhook: the token from
 GPUWARDEN_WEBHOOK_TOKEN or --token-file, never a command-line value).
@@ -32,6 +34,11 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("show", help="one node and its decisions").add_argument("node")
     rel = sub.add_parser("release", help="put a node back in service (only gpuwarden's drains)")
     rel.add_argument("node")
+    val = sub.add_parser("validate", help="run the node's validation suite now; print the verdict")
+    val.add_argument("node")
+    val.add_argument("--suite", help="a suite of the policy (default: the node's fault class's)")
+    val.add_argument("--no-wait", action="store_true", help="start it and print its id")
+    val.add_argument("--wait-s", type=float, default=7200.0, help="how long to wait for it")
     sub.add_parser("pause", help="stop acting (decisions are still recorded)")
     sub.add_parser("resume", help="act again")
     brk = sub.add_parser("breaker", help="the storm breaker")
@@ -74,7 +81,30 @@ def _decision_lines(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _validation(v: dict[str, Any] | None) -> str:
+    if not v:
+        return ""
+    return f"  validation {v['state']} #{v['id']} ({v['suite']}, {_when(v['started_at'])})"
+
+
+def _verdict_lines(v: dict[str, Any]) -> list[str]:
+    lines = [
+        f"validation #{v['id']} of {v['node']}: {v['state']} (suite {v['suite']}, "
+        f"{v['trigger']} by {v['who']})"
+    ]
+    if v.get("reason"):
+        lines.append(f"  {v['reason']}")
+    for step in (v.get("evidence") or {}).get("steps", []):
+        meas = ", ".join(f"{k}={val:g}" for k, val in sorted(step["measurements"].items()))
+        word = "ok" if step["passed"] else "FAILED"
+        lines.append(f"  {step['step']}: {word}" + (f" ({meas})" if meas else ""))
+        lines += [f"    {r}" for r in step["reasons"]]
+    return lines
+
+
 def render(command: str, body: Any) -> list[str]:
+    if command == "validate":
+        return _verdict_lines(body) if "state" in body else [str(body.get("error", body))]
     if command == "list":
         head = (
             f"paused={body['paused']} breaker_open={body['breaker_open']} "
@@ -82,7 +112,7 @@ def render(command: str, body: Any) -> list[str]:
         )
         return [head] + [
             f"{n['node']:<16} {n['state']:<12} {n['fault_class'] or '-':<14} "
-            f"{n['action'] or '-':<18} since {_when(n['since'])}"
+            f"{n['action'] or '-':<18} since {_when(n['since'])}" + _validation(n.get("validation"))
             for n in body["nodes"]
         ]
     if command == "show":
@@ -90,6 +120,10 @@ def render(command: str, body: Any) -> list[str]:
         return [json.dumps(node, sort_keys=True), *_decision_lines(body["history"])]
     if command == "history":
         return _decision_lines(body["decisions"])
+    if command == "release" and body.get("validation"):
+        v = body["validation"]
+        return [f"{body.get('node')}: validation #{v['id']} ({v['suite']}) runs first; "
+                "released when it passes (gpuwarden quarantine list shows it)"]  # fmt: skip
     if command == "release":
         word = "released" if body.get("released") else "NOT released"
         return [f"{body.get('node')}: {word} ({body.get('guard')}: {body.get('reason')})"]
@@ -109,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             status, body = call(
                 args, "POST", f"nodes/{urllib.parse.quote(args.node)}/release", who=who
             )
+        elif c == "validate":
+            status, body = _validate(args, who)
         elif c in ("pause", "resume"):
             status, body = call(args, "POST", c, who=who)
         elif c == "breaker":
@@ -125,4 +161,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     print(json.dumps(body, indent=2, sort_keys=True) if args.json else "\n".join(render(c, body)))
-    return 0 if status == 200 else 1
+    if c == "validate":
+        return 0 if status in (200, 202) and body.get("state") in ("passed", "running") else 1
+    return 0 if status == 200 or (status == 202 and c == "release") else 1
+
+
+def _validate(args: argparse.Namespace, who: str) -> tuple[int, Any]:
+    """Start the run, then (unless --no-wait) poll it until it is concluded."""
+    path = f"nodes/{urllib.parse.quote(args.node)}/validate"
+    status, body = call(args, "POST", path, who=who, suite=args.suite)
+    if status != 202:
+        return status, body
+    run = body["validation"]
+    deadline = time.monotonic() + args.wait_s
+    while not args.no_wait and run["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(1.0)
+        status, run = call(args, "GET", f"validations/{run['id']}")
+        if status != 200:
+            return status, run
+    return 202 if run["state"] == "running" else 200, run

@@ -26,6 +26,7 @@ from remediation.pager import AlertmanagerPager, NoPager
 from remediation.policy import Policy
 from remediation.settings import Settings
 from remediation.silences import AlertmanagerSilences, NoSilences, Silences
+from remediation.validation.release import SuiteRunner, Validator
 from remediation.worker import Worker
 
 
@@ -41,6 +42,44 @@ class Service:
     metrics: Metrics
     clock: Clock
     credentials: auth.Credentials | None
+
+    @property
+    def validator(self) -> Validator:
+        return self.engine.validator  # type: ignore[no-any-return]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """The nodes table (read-only connection), each with its last validation."""
+        rows = self.journal.read("SELECT * FROM nodes ORDER BY node")
+        last = self.validator.latest()
+        return [{**r, "validation": last.get(r["node"])} for r in rows]
+
+    def request_release(self, node: str, who: str) -> tuple[int, dict[str, Any]]:
+        """A manual release: validated first when the policy says so (202 and the run),
+        else released now (200, or 409 with the denying guard)."""
+        vp, rec = self.policy.validation, self.journal.node(node)
+        vid = self.validator.running(node, gating=True)
+        if vid is not None:  # on Slurm the node sits in our reservation: nothing to resume yet
+            return 409, {"node": node, "released": False, "guard": "validation",
+                         "reason": f"validation #{vid} runs; the node is released when it "
+                         "passes (or ask again once it ended)"}  # fmt: skip
+        held = rec is not None and rec["state"] not in ("released", None)
+        if (
+            vp.manual_release
+            and held
+            and vp.suite_for(rec["fault_class"]) is not None  # type: ignore[index]
+            and self.validator.gate(rec, "manual", who)  # type: ignore[arg-type]
+        ):
+            last = self.validator.latest().get(node)
+            return 202, {
+                "node": node,
+                "released": False,
+                "guard": "validation",
+                "reason": "validation first; released when it passes",
+                "validation": last,
+            }
+        v = self.engine.release(node, True, who)
+        body = {"node": node, "released": v.allow, "guard": v.guard, "reason": v.reason}
+        return (200 if v.allow else 409), body
 
     def status(self) -> dict[str, Any]:
         return {
@@ -117,6 +156,32 @@ def make_backend(
     raise SettingsError(f"--backend {s.backend}: no such backend")
 
 
+def make_suite_runner(pol: Policy, real: Backend | None) -> SuiteRunner | None:
+    """Where validation suites run: a Slurm job in our reservation, or a Kubernetes Job
+    pinned to the node. None under dry-run (the run is recorded, not made)."""
+    vp = pol.validation
+    if pol.dry_run or real is None or not vp.suites:
+        return None
+    if isinstance(real, SlurmBackend):
+        from remediation.validation.release import SlurmSuiteRunner
+        from remediation.validation.slurm import SlurmValidation
+
+        return SlurmSuiteRunner(SlurmValidation(real.runner, vp.out_dir))
+    if real.name == "kubernetes":
+        from remediation.validation.kubernetes import KubernetesValidation
+        from remediation.validation.release import KubernetesSuiteRunner
+
+        if not vp.kube_image:
+            raise SettingsError(
+                "policy validation.kubernetes.image: required to run suites on Kubernetes"
+            )
+        api = real.api  # type: ignore[attr-defined]
+        return KubernetesSuiteRunner(
+            KubernetesValidation(api, vp.kube_namespace, vp.kube_image, vp.kube_gpus)
+        )
+    return None
+
+
 def build(
     s: Settings,
     *,
@@ -124,6 +189,7 @@ def build(
     backend: Backend | None = None,
     runner: Runner | None = None,
     silences: Silences | None = None,
+    suite_runner: SuiteRunner | None = None,
 ) -> Service:
     pol = policy.load(s.policy)
     creds = auth.load(s.webhook_token, s.webhook_token_file, s.webhook_basic_auth_file)
@@ -148,6 +214,7 @@ def build(
         silences = AlertmanagerSilences(s.alertmanager) if s.alertmanager else NoSilences()
     pager = AlertmanagerPager(s.alertmanager) if s.alertmanager else NoPager()
     engine = Engine(journal, chosen, pol, clock, metrics, silences, pager)
+    engine.validator = Validator(engine, suite_runner or make_suite_runner(pol, real))
     executor = Executor(journal, chosen, pol, clock.now, lambda: engine.paused)
     worker = Worker(engine, executor, s.tick_s)
     return Service(

@@ -292,8 +292,24 @@ def test_remediation_rbac_grants_exactly_what_its_kubernetes_backend_needs(docs:
     assert not any("resourceNames" in r or "nonResourceURLs" in r for r in role["rules"])
     # pod patch (the checkpoint annotation) only where a job namespace binds it
     checkpoint = one(docs, "ClusterRole", "gpuwarden-remediation-checkpoint")
-    assert rbac_grants(checkpoint) == {("", "pods", "patch")}
-    assert len(of_kind(docs, "ClusterRole", "Role")) == 2
+    assert rbac_grants(checkpoint) == {
+        ("", "pods", "patch"),
+        ("", "pods", "delete"),  # a gang restarted whole (JobSet, PyTorchJob, PodGroup)
+        ("bus.volcano.sh", "commands", "create"),  # a Volcano vcjob's RestartJob
+    }
+    # validation Jobs: only in gpuwarden's own namespace
+    validation = one(docs, "Role", "gpuwarden-remediation-validation")
+    assert validation["metadata"]["namespace"] == "gpuwarden"
+    assert rbac_grants(validation) == {
+        ("batch", "jobs", "create"), ("batch", "jobs", "get"), ("batch", "jobs", "delete"),
+        ("", "pods/log", "get"),
+    }  # fmt: skip
+    vbind = one(docs, "RoleBinding", "gpuwarden-remediation-validation")
+    assert vbind["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                "name": "gpuwarden-remediation-validation"}  # fmt: skip
+    assert vbind["subjects"] == [{"kind": "ServiceAccount", "name": "gpuwarden-remediation",
+                                  "namespace": "gpuwarden"}]  # fmt: skip
+    assert len(of_kind(docs, "ClusterRole", "Role")) == 3
     assert len(of_kind(docs, "ClusterRoleBinding")) == 1
     job_ns = build(KUBE / "job-namespace")
     (rb,) = of_kind(job_ns, "RoleBinding")
@@ -417,3 +433,49 @@ def test_alertmanager_gets_the_token_from_the_secret_remediation_mounts(docs: li
     (matcher,) = amc["spec"]["route"]["matchers"]
     assert bare["matchers"] == [f'{matcher["name"]}{matcher["matchType"]}"{matcher["value"]}"']
     assert bare["group_by"] == amc["spec"]["route"]["groupBy"]
+
+
+# What each KubeApi method (remediation/backends/kubeapi.py) needs from RBAC. The custom
+# object calls are resolved by the constants their callers pass (checked below).
+KUBEAPI_GRANTS: dict[str, set[tuple[str, str, str]]] = {
+    "list_nodes": {("", "nodes", "list")},
+    "read_node": {("", "nodes", "get")},
+    "patch_node": {("", "nodes", "patch")},
+    "list_pods": {("", "pods", "list")},
+    "read_pod": {("", "pods", "get")},
+    "patch_pod": {("", "pods", "patch")},
+    "evict": {("", "pods/eviction", "create")},
+    "delete_pod": {("", "pods", "delete")},
+    "create_job": {("batch", "jobs", "create")},
+    "read_job": {("batch", "jobs", "get")},
+    "delete_job": {("batch", "jobs", "delete")},
+    "list_pods_by_label": {("", "pods", "list")},
+    "read_pod_log": {("", "pods/log", "get")},
+    "list_custom": {(SNR, "selfnoderemediationtemplates", "list"),
+                    (SNR, "selfnoderemediations", "list")},
+    "create_custom": {(SNR, "selfnoderemediations", "create"),
+                      ("bus.volcano.sh", "commands", "create")},
+    "delete_custom": {(SNR, "selfnoderemediations", "delete")},
+}  # fmt: skip
+
+
+def test_the_shipped_rbac_grants_exactly_the_calls_the_kubernetes_code_makes(docs: list) -> None:
+    callers = [*(ROOT / "remediation" / "backends").glob("*.py"),
+               *(ROOT / "remediation" / "validation").glob("*.py")]  # fmt: skip
+    called = {
+        m
+        for f in callers
+        if f.name != "kubeapi.py"
+        for m in re.findall(r"\bapi\.(\w+)\(", f.read_text())
+    }
+    # a new call fails here until its grant is mapped above (and shipped)
+    assert called == set(KUBEAPI_GRANTS), sorted(called ^ set(KUBEAPI_GRANTS))
+    needed = set().union(*KUBEAPI_GRANTS.values())
+    granted = set().union(*(rbac_grants(r) for r in of_kind(docs, "ClusterRole", "Role")))
+    assert granted == needed, (sorted(granted - needed), sorted(needed - granted))
+    # the custom resources named above are the ones the code addresses
+    gangs = (ROOT / "remediation" / "backends" / "gangs.py").read_text()
+    kube = (ROOT / "remediation" / "backends" / "kubernetes.py").read_text()
+    assert "bus.volcano.sh" in gangs + kube and '"commands"' in gangs + kube
+    snr = (ROOT / "remediation" / "backends" / "noderemediation.py").read_text()
+    assert SNR in snr and "selfnoderemediationtemplates" in snr

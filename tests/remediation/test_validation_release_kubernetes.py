@@ -1,0 +1,93 @@
+"""Validation before release on Kubernetes, through the service: the suite runs as a Job
+bound to the cordoned node (kmock emulator); its pass uncordons the node."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import kmock
+import pytest
+
+from remediation.backends.kubeapi import OfficialKubeApi
+from remediation.backends.kubernetes import KubernetesBackend
+from remediation.clock import FakeClock
+from remediation.service import build
+from remediation.settings import Settings
+from remediation.validation.release import KubernetesSuiteRunner
+from tests.remediation.helpers import TOKEN
+from tests.remediation.test_kubernetes import node, writes
+from tests.remediation.test_validation_kubernetes import JOBS, complete, log_of
+from tests.remediation.test_validation_release import POLICY, fault_then_resolve, process, state
+
+NODE = "gpu-node-002"
+
+
+@pytest.fixture
+async def emu() -> AsyncIterator[kmock.KubernetesEmulator]:
+    async with kmock.KubernetesEmulator() as e, kmock.Server(e):
+        e.resources["v1/nodes"] = kmock.ResourceInfo()
+        e.resources["v1/pods"] = kmock.ResourceInfo()
+        e.resources["batch/v1/jobs"] = kmock.ResourceInfo(namespaced=True)
+        for i in range(1, 5):
+            e.objects[kmock.resource("v1/nodes"), None, f"gpu-node-00{i}"] = node(f"gpu-node-00{i}")
+        yield e
+
+
+@pytest.mark.parametrize(("nccl", "passes"), [("all_reduce_perf-8gpu.txt", True),
+                                              ("all_reduce_perf-slow.txt", False)])  # fmt: skip
+async def test_the_suite_runs_as_a_job_on_the_cordoned_node_and_its_pass_uncordons_it(
+    emu: kmock.KubernetesEmulator, tmp_path: Path, nccl: str, passes: bool
+) -> None:
+    text = (
+        POLICY.replace("STUB", "all_reduce_perf")
+        .replace("MAX", "3")
+        .replace("MORE", "kubernetes: {namespace: gpuwarden, image: registry.local/v:1}")
+    )
+    (tmp_path / "policy.yaml").write_text(text)
+    api = OfficialKubeApi.from_config(str(emu.url).rstrip("/"))
+    b = KubernetesBackend(api, sleep=lambda s: None)
+    clock = FakeClock()
+    s = Settings(policy=tmp_path / "policy.yaml", state_db=tmp_path / "s.db",
+                 webhook_token=TOKEN, backend="kubernetes")  # fmt: skip
+    svc = build(s, clock=clock, backend=b)
+    assert isinstance(svc.validator.runner, KubernetesSuiteRunner)
+    await asyncio.to_thread(fault_then_resolve, svc, clock)
+    clock.advance(61)
+    await asyncio.to_thread(svc.engine.tick)
+    assert state(svc) == "validating"
+    [name] = [k[2] for k in list(emu.objects) if k[0] == JOBS]
+    job = emu.objects[JOBS, "gpuwarden", name]
+    assert job["spec"]["template"]["spec"]["nodeName"] == NODE
+    assert (await asyncio.to_thread(svc.validator.list, NODE, 1))[0]["state"] == "running"
+    # a one-step suite: the pod log frames one step
+    log = log_of("dcgmi-diag-r3-pass.json", nccl).split("===gpuwarden-step 0 rc=0===\n")[1]
+    complete(emu, name, log.replace("step 1", "step 0"), ok=passes)
+    await asyncio.to_thread(svc.engine.tick)
+    await asyncio.to_thread(process, svc)
+    [last] = await asyncio.to_thread(svc.validator.list, NODE, 1)
+    assert last["state"] == ("passed" if passes else "failed")
+    deletes = [p for m, p, _ in writes(emu) if m == "DELETE"]
+    assert deletes == [f"/apis/batch/v1/namespaces/gpuwarden/jobs/{name}"]
+    spec = emu.objects[kmock.resource("v1/nodes"), None, NODE].get("spec") or {}
+    if passes:
+        assert state(svc) == "released" and not spec.get("unschedulable")
+    else:
+        assert state(svc) in ("quarantined", "probation") and spec.get("unschedulable")
+        acts = svc.journal.rows("SELECT action FROM actions ORDER BY id")
+        assert [a["action"] for a in acts] == ["drain", "checkpoint_restart"]  # one rung up
+    svc.journal.close()
+
+
+def test_a_kubernetes_policy_with_suites_needs_an_image(tmp_path: Path) -> None:
+    from common.settings import SettingsError
+    from remediation import policy as policy_mod
+    from remediation.service import make_suite_runner
+    from tests.remediation.helpers import live_policy
+
+    pol = policy_mod.loads(POLICY.replace("STUB", "x").replace("MAX", "3").replace("MORE", ""))
+    fake = KubernetesBackend(OfficialKubeApi.from_config("http://127.0.0.1:9"))
+    with pytest.raises(SettingsError, match=r"validation\.kubernetes\.image"):
+        make_suite_runner(pol, fake)
+    assert make_suite_runner(live_policy(), fake) is None  # no suites: nothing needed
