@@ -17,7 +17,9 @@ File format (every key optional; ``defaults`` apply to every node the file does 
 NDR, XDR (or EDR); ``power_limit_w`` is a power limit the administrator set on purpose (it
 is configuration, never a fault); ``ports`` maps each IB port to its leaf switch
 (rail-optimized fabrics: port i of every node of a scalable unit on leaf i; in ``defaults``
-it describes a whole scalable unit at once).
+it describes a whole scalable unit at once). A top-level ``ibnetdiscover: FILE`` (output of
+infiniband-diags' ``ibnetdiscover``, relative to the inventory file) fills every node's
+``ports`` from the fabric as cabled (:mod:`common.fabric`); the file's own ``ports`` win.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 import yaml
 
 from analyzer.window import Window
+from common import fabric
 from common.settings import SettingsError
 from exporter import catalog_specs
 
@@ -86,19 +89,30 @@ def _per_node(values: tuple[str, ...], nodes: tuple[str, ...]) -> tuple[str, ...
     return values if len(values) == len(nodes) else ("",) * len(nodes)
 
 
-def parse_inventory(doc: Any, where: str = "inventory") -> Inventory:
+def parse_inventory(doc: Any, where: str = "inventory", base: Path | None = None) -> Inventory:
     """An :class:`Inventory` from a parsed YAML document; SettingsError naming the bad entry."""
     if doc is None:
         return Inventory()
-    if not isinstance(doc, Mapping) or set(doc) - {"defaults", "nodes"}:
-        raise SettingsError(f"{where}: expected a mapping with 'defaults' and/or 'nodes'")
+    if not isinstance(doc, Mapping) or set(doc) - {"defaults", "nodes", "ibnetdiscover"}:
+        raise SettingsError(
+            f"{where}: expected a mapping with 'defaults', 'nodes' and/or 'ibnetdiscover'"
+        )
     nodes = doc.get("nodes") or {}
     if not isinstance(nodes, Mapping):
         raise SettingsError(f"{where}: 'nodes' must map node names to their inventory")
-    return Inventory(
-        nodes={str(n): _node(v, f"{where}: node {n}") for n, v in nodes.items()},
-        defaults=_node(doc.get("defaults") or {}, f"{where}: defaults"),
-    )
+    out = {str(n): _node(v, f"{where}: node {n}") for n, v in nodes.items()}
+    defaults = _node(doc.get("defaults") or {}, f"{where}: defaults")
+    if (disc := doc.get("ibnetdiscover")) is not None:
+        if not isinstance(disc, str):
+            raise SettingsError(f"{where}: 'ibnetdiscover' must be a file name")
+        cabled: dict[str, dict[str, str]] = {}
+        found = fabric.load_ibnetdiscover((base or Path()) / disc)
+        for (node, port), leaf in found.port_leaf.items():
+            cabled.setdefault(node, {})[port] = leaf
+        for node, ports in cabled.items():
+            inv = out.get(node, defaults)
+            out[node] = replace(inv, ports={**ports, **inv.ports})
+    return Inventory(nodes=out, defaults=defaults)
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -110,7 +124,7 @@ def load_inventory(path: str | Path) -> Inventory:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise SettingsError(f"inventory {path}: not YAML{at}") from None
-    return parse_inventory(doc, f"inventory {path}")
+    return parse_inventory(doc, f"inventory {path}", Path(path).parent)
 
 
 def _node(v: Any, where: str) -> NodeInventory:

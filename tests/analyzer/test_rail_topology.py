@@ -46,3 +46,27 @@ def test_the_inventory_maps_ports_to_leaves_and_rejects_a_bad_map():
     assert w.port_leaf[(1, 7)] == "su1-rail7" and len(w.port_leaf) == 16
     with pytest.raises(SettingsError, match="ports must map"):
         parse_inventory({"nodes": {"n1": {"ports": ["mlx5_0/1"]}}})
+
+
+def test_ports_cabled_as_ibnetdiscover_reports_make_a_leaf_outage_one_incident(tmp_path):
+    from pathlib import Path
+
+    from analyzer.inventory import load_inventory
+
+    fixture = Path(__file__).parents[2] / "fixtures" / "fabric" / "ibnetdiscover-rail-su.txt"
+    (tmp_path / "fabric.txt").write_text(fixture.read_text())
+    (tmp_path / "inv.yaml").write_text(
+        "ibnetdiscover: fabric.txt\nnodes: {gpu-node-004: {ports: {mlx5_0/1: spare-leaf}}}\n"
+    )
+    inv = load_inventory(tmp_path / "inv.yaml")
+    assert inv.of("gpu-node-004").ports["mlx5_0/1"] == "spare-leaf"  # the file's word wins
+    assert inv.of("gpu-node-004").ports["mlx5_1/1"] == "su1-leaf-rail1"
+    d = healthy(nodes=4)
+    d["nodes"] = tuple(f"gpu-node-{i:03d}" for i in range(1, 5))
+    d["metrics"][c.IB_PORT_STATE.name][-2:, :, 2] = 1  # HCA 2 of every node: rail 2's leaf
+    d["metrics"][c.IB_PORT_STATE.name][-2:, 1, 0] = 1  # and gpu-node-002's own mlx5_0
+    found = Engine(default_detectors()).cycle(inv.apply(window(d)))
+    assert keys(found) == {
+        ("su1-leaf-rail2", "switch=su1-leaf-rail2", "switch_degraded"),
+        ("gpu-node-002", "port=mlx5_0/1", "ib_port_down"),
+    }
