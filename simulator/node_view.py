@@ -18,9 +18,9 @@ from exporter.sources.sysfs import DictSysfs
 from simulator.effects import Event
 from simulator.frame import Frame
 from simulator.kernel_log import kmsg_lines
-from simulator.nvml_fake import FakeGpuState, FakeNvml
+from simulator.nvml_fake import FACTORIES, FakeGpuState, FakeNvml
 from simulator.state import IB_COUNTERS, IB_HW_COUNTERS
-from simulator.topology import GPUS, LINKS, PORTS, gpu_uuid, pci_bus_id
+from simulator.topology import GPUS, PORTS, gpu_uuid, pci_bus_id
 
 DRIVER = "550.127.05"
 ECC_COUNTER = (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC)
@@ -66,7 +66,7 @@ class NodeView:
         self, name: str, index: int, sku: str = "h100", mig_profile: str | None = None
     ) -> None:
         self.name, self.index, self.sku = name, index, sku
-        factory = FakeGpuState.h200 if sku == "h200" else FakeGpuState.h100
+        factory = FACTORIES.get(sku, FakeGpuState.h100)
         gpus = [factory(g, seed=name) for g in range(GPUS)]
         for g, gpu in enumerate(gpus):
             gpu.uuid, gpu.pci_bus_id = gpu_uuid(name, g), pci_bus_id(g)
@@ -160,10 +160,11 @@ def _gpu(gpu: FakeGpuState, f: Frame, i: int, g: int) -> None:
     gpu.pcie_gen = int(v[c.GPU_PCIE_GENERATION.name])
     gpu.pcie_width = int(v[c.GPU_PCIE_WIDTH.name])
     gpu.recovery_action = int(v[c.GPU_RECOVERY_ACTION.name])
-    gpu.nvlink_state = f[c.NVLINK_UP.name][i, g].astype(int).tolist()
-    err = f[c.NVLINK_ERRORS.name][i, g].astype(np.int64).tolist()
+    links = len(gpu.nvlink_state)  # the model's (A100 12, PCIe 0); the frame's rest is NaN
+    gpu.nvlink_state = f[c.NVLINK_UP.name][i, g, :links].astype(int).tolist()
+    err = f[c.NVLINK_ERRORS.name][i, g, :links].astype(np.int64).tolist()
     gpu.nvlink_errors = {
-        (lk, NVLINK_COUNTER[k]): err[lk][k] for lk in range(LINKS) for k in range(4) if err[lk][k]
+        (lk, NVLINK_COUNTER[k]): err[lk][k] for lk in range(links) for k in range(4) if err[lk][k]
     }
-    gpu.nvlink_tx_bytes = f[c.NVLINK_TRANSMIT.name][i, g].astype(np.int64).tolist()
-    gpu.nvlink_rx_bytes = f[c.NVLINK_RECEIVE.name][i, g].astype(np.int64).tolist()
+    gpu.nvlink_tx_bytes = f[c.NVLINK_TRANSMIT.name][i, g, :links].astype(np.int64).tolist()
+    gpu.nvlink_rx_bytes = f[c.NVLINK_RECEIVE.name][i, g, :links].astype(np.int64).tolist()

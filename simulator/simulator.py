@@ -124,7 +124,7 @@ class Simulator:
         return {str(g): str(jid) for g in range(job.gpus)}
 
     def _serve(self, node: str, i: int) -> _Served:
-        view = NodeView(node, i, self.fleet.topo.sku)
+        view = NodeView(node, i, self.fleet.sku_of[i])
         cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg)
         gpu = next(x for x in cols if isinstance(x, GpuCollector))
         cols.append(JobsCollector(view.jobs, gpu.identities, node))  # the prolog's job map
