@@ -58,7 +58,9 @@ def test_stale_files_leftovers_of_other_jobs_and_garbage_are_not_served(tmp_path
     (jobs / "0").write_text("77\n")
     (jobs / "1").write_text("99\n")
     checkpoint.publish_step(1.0, step_dir=str(steps), job="77", gpu="0", now=1000.0)
-    checkpoint.publish_step(1.0, step_dir=str(steps), job="77", gpu="1", now=1000.0)  # GPU 1: job 99
+    checkpoint.publish_step(
+        1.0, step_dir=str(steps), job="77", gpu="1", now=1000.0
+    )  # GPU 1: job 99
     checkpoint.publish_step(1.0, step_dir=str(steps), job="77", gpu="2", now=500.0)  # stale
     (steps / "66.gpu4").write_text("{not json")
     col = collector(steps, jobs)
