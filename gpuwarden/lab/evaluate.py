@@ -30,7 +30,7 @@ from analyzer.findings import Finding
 from analyzer.sources.frames import FrameBuffer
 from gpuwarden.lab.evaluation_baselines import Mahalanobis, StaticThresholds, ZScore
 from gpuwarden.lab.evaluation_metrics import EpisodeTracker, Truth, score
-from gpuwarden.lab.evaluation_scenarios import EXPLICIT, Planned, plan
+from gpuwarden.lab.evaluation_scenarios import EXPLICIT, MIXED_CONTROLS, Planned, plan
 from simulator.fleet import Fleet
 from simulator.model import SKUS
 from simulator.topology import port_name
@@ -87,12 +87,13 @@ def _inject(
     busy_until[fleet.nodes.index(node)] = p.onset + p.duration + 900
 
 
-def mixed_fleet(nodes: int, seed: int) -> Fleet:
+def mixed_fleet(nodes: int, seed: int, **kw: Any) -> Fleet:
     """The mixed-fleet evaluation: six racks (leaves), four of H100 SXM (NDR) and two of A100
     SXM (HDR, 12 NVLinks), the second H100 rack capped at 500 W by its administrator."""
     per_leaf = max(1, -(-nodes // 6))
     skus = ["h100" if i // per_leaf < 4 else "a100" for i in range(nodes)]
-    return Fleet(nodes, seed, nodes_per_leaf=per_leaf, skus=skus, power_caps={"leaf-02": 500.0})
+    return Fleet(nodes, seed, nodes_per_leaf=per_leaf, skus=skus, power_caps={"leaf-02": 500.0},
+                 **kw)  # fmt: skip
 
 
 def _for_model(fleet: Fleet, p: Planned, node: str) -> Planned:
@@ -130,7 +131,8 @@ def run_seed(
 ) -> dict[str, Any]:
     fleet = mixed_fleet(nodes, seed) if mixed else Fleet(nodes, seed)
     rng = np.random.default_rng(20_000 + seed)
-    planned = plan(seed, horizon, per_kind, controls, hardware)
+    planned = plan(seed, horizon, per_kind, controls, hardware,
+                   extra=tuple(MIXED_CONTROLS) if mixed else ())  # fmt: skip
     buf = FrameBuffer(fleet.nodes, 600.0, step, dict(enumerate(fleet.leaf_of)),
                       [port_name(p) for p in range(8)], sku=fleet.models)  # fmt: skip
     if missing > 0:
@@ -190,14 +192,21 @@ def run_seed(
 
 
 def run_stragglers(seed: int, nodes: int, slowdowns: Sequence[float], trials: int,
-                   step: float = 15.0, cycle: float = 30.0) -> dict[str, Any]:  # fmt: skip
+                   step: float = 15.0, cycle: float = 30.0, mixed: bool = False) -> dict[str, Any]:  # fmt: skip
     """One job spanning every node; one slow node at a time (plus pipeline-imbalance
-    controls): top-1 localisation, detection, and drains on the controls."""
-    fleet = Fleet(nodes, seed, idle_fraction=0.0)
-    fleet.jobs.place(np.arange(nodes), 0.0, fleet.rng, end=1e12, stages=4)
+    controls): top-1 localisation, detection, and drains on the controls. ``mixed``: the
+    mixed fleet, one job per GPU model, every rank waiting in NCCL at ~100 % utilisation."""
+    if mixed:
+        fleet = mixed_fleet(nodes, seed, idle_fraction=0.0, busy_wait=True)
+        for sku in sorted(set(fleet.sku_of)):
+            ranks = np.flatnonzero(np.array(fleet.sku_of) == sku)
+            fleet.jobs.place(ranks, 0.0, fleet.rng, end=1e12, stages=4)
+    else:
+        fleet = Fleet(nodes, seed, idle_fraction=0.0)
+        fleet.jobs.place(np.arange(nodes), 0.0, fleet.rng, end=1e12, stages=4)
     rng = np.random.default_rng(40_000 + seed)
     buf = FrameBuffer(fleet.nodes, 600.0, step, dict(enumerate(fleet.leaf_of)),
-                      [port_name(p) for p in range(8)])  # fmt: skip
+                      [port_name(p) for p in range(8)], sku=fleet.models)  # fmt: skip
     engine = Engine(default_detectors())
     trial_s, gap = 900.0, 300.0
     schedule = []
@@ -243,6 +252,7 @@ def run_stragglers(seed: int, nodes: int, slowdowns: Sequence[float], trials: in
                             "ttd_median_s": float(np.median(ttd)) if ttd else math.nan}  # fmt: skip
     ctrl = [i for i, k in enumerate(schedule) if k[0] == "pipeline_imbalance"]
     return {"seed": seed, "nodes": nodes, "slowdowns": rows, "imbalance_trials": len(ctrl),
+            "fleet": "mixed fleet, one job per model, collective waits" if mixed else "",
             "imbalance_drains": int(sum(drains[i] > 0 for i in ctrl))}  # fmt: skip
 
 
@@ -322,7 +332,8 @@ def table(agg: dict[str, Any], fault_free: dict[str, Any] | None, missing: dict[
         rows = ", ".join(
             f"{k}: top-1 {v['top1']:.2f} of {v['trials']}" for k, v in s["slowdowns"].items()
         )
-        lines.append(f"stragglers (seed {s['seed']}, one job on {s['nodes']} nodes): {rows}; "
+        where = s.get("fleet") or f"one job on {s['nodes']} nodes"
+        lines.append(f"stragglers (seed {s['seed']}, {where}): {rows}; "
                      f"imbalance controls drained {s['imbalance_drains']}/{s['imbalance_trials']}")  # fmt: skip
     return "\n".join(lines)
 
@@ -388,6 +399,9 @@ def _one_seed(
     if a.mixed:
         mixed.append(run_seed(seed, a.nodes, horizon, a.step, a.cycle, a.per_kind, a.controls,
                               compare=False, mixed=True))  # fmt: skip
+        if a.straggler_trials > 0:
+            strag.append(run_stragglers(seed, a.nodes, (0.03, 0.05, 0.1), a.straggler_trials,
+                                        a.step, a.cycle, mixed=True))  # fmt: skip
     return run, free, miss, strag, mixed
 
 
