@@ -28,6 +28,7 @@ from simulator import workers
 from simulator.model import SKUS
 from simulator.server import make_app
 from simulator.simulator import Simulator
+from simulator.topology import ibnetdiscover
 
 log = logging.getLogger("gpuwarden.simulate")
 
@@ -39,6 +40,7 @@ class SimulateSettings:
     seed: int | None = None  # None: the scenario's, else 0
     scenario: str | None = None
     file_sd: str | None = None
+    ibnetdiscover: str | None = None  # write the fabric as ibnetdiscover prints it
     compat: str | None = None
     time_scale: float = 1.0
     tick: float = 1.0
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--seed", help="seed; the same seed and scenario replay bit for bit (default 0)")
     a("--scenario", help="scenario YAML (fixtures/scenarios/*.yaml)")
     a("--file-sd", help="write Prometheus file_sd targets (one per node) to this path")
+    a("--ibnetdiscover", help="write the fleet's fabric in ibnetdiscover's format to this path")
     a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
     a("--time-scale", help="virtual seconds per wall second (default 1)")
     a("--tick", help="wall seconds between model steps at most (default 1)")
@@ -182,6 +185,8 @@ async def serve(sim: Simulator, s: SimulateSettings, stop: asyncio.Event) -> Non
         )
         addresses = [f"{host}:{bound + i}" for i in range(s.workers)]
         write_file_sd(s.file_sd, file_sd(sim, addresses))
+    if s.ibnetdiscover and not s.shard:
+        Path(s.ibnetdiscover).write_text(ibnetdiscover(sim.fleet.topo))
     log.info("simulating %d nodes on http://%s:%d", len(sim.fleet.nodes), host, bound)
     try:
         if s.duration:

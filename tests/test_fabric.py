@@ -64,3 +64,14 @@ def test_text_that_is_not_ibnetdiscover_output_is_refused_with_the_line():
     nameless = FIXTURE.read_text().replace('"gpu-node-001 mlx5_0"', '"HCA-1"')
     with pytest.raises(SettingsError, match="hostname> <device"):
         fabric.parse_ibnetdiscover(nameless)
+
+
+def test_the_simulated_fleets_fabric_reads_back_as_the_leaves_and_spines_it_was_built_with():
+    from simulator.topology import Topology, ibnetdiscover
+
+    topo = Topology(10, nodes_per_leaf=4)
+    found = fabric.parse_ibnetdiscover(ibnetdiscover(topo, spines=2))
+    doms = found.domains()
+    assert [doms[n]["leaf"] for n in topo.nodes] == list(topo.leaf_of)  # top-of-rack: one leaf
+    assert set(found.spine_group.values()) == {"spine-01"}  # a fat tree: one spine group
+    assert len(found.port_leaf) == 10 * 8
