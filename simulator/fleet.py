@@ -45,12 +45,19 @@ class Fleet:
         skus: Sequence[str] | None = None,
         power_caps: Mapping[str, float] | None = None,
         busy_wait: bool = False,
+        signals: Sequence[str] = (),
     ) -> None:
         if not 0.0 <= idle_fraction < 1.0:
             raise ValueError(f"idle_fraction must be in [0, 1), got {idle_fraction}")
         self.topo = Topology(nodes, nodes_per_leaf, sku)
         self.sku: model.Sku | model.NodeSkus = model.SKUS[sku]
         self.busy_wait = busy_wait  # NCCL collective waits show as ~100 % utilisation
+        bad = sorted(set(signals) - set(model.SIGNALS))
+        if bad:
+            raise ValueError(
+                f"unknown signal(s) {', '.join(bad)} (known: {', '.join(model.SIGNALS)})"
+            )
+        self.signals = tuple(signals)  # straggler signals beyond NVML's: profiling, step times
         self.sku_of = tuple(skus) if skus is not None else (sku,) * nodes  # per node
         if skus is not None or power_caps:
             self.sku = _mixed(self.topo, self.sku_of, dict(power_caps or {}))
@@ -171,7 +178,8 @@ class Fleet:
             self.jobs.stop_on(n, t1)
         self._blocked = eff.lost.any(axis=1) | eff.hung.any(axis=1) | eff.down
         ja = self._job_arrays()
-        g = model.gauges(self.state, ja, eff, self.sku, t0, t1, self.rng, self.busy_wait)
+        g = model.gauges(self.state, ja, eff, self.sku, t0, t1, self.rng, self.busy_wait,
+                         self.signals)  # fmt: skip
         events = sorted(eff.events, key=lambda e: (e.t, e.node, e.gpu))
         self.events.extend(events)
         for e in events:

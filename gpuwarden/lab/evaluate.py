@@ -192,12 +192,14 @@ def run_seed(
 
 
 def run_stragglers(seed: int, nodes: int, slowdowns: Sequence[float], trials: int,
-                   step: float = 15.0, cycle: float = 30.0, mixed: bool = False) -> dict[str, Any]:  # fmt: skip
+                   step: float = 15.0, cycle: float = 30.0, mixed: bool = False,
+                   signals: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """One job spanning every node; one slow node at a time (plus pipeline-imbalance
     controls): top-1 localisation, detection, and drains on the controls. ``mixed``: the
-    mixed fleet, one job per GPU model, every rank waiting in NCCL at ~100 % utilisation."""
+    mixed fleet, one job per GPU model, every rank waiting in NCCL at ~100 % utilisation;
+    ``signals``: the fleet also serves profiling activity and/or published step times."""
     if mixed:
-        fleet = mixed_fleet(nodes, seed, idle_fraction=0.0, busy_wait=True)
+        fleet = mixed_fleet(nodes, seed, idle_fraction=0.0, busy_wait=True, signals=signals)
         for sku in sorted(set(fleet.sku_of)):
             ranks = np.flatnonzero(np.array(fleet.sku_of) == sku)
             fleet.jobs.place(ranks, 0.0, fleet.rng, end=1e12, stages=4)
@@ -253,6 +255,7 @@ def run_stragglers(seed: int, nodes: int, slowdowns: Sequence[float], trials: in
     ctrl = [i for i, k in enumerate(schedule) if k[0] == "pipeline_imbalance"]
     return {"seed": seed, "nodes": nodes, "slowdowns": rows, "imbalance_trials": len(ctrl),
             "fleet": "mixed fleet, one job per model, collective waits" if mixed else "",
+            "signals": "+".join(signals) or "nvml",
             "imbalance_drains": int(sum(drains[i] > 0 for i in ctrl))}  # fmt: skip
 
 
@@ -333,6 +336,8 @@ def table(agg: dict[str, Any], fault_free: dict[str, Any] | None, missing: dict[
             f"{k}: top-1 {v['top1']:.2f} of {v['trials']}" for k, v in s["slowdowns"].items()
         )
         where = s.get("fleet") or f"one job on {s['nodes']} nodes"
+        if s.get("fleet"):
+            where += f", signals: {s.get('signals', 'nvml')}"
         lines.append(f"stragglers (seed {s['seed']}, {where}): {rows}; "
                      f"imbalance controls drained {s['imbalance_drains']}/{s['imbalance_trials']}")  # fmt: skip
     return "\n".join(lines)
@@ -399,9 +404,9 @@ def _one_seed(
     if a.mixed:
         mixed.append(run_seed(seed, a.nodes, horizon, a.step, a.cycle, a.per_kind, a.controls,
                               compare=False, mixed=True))  # fmt: skip
-        if a.straggler_trials > 0:
+        for signals in ((), ("activity",), ("steps",)) if a.straggler_trials > 0 else ():
             strag.append(run_stragglers(seed, a.nodes, (0.03, 0.05, 0.1), a.straggler_trials,
-                                        a.step, a.cycle, mixed=True))  # fmt: skip
+                                        a.step, a.cycle, mixed=True, signals=signals))  # fmt: skip
     return run, free, miss, strag, mixed
 
 
