@@ -12,6 +12,7 @@ File format (every key optional; ``defaults`` apply to every node the file does 
       gpu-node-001: {model: a100-sxm, hca: HDR, rack: r01, leaf: leaf-01, power_limit_w: 300}
       gpu-node-002: {model: "NVIDIA H100 80GB HBM3", rack: r02}
       gpu-node-003: {ports: {mlx5_0/1: su1-rail0, mlx5_1/1: su1-rail1}}  # leaf per port
+      gb200-001: {nvlink_domain: nvl72-01}  # an NVL72 rack's NVLink switch domain
 
 ``model`` is a key of :data:`exporter.catalog_specs.BY_KEY` or an NVML name; ``hca`` is HDR,
 NDR, XDR (or EDR); ``power_limit_w`` is a power limit the administrator set on purpose (it
@@ -36,7 +37,7 @@ from common import fabric
 from common.settings import SettingsError
 from exporter import catalog_specs
 
-FIELDS = ("model", "hca", "rack", "leaf", "power_limit_w", "ports")
+FIELDS = ("model", "hca", "rack", "leaf", "power_limit_w", "ports", "nvlink_domain")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class NodeInventory:
     leaf: str = ""
     power_limit_w: float | None = None
     ports: Mapping[str, str] = field(default_factory=dict)  # IB port (mlx5_0/1) -> its leaf
+    nvlink_domain: str = ""  # the NVL72 rack (NVLink switch domain) the node is in
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class Inventory:
             return w
         sku, hca = list(_per_node(w.sku, w.nodes)), list(_per_node(w.hca, w.nodes))
         rack, leaf, cap = dict(w.rack_of), dict(w.leaf_of), dict(w.power_cap_w)
-        port_leaf = dict(w.port_leaf)
+        port_leaf, nvl = dict(w.port_leaf), dict(w.nvlink_domain_of)
         port_ix = {p: j for j, p in enumerate(w.ports)}
         for i, name in enumerate(w.nodes):
             inv = self.of(name)
@@ -81,8 +83,10 @@ class Inventory:
                 leaf[i] = inv.leaf
             if inv.power_limit_w is not None:
                 cap[i] = inv.power_limit_w
+            if inv.nvlink_domain:
+                nvl[i] = inv.nvlink_domain
         return replace(w, sku=tuple(sku), hca=tuple(hca), rack_of=rack, leaf_of=leaf,
-                       power_cap_w=cap, port_leaf=port_leaf)  # fmt: skip
+                       power_cap_w=cap, port_leaf=port_leaf, nvlink_domain_of=nvl)  # fmt: skip
 
 
 def _per_node(values: tuple[str, ...], nodes: tuple[str, ...]) -> tuple[str, ...]:
@@ -149,5 +153,6 @@ def _node(v: Any, where: str) -> NodeInventory:
         hca=hca,
         rack=str(v.get("rack") or ""),
         leaf=str(v.get("leaf") or ""),
+        nvlink_domain=str(v.get("nvlink_domain") or ""),
         power_limit_w=float(cap) if cap is not None else None,
     )

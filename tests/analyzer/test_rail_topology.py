@@ -70,3 +70,24 @@ def test_ports_cabled_as_ibnetdiscover_reports_make_a_leaf_outage_one_incident(t
         ("su1-leaf-rail2", "switch=su1-leaf-rail2", "switch_degraded"),
         ("gpu-node-002", "port=mlx5_0/1", "ib_port_down"),
     }
+
+
+NVL72 = parse_inventory({"defaults": {"nvlink_domain": "nvl72-01"}})
+
+
+def test_a_failed_nvlink_switch_tray_is_one_incident_naming_the_nvlink_domain():
+    d = healthy(nodes=6)
+    d["metrics"][c.NVLINK_UP.name][-2:, :, :, 4:6] = 0  # the tray behind links 4-5 of every GPU
+    per_link = Engine(default_detectors()).cycle(window(d))
+    assert len([f for f in per_link if f.kind == "nvlink_down"]) == 6 * 8 * 2, "cause"
+    found = Engine(default_detectors()).cycle(NVL72.apply(window(d)))
+    assert keys(found) == {("nvl72-01", "nvlink_domain=nvl72-01", "switch_degraded")}
+    assert found[0].action == "notify"
+
+
+def test_a_link_down_on_one_node_of_a_healthy_nvlink_domain_stays_that_nodes_finding():
+    d = healthy(nodes=6)
+    d["metrics"][c.NVLINK_UP.name][-2:, 2, 3, 7] = 0
+    found = Engine(default_detectors()).cycle(NVL72.apply(window(d)))
+    assert keys(found) == {("node-02", "link=gpu3/7", "nvlink_down")}
+    assert found[0].action == "drain"
