@@ -48,6 +48,7 @@ class SimulateSettings:
     sku: str | None = None
     skus: str | None = None  # "h100:4,a100:2": racks (leaves) of each model, in order
     power_caps: str | None = None  # "leaf-06:500": an administrator's cap per rack, watts
+    signals: str | None = None  # "activity,steps": profiling activity, published step times
     duration: float = 0.0  # 0: until SIGINT/SIGTERM
     max_staleness: float = 0.0  # serve a node's last body for up to this long (load shedding)
     workers: int = 1  # processes; node i is served by worker i % workers on port + i % workers
@@ -96,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"{', '.join(SKUS)}); a rack is --nodes-per-leaf nodes, and --nodes defaults to the sum",
     )
     a("--power-caps", help="administrator power caps per rack: LEAF:WATTS,... (leaf-06:500)")
+    a("--signals", help="straggler signals beyond NVML: activity (SM/tensor profiling), steps "
+      "(per-rank step times the jobs publish); comma-separated")  # fmt: skip
     a("--duration", help="stop after this many wall seconds (default: run until Ctrl-C)")
     a(
         "--max-staleness",
@@ -164,7 +167,8 @@ def make_simulator(s: SimulateSettings) -> Simulator:
         raise ValueError(f"--skus names {len(skus)} nodes ({per_rack} per rack), --nodes {s.nodes}")
     nodes = len(skus) if skus is not None else s.nodes
     fleet = scenarios.build(sc, nodes=nodes, seed=s.seed, nodes_per_leaf=s.nodes_per_leaf,
-                            sku=s.sku, skus=skus, power_caps=caps(s.power_caps or ""))  # fmt: skip
+                            sku=s.sku, skus=skus, power_caps=caps(s.power_caps or ""),
+                            signals=tuple(x for x in (s.signals or "").split(",") if x) or None)  # fmt: skip
     return Simulator(fleet, dcgm=s.compat == "dcgm", time_scale=s.time_scale, tick_s=s.tick,
                      epoch=s.epoch, shard=(s.shard or 0, s.workers),
                      max_stale_s=s.max_staleness)  # fmt: skip

@@ -13,7 +13,9 @@ import numpy as np
 import pynvml
 
 from exporter import catalog as c
+from exporter.collectors.base import ReadErrors
 from exporter.sources.kmsg import ListKernelLog
+from exporter.sources.steps import StepReport
 from exporter.sources.sysfs import DictSysfs
 from simulator.effects import Event
 from simulator.frame import Frame
@@ -55,6 +57,18 @@ class SimJobMap:
         return dict(self.current)
 
 
+class SimSteps:
+    """This node's published step times (what ``checkpoint.publish_step`` would have written),
+    for fleets that model them: an exporter ``StepSource``."""
+
+    def __init__(self) -> None:
+        self.current: list[StepReport] = []
+        self.read_errors = ReadErrors()
+
+    def reports(self) -> list[StepReport]:
+        return list(self.current)
+
+
 def _base(p: int) -> str:
     return f"class/infiniband/mlx5_{p}"
 
@@ -76,6 +90,7 @@ class NodeView:
         self.sysfs = DictSysfs(self._static_files(index))
         self.kmsg = ListKernelLog()
         self.jobs = SimJobMap()
+        self.steps = SimSteps()
         self.events_seen = 0
         self._seq = 1000
 
@@ -106,10 +121,21 @@ class NodeView:
             if not gpu.lost:
                 _gpu(gpu, frame, i, g)
         self._ports(frame, i)
+        self._steps(frame, i)
         for e in events[self.events_seen :]:
             self._seq += 1
             self.kmsg.extend(kmsg_lines(e, self._seq, self.sku))
         self.events_seen = len(events)
+
+    def _steps(self, frame: Frame, i: int) -> None:
+        if c.JOB_STEP_SECONDS.name not in frame.metrics:
+            return
+        st = frame[c.JOB_STEP_SECONDS.name][i]
+        self.steps.current = [
+            StepReport(job, gpu, float(st[int(gpu)]), frame.t)
+            for gpu, job in self.jobs.current.items()
+            if int(gpu) < len(st) and np.isfinite(st[int(gpu)])
+        ]
 
     def _ports(self, frame: Frame, i: int) -> None:
         state = frame[c.IB_PORT_STATE.name][i].astype(int).tolist()
@@ -168,3 +194,10 @@ def _gpu(gpu: FakeGpuState, f: Frame, i: int, g: int) -> None:
     }
     gpu.nvlink_tx_bytes = f[c.NVLINK_TRANSMIT.name][i, g, :links].astype(np.int64).tolist()
     gpu.nvlink_rx_bytes = f[c.NVLINK_RECEIVE.name][i, g, :links].astype(np.int64).tolist()
+    # GPM profiling: the fleet's activity where it models it, else what utilisation implies
+    util = v[c.GPU_UTILIZATION.name]
+    sm = f.metrics.get(c.GPU_SM_ACTIVE.name)
+    tensor = f.metrics.get(c.GPU_TENSOR_ACTIVE.name)
+    gpu.sm_active_pct = 100 * (float(sm[i, g]) if sm is not None else 0.9 * util)
+    gpu.tensor_active_pct = 100 * (float(tensor[i, g]) if tensor is not None else 0.6 * util)
+    gpu.gr_engine_active_pct = 100 * util

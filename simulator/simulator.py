@@ -20,6 +20,7 @@ from exporter.assemble import collectors_for
 from exporter.collection import CollectionLoop
 from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.jobs import JobsCollector
+from exporter.collectors.steps import StepsCollector
 from simulator.faults import Fault, FaultError
 from simulator.fleet import Fleet
 from simulator.node_view import NodeView
@@ -128,6 +129,8 @@ class Simulator:
         cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg)
         gpu = next(x for x in cols if isinstance(x, GpuCollector))
         cols.append(JobsCollector(view.jobs, gpu.identities, node))  # the prolog's job map
+        if "steps" in self.fleet.signals:  # the training side's published step times
+            cols.append(StepsCollector(view.steps, gpu.identities, node, view.jobs))
         loop = CollectionLoop(cols, node, source="simulated", interval=15.0, dcgm=self.dcgm,
                               wall=self._wall)  # fmt: skip
         self._served[node] = served = _Served(view, loop)

@@ -90,6 +90,11 @@ class StragglerDetector:
             covered = np.isfinite(a).any(axis=(0, 2)) & busy
             if covered.sum() < self.min_nodes:
                 continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                level = np.nanmedian(a[:, covered, :])
+            if not level > (0 if name == "step time" else BUSY):
+                continue  # zeros from busy GPUs (profiling not really sampled): no signal
             if name == "step time":
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)

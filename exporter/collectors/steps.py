@@ -11,14 +11,14 @@ from __future__ import annotations
 from exporter.catalog import JOB_STEP_SECONDS, Sample
 from exporter.collectors.base import ReadErrors
 from exporter.sources.protocols import GpuLookup, JobMap
-from exporter.sources.steps import DirSteps
+from exporter.sources.steps import StepSource
 
 
 class StepsCollector:
     name = "steps"
 
     def __init__(
-        self, steps: DirSteps, gpus: GpuLookup, node: str, job_map: JobMap | None = None
+        self, steps: StepSource, gpus: GpuLookup, node: str, job_map: JobMap | None = None
     ) -> None:
         self.steps, self.gpus, self.node, self.job_map = steps, gpus, node, job_map
         self.read_errors: ReadErrors = steps.read_errors

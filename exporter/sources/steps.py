@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from exporter.collectors.base import ReadErrors
 from exporter.sources.jobmap import valid_job_id
@@ -28,6 +29,14 @@ class StepReport:
     gpu: str  # NVML index, or a UUID the collector resolves
     seconds: float
     time: float
+
+
+class StepSource(Protocol):
+    """Fresh step reports of this node (``DirSteps``; the simulator has its own)."""
+
+    read_errors: ReadErrors
+
+    def reports(self) -> list[StepReport]: ...
 
 
 class DirSteps:

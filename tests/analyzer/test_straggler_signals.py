@@ -73,3 +73,11 @@ def test_a_signal_only_a_few_ranks_publish_is_not_used():
     step_times(d, {1: 0.2})
     d["metrics"][c.JOB_STEP_SECONDS.name][:, 2:, :] = np.nan  # only nodes 0 and 1 publish
     assert StragglerDetector().detect(window(d)) == []
+
+
+def test_activity_that_reads_zero_on_busy_gpus_is_no_signal_and_utilisation_decides():
+    d = healthy()
+    d["metrics"][c.GPU_UTILIZATION.name][:, 4, :] += 0.1
+    d["metrics"][c.GPU_SM_ACTIVE.name] = np.zeros((41, 8, G))  # profiling not sampled
+    found = StragglerDetector().detect(window(d))
+    assert keys(found) == {("node-04", "node", "straggler")} and "by utilisation" in found[0].summary

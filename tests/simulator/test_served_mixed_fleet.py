@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -17,7 +18,8 @@ from analyzer.sources.scrape import ScrapeSource, load_targets
 from exporter import catalog as c
 from simulator.cli import SimulateSettings, file_sd, main, make_simulator
 from simulator.server import make_app
-from tests.simulator.test_server import samples
+from simulator.simulator import Simulator
+from tests.simulator.test_server import Clock, samples
 
 MIXED = SimulateSettings(skus="h100:1,a100:1,l40s:1", nodes_per_leaf=2, power_caps="leaf-02:300")
 
@@ -63,3 +65,28 @@ def test_the_nodes_follow_from_the_racks_and_a_bad_spec_stops_the_start(
     assert "--nodes 5" in capsys.readouterr().err
     assert main(["--skus", "h100:2", "--power-caps", "leaf-01"]) == 2
     assert "LEAF:WATTS" in capsys.readouterr().err
+
+
+async def test_a_fleet_with_published_step_times_and_profiling_serves_them_per_rank(
+    tmp_path: Path,
+) -> None:
+    fleet = make_simulator(
+        SimulateSettings(nodes=8, nodes_per_leaf=4, signals="activity,steps")
+    ).fleet
+    clock = Clock()
+    sim = Simulator(fleet, clock=clock, wall=lambda: 1.8e9)
+    (tmp_path / "sd.json").write_text(json.dumps(file_sd(sim, ["sim:9400"])))
+    async with TestClient(TestServer(make_app(sim))) as client:
+        src = ScrapeSource(load_targets(tmp_path / "sd.json"), fetcher=ViaApp(client))
+        await src.read(0.0)
+        clock.t += 1.0  # one tick: GPM profiling needs a second sample
+        w = await src.read(15.0)
+    frame = sim.frame
+    steps, sm = w.get(c.JOB_STEP_SECONDS), w.get(c.GPU_SM_ACTIVE)
+    assert steps is not None and sm is not None
+    want = frame[c.JOB_STEP_SECONDS.name]
+    published = np.isfinite(want)
+    assert published.any() and np.allclose(steps[-1][published], want[published])
+    assert np.isnan(steps[-1][~published]).all()  # idle GPUs and single-node jobs publish none
+    assert np.allclose(sm[-1], np.round(frame[c.GPU_SM_ACTIVE.name] * 100) / 100, atol=0.011)
+    assert set(w.jobs) == {str(j) for j in sim.fleet.jobs.running}
