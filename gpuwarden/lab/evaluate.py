@@ -351,6 +351,8 @@ def plot(agg: dict[str, Any], path: Path) -> None:
 
     kinds = agg["gpuwarden"]["per_kind"]
     names = [k for k in kinds if kinds[k]["ttd"]]
+    if not names:  # nothing detected (a straggler-only run: --per-kind 0): nothing to plot
+        return
     fig, ax = plt.subplots(figsize=(10, 5))
     ax.boxplot([kinds[k]["ttd"] for k in names], orientation="horizontal", tick_labels=names)
     ax.axvline(60, ls="--", c="grey", label="gray target (median 60 s)")
