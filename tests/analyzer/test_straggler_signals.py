@@ -80,4 +80,6 @@ def test_activity_that_reads_zero_on_busy_gpus_is_no_signal_and_utilisation_deci
     d["metrics"][c.GPU_UTILIZATION.name][:, 4, :] += 0.1
     d["metrics"][c.GPU_SM_ACTIVE.name] = np.zeros((41, 8, G))  # profiling not sampled
     found = StragglerDetector().detect(window(d))
-    assert keys(found) == {("node-04", "node", "straggler")} and "by utilisation" in found[0].summary
+    assert (
+        keys(found) == {("node-04", "node", "straggler")} and "by utilisation" in found[0].summary
+    )
