@@ -46,10 +46,11 @@ class Fleet:
         power_caps: Mapping[str, float] | None = None,
         busy_wait: bool = False,
         signals: Sequence[str] = (),
+        rails: bool = False,
     ) -> None:
         if not 0.0 <= idle_fraction < 1.0:
             raise ValueError(f"idle_fraction must be in [0, 1), got {idle_fraction}")
-        self.topo = Topology(nodes, nodes_per_leaf, sku)
+        self.topo = Topology(nodes, nodes_per_leaf, sku, rails)
         self.sku: model.Sku | model.NodeSkus = model.SKUS[sku]
         self.busy_wait = busy_wait  # NCCL collective waits show as ~100 % utilisation
         bad = sorted(set(signals) - set(model.SIGNALS))
@@ -88,6 +89,12 @@ class Fleet:
     @property
     def leaf_of(self) -> tuple[str, ...]:
         return self.topo.leaf_of
+
+    def port_leaf(self) -> dict[tuple[int, int], str]:
+        """(node index, port) -> its leaf on a rail-optimized fleet (``Window.port_leaf``)."""
+        if not self.topo.rails:
+            return {}
+        return {(i, p): self.topo.port_leaf(i, p) for i in range(len(self.nodes)) for p in range(8)}
 
     def jobs_at(self, t: float) -> dict[int, list[int]]:
         return self.jobs.at(t)

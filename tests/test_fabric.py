@@ -75,3 +75,8 @@ def test_the_simulated_fleets_fabric_reads_back_as_the_leaves_and_spines_it_was_
     assert [doms[n]["leaf"] for n in topo.nodes] == list(topo.leaf_of)  # top-of-rack: one leaf
     assert set(found.spine_group.values()) == {"spine-01"}  # a fat tree: one spine group
     assert len(found.port_leaf) == 10 * 8
+
+    rails = Topology(16, nodes_per_leaf=8, rails=True)
+    doms = fabric.parse_ibnetdiscover(ibnetdiscover(rails)).domains()
+    assert doms["gpu-node-010"]["leaf.mlx5_3.1"] == "su02-rail3" == rails.port_leaf(9, 3)
+    assert "leaf" not in doms["gpu-node-010"]  # a leaf per port, none for the whole node

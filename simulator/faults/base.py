@@ -137,6 +137,10 @@ _PORT = re.compile(r"^mlx5_(\d+)/1$")
 
 def resolve_target(kind: FaultKind, topo: Topology, node: str, target: str) -> dict[str, Any]:
     """Node indices and gpu/link/port for ``target``; FaultError when it names nothing real."""
+    if kind.target == "switch" and (target or node) in topo.rail_leaves:  # one rail's leaf
+        leaf = target or node
+        members, port = topo.rail_leaves[leaf]
+        return {"node": leaf, "target": leaf, "nodes": tuple(members), "port": port}
     if kind.target == "switch":
         leaf = target or (topo.leaf_of[topo.node_index(node)] if node in topo.index else node)
         if leaf not in topo.leaves:

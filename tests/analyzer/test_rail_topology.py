@@ -91,3 +91,26 @@ def test_a_link_down_on_one_node_of_a_healthy_nvlink_domain_stays_that_nodes_fin
     found = Engine(default_detectors()).cycle(NVL72.apply(window(d)))
     assert keys(found) == {("node-02", "link=gpu3/7", "nvlink_down")}
     assert found[0].action == "drain"
+
+
+def test_a_simulated_rail_fleet_reports_a_rail_leaf_outage_once_and_a_port_fault_beside_it():
+    from dataclasses import replace
+
+    from analyzer.sources.frames import FrameBuffer
+    from simulator import Fleet
+    from simulator.topology import port_name
+
+    fleet = Fleet(16, seed=3, nodes_per_leaf=8, rails=True)
+    fleet.inject("leaf_outage", "su01-rail3", "su01-rail3", onset=600.0, duration=600.0)
+    fleet.inject("ib_port_down", "gpu-node-003", "mlx5_5/1", onset=600.0, duration=600.0)
+    buf = FrameBuffer(fleet.nodes, ports=[port_name(p) for p in range(8)], sku=fleet.models)
+    engine, found = Engine(default_detectors()), []
+    for frame in fleet.run(900, 15.0):
+        buf.push(frame, fleet.jobs_at(frame.t))
+        if frame.t >= 660 and frame.t % 60 == 0:
+            found = engine.cycle(replace(buf.window(), port_leaf=fleet.port_leaf()))
+    assert keys(found) == {
+        ("su01-rail3", "switch=su01-rail3", "switch_degraded"),
+        ("gpu-node-003", "port=mlx5_5/1", "ib_port_down"),
+    }
+    assert {t["node"] for t in fleet.truth()} == {"su01-rail3", "gpu-node-003"}
