@@ -72,7 +72,8 @@ def _inject(
 ) -> None:
     if p.kind == "leaf_outage":
         # one outage per leaf at a time (other faults may sit under it: that is the test)
-        free = sorted(lf for lf in set(fleet.leaf_of) if leaf_busy.get(lf, 0.0) <= p.onset)
+        leaves = fleet.topo.rail_leaves or set(fleet.leaf_of)  # a rail fabric: a rail's leaf
+        free = sorted(lf for lf in leaves if leaf_busy.get(lf, 0.0) <= p.onset)
         if not free:
             return
         leaf = str(rng.choice(free))
@@ -128,8 +129,10 @@ def run_seed(
     missing: float = 0.0,
     compare: bool = True,
     mixed: bool = False,
+    rails: bool = False,
 ) -> dict[str, Any]:
-    fleet = mixed_fleet(nodes, seed) if mixed else Fleet(nodes, seed)
+    fleet = mixed_fleet(nodes, seed, rails=rails) if mixed else Fleet(nodes, seed)
+    port_leaf = fleet.port_leaf()  # a rail-optimized fabric: a leaf per port
     rng = np.random.default_rng(20_000 + seed)
     planned = plan(seed, horizon, per_kind, controls, hardware,
                    extra=tuple(MIXED_CONTROLS) if mixed else ())  # fmt: skip
@@ -163,6 +166,8 @@ def run_seed(
             continue
         next_cycle += cycle
         window = buf.window()
+        if port_leaf:
+            window = replace(window, port_leaf=port_leaf)
         main: list[Finding] = []
         for name, eng in engines.items():
             t0 = time.perf_counter()
@@ -301,13 +306,18 @@ def _fmt(x: Any, pct: bool = False) -> str:
 
 
 def table(agg: dict[str, Any], fault_free: dict[str, Any] | None, missing: dict[str, Any] | None,
-          stragglers: list[dict[str, Any]], mixed: dict[str, Any] | None = None) -> str:  # fmt: skip
+          stragglers: list[dict[str, Any]], mixed: dict[str, Any] | None = None,
+          fabric: str = "") -> str:  # fmt: skip
     lines = ["| system | precision | recall | F1 | TTD median s | TTD p95 s | localisation | false drains /1000 node-days |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     systems = list(agg.items())
     if mixed:  # side by side with the homogeneous fleet's row
         systems.insert(
-            1, ("gpuwarden, mixed fleet (4 H100 + 2 A100 racks, one capped)", mixed["gpuwarden"])
+            1,
+            (
+                f"gpuwarden, mixed fleet (4 H100 + 2 A100 racks, one capped{fabric})",
+                mixed["gpuwarden"],
+            ),
         )
     for name, a in systems:
         lines.append(f"| {name} | {_fmt(a['precision'])} | {_fmt(a['recall'])} | {_fmt(a['f1'])} | "
@@ -377,6 +387,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--missing", type=float, default=0.3, help="also run with this share missing")
     p.add_argument("--no-fault-free", action="store_true", help="skip the fault-free seeds")
     p.add_argument("--straggler-trials", type=int, default=10)
+    p.add_argument("--rails", action="store_true",
+                   help="the mixed fleet on a rail-optimized fabric (a leaf per port)")  # fmt: skip
     p.add_argument("--mixed", action="store_true",
                    help="also run each seed on a mixed A100/H100 fleet, rows side by side")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="seeds evaluated in parallel processes")
@@ -405,7 +417,7 @@ def _one_seed(
     mixed = []
     if a.mixed:
         mixed.append(run_seed(seed, a.nodes, horizon, a.step, a.cycle, a.per_kind, a.controls,
-                              compare=False, mixed=True))  # fmt: skip
+                              compare=False, mixed=True, rails=a.rails))  # fmt: skip
         for signals in ((), ("activity",), ("steps",)) if a.straggler_trials > 0 else ():
             strag.append(run_stragglers(seed, a.nodes, (0.03, 0.05, 0.1), a.straggler_trials,
                                         a.step, a.cycle, mixed=True, signals=signals))  # fmt: skip
@@ -448,7 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     agg_free = aggregate(free) if free else None
     agg_miss = aggregate(miss) if miss else None
     agg_mixed = aggregate(mixed) if mixed else None
-    text = table(agg, agg_free, agg_miss, strag, agg_mixed)
+    text = table(agg, agg_free, agg_miss, strag, agg_mixed,
+                 ", rail-optimized" if a.rails else "")  # fmt: skip
     print(text)
     args = vars(a)
     (out / "evaluation.json").write_text(json.dumps(
