@@ -28,7 +28,7 @@ from common.settings import SettingsError, load
 from exporter import catalog, catalog_specs
 
 COLUMNS = ("node", "model", "gpus", "power_limit_w", "default_limit_w", "sm_clock_max_mhz",
-           "nvlinks", "ib_ports", "ib_rate_gbps", "hca", "rack", "leaf")  # fmt: skip
+           "nvlinks", "ib_ports", "ib_rate_gbps", "hca", "rack", "leaf", "nvlink_domain")  # fmt: skip
 
 
 def rows(w: Window) -> list[dict[str, Any]]:
@@ -39,6 +39,9 @@ def rows(w: Window) -> list[dict[str, Any]]:
     lim_last = last_valid(lim) if lim is not None and lim.ndim == 3 else None
     up_last = last_valid(up) if up is not None and up.ndim == 3 else None
     rate_last = last_valid(rate) if rate is not None and rate.ndim == 3 else None
+    per_port: dict[int, set[str]] = {}
+    for (n, _), lf in w.port_leaf.items():  # rail-optimized: the leaves its ports reach
+        per_port.setdefault(n, set()).add(lf)
     out = []
     for n, node in enumerate(w.nodes):
         model = w.sku_of(n)
@@ -56,7 +59,8 @@ def rows(w: Window) -> list[dict[str, Any]]:
             "ib_rate_gbps": float(np.median(ports)) * 8 / 1e9 if ports.size else None,
             "hca": (w.hca[n] if n < len(w.hca) else "") or (spec.hca if spec else "") or "",
             "rack": w.rack_of.get(n, ""),
-            "leaf": w.leaf_of.get(n, ""),
+            "leaf": ",".join(sorted(per_port[n])) if n in per_port else w.leaf_of.get(n, ""),
+            "nvlink_domain": w.nvlink_domain_of.get(n, ""),
         })  # fmt: skip
     return out
 

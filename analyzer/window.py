@@ -57,6 +57,8 @@ class Window:
     # node of a scalable unit on leaf i); when set, switch correlation is per port
     port_leaf: Mapping[tuple[int, int], str] = field(default_factory=dict)
     power_cap_w: Mapping[int, float] = field(default_factory=dict)  # inventory: admin caps
+    # node -> its NVLink switch domain (an NVL72 rack: 18 nodes, 72 GPUs on one NVLink fabric)
+    nvlink_domain_of: Mapping[int, str] = field(default_factory=dict)
     gpus: int = 8
     step: float = 15.0
     missing: tuple[str, ...] = ()  # series families the source could not read this cycle

@@ -1,1 +1,2 @@
-"""Shared plumbing every part may import (the settings loader); it imports no part."""
+"""Shared plumbing every part may import (the settings loader, the fabric model); it imports
+no part."""

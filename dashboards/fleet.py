@@ -60,6 +60,13 @@ def storage_row(lay: Layout) -> None:
     )  # fmt: skip
 
 
+def inventory() -> str:
+    """GPUs counted per (rack, model, enforced power limit in watts)."""
+    limits = (f"{c.GPU_POWER_LIMIT.name}{{{NODE}}} * on(node, gpu) group_left(name)"
+              f" {c.GPU_INFO.name}{{{NODE}}}")  # fmt: skip
+    return f'count_values by (rack, name) ("power_limit_w", {limits})'
+
+
 def build() -> g.Dashboard:
     lay = Layout()
     lay.add(stat("Nodes reporting", f"count(count by (node) ({c.GPU_INFO.name}{{{NODE}}})) or vector(0)", "none"), 4, 4)  # fmt: skip
@@ -126,6 +133,13 @@ def build() -> g.Dashboard:
         8, 8,
     )  # fmt: skip
     storage_row(lay)
+    lay.add(table("Inventory: GPU models and power limits per rack", inventory(), "none",
+                  "GPUs per (rack, model, enforced power limit): a rack at a lower limit than"
+                  " its model's is an administrator's cap (configuration, not a fault). `rack`"
+                  " is a target label from the scrape config (file_sd, or the node label"
+                  " topology.gpuwarden.io/rack relabelled); without it the rows are per model."
+                  " `gpuwarden inventory` prints the same per node, with the spec.", hide=("uuid",)),
+            24, 8)  # fmt: skip
     node = query_variable("node", "Node", f"label_values({c.GPU_INFO.name}, node)", True, True)
     return dashboard(
         "gpuwarden / Fleet overview", UID,

@@ -19,6 +19,7 @@ from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.infiniband import InfinibandCollector
 from exporter.collectors.jobs import JobsCollector
 from exporter.collectors.pods import PodsCollector
+from exporter.collectors.steps import StepsCollector
 from exporter.collectors.storage import StorageCollector
 from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
@@ -30,6 +31,7 @@ from exporter.sources.kubelet import KubeletPodResources, PodResources
 from exporter.sources.nvml_events import NvmlXidEvents
 from exporter.sources.pci import nvidia_gpu_addresses
 from exporter.sources.protocols import KernelLog, NvmlApi, SysfsRoot, XidEventSource
+from exporter.sources.steps import DirSteps
 from exporter.sources.storage_probe import StorageProber
 from exporter.sources.sysfs import DirSysfs
 
@@ -60,6 +62,7 @@ def collectors_for(
     kmsg_state: str | None = None,
     kmsg_backlog: float | None = None,
     storage: StorageProber | None = None,
+    step_dir: str | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
@@ -84,6 +87,9 @@ def collectors_for(
     ]
     if job_map_dir:
         out.append(JobsCollector(DirJobMap(job_map_dir), gpu.identities, node))
+    if step_dir:  # the training side's step times, checked against the job map when there is one
+        owner = DirJobMap(job_map_dir) if job_map_dir else None
+        out.append(StepsCollector(DirSteps(step_dir), gpu.identities, node, owner))
     if pod_resources is not None:
         out.append(PodsCollector(pod_resources, gpu.identities, node, mig=gpu.mig_devices))
     if storage is not None and storage.mounts:
@@ -141,5 +147,6 @@ def assemble(settings: ExporterSettings) -> Assembly:
         kmsg_state=settings.kmsg_state,
         kmsg_backlog=settings.kmsg_backlog,
         storage=storage_prober(settings),
+        step_dir=settings.step_dir,
     )
     return Assembly(cols)

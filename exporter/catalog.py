@@ -694,6 +694,14 @@ GPU_ALLOCATION_INFO = _m(
     "Job using this GPU (from the scheduler's prolog/epilog map); value is always 1.",
     (*GPU, "job_id", "scheduler"),
 )
+JOB_STEP_SECONDS = _m(
+    "job_step_seconds",
+    "gauge",
+    "Mean compute time of a training step on this GPU's rank, as the job publishes it"
+    " (remediation.checkpoint.publish_step; --step-dir), before it waits at the collective.",
+    (*GPU, "job_id"),
+    "seconds",
+)
 
 # --------------------------------------------------------------------------- NVLink
 NVLINK_UP = _m("nvlink_up", "gauge", "1 when this NVLink is active.", NVLINK)

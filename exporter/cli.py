@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a("--web-config", help="exporter-toolkit web config file (TLS, basic auth)")
     a("--job-map-dir", help="directory the Slurm prolog/epilog fill (GPU index -> job id)")
+    a("--step-dir", help="directory training jobs publish step times to (checkpoint.publish_step)")
     a(
         "--interval",
         help="seconds between collection cycles (default 15, Prometheus' scrape interval; "

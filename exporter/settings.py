@@ -42,6 +42,7 @@ class ExporterSettings:
     )
     web_config: str | None = None
     job_map_dir: str | None = None
+    step_dir: str | None = None  # training step times (remediation.checkpoint.publish_step)
     # 15 s: Prometheus' default scrape interval. A cycle more often than scrapes is work no
     # one reads; the scrape still never waits on collection.
     interval: float = 15.0

@@ -17,6 +17,7 @@ SECTIONS = (  # title, name prefixes after catalog.PREFIX
     ("NVLink", (_P + "nvlink_",)),
     ("InfiniBand (sysfs)", (_P + "infiniband_",)),
     ("Checkpoint storage", (_P + "storage_", _P + "nfs_client_", _P + "lustre_client_")),
+    ("Training jobs (published by the job)", (_P + "job_",)),
     ("Exporter self-metrics", (_P + "exporter_",)),
     ("Analyzer", (_P + "finding", _P + "analyzer_")),
     ("Remediation", (_P + "remediation_",)),

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from common import fabric
 from remediation.model import (
     ACTIONS,
     DISRUPTIVE,
@@ -126,17 +127,22 @@ def budget_domain(s: Situation, p: Policy) -> Verdict | None:
         return None
     out = _out(s) | {s.alert.node}
     for kind, budget in sorted(p.domain_budgets.items()):
-        name = s.node.domains.get(kind)
-        if name is None:
+        mine = fabric.names(s.node.domains, kind)  # a rail-optimized node: a leaf per port
+        if not mine:
             continue
-        members = [n.name for n in s.fleet if n.domains.get(kind) == name]
-        after = len(out.intersection(members))
-        limit = budget_limit(budget, len(members))
-        if after > limit:
-            return deny(
-                "budget_domain",
-                f"{kind} {name}: {after} of {len(members)} nodes would be out (limit {limit})",
-            )
+        members: dict[str, list[str]] = {name: [] for name in mine}
+        for n in s.fleet:
+            for name in fabric.names(n.domains, kind) & mine:
+                members[name].append(n.name)
+        for name in sorted(mine):
+            after = len(out.intersection(members[name]))
+            limit = budget_limit(budget, len(members[name]))
+            if after > limit:
+                return deny(
+                    "budget_domain",
+                    f"{kind} {name}: {after} of {len(members[name])} nodes would be out "
+                    f"(limit {limit})",
+                )
     return None
 
 

@@ -17,8 +17,8 @@ from remediation.policy import Policy
 
 def domain_sizes(topology: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, int]]:
     sizes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for doms in topology.values():
-        for kind, name in doms.items():
+    for doms in topology.values():  # a node with a leaf per port counts once in each
+        for kind, name in {(k.split(".")[0], v) for k, v in doms.items()}:
             sizes[kind][name] += 1
     return {k: dict(v) for k, v in sizes.items()}
 

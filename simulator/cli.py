@@ -25,8 +25,10 @@ from common.settings import SettingsError, load
 from exporter.settings import parse_listen
 from simulator import scenario as scenarios
 from simulator import workers
+from simulator.model import SKUS
 from simulator.server import make_app
 from simulator.simulator import Simulator
+from simulator.topology import ibnetdiscover
 
 log = logging.getLogger("gpuwarden.simulate")
 
@@ -38,11 +40,15 @@ class SimulateSettings:
     seed: int | None = None  # None: the scenario's, else 0
     scenario: str | None = None
     file_sd: str | None = None
+    ibnetdiscover: str | None = None  # write the fabric as ibnetdiscover prints it
     compat: str | None = None
     time_scale: float = 1.0
     tick: float = 1.0
     nodes_per_leaf: int | None = None
     sku: str | None = None
+    skus: str | None = None  # "h100:4,a100:2": racks (leaves) of each model, in order
+    power_caps: str | None = None  # "leaf-06:500": an administrator's cap per rack, watts
+    signals: str | None = None  # "activity,steps": profiling activity, published step times
     duration: float = 0.0  # 0: until SIGINT/SIGTERM
     max_staleness: float = 0.0  # serve a node's last body for up to this long (load shedding)
     workers: int = 1  # processes; node i is served by worker i % workers on port + i % workers
@@ -65,6 +71,8 @@ class SimulateSettings:
             raise ValueError(f"--max-staleness: {self.max_staleness} must be >= 0")
         if not 1 <= self.workers <= 64:
             raise ValueError(f"--workers: {self.workers} is outside 1..64")
+        racks(self.skus or "", 1)
+        caps(self.power_caps or "")
         if self.workers > 1 and parse_listen(self.listen)[1] == 0:
             raise ValueError("--workers > 1 needs a fixed --listen port (workers use port + i)")
 
@@ -77,11 +85,20 @@ def build_parser() -> argparse.ArgumentParser:
     a("--seed", help="seed; the same seed and scenario replay bit for bit (default 0)")
     a("--scenario", help="scenario YAML (fixtures/scenarios/*.yaml)")
     a("--file-sd", help="write Prometheus file_sd targets (one per node) to this path")
+    a("--ibnetdiscover", help="write the fleet's fabric in ibnetdiscover's format to this path")
     a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
     a("--time-scale", help="virtual seconds per wall second (default 1)")
     a("--tick", help="wall seconds between model steps at most (default 1)")
     a("--nodes-per-leaf", help="nodes under one leaf switch (default 32)")
     a("--sku", choices=["h100", "h200"], help="GPU model (default h100)")
+    a(
+        "--skus",
+        help="a mixed fleet, rack by rack: MODEL:RACKS,... (e.g. h100:4,a100:2; models "
+        f"{', '.join(SKUS)}); a rack is --nodes-per-leaf nodes, and --nodes defaults to the sum",
+    )
+    a("--power-caps", help="administrator power caps per rack: LEAF:WATTS,... (leaf-06:500)")
+    a("--signals", help="straggler signals beyond NVML: activity (SM/tensor profiling), steps "
+      "(per-rank step times the jobs publish); comma-separated")  # fmt: skip
     a("--duration", help="stop after this many wall seconds (default: run until Ctrl-C)")
     a(
         "--max-staleness",
@@ -113,10 +130,45 @@ def write_file_sd(path: str, groups: list[dict[str, object]]) -> None:
     os.replace(tmp, path)  # atomic: Prometheus never reads half a file
 
 
+def racks(spec: str, per_rack: int) -> tuple[str, ...] | None:
+    """``h100:4,a100:2`` -> a model per node, ``per_rack`` nodes to a rack; None for ""."""
+    if not spec:
+        return None
+    out: list[str] = []
+    for part in spec.split(","):
+        model_, _, count = part.strip().partition(":")
+        if model_ not in SKUS or not count.isdigit() or int(count) < 1:
+            raise ValueError(f"--skus: {part!r} is not MODEL:RACKS (models {', '.join(SKUS)})")
+        out += [model_] * (int(count) * per_rack)
+    return tuple(out)
+
+
+def caps(spec: str) -> dict[str, float] | None:
+    """``leaf-06:500,leaf-07:450`` -> {leaf: watts}; None for ""."""
+    if not spec:
+        return None
+    out = {}
+    for part in spec.split(","):
+        leaf, _, watts = part.strip().rpartition(":")
+        try:
+            out[leaf] = float(watts)
+        except ValueError:
+            raise ValueError(f"--power-caps: {part!r} is not LEAF:WATTS") from None
+        if not leaf or not out[leaf] > 0:
+            raise ValueError(f"--power-caps: {part!r} is not LEAF:WATTS (watts > 0)")
+    return out
+
+
 def make_simulator(s: SimulateSettings) -> Simulator:
     sc = scenarios.load(s.scenario) if s.scenario else scenarios.Scenario()
-    fleet = scenarios.build(sc, nodes=s.nodes, seed=s.seed, nodes_per_leaf=s.nodes_per_leaf,
-                            sku=s.sku)  # fmt: skip
+    per_rack = s.nodes_per_leaf or int(sc.fleet.get("nodes_per_leaf", 32))
+    skus = racks(s.skus or "", per_rack)
+    if skus is not None and s.nodes is not None and s.nodes != len(skus):
+        raise ValueError(f"--skus names {len(skus)} nodes ({per_rack} per rack), --nodes {s.nodes}")
+    nodes = len(skus) if skus is not None else s.nodes
+    fleet = scenarios.build(sc, nodes=nodes, seed=s.seed, nodes_per_leaf=s.nodes_per_leaf,
+                            sku=s.sku, skus=skus, power_caps=caps(s.power_caps or ""),
+                            signals=tuple(x for x in (s.signals or "").split(",") if x) or None)  # fmt: skip
     return Simulator(fleet, dcgm=s.compat == "dcgm", time_scale=s.time_scale, tick_s=s.tick,
                      epoch=s.epoch, shard=(s.shard or 0, s.workers),
                      max_stale_s=s.max_staleness)  # fmt: skip
@@ -137,6 +189,8 @@ async def serve(sim: Simulator, s: SimulateSettings, stop: asyncio.Event) -> Non
         )
         addresses = [f"{host}:{bound + i}" for i in range(s.workers)]
         write_file_sd(s.file_sd, file_sd(sim, addresses))
+    if s.ibnetdiscover and not s.shard:
+        Path(s.ibnetdiscover).write_text(ibnetdiscover(sim.fleet.topo))
     log.info("simulating %d nodes on http://%s:%d", len(sim.fleet.nodes), host, bound)
     try:
         if s.duration:

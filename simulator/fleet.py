@@ -46,14 +46,22 @@ class Fleet:
         power_caps: Mapping[str, float] | None = None,
         busy_wait: bool = False,
         storage_mounts: Sequence[str] = (),
+        signals: Sequence[str] = (),
+        rails: bool = False,
     ) -> None:
         if not 0.0 <= idle_fraction < 1.0:
             raise ValueError(f"idle_fraction must be in [0, 1), got {idle_fraction}")
-        self.topo = Topology(nodes, nodes_per_leaf, sku)
+        self.topo = Topology(nodes, nodes_per_leaf, sku, rails)
         self.sku: model.Sku | model.NodeSkus = model.SKUS[sku]
         self.busy_wait = busy_wait  # NCCL collective waits show as ~100 % utilisation
         # checkpoint mounts every node probes (a storage fault adds its own): simulator/storage.py
         self.storage_mounts = tuple(storage_mounts)
+        bad = sorted(set(signals) - set(model.SIGNALS))
+        if bad:
+            raise ValueError(
+                f"unknown signal(s) {', '.join(bad)} (known: {', '.join(model.SIGNALS)})"
+            )
+        self.signals = tuple(signals)  # straggler signals beyond NVML's: profiling, step times
         self.sku_of = tuple(skus) if skus is not None else (sku,) * nodes  # per node
         if skus is not None or power_caps:
             self.sku = _mixed(self.topo, self.sku_of, dict(power_caps or {}))
@@ -84,6 +92,12 @@ class Fleet:
     @property
     def leaf_of(self) -> tuple[str, ...]:
         return self.topo.leaf_of
+
+    def port_leaf(self) -> dict[tuple[int, int], str]:
+        """(node index, port) -> its leaf on a rail-optimized fleet (``Window.port_leaf``)."""
+        if not self.topo.rails:
+            return {}
+        return {(i, p): self.topo.port_leaf(i, p) for i in range(len(self.nodes)) for p in range(8)}
 
     def jobs_at(self, t: float) -> dict[int, list[int]]:
         return self.jobs.at(t)
@@ -174,7 +188,8 @@ class Fleet:
             self.jobs.stop_on(n, t1)
         self._blocked = eff.lost.any(axis=1) | eff.hung.any(axis=1) | eff.down
         ja = self._job_arrays()
-        g = model.gauges(self.state, ja, eff, self.sku, t0, t1, self.rng, self.busy_wait)
+        g = model.gauges(self.state, ja, eff, self.sku, t0, t1, self.rng, self.busy_wait,
+                         self.signals)  # fmt: skip
         events = sorted(eff.events, key=lambda e: (e.t, e.node, e.gpu))
         self.events.extend(events)
         for e in events:

@@ -95,6 +95,11 @@ def build(
             a = m[k.name]
             a[np.broadcast_to(absent.reshape(absent.shape + (1,) * (a.ndim - 3)), a.shape)] = np.nan
 
+    for key, metric in (("sm_active", c.GPU_SM_ACTIVE), ("tensor_active", c.GPU_TENSOR_ACTIVE),
+                        ("step_s", c.JOB_STEP_SECONDS)):  # fmt: skip
+        if key in g:  # only on fleets that model them (Fleet(signals=...))
+            m[metric.name] = gpu(g[key])
+
     def port(a: np.ndarray) -> np.ndarray:
         return np.where(down[:, None], np.nan, a).astype(float)
 

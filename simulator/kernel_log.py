@@ -12,7 +12,7 @@ from __future__ import annotations
 from simulator.effects import Event
 from simulator.topology import HGX_BUSES, kernel_pci
 
-PCI_IDS = {"h100": "10de:2330", "h200": "10de:2335"}
+PCI_IDS = {"h100": "10de:2330", "h200": "10de:2335", "a100": "10de:20b2", "l40s": "10de:26b9"}
 TEXT = {
     13: "Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1): Out Of Range Address",
     31: "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3a_1c000000. Fault is of type"

@@ -138,6 +138,7 @@ def gauges(
     t1: float,
     rng: np.random.Generator,
     busy_wait: bool = False,
+    signals: Sequence[str] = (),
 ) -> dict[str, np.ndarray]:
     """Advance ``st`` from t0 to t1 and return the instantaneous values at t1. With
     ``busy_wait`` a multi-node job's GPUs show ~100 % utilisation while they wait at the
@@ -169,7 +170,8 @@ def gauges(
     comm = np.where(active, ((1.0 - ja.compute) / step_rel)[:, None], 0.0)
     _traffic(st, ja, eff, sku, comm, dt, rng)
     _background(st, eff, dt, rng)
-    return {
+    out = _signals(signals, ja, busy, step_rel, active, busy_wait, rng)
+    return out | {
         "util": util,
         "mem_util": util * 0.6,
         "sm_mhz": sm,
@@ -180,6 +182,30 @@ def gauges(
         "throttle": throttle,
         "power_limit_w": np.minimum(eff.power_cap_w, sku.power_limit_w),
     }
+
+
+SIGNALS = ("activity", "steps")
+
+
+def _signals(signals: Sequence[str], ja: JobArrays, busy: np.ndarray, step_rel: np.ndarray,
+             active: np.ndarray, busy_wait: bool, rng: np.random.Generator
+             ) -> dict[str, np.ndarray]:  # fmt: skip
+    """Straggler signals beyond NVML's utilisation. ``activity``: SM and tensor-pipe activity
+    (GPM/DCGM profiling): computing keeps the SMs busy, a rank waiting in an NCCL collective
+    keeps only the few SMs the collective kernel runs on. ``steps``: the compute seconds per
+    step each rank of a multi-node job publishes (``checkpoint.publish_step``)."""
+    out: dict[str, np.ndarray] = {}
+    n = busy.shape
+    if "activity" in signals:
+        wait = (1.0 - busy) if busy_wait else 0.0
+        out["sm_active"] = (
+            np.clip(0.9 * busy + 0.08 * wait + rng.normal(0, 0.004, n), 0, 1) * active
+        )
+        out["tensor_active"] = np.clip(0.6 * busy + rng.normal(0, 0.004, n), 0, 1) * active
+    if "steps" in signals:
+        step = (ja.step_s * step_rel)[:, None] * busy * (1 + rng.normal(0, 0.002, n))
+        out["step_s"] = np.where(active & ja.multi[:, None], step, np.nan)
+    return out
 
 
 def _traffic(

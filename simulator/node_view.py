@@ -13,14 +13,16 @@ import numpy as np
 import pynvml
 
 from exporter import catalog as c
+from exporter.collectors.base import ReadErrors
 from exporter.sources.kmsg import ListKernelLog
+from exporter.sources.steps import StepReport
 from exporter.sources.sysfs import DictSysfs
 from simulator.effects import Event
 from simulator.frame import Frame
 from simulator.kernel_log import kmsg_lines
-from simulator.nvml_fake import FakeGpuState, FakeNvml
+from simulator.nvml_fake import FACTORIES, FakeGpuState, FakeNvml
 from simulator.state import IB_COUNTERS, IB_HW_COUNTERS
-from simulator.topology import GPUS, LINKS, PORTS, gpu_uuid, pci_bus_id
+from simulator.topology import GPUS, PORTS, gpu_uuid, pci_bus_id
 
 DRIVER = "550.127.05"
 ECC_COUNTER = (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC)
@@ -55,6 +57,18 @@ class SimJobMap:
         return dict(self.current)
 
 
+class SimSteps:
+    """This node's published step times (what ``checkpoint.publish_step`` would have written),
+    for fleets that model them: an exporter ``StepSource``."""
+
+    def __init__(self) -> None:
+        self.current: list[StepReport] = []
+        self.read_errors = ReadErrors()
+
+    def reports(self) -> list[StepReport]:
+        return list(self.current)
+
+
 def _base(p: int) -> str:
     return f"class/infiniband/mlx5_{p}"
 
@@ -66,7 +80,7 @@ class NodeView:
         self, name: str, index: int, sku: str = "h100", mig_profile: str | None = None
     ) -> None:
         self.name, self.index, self.sku = name, index, sku
-        factory = FakeGpuState.h200 if sku == "h200" else FakeGpuState.h100
+        factory = FACTORIES.get(sku, FakeGpuState.h100)
         gpus = [factory(g, seed=name) for g in range(GPUS)]
         for g, gpu in enumerate(gpus):
             gpu.uuid, gpu.pci_bus_id = gpu_uuid(name, g), pci_bus_id(g)
@@ -76,6 +90,7 @@ class NodeView:
         self.sysfs = DictSysfs(self._static_files(index))
         self.kmsg = ListKernelLog()
         self.jobs = SimJobMap()
+        self.steps = SimSteps()
         self.events_seen = 0
         self._seq = 1000
 
@@ -106,10 +121,21 @@ class NodeView:
             if not gpu.lost:
                 _gpu(gpu, frame, i, g)
         self._ports(frame, i)
+        self._steps(frame, i)
         for e in events[self.events_seen :]:
             self._seq += 1
             self.kmsg.extend(kmsg_lines(e, self._seq, self.sku))
         self.events_seen = len(events)
+
+    def _steps(self, frame: Frame, i: int) -> None:
+        if c.JOB_STEP_SECONDS.name not in frame.metrics:
+            return
+        st = frame[c.JOB_STEP_SECONDS.name][i]
+        self.steps.current = [
+            StepReport(job, gpu, float(st[int(gpu)]), frame.t)
+            for gpu, job in self.jobs.current.items()
+            if int(gpu) < len(st) and np.isfinite(st[int(gpu)])
+        ]
 
     def _ports(self, frame: Frame, i: int) -> None:
         state = frame[c.IB_PORT_STATE.name][i].astype(int).tolist()
@@ -160,10 +186,18 @@ def _gpu(gpu: FakeGpuState, f: Frame, i: int, g: int) -> None:
     gpu.pcie_gen = int(v[c.GPU_PCIE_GENERATION.name])
     gpu.pcie_width = int(v[c.GPU_PCIE_WIDTH.name])
     gpu.recovery_action = int(v[c.GPU_RECOVERY_ACTION.name])
-    gpu.nvlink_state = f[c.NVLINK_UP.name][i, g].astype(int).tolist()
-    err = f[c.NVLINK_ERRORS.name][i, g].astype(np.int64).tolist()
+    links = len(gpu.nvlink_state)  # the model's (A100 12, PCIe 0); the frame's rest is NaN
+    gpu.nvlink_state = f[c.NVLINK_UP.name][i, g, :links].astype(int).tolist()
+    err = f[c.NVLINK_ERRORS.name][i, g, :links].astype(np.int64).tolist()
     gpu.nvlink_errors = {
-        (lk, NVLINK_COUNTER[k]): err[lk][k] for lk in range(LINKS) for k in range(4) if err[lk][k]
+        (lk, NVLINK_COUNTER[k]): err[lk][k] for lk in range(links) for k in range(4) if err[lk][k]
     }
-    gpu.nvlink_tx_bytes = f[c.NVLINK_TRANSMIT.name][i, g].astype(np.int64).tolist()
-    gpu.nvlink_rx_bytes = f[c.NVLINK_RECEIVE.name][i, g].astype(np.int64).tolist()
+    gpu.nvlink_tx_bytes = f[c.NVLINK_TRANSMIT.name][i, g, :links].astype(np.int64).tolist()
+    gpu.nvlink_rx_bytes = f[c.NVLINK_RECEIVE.name][i, g, :links].astype(np.int64).tolist()
+    # GPM profiling: the fleet's activity where it models it, else what utilisation implies
+    util = v[c.GPU_UTILIZATION.name]
+    sm = f.metrics.get(c.GPU_SM_ACTIVE.name)
+    tensor = f.metrics.get(c.GPU_TENSOR_ACTIVE.name)
+    gpu.sm_active_pct = 100 * (float(sm[i, g]) if sm is not None else 0.9 * util)
+    gpu.tensor_active_pct = 100 * (float(tensor[i, g]) if tensor is not None else 0.6 * util)
+    gpu.gr_engine_active_pct = 100 * util

@@ -207,8 +207,23 @@ class FakeGpuState:
         gpu.uuid = _uuid("a100", seed, index)
         gpu.name = "NVIDIA A100-SXM4-80GB"
         gpu.gpm_supported = False
+        gpu.power_limit_mw, gpu.memory_total = 400_000, 85_899_345_920
+        gpu.mem_clock_mhz = gpu.mem_clock_max_mhz = 1593
+        gpu.pcie_gen = gpu.pcie_gen_max = 4
         gpu.nvlink_state = [1] * 12
         gpu.nvlink_tx_bytes, gpu.nvlink_rx_bytes = [0] * 12, [0] * 12
+        return gpu
+
+    @classmethod
+    def l40s(cls, index: int, seed: str = "") -> FakeGpuState:
+        """An idle L40S: a 350 W PCIe Gen4 card, no NVLink, 48 GB GDDR6."""
+        gpu = cls.h100(index, seed)
+        gpu.uuid = _uuid("l40s", seed, index)
+        gpu.name = "NVIDIA L40S"
+        gpu.power_limit_mw, gpu.memory_total = 350_000, 48_305_799_168
+        gpu.mem_clock_mhz = gpu.mem_clock_max_mhz = 9001
+        gpu.pcie_gen = gpu.pcie_gen_max = 4
+        gpu.nvlink_state, gpu.nvlink_tx_bytes, gpu.nvlink_rx_bytes = [], [], []
         return gpu
 
     def partition(self, profile: str = "1g.10gb", count: int = MAX_MIG_DEVICES) -> None:
@@ -757,6 +772,14 @@ class FakeNvml:
 
 
 def hgx_node(model: str = "h100", seed: str = "", gpus: int = 8, **kw: Any) -> FakeNvml:
-    """A FakeNvml for one healthy HGX node of ``gpus`` H100s or H200s."""
-    factory = {"h100": FakeGpuState.h100, "h200": FakeGpuState.h200}[model]
+    """A FakeNvml for one healthy node of ``gpus`` GPUs of ``model`` (a key of FACTORIES)."""
+    factory = FACTORIES[model]
     return FakeNvml([factory(i, seed) for i in range(gpus)], **kw)
+
+
+FACTORIES = {
+    "h100": FakeGpuState.h100,
+    "h200": FakeGpuState.h200,
+    "a100": FakeGpuState.a100,
+    "l40s": FakeGpuState.l40s,
+}  # the simulator's SKUs (simulator.model.SKUS), by key

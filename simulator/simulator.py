@@ -21,6 +21,7 @@ from exporter.collection import CollectionLoop
 from exporter.collectors.base import Collector
 from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.jobs import JobsCollector
+from exporter.collectors.steps import StepsCollector
 from exporter.collectors.storage import StorageCollector
 from simulator.faults import Fault, FaultError
 from simulator.fleet import Fleet
@@ -131,10 +132,12 @@ class Simulator:
         return {str(g): str(jid) for g in range(job.gpus)}
 
     def _serve(self, node: str, i: int) -> _Served:
-        view = NodeView(node, i, self.fleet.topo.sku)
+        view = NodeView(node, i, self.fleet.sku_of[i])
         cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg)
         gpu = next(x for x in cols if isinstance(x, GpuCollector))
         cols.append(JobsCollector(view.jobs, gpu.identities, node))  # the prolog's job map
+        if "steps" in self.fleet.signals:  # the training side's published step times
+            cols.append(StepsCollector(view.steps, gpu.identities, node, view.jobs))
         storage = SimStorage(node, i, self.fleet.faults(), self.fleet.storage_mounts)
         self._served[node] = served = _Served(view, self._loop(node, cols), storage, cols)
         return served

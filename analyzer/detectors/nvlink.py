@@ -5,6 +5,13 @@ error_type), only the last few samples (the arrays are the largest in the window
 findings (``link=gpu3/7``). A healthy link sees about one CRC error in days, so errors in
 ``k`` of the last ``n`` samples with at least ``min_errors`` in total are already a trend;
 a rate above ``drain_rate`` recommends a drain.
+
+On NVL72 racks the GPUs of 18 nodes share one NVLink switch domain (the inventory's
+``nvlink_domain``): a switch tray that fails takes the same links down on every GPU of the
+domain. When most nodes of a domain (>= ``domain_fraction`` of >= ``domain_min_nodes``) have
+links down at once, their link findings become one ``switch_degraded`` finding naming the
+domain (notify: the tray is the rack's, draining its nodes would not fix it); a link down on
+one node of a healthy domain stays the node's own finding.
 """
 
 from __future__ import annotations
@@ -22,9 +29,11 @@ class NvlinkDetector:
     name = "nvlink"
 
     def __init__(
-        self, k: int = 2, n: int = 6, min_errors: float = 3.0, drain_rate: float = 2.0
-    ) -> None:
+        self, k: int = 2, n: int = 6, min_errors: float = 3.0, drain_rate: float = 2.0,
+        domain_fraction: float = 0.75, domain_min_nodes: int = 3,
+    ) -> None:  # fmt: skip
         self.k, self.n, self.min_errors, self.drain_rate = k, n, min_errors, drain_rate
+        self.domain_fraction, self.domain_min_nodes = domain_fraction, domain_min_nodes
 
     def detect(self, window: Window) -> list[Finding]:
         if window.empty:
@@ -43,9 +52,30 @@ class NvlinkDetector:
                                ev(up=0.0), "NVLink is down")  # fmt: skip
 
             out += mask_findings(window, down, since, link_subject, make_down)
+            out = self._domains(window, out)
         err = window.get(catalog.NVLINK_ERRORS)
         if err is not None and err.ndim == 5 and err.shape[0] > self.n:
             out += self._errors(window, err[-self.n - 1 :], down)
+        return out
+
+    def _domains(self, w: Window, found: list[Finding]) -> list[Finding]:
+        """Links down on most nodes of one NVLink switch domain: one finding for the domain."""
+        members: dict[str, set[str]] = {}
+        for n, dom in w.nvlink_domain_of.items():
+            if 0 <= n < len(w.nodes):
+                members.setdefault(dom, set()).add(w.nodes[n])
+        out = found
+        for dom, nodes in sorted(members.items()):
+            hit = [f for f in out if f.node in nodes and f.kind == "nvlink_down"]
+            bad = {f.node for f in hit}
+            if len(nodes) < self.domain_min_nodes or len(bad) < self.domain_fraction * len(nodes):
+                continue
+            out = [f for f in out if f not in hit]
+            out.append(Finding(dom, f"nvlink_domain={dom}", "switch_degraded", "critical",
+                               "notify", self.name, len(bad) / len(nodes),
+                               min(f.since for f in hit),
+                               ev(nodes=len(nodes), degraded=len(bad), links=len(hit)),
+                               "NVLinks down on most nodes of this NVLink switch domain at once"))  # fmt: skip
         return out
 
     def _errors(self, window: Window, err: np.ndarray, down: np.ndarray | None) -> list[Finding]:

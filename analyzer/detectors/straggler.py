@@ -4,10 +4,15 @@ straggler (one node, persistent, clocks below its peers or following the node ac
 from workload imbalance (a whole pipeline stage, or scattered nodes), which never
 recommends a drain.
 
-Where NCCL's collective waits keep every rank at ~100 % utilisation, the slow rank is the one
-whose SM clock sits below the job's (same model) ranks'.
+Where NCCL's collective waits keep every rank at ~100 % utilisation, utilisation cannot tell,
+so the rank signal is, best first: the step time the job publishes per rank
+(``job_step_seconds``, ``checkpoint.publish_step``: the slow rank's compute takes longer),
+SM or tensor-pipe activity (``gpu_sm_active_ratio``/``gpu_tensor_pipe_active_ratio``, DCGM's
+PROF_SM_ACTIVE/PIPE_TENSOR_ACTIVE: a rank waiting in a collective kernel keeps few SMs busy,
+the slow one keeps computing), else utilisation; and whatever the signal, the rank whose SM
+clock sits below the job's (same model) ranks' is the hardware's doing.
 
-Reads ``gpu_utilization_ratio`` and ``gpu_sm_clock_hertz`` (T, node, gpu) and the job map;
+Reads those, ``gpu_utilization_ratio`` and ``gpu_sm_clock_hertz`` (T, node, gpu) and the job map;
 averages over the last ``n`` samples (the per-sample noise is larger than a 3% slowdown).
 Remembers per node the jobs in which it straggled, and per (job, node) the streak.
 """
@@ -26,6 +31,11 @@ from analyzer.window import Window
 from exporter import catalog
 
 BUSY = 0.05
+SIGNALS = (  # rank signals that survive collective waits, best first
+    ("step time", catalog.JOB_STEP_SECONDS),
+    ("SM activity", catalog.GPU_SM_ACTIVE),
+    ("tensor activity", catalog.GPU_TENSOR_ACTIVE),
+)
 
 
 class StragglerDetector:
@@ -44,6 +54,7 @@ class StragglerDetector:
         self.z, self.n, self.floor, self.clock_z = z, n, floor, clock_z
         self.min_nodes, self.streak, self.max_hardware_nodes = min_nodes, streak, max_hardware_nodes
         self._jobs_seen: dict[str, set[str]] = defaultdict(set)
+        self._by = "utilisation"  # the rank signal of the job being judged, for the message
         self._streaks: dict[tuple[str, str], tuple[int, float]] = {}
 
     def detect(self, window: Window) -> list[Finding]:
@@ -51,6 +62,8 @@ class StragglerDetector:
         clock = window.get(catalog.GPU_SM_CLOCK)
         if window.empty or util is None or util.ndim != 3 or len(window.t) < self.n:
             return []
+        signals = [(name, a) for name, m in SIGNALS
+                   if (a := window.get(m)) is not None and a.shape == util.shape]  # fmt: skip
         out: list[Finding] = []
         streaks: dict[tuple[str, str], tuple[int, float]] = {}
         for job, members in sorted(window.jobs.items()):
@@ -63,15 +76,40 @@ class StragglerDetector:
                     continue
                 u = util[-self.n :, idx, :]
                 c = clock[-self.n :, idx, :] if clock is not None and clock.ndim == 3 else None
-                out += self._job(window, job, idx, u, c, streaks)
+                sig = self._signal(u, [(name, a[-self.n :, idx, :]) for name, a in signals])
+                out += self._job(window, job, idx, u, c, streaks, sig)
         self._streaks = streaks
         return out
 
+    def _signal(self, u: np.ndarray, signals: list[tuple[str, np.ndarray]]
+                ) -> tuple[str, np.ndarray]:  # fmt: skip
+        """The best rank signal this job has on enough busy nodes, higher = slower: step time
+        relative to the job's median, or activity; else utilisation."""
+        busy = _busy_throughout(u)
+        for name, a in signals:
+            covered = np.isfinite(a).any(axis=(0, 2)) & busy
+            if covered.sum() < self.min_nodes:
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                level = np.nanmedian(a[:, covered, :])
+            if not level > (0 if name == "step time" else BUSY):
+                continue  # zeros from busy GPUs (profiling not really sampled): no signal
+            if name == "step time":
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    med = np.nanmedian(a.reshape(a.shape[0], -1), axis=1)[:, None, None]
+                a = a / np.where(med > 0, med, np.nan)  # a 3 % slower rank: 1.03
+            return name, a
+        return "utilisation", u
+
     def _job(self, w: Window, job: str, idx: np.ndarray, u: np.ndarray, c: np.ndarray | None,
-             streaks: dict[tuple[str, str], tuple[int, float]]) -> list[Finding]:  # fmt: skip
+             streaks: dict[tuple[str, str], tuple[int, float]],
+             sig: tuple[str, np.ndarray] | None = None) -> list[Finding]:  # fmt: skip
         busy = _busy_throughout(u)
         if busy.sum() < self.min_nodes:
             return []
+        self._by, u = sig or ("utilisation", u)
         # deviation from the job's median at each sample first: the step rhythm moves every
         # peer together, and a scrape gap must not turn that rhythm into a difference
         ub = np.where(busy[None, :, None], u, np.nan)
@@ -152,6 +190,7 @@ class StragglerDetector:
             else "notify"
         )
         why = "clocks below its peers" if slow_clock else "no clock deficit (may be workload)"
+        why += f"; by {self._by}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             excess = float(np.nanmean(um[n]) - np.nanmedian(um))

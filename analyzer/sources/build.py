@@ -245,6 +245,9 @@ QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.GPU_POWER,
     catalog.GPU_POWER_LIMIT,
     catalog.GPU_SM_CLOCK,
+    catalog.GPU_SM_ACTIVE,  # straggler signals that survive collective waits (when served)
+    catalog.GPU_TENSOR_ACTIVE,
+    catalog.JOB_STEP_SECONDS,
     catalog.GPU_THROTTLE,
     catalog.GPU_ECC_ERRORS,
     catalog.GPU_ROW_REMAP_PENDING,

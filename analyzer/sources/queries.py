@@ -93,6 +93,9 @@ QUERIES: tuple[Query, ...] = (
     Query(c.GPU_POWER),
     Query(c.GPU_POWER_LIMIT),
     Query(c.GPU_SM_CLOCK),
+    Query(c.GPU_SM_ACTIVE),  # straggler signals that survive collective waits, when served
+    Query(c.GPU_TENSOR_ACTIVE),
+    Query(c.JOB_STEP_SECONDS),
     Query(c.GPU_THROTTLE, absent_means=0.0),
     Query(c.GPU_ECC_ERRORS, moved_only=True),
     Query(c.GPU_ROW_REMAP_PENDING),

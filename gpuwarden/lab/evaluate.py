@@ -30,7 +30,7 @@ from analyzer.findings import Finding
 from analyzer.sources.frames import FrameBuffer
 from gpuwarden.lab.evaluation_baselines import Mahalanobis, StaticThresholds, ZScore
 from gpuwarden.lab.evaluation_metrics import EpisodeTracker, Truth, score
-from gpuwarden.lab.evaluation_scenarios import EXPLICIT, Planned, plan
+from gpuwarden.lab.evaluation_scenarios import EXPLICIT, MIXED_CONTROLS, Planned, plan
 from simulator.fleet import Fleet
 from simulator.model import SKUS
 from simulator.topology import port_name
@@ -72,7 +72,8 @@ def _inject(
 ) -> None:
     if p.kind == "leaf_outage":
         # one outage per leaf at a time (other faults may sit under it: that is the test)
-        free = sorted(lf for lf in set(fleet.leaf_of) if leaf_busy.get(lf, 0.0) <= p.onset)
+        leaves = fleet.topo.rail_leaves or set(fleet.leaf_of)  # a rail fabric: a rail's leaf
+        free = sorted(lf for lf in leaves if leaf_busy.get(lf, 0.0) <= p.onset)
         if not free:
             return
         leaf = str(rng.choice(free))
@@ -87,12 +88,13 @@ def _inject(
     busy_until[fleet.nodes.index(node)] = p.onset + p.duration + 900
 
 
-def mixed_fleet(nodes: int, seed: int) -> Fleet:
+def mixed_fleet(nodes: int, seed: int, **kw: Any) -> Fleet:
     """The mixed-fleet evaluation: six racks (leaves), four of H100 SXM (NDR) and two of A100
     SXM (HDR, 12 NVLinks), the second H100 rack capped at 500 W by its administrator."""
     per_leaf = max(1, -(-nodes // 6))
     skus = ["h100" if i // per_leaf < 4 else "a100" for i in range(nodes)]
-    return Fleet(nodes, seed, nodes_per_leaf=per_leaf, skus=skus, power_caps={"leaf-02": 500.0})
+    return Fleet(nodes, seed, nodes_per_leaf=per_leaf, skus=skus, power_caps={"leaf-02": 500.0},
+                 **kw)  # fmt: skip
 
 
 def _for_model(fleet: Fleet, p: Planned, node: str) -> Planned:
@@ -127,10 +129,13 @@ def run_seed(
     missing: float = 0.0,
     compare: bool = True,
     mixed: bool = False,
+    rails: bool = False,
 ) -> dict[str, Any]:
-    fleet = mixed_fleet(nodes, seed) if mixed else Fleet(nodes, seed)
+    fleet = mixed_fleet(nodes, seed, rails=rails) if mixed else Fleet(nodes, seed)
+    port_leaf = fleet.port_leaf()  # a rail-optimized fabric: a leaf per port
     rng = np.random.default_rng(20_000 + seed)
-    planned = plan(seed, horizon, per_kind, controls, hardware)
+    planned = plan(seed, horizon, per_kind, controls, hardware,
+                   extra=tuple(MIXED_CONTROLS) if mixed else ())  # fmt: skip
     buf = FrameBuffer(fleet.nodes, 600.0, step, dict(enumerate(fleet.leaf_of)),
                       [port_name(p) for p in range(8)], sku=fleet.models)  # fmt: skip
     if missing > 0:
@@ -161,6 +166,8 @@ def run_seed(
             continue
         next_cycle += cycle
         window = buf.window()
+        if port_leaf:
+            window = replace(window, port_leaf=port_leaf)
         main: list[Finding] = []
         for name, eng in engines.items():
             t0 = time.perf_counter()
@@ -190,14 +197,23 @@ def run_seed(
 
 
 def run_stragglers(seed: int, nodes: int, slowdowns: Sequence[float], trials: int,
-                   step: float = 15.0, cycle: float = 30.0) -> dict[str, Any]:  # fmt: skip
+                   step: float = 15.0, cycle: float = 30.0, mixed: bool = False,
+                   signals: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """One job spanning every node; one slow node at a time (plus pipeline-imbalance
-    controls): top-1 localisation, detection, and drains on the controls."""
-    fleet = Fleet(nodes, seed, idle_fraction=0.0)
-    fleet.jobs.place(np.arange(nodes), 0.0, fleet.rng, end=1e12, stages=4)
+    controls): top-1 localisation, detection, and drains on the controls. ``mixed``: the
+    mixed fleet, one job per GPU model, every rank waiting in NCCL at ~100 % utilisation;
+    ``signals``: the fleet also serves profiling activity and/or published step times."""
+    if mixed:
+        fleet = mixed_fleet(nodes, seed, idle_fraction=0.0, busy_wait=True, signals=signals)
+        for sku in sorted(set(fleet.sku_of)):
+            ranks = np.flatnonzero(np.array(fleet.sku_of) == sku)
+            fleet.jobs.place(ranks, 0.0, fleet.rng, end=1e12, stages=4)
+    else:
+        fleet = Fleet(nodes, seed, idle_fraction=0.0)
+        fleet.jobs.place(np.arange(nodes), 0.0, fleet.rng, end=1e12, stages=4)
     rng = np.random.default_rng(40_000 + seed)
     buf = FrameBuffer(fleet.nodes, 600.0, step, dict(enumerate(fleet.leaf_of)),
-                      [port_name(p) for p in range(8)])  # fmt: skip
+                      [port_name(p) for p in range(8)], sku=fleet.models)  # fmt: skip
     engine = Engine(default_detectors())
     trial_s, gap = 900.0, 300.0
     schedule = []
@@ -243,6 +259,8 @@ def run_stragglers(seed: int, nodes: int, slowdowns: Sequence[float], trials: in
                             "ttd_median_s": float(np.median(ttd)) if ttd else math.nan}  # fmt: skip
     ctrl = [i for i, k in enumerate(schedule) if k[0] == "pipeline_imbalance"]
     return {"seed": seed, "nodes": nodes, "slowdowns": rows, "imbalance_trials": len(ctrl),
+            "fleet": "mixed fleet, one job per model, collective waits" if mixed else "",
+            "signals": "+".join(signals) or "nvml",
             "imbalance_drains": int(sum(drains[i] > 0 for i in ctrl))}  # fmt: skip
 
 
@@ -288,13 +306,18 @@ def _fmt(x: Any, pct: bool = False) -> str:
 
 
 def table(agg: dict[str, Any], fault_free: dict[str, Any] | None, missing: dict[str, Any] | None,
-          stragglers: list[dict[str, Any]], mixed: dict[str, Any] | None = None) -> str:  # fmt: skip
+          stragglers: list[dict[str, Any]], mixed: dict[str, Any] | None = None,
+          fabric: str = "") -> str:  # fmt: skip
     lines = ["| system | precision | recall | F1 | TTD median s | TTD p95 s | localisation | false drains /1000 node-days |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     systems = list(agg.items())
     if mixed:  # side by side with the homogeneous fleet's row
         systems.insert(
-            1, ("gpuwarden, mixed fleet (4 H100 + 2 A100 racks, one capped)", mixed["gpuwarden"])
+            1,
+            (
+                f"gpuwarden, mixed fleet (4 H100 + 2 A100 racks, one capped{fabric})",
+                mixed["gpuwarden"],
+            ),
         )
     for name, a in systems:
         lines.append(f"| {name} | {_fmt(a['precision'])} | {_fmt(a['recall'])} | {_fmt(a['f1'])} | "
@@ -322,7 +345,10 @@ def table(agg: dict[str, Any], fault_free: dict[str, Any] | None, missing: dict[
         rows = ", ".join(
             f"{k}: top-1 {v['top1']:.2f} of {v['trials']}" for k, v in s["slowdowns"].items()
         )
-        lines.append(f"stragglers (seed {s['seed']}, one job on {s['nodes']} nodes): {rows}; "
+        where = s.get("fleet") or f"one job on {s['nodes']} nodes"
+        if s.get("fleet"):
+            where += f", signals: {s.get('signals', 'nvml')}"
+        lines.append(f"stragglers (seed {s['seed']}, {where}): {rows}; "
                      f"imbalance controls drained {s['imbalance_drains']}/{s['imbalance_trials']}")  # fmt: skip
     return "\n".join(lines)
 
@@ -335,6 +361,8 @@ def plot(agg: dict[str, Any], path: Path) -> None:
 
     kinds = agg["gpuwarden"]["per_kind"]
     names = [k for k in kinds if kinds[k]["ttd"]]
+    if not names:  # nothing detected (a straggler-only run: --per-kind 0): nothing to plot
+        return
     fig, ax = plt.subplots(figsize=(10, 5))
     ax.boxplot([kinds[k]["ttd"] for k in names], orientation="horizontal", tick_labels=names)
     ax.axvline(60, ls="--", c="grey", label="gray target (median 60 s)")
@@ -359,6 +387,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--missing", type=float, default=0.3, help="also run with this share missing")
     p.add_argument("--no-fault-free", action="store_true", help="skip the fault-free seeds")
     p.add_argument("--straggler-trials", type=int, default=10)
+    p.add_argument("--rails", action="store_true",
+                   help="the mixed fleet on a rail-optimized fabric (a leaf per port)")  # fmt: skip
     p.add_argument("--mixed", action="store_true",
                    help="also run each seed on a mixed A100/H100 fleet, rows side by side")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="seeds evaluated in parallel processes")
@@ -387,7 +417,10 @@ def _one_seed(
     mixed = []
     if a.mixed:
         mixed.append(run_seed(seed, a.nodes, horizon, a.step, a.cycle, a.per_kind, a.controls,
-                              compare=False, mixed=True))  # fmt: skip
+                              compare=False, mixed=True, rails=a.rails))  # fmt: skip
+        for signals in ((), ("activity",), ("steps",)) if a.straggler_trials > 0 else ():
+            strag.append(run_stragglers(seed, a.nodes, (0.03, 0.05, 0.1), a.straggler_trials,
+                                        a.step, a.cycle, mixed=True, signals=signals))  # fmt: skip
     return run, free, miss, strag, mixed
 
 
@@ -427,7 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     agg_free = aggregate(free) if free else None
     agg_miss = aggregate(miss) if miss else None
     agg_mixed = aggregate(mixed) if mixed else None
-    text = table(agg, agg_free, agg_miss, strag, agg_mixed)
+    text = table(agg, agg_free, agg_miss, strag, agg_mixed,
+                 ", rail-optimized" if a.rails else "")  # fmt: skip
     print(text)
     args = vars(a)
     (out / "evaluation.json").write_text(json.dumps(

@@ -38,6 +38,8 @@ CONTROLS: dict[str, tuple[str, bool, float]] = {
     "job_stop": ("node", True, 60.0),
     "reboot": ("node", False, 600.0),
 }
+# controls only the mixed-fleet runs draw (the homogeneous plans stay as they were)
+MIXED_CONTROLS: dict[str, tuple[str, bool, float]] = {"driver_reload": ("node", True, 60.0)}
 EXPLICIT = frozenset({"xid", "gpu_fallen_off_bus", "nvlink_down", "ib_port_down", "leaf_outage"})
 
 
@@ -85,18 +87,19 @@ def _params(kind: str, rng: np.random.Generator) -> tuple[dict[str, Any], str]:
 
 
 def plan(
-    seed: int, horizon: float, per_kind: int, controls_per_kind: int, hardware: bool = True
-) -> list[Planned]:
+    seed: int, horizon: float, per_kind: int, controls_per_kind: int, hardware: bool = True,
+    extra: tuple[str, ...] = (),
+) -> list[Planned]:  # fmt: skip
     rng = np.random.default_rng(10_000 + seed)
     kinds = ([k for k in HARDWARE for _ in range(per_kind)] if hardware else []) + [
-        k for k in CONTROLS for _ in range(controls_per_kind)
+        k for k in (*CONTROLS, *extra) for _ in range(controls_per_kind)
     ]
     rng.shuffle(kinds)
     lo, hi = 1200.0, max(1500.0, horizon - 1800.0)
     onsets = np.sort(rng.uniform(lo, hi, len(kinds)))
     out = []
     for kind, onset in zip(kinds, onsets, strict=True):
-        ttype, needs_job, duration = (HARDWARE | CONTROLS)[kind]
+        ttype, needs_job, duration = (HARDWARE | CONTROLS | MIXED_CONTROLS)[kind]
         params, target = _params(kind, rng)
         if kind == "pcie_downgrade" and params["width"] == 16 and params["generation"] == 5:
             params["generation"] = 4

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from common import fabric
 from remediation.backends import noderemediation
 from remediation.backends.base import BackendError
 from remediation.backends.gangs import Gang, gang_of, members, restart_plan
@@ -28,7 +29,6 @@ OWNER = "gpuwarden.io/cordoned-by"
 REASON = "gpuwarden.io/reason"
 STATE_LABEL = "gpuwarden.io/quarantine"
 TAINT_KEY = "gpuwarden.io/quarantine"
-DOMAIN_PREFIX = "topology.gpuwarden.io/"
 
 
 def _meta(o: Obj) -> dict[str, Any]:
@@ -67,9 +67,7 @@ class KubernetesBackend:
         cordoned = bool(spec.get("unschedulable"))
         ours = cordoned and ann.get(OWNER) == "gpuwarden"
         reason = ann.get(REASON) or "" if ours else ("cordoned" if cordoned else "")
-        domains = {
-            k[len(DOMAIN_PREFIX) :]: v for k, v in labels.items() if k.startswith(DOMAIN_PREFIX)
-        }
+        domains = fabric.from_labels(labels)
         domains.update(self.topology.get(name, {}))
         return NodeView(
             name, cordoned or not_ready, ours, reason or ("NotReady" if not_ready else ""), domains

@@ -139,6 +139,10 @@ def resolve_target(kind: FaultKind, topo: Topology, node: str, target: str) -> d
     """Node indices and gpu/link/port for ``target``; FaultError when it names nothing real."""
     if kind.target == "mount":
         return _mount_target(kind, topo, node, target)
+    if kind.target == "switch" and (target or node) in topo.rail_leaves:  # one rail's leaf
+        leaf = target or node
+        members, port = topo.rail_leaves[leaf]
+        return {"node": leaf, "target": leaf, "nodes": tuple(members), "port": port}
     if kind.target == "switch":
         leaf = target or (topo.leaf_of[topo.node_index(node)] if node in topo.index else node)
         if leaf not in topo.leaves:

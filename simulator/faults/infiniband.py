@@ -79,12 +79,14 @@ def _flap_check(p: Mapping[str, Any]) -> str:
 
 
 def leaf_outage(f: Fault, s: Step) -> None:
-    """The leaf switch dies: every IB port of every node under it goes down at once."""
+    """The leaf switch dies: every IB port cabled to it goes down at once (every port of its
+    nodes; on a rail-optimized fabric, the one port of each node of the unit on that rail)."""
+    ports: int | slice = f.port if f.port >= 0 else slice(None)
     if f.starts_in(s.t0, s.t1):
-        _down_event(s, f.nodes, slice(None))
+        _down_event(s, f.nodes, ports)
     if f.state_at(s.t1):
         for n in f.nodes:
-            s.eff.port_down(n, slice(None), PHYS_POLLING)
+            s.eff.port_down(n, ports, PHYS_POLLING)
 
 
 KINDS = (

@@ -1,8 +1,8 @@
 """Negative controls: things that move the signals but are not broken hardware.
 
 An uneven pipeline stage (a whole stage of a job slower, at normal clocks), a checkpoint
-pause (the whole job idles together), a job stop, and a reboot (node gone for a while, then
-every volatile counter back at zero). A detector that drains on these is wrong.
+pause (the whole job idles together), a job stop, a reboot (node gone for a while, then
+every volatile counter back at zero) and a driver reload (GPU counters back at zero, no gap). A detector that drains on these is wrong.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.faults.base import Fault, FaultKind, Param, Step
+from simulator.state import VOLATILE
 
 
 def _job_nodes(s: Step, n: int) -> np.ndarray:
@@ -52,6 +53,20 @@ def reboot(f: Fault, s: Step) -> None:
         s.eff.resets[n] = True
 
 
+def driver_reload(f: Fault, s: Step) -> None:
+    """The NVIDIA driver unloaded and loaded again, no reboot (after an update or a GPU reset
+    with ``nvidia-smi -r``): the node stays reachable, its job is stopped first (a reload needs
+    idle GPUs), and the GPUs' volatile counters restart from zero; the HCAs are untouched."""
+    if not f.starts_in(s.t0, s.t1):
+        return
+    n = f.nodes[0]
+    s.eff.stop_jobs.add(n)
+    st = s.st
+    for a in (st.energy_j, st.pcie_replay, st.nvl_err, st.nvl_tx, st.nvl_rx):
+        a[n] = 0.0
+    st.ecc[n, :, :, VOLATILE] = 0.0
+
+
 KINDS = (
     FaultKind(
         "pipeline_imbalance",
@@ -80,5 +95,13 @@ KINDS = (
         hardware=False,
         negative_control=True,
         help="reboot: gap, then counters reset",
+    ),
+    FaultKind(
+        "driver_reload",
+        "node",
+        driver_reload,
+        hardware=False,
+        negative_control=True,
+        help="driver reload: GPU counters reset, node stays up",
     ),
 )

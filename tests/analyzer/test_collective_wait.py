@@ -14,9 +14,9 @@ from simulator import Fleet
 from simulator.topology import port_name
 
 
-def _run(seed: int, slowdown: float | None):
+def _run(seed: int, slowdown: float | None, signals: tuple[str, ...] = ()):
     fleet = Fleet(16, seed, idle_fraction=0.0, small_job_share=0.0, mean_job_s=1e12,
-                  busy_wait=True)  # fmt: skip
+                  busy_wait=True, signals=signals)  # fmt: skip
     fleet.step(15.0)
     job_of = fleet.jobs.job_of
     largest = np.flatnonzero(job_of == np.bincount(job_of[job_of >= 0]).argmax())
@@ -50,3 +50,12 @@ def test_a_3_percent_slow_rank_is_found_from_its_clocks_and_drained_when_persist
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_healthy_busy_waiting_job_has_no_straggler(seed):
     assert _run(seed, None)[1] == []
+
+
+@pytest.mark.parametrize(
+    "signals, by", [(("steps",), "by step time"), (("activity",), "by SM activity")]
+)
+def test_published_step_times_or_profiling_activity_find_the_3_percent_slow_rank(signals, by):
+    _, found, slow = _run(2, 0.03, signals)
+    assert [(f.node, f.kind) for f in found] == [(slow, "straggler")] and by in found[0].summary
+    assert _run(2, None, signals)[1] == []

@@ -105,3 +105,19 @@ def test_the_mixed_fleet_has_a100_and_h100_racks_and_one_capped_rack():
     limit = frame[c.GPU_POWER_LIMIT.name]
     assert set(limit[8:16].ravel()) == {500.0} and set(limit[:8].ravel()) == {700.0}
     assert set(limit[32:].ravel()) == {400.0}
+
+
+def test_mixed_straggler_rows_say_which_signals_the_fleet_had_and_rails_give_a_leaf_per_port():
+    from gpuwarden.lab.evaluate import mixed_fleet, table
+
+    agg = {"gpuwarden": {"precision": 1.0, "recall": 1.0, "f1": 1.0, "ttd_median_s": 15.0,
+                         "ttd_p95_s": 15.0, "localisation": 1.0,
+                         "false_drains_per_1000_node_days": 0.0, "per_kind": {}}}  # fmt: skip
+    row = {"seed": 0, "nodes": 12, "imbalance_trials": 2, "imbalance_drains": 0,
+           "slowdowns": {"0.03": {"trials": 4, "top1": 1.0}},
+           "fleet": "mixed fleet, one job per model, collective waits", "signals": "steps"}  # fmt: skip
+    text = table(agg, None, None, [row], agg, ", rail-optimized")
+    assert "collective waits, signals: steps): 0.03: top-1 1.00 of 4" in text
+    assert "one capped, rail-optimized) |" in text
+    fleet = mixed_fleet(12, 0, rails=True)
+    assert fleet.port_leaf()[(11, 7)] == "su06-rail7" and len(fleet.topo.rail_leaves) == 6 * 8

@@ -69,3 +69,10 @@ def test_bad_settings_exit_2_with_one_line(capsys, tmp_path):
     bad.write_text("nodes: {n1: {hca: QDR}}\n")
     assert main(["--prometheus", "http://prom:9090", "--inventory", str(bad)]) == 2
     assert "hca must be one of" in capsys.readouterr().err
+
+
+def test_rows_name_every_leaf_a_rail_nodes_ports_reach_and_its_nvlink_domain():
+    inv = Inventory(defaults=NodeInventory(ports={"mlx5_0/1": "su1-rail0", "mlx5_1/1": "su1-rail1"},
+                                           nvlink_domain="nvl72-01"))  # fmt: skip
+    row = rows(inv.apply(_window()))[0]
+    assert (row["leaf"], row["nvlink_domain"]) == ("su1-rail0,su1-rail1", "nvl72-01")

@@ -115,13 +115,15 @@ def test_a_healthy_mixed_fleet_gets_no_findings_from_the_full_detector_set():
     assert Engine(default_detectors()).cycle(_w(d, sku)) == []
 
 
-def _simulated(models: bool, caps: dict[str, float] | None = None):
+def _simulated(models: bool, caps: dict[str, float] | None = None, faults=()):
     from analyzer.sources.frames import FrameBuffer
     from simulator import Fleet
     from simulator.topology import port_name
 
     skus = ("h100",) * 8 + ("a100",) * 8
     fleet = Fleet(16, seed=7, nodes_per_leaf=4, idle_fraction=0.2, skus=skus, power_caps=caps)
+    for kind, node, onset in faults:
+        fleet.inject(kind, node, "", onset=onset)
     ports = [port_name(p) for p in range(8)]
     buf = FrameBuffer(fleet.nodes, leaf_of=dict(enumerate(fleet.leaf_of)), ports=ports,
                       sku=fleet.models if models else ())  # fmt: skip
@@ -151,3 +153,10 @@ def test_peers_at_an_administrators_lower_power_limit_are_a_configuration_of_the
                                                    if k != c.GPU_POWER_LIMIT.name})  # fmt: skip
     assert any(f.kind == "faulty_machine" for f in PeerDetector().detect(without)), "cause"
     assert PeerDetector().detect(_w(d, sku)) == []
+
+
+def test_driver_reloads_and_checkpoint_pauses_on_a_mixed_fleet_drain_nothing():
+    faults = [("driver_reload", "gpu-node-011", 900.0), ("driver_reload", "gpu-node-002", 1200.0),
+              ("checkpoint_pause", "gpu-node-013", 1000.0)]  # fmt: skip
+    found = _simulated(True, {"leaf-02": 550.0}, faults)
+    assert not [f for f in found if f[2] in ("drain", "cordon")], found

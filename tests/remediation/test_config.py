@@ -174,3 +174,28 @@ def test_a_short_token_in_the_environment_stops_the_start() -> None:
     with pytest.raises(SettingsError, match="GPUWARDEN_WEBHOOK_TOKEN"):
         auth.load("hunter2", None, None)
     assert auth.load("y" * 32, None, None).token == "y" * 32
+
+
+def test_a_topology_file_takes_a_leaf_per_port_and_ibnetdiscover_output_beside_it(
+    tmp_path: Path,
+) -> None:
+    fixture = Path(__file__).parents[2] / "fixtures" / "fabric" / "ibnetdiscover-rail-su.txt"
+    (tmp_path / "fabric.txt").write_text(fixture.read_text())
+    (tmp_path / "t.yaml").write_text(
+        "ibnetdiscover: fabric.txt\n"
+        "nodes:\n"
+        "  gpu-node-001: {rack: r01, su: su1, nvlink_domain: nvl72-01}\n"
+        "  gpu-node-009: {ports: {mlx5_0/1: su2-rail0}}\n"
+    )
+    topo = topology.load(tmp_path / "t.yaml")
+    assert topo["gpu-node-001"]["leaf.mlx5_2.1"] == "su1-leaf-rail2"
+    assert topo["gpu-node-001"]["spine_group.mlx5_2.1"] == "sg2-spine-01"
+    assert topo["gpu-node-001"]["nvlink_domain"] == "nvl72-01"
+    assert topo["gpu-node-009"] == {"leaf.mlx5_0.1": "su2-rail0"}
+    from remediation import policy_check
+
+    sizes = policy_check.domain_sizes(topo)
+    assert sizes["leaf"]["su1-leaf-rail0"] == 4 and sizes["spine_group"]["sg1-spine-01"] == 4
+    (tmp_path / "bad.yaml").write_text("ibnetdiscover: missing.txt\n")
+    with pytest.raises(SettingsError, match=r"missing\.txt"):
+        topology.load(tmp_path / "bad.yaml")

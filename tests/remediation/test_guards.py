@@ -382,3 +382,29 @@ def test_invalid_alert_reasons_quote_at_most_64_characters_and_name_the_vocabula
 def test_an_unknown_node_denial_names_the_node() -> None:
     v = guards.decide(situation(node="gpu-node-099"), live_policy())
     assert v == guards.deny("ownership", "node 'gpu-node-099' is unknown to the scheduler")
+
+
+# ---------------------------------------------------------------- rail-optimized fabrics
+def rail_fleet(n: int = 8, out: dict[str, str] | None = None) -> tuple[NodeView, ...]:
+    """Two scalable units of 4 nodes, port i of every node of a unit on leaf su<k>-rail<i>."""
+    out = out or {}
+    return tuple(
+        NodeView(
+            name := f"gpu-node-{i:03d}",
+            name in out,
+            True,
+            out.get(name, ""),
+            {f"leaf.mlx5_{r}.1": f"su{(i - 1) // 4}-rail{r}" for r in range(4)},
+        )
+        for i in range(1, n + 1)
+    )
+
+
+def test_a_leaf_budget_counts_a_rail_node_in_every_leaf_its_ports_are_cabled_to() -> None:
+    p = live_policy(domain_budgets={"leaf": Budget(0.25, 1)})
+    out = {"gpu-node-002": "gpuwarden: drain"}
+    v = guards.decide(situation(fleet_=rail_fleet(8, out)), p)
+    assert v.guard == "budget_domain"
+    assert v.reason == "leaf su0-rail0: 2 of 4 nodes would be out (limit 1)"
+    # the other scalable unit's rail leaves are other switches: its node may go
+    assert guards.decide(situation(node="gpu-node-005", fleet_=rail_fleet(8, out)), p).allow

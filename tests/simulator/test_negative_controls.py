@@ -70,3 +70,14 @@ def test_reboot_clears_a_lost_gpu_but_not_a_failed_row_remap() -> None:
     assert last[c.GPU_ROW_REMAP_FAILED.name][1, 4] == 1
     truth = {t["kind"]: t for t in fleet.truth()}
     assert truth["xid"]["end"] == ONSET and truth["row_remap_failure"]["end"] is None
+
+
+def test_a_driver_reload_zeroes_the_gpu_counters_without_a_gap_and_leaves_the_hcas() -> None:
+    fleet = busy_fleet()
+    fleet.inject("driver_reload", "gpu-node-002", "", onset=ONSET)
+    frames = run(fleet, 900)
+    before, after = at(frames, ONSET - 15), at(frames, ONSET + 15)
+    assert not any(np.isnan(f[UTIL][1]).any() for f in frames)  # no gap: the node stays up
+    assert np.all(after[ECC][1, :, 0, 0] == 0)  # volatile restarts ...
+    assert np.all(after[ECC][1, :, 0, 1] == before[ECC][1, :, 0, 1])  # ... lifetime stays
+    assert np.all(after[IB_TX][1] >= before[IB_TX][1])  # the HCAs did not reset
