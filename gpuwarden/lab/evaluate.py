@@ -115,6 +115,26 @@ def _missing_hook(fraction: float, rng: np.random.Generator) -> Any:
     return hook
 
 
+class _MissedScrapes:
+    """Missed scrapes: per step, each node's scrape is lost with probability ``p`` (all of
+    its series missing at that step, as Prometheus would see it)."""
+
+    def __init__(self, p: float, nodes: int, rng: np.random.Generator) -> None:
+        self.p, self.n, self.rng = p, nodes, rng
+        self.rows = np.zeros(nodes, dtype=bool)
+
+    def next(self) -> None:
+        if self.p > 0:
+            self.rows = self.rng.random(self.n) < self.p
+
+    def __call__(self, name: str, a: np.ndarray) -> np.ndarray:
+        if not self.rows.any():
+            return a
+        a = np.array(a, dtype=float, copy=True)
+        a[self.rows] = np.nan
+        return a
+
+
 def run_seed(
     seed: int,
     nodes: int,
@@ -127,7 +147,12 @@ def run_seed(
     missing: float = 0.0,
     compare: bool = True,
     mixed: bool = False,
+    missed_scrapes: float = 0.0,
+    tap: Any = None,
 ) -> dict[str, Any]:
+    """``missed_scrapes``: the share of node scrapes lost (every series of the node missing
+    at that step); ``tap(fleet, frame, jobs, missed)`` sees each frame as pushed
+    (``gpuwarden evaluate --via prometheus`` records the scraped history with it)."""
     fleet = mixed_fleet(nodes, seed) if mixed else Fleet(nodes, seed)
     rng = np.random.default_rng(20_000 + seed)
     planned = plan(seed, horizon, per_kind, controls, hardware)
@@ -135,6 +160,9 @@ def run_seed(
                       [port_name(p) for p in range(8)], sku=fleet.models)  # fmt: skip
     if missing > 0:
         buf.missing = _missing_hook(missing, np.random.default_rng(30_000 + seed))
+    lost = _MissedScrapes(missed_scrapes, nodes, np.random.default_rng(50_000 + seed))
+    if missed_scrapes > 0:
+        buf.missing = lost
     engines: dict[str, Engine] = {"gpuwarden": Engine(default_detectors())}
     ablations: list[Ablation] = []
     if compare:
@@ -156,7 +184,11 @@ def run_seed(
                     busy_until, rng, leaf_busy)  # fmt: skip
             i_plan += 1
         frame = fleet.step(t)
-        buf.push(frame, fleet.jobs_at(t))
+        jobs = fleet.jobs_at(t)
+        lost.next()
+        buf.push(frame, jobs)
+        if tap is not None:
+            tap(fleet, frame, jobs, lost.rows)
         if t + 1e-9 < next_cycle:
             continue
         next_cycle += cycle
@@ -181,12 +213,15 @@ def run_seed(
         results[name] = {"summary": s.summary(), "per_kind": s.per_kind(), "faults": s.faults,
                          "drains_on_controls": s.drains_on_negative_controls,
                          "false_positives": s.fp_kinds}  # fmt: skip
-    return {
+    out = {
         "seed": seed, "nodes": nodes, "horizon_s": horizon, "hardware": hardware,
         "missing": missing, "wall_s": time.perf_counter() - started,
         "analysis_s": timing, "truth": len(truth), "results": results,
         "detector_errors": dict(engines["gpuwarden"].stats.errors),
     }  # fmt: skip
+    if tap is not None:  # the caller scores another path against these episodes
+        out["episodes"] = trackers["gpuwarden"].episodes()
+    return out
 
 
 def run_stragglers(seed: int, nodes: int, slowdowns: Sequence[float], trials: int,
