@@ -397,6 +397,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mixed", action="store_true",
                    help="also run each seed on a mixed A100/H100 fleet, rows side by side")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="seeds evaluated in parallel processes")
+    p.add_argument("--via", choices=("frames", "prometheus"), default="frames",
+                   help="prometheus: also through a real Prometheus (backfilled with promtool), "
+                   "both paths side by side with the F1 gap per fault class")  # fmt: skip
+    p.add_argument("--missed-scrapes", type=float, default=0.01,
+                   help="--via prometheus: share of node scrapes lost (both paths)")  # fmt: skip
     p.add_argument("--out", default="out/evaluation")
     return p
 
@@ -447,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.via == "prometheus":
+        return _via_prometheus(a, out)
     runs, free, miss, strag, mixed = [], [], [], [], []
     with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Inline() as pool:
         for seed, (r, f, m, st, mx) in zip(
@@ -473,6 +480,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "evaluation.md").write_text(text + "\n")
     plot(agg, out / "ttd_per_kind.png")
     print(f"\nwrote {out}/evaluation.json, evaluation.md, ttd_per_kind.png", file=sys.stderr)
+    return 0
+
+
+def _via_prometheus(a: argparse.Namespace, out: Path) -> int:
+    from gpuwarden.lab import via_prometheus as vp
+
+    runs = []
+    for seed in range(a.seeds):
+        r = vp.run_seed_via_prometheus(seed, a.nodes, a.hours * 3600.0, a.step, a.cycle,
+                                       a.per_kind, a.controls, a.missed_scrapes)  # fmt: skip
+        print(f"seed {seed}: " + ", ".join(f"{k} {v:.0f}s" for k, v in r["seconds"].items()),
+              file=sys.stderr)  # fmt: skip
+        runs.append(r)
+    text = vp.table(runs)
+    print(text)
+    (out / "evaluation-via-prometheus.json").write_text(
+        json.dumps({"args": vars(a), "runs": runs}, indent=1, default=str)
+    )
+    (out / "evaluation-via-prometheus.md").write_text(text + "\n")
+    print(f"\nwrote {out}/evaluation-via-prometheus.json, .md", file=sys.stderr)
     return 0
 
 

@@ -95,8 +95,11 @@ class ScrapeRecorder:
                 lab = self._labels.get(key)
                 if lab is None:
                     lab = self._labels[key] = np.array(
-                        [f'{fam.name}{{node="{n}",device="mlx5_{p}",port="1",counter="{counter}"}}'
-                         for n in self.nodes for p in range(a.shape[1])]  # fmt: skip
+                        [
+                            f'{fam.name}{{node="{n}",device="mlx5_{p}",port="1",counter="{counter}"}}'
+                            for n in self.nodes
+                            for p in range(a.shape[1])
+                        ]
                     )
                 self._write(fam.name, lab, a, present, ts)
         events = getattr(frame, "events", None)
@@ -110,8 +113,14 @@ class ScrapeRecorder:
             self._xid[k] = self._xid.get(k, 0.0) + 1.0
         xid_lines = [
             c.GPU_XID_ERRORS.name
-            + _labels({"node": self.nodes[n], "gpu": str(g), "uuid": self.uuid(self.nodes[n], g),
-                       "xid": str(x)})  # fmt: skip
+            + _labels(
+                {
+                    "node": self.nodes[n],
+                    "gpu": str(g),
+                    "uuid": self.uuid(self.nodes[n], g),
+                    "xid": str(x),
+                }
+            )
             + f" {v:g}{ts}"
             for (n, g, x), v in sorted(self._xid.items())
             if present[n]
@@ -125,8 +134,15 @@ class ScrapeRecorder:
                     node = self.nodes[int(n)]
                     alloc += [
                         c.GPU_ALLOCATION_INFO.name
-                        + _labels({"node": node, "gpu": str(g), "uuid": self.uuid(node, g),
-                                   "job_id": str(job), "scheduler": "slurm"})  # fmt: skip
+                        + _labels(
+                            {
+                                "node": node,
+                                "gpu": str(g),
+                                "uuid": self.uuid(node, g),
+                                "job_id": str(job),
+                                "scheduler": "slurm",
+                            }
+                        )
                         + f" 1{ts}"
                         for g in range(G)
                     ]

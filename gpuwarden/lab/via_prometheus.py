@@ -195,7 +195,9 @@ def _f(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:.3f}"
 
 
-def class_rows(runs: Sequence[dict[str, Any]]) -> list[tuple[str, float, float, float, float, float]]:
+def class_rows(
+    runs: Sequence[dict[str, Any]],
+) -> list[tuple[str, float, float, float, float, float]]:
     """Per class, over the seeds: mean F1 direct, through Prometheus, their gap, and the two
     recalls."""
     rows = []
