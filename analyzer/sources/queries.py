@@ -18,6 +18,7 @@ pair of Prometheus servers):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from exporter import catalog
@@ -55,7 +56,7 @@ class Query:
     def name(self) -> str:
         return self.metric.name
 
-    @property
+    @functools.cached_property  # read per series of every response
     def labels(self) -> tuple[str, ...]:
         return self.keep or tuple(x for x in self.metric.labels if x not in IDENTITY)
 
