@@ -66,4 +66,5 @@ def test_the_scraped_history_leaves_out_missed_scrapes_and_down_nodes_and_keeps_
     assert xid == [["1", "1015.000"], ["2", "1045.000"]]  # the count survives the missed scrape
     alloc = [ln for ln in text.splitlines() if ln.startswith(c.GPU_ALLOCATION_INFO.name)]
     assert len(alloc) == 2 and all('job_id="7"' in ln for ln in alloc)
-    assert "# TYPE gpuwarden_gpu_xid_errors counter" in text and text.endswith("# EOF\n")
+    xid_family = c.GPU_XID_ERRORS.name.removesuffix("_total")
+    assert f"# TYPE {xid_family} counter" in text and text.endswith("# EOF\n")
