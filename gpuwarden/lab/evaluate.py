@@ -453,6 +453,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.via == "prometheus":
+        if a.mixed or not 0 <= a.missed_scrapes < 1:
+            print("gpuwarden evaluate: --via prometheus runs the homogeneous fleet (no --mixed) "
+                  "and needs 0 <= --missed-scrapes < 1", file=sys.stderr)  # fmt: skip
+            return 2
         return _via_prometheus(a, out)
     runs, free, miss, strag, mixed = [], [], [], [], []
     with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Inline() as pool:

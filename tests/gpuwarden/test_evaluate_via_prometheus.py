@@ -68,3 +68,12 @@ def test_the_scraped_history_leaves_out_missed_scrapes_and_down_nodes_and_keeps_
     assert len(alloc) == 2 and all('job_id="7"' in ln for ln in alloc)
     xid_family = c.GPU_XID_ERRORS.name.removesuffix("_total")
     assert f"# TYPE {xid_family} counter" in text and text.endswith("# EOF\n")
+
+
+def test_via_prometheus_refuses_the_mixed_fleet_and_a_missed_share_of_one_or_more(
+    tmp_path: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    base = ["--via", "prometheus", "--out", str(tmp_path)]
+    assert main([*base, "--mixed"]) == 2
+    assert main([*base, "--missed-scrapes", "1.5"]) == 2
+    assert "--via prometheus runs the homogeneous fleet" in capsys.readouterr().err
