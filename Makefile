@@ -13,7 +13,7 @@ EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 PYTEST_ARGS ?= -n 2
 APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl prometheus-node-exporter shellcheck victoria-metrics
 
-.PHONY: venv system-deps test lint typecheck unit demo bench bench-prometheus evaluate dashboards rules dist image-test clean soak mutation
+.PHONY: venv system-deps test lint typecheck unit demo demo-check bench bench-prometheus evaluate dashboards rules dist image-test clean soak mutation
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,10 @@ test: venv system-deps lint typecheck
 demo: venv
 	@[ "$$(id -u)" != "0" ] || $(MAKE) --no-print-directory system-deps
 	$(BIN)/gpuwarden demo $(DEMO_ARGS)
+
+# The demo's whole story through the real Prometheus it starts, checked (about 5 minutes).
+demo-check: venv system-deps
+	$(BIN)/gpuwarden demo --duration 270 --check --no-slurm $(DEMO_ARGS)
 
 bench: venv system-deps
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)

@@ -134,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not start Prometheus/Alertmanager even when installed",
     )
     p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 unless every injected fault was found and reached a decision and no "
+        "negative control was acted on (needs --duration; `make demo-check`)",
+    )
+    p.add_argument(
         "--no-slurm",
         action="store_true",
         help="dry-run remediation even when Slurm is installed (Slurm needs root)",
@@ -217,13 +223,20 @@ def _run_stack(ns: argparse.Namespace, workdir: Path, slurm: slurmlab.SlurmClust
     )
     _banner(stack, stack.opts.backend)
     job_node = _start_job(slurm, workdir / "job")
+    tally = Tally()
     try:
-        _loop(stack, story, ns.duration, job_node)
+        _loop(stack, story, ns.duration, job_node, tally)
     except KeyboardInterrupt:
         _say("\ninterrupted")
     finally:
         _say("stopping everything the demo started ...")
         stack.stop()
+    problems = tally.problems()
+    if ns.check and problems:
+        _say("demo check FAILED: " + "; ".join(problems))
+        return 1
+    if ns.check:
+        _say("demo check passed: every fault found and decided, no negative control acted on")
     return 0
 
 
@@ -263,6 +276,7 @@ DETECTED_BY = {
     "ib_port_down": ("ib_port_down",),
     "ib_symbol_errors": ("ib_errors",),
 }
+NEGATIVE_CONTROLS = ("app_xid", "pipeline_imbalance", "checkpoint_pause", "reboot", "job_stop")
 QUARANTINED = ("quarantined", "inspection", "draining", "drained")
 
 
@@ -307,6 +321,21 @@ class Tally:
                 o.decision = e.text.split(" (guard")[0]
         return e
 
+    def problems(self) -> list[str]:
+        """What keeps the story from completing: a fault not found or without a decision, a
+        negative control that got an allowed action."""
+        out = []
+        for o in self.outcomes:
+            what = f"{o.node} {o.step.kind}"
+            if o.step.kind in NEGATIVE_CONTROLS:
+                if "-> ALLOW" in o.decision and "[no-op" not in o.decision:
+                    out.append(f"{what} (negative control) acted on: {o.decision}")
+            elif o.found is None:
+                out.append(f"{what} not detected")
+            elif not o.decision:
+                out.append(f"{what} found but no decision")
+        return out
+
     def table(self) -> list[str]:
         out = ["", "injected fault                          found after  finding / decision"]
         for o in self.outcomes:
@@ -319,8 +348,7 @@ class Tally:
         return out
 
 
-def _loop(stack: Stack, story: list[Step], duration: float, job_node: str) -> None:
-    tally = Tally()
+def _loop(stack: Stack, story: list[Step], duration: float, job_node: str, tally: Tally) -> None:
     try:
         _watch(stack, story, duration, job_node, tally)
     finally:

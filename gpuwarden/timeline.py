@@ -81,6 +81,8 @@ def _finding_events(findings: dict[str, Any]) -> list[tuple[str, str, str, str]]
             f"severity={f.get('severity')} action={f.get('action')} "
             f"confidence={float(f.get('confidence', 0)):.2f}"
         )
+        if f.get("kind") == "straggler" and f.get("summary"):  # the job it slows down
+            text += f" ({f['summary']})"
         out.append((key, "active", "FINDING", text))
     return out
 

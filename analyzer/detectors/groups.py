@@ -24,18 +24,25 @@ def models(window: Window) -> tuple[str, ...]:
 
 def configurations(window: Window) -> tuple[str, ...]:
     """Per node, its model and enforced power limit (``h100-sxm@500W``): GPUs capped lower
-    draw less power and run slower at the same work, so they are peers only of each other."""
+    draw less power and run slower at the same work, so they are peers only of each other.
+    Computed once per window (every job's split asks; at 1,024 nodes that was most of a cycle)."""
+    memo: tuple[str, ...] | None = window.__dict__.get("_configurations")
+    if memo is not None:
+        return memo
     skus = models(window)
     lim = window.get(catalog.GPU_POWER_LIMIT)
     if lim is None or lim.ndim != 3 or lim.shape[1] != len(skus):
-        return skus
-    with warnings.catch_warnings():  # a node without the series: no limit to group by
-        warnings.simplefilter("ignore", RuntimeWarning)
-        per_node = np.nanmedian(lim[-3:], axis=(0, 2))
-    return tuple(
-        f"{k}@{10 * round(w / 10):.0f}W" if np.isfinite(w) else k
-        for k, w in zip(skus, per_node, strict=True)
-    )
+        out = skus
+    else:
+        with warnings.catch_warnings():  # a node without the series: no limit to group by
+            warnings.simplefilter("ignore", RuntimeWarning)
+            per_node = np.nanmedian(lim[-3:], axis=(0, 2))
+        out = tuple(
+            f"{k}@{10 * round(w / 10):.0f}W" if np.isfinite(w) else k
+            for k, w in zip(skus, per_node, strict=True)
+        )
+    object.__setattr__(window, "_configurations", out)  # a frozen window: a memo, not a field
+    return out
 
 
 def split_by_model(window: Window, idx: np.ndarray, config: bool = False

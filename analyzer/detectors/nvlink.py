@@ -79,7 +79,10 @@ class NvlinkDetector:
         return out
 
     def _errors(self, window: Window, err: np.ndarray, down: np.ndarray | None) -> list[Finding]:
-        total = err.sum(axis=-1)  # NaN stays NaN: a gap is bridged by increases()
+        # the error types read at a step (Prometheus' moved-only read holds only the types that
+        # moved; one that did not has no increase); a step with none stays NaN, a gap that
+        # increases() bridges
+        total = np.where(np.isnan(err).all(axis=-1), np.nan, np.nansum(err, axis=-1))
         inc = np.nan_to_num(increases(total), nan=0.0)
         hits = (inc > 0).sum(axis=0)
         errors = inc.sum(axis=0)

@@ -48,16 +48,19 @@ class SeriesMatrix:
 
     def rows(self, keys: Sequence[Key]) -> np.ndarray:
         """Row index of each key; keys not held yet get new (all-NaN) rows."""
-        new = [k for k in dict.fromkeys(keys) if k not in self.index]
-        if new:
+        index = self.index
+        get = index.get
+        rows = [get(k, -1) for k in keys]  # one lookup per key: the common case, all held
+        if -1 in rows:
+            new = [k for k in dict.fromkeys(keys) if k not in index]
             self.version += 1
             base = len(self.keys)
-            self.index.update((k, base + i) for i, k in enumerate(new))
+            index.update((k, base + i) for i, k in enumerate(new))
             self.keys += new
             self.vals = np.concatenate([self.vals, np.full((len(new), self.T), np.nan)])
             self.anchor = np.concatenate([self.anchor, np.full(len(new), np.nan)])
-        index = self.index
-        return np.fromiter((index[k] for k in keys), dtype=np.int64, count=len(keys))
+            rows = [index[k] for k in keys]
+        return np.array(rows, dtype=np.int64)
 
     def prune(self) -> None:
         """Drop rows with no value left in the window (a node gone for a whole window)."""

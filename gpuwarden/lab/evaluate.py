@@ -117,6 +117,26 @@ def _missing_hook(fraction: float, rng: np.random.Generator) -> Any:
     return hook
 
 
+class _MissedScrapes:
+    """Missed scrapes: per step, each node's scrape is lost with probability ``p`` (all of
+    its series missing at that step, as Prometheus would see it)."""
+
+    def __init__(self, p: float, nodes: int, rng: np.random.Generator) -> None:
+        self.p, self.n, self.rng = p, nodes, rng
+        self.rows = np.zeros(nodes, dtype=bool)
+
+    def next(self) -> None:
+        if self.p > 0:
+            self.rows = self.rng.random(self.n) < self.p
+
+    def __call__(self, name: str, a: np.ndarray) -> np.ndarray:
+        if not self.rows.any():
+            return a
+        a = np.array(a, dtype=float, copy=True)
+        a[self.rows] = np.nan
+        return a
+
+
 def run_seed(
     seed: int,
     nodes: int,
@@ -130,7 +150,12 @@ def run_seed(
     compare: bool = True,
     mixed: bool = False,
     rails: bool = False,
+    missed_scrapes: float = 0.0,
+    tap: Any = None,
 ) -> dict[str, Any]:
+    """``missed_scrapes``: the share of node scrapes lost (every series of the node missing
+    at that step); ``tap(fleet, frame, jobs, missed)`` sees each frame as pushed
+    (``gpuwarden evaluate --via prometheus`` records the scraped history with it)."""
     fleet = mixed_fleet(nodes, seed, rails=rails) if mixed else Fleet(nodes, seed)
     port_leaf = fleet.port_leaf()  # a rail-optimized fabric: a leaf per port
     rng = np.random.default_rng(20_000 + seed)
@@ -140,6 +165,9 @@ def run_seed(
                       [port_name(p) for p in range(8)], sku=fleet.models)  # fmt: skip
     if missing > 0:
         buf.missing = _missing_hook(missing, np.random.default_rng(30_000 + seed))
+    lost = _MissedScrapes(missed_scrapes, nodes, np.random.default_rng(50_000 + seed))
+    if missed_scrapes > 0:
+        buf.missing = lost
     engines: dict[str, Engine] = {"gpuwarden": Engine(default_detectors())}
     ablations: list[Ablation] = []
     if compare:
@@ -161,7 +189,11 @@ def run_seed(
                     busy_until, rng, leaf_busy)  # fmt: skip
             i_plan += 1
         frame = fleet.step(t)
-        buf.push(frame, fleet.jobs_at(t))
+        jobs = fleet.jobs_at(t)
+        lost.next()
+        buf.push(frame, jobs)
+        if tap is not None:
+            tap(fleet, frame, jobs, lost.rows)
         if t + 1e-9 < next_cycle:
             continue
         next_cycle += cycle
@@ -188,12 +220,15 @@ def run_seed(
         results[name] = {"summary": s.summary(), "per_kind": s.per_kind(), "faults": s.faults,
                          "drains_on_controls": s.drains_on_negative_controls,
                          "false_positives": s.fp_kinds}  # fmt: skip
-    return {
+    out = {
         "seed": seed, "nodes": nodes, "horizon_s": horizon, "hardware": hardware,
         "missing": missing, "wall_s": time.perf_counter() - started,
         "analysis_s": timing, "truth": len(truth), "results": results,
         "detector_errors": dict(engines["gpuwarden"].stats.errors),
     }  # fmt: skip
+    if tap is not None:  # the caller scores another path against these episodes
+        out["episodes"] = trackers["gpuwarden"].episodes()
+    return out
 
 
 def run_stragglers(seed: int, nodes: int, slowdowns: Sequence[float], trials: int,
@@ -392,6 +427,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mixed", action="store_true",
                    help="also run each seed on a mixed A100/H100 fleet, rows side by side")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="seeds evaluated in parallel processes")
+    p.add_argument("--via", choices=("frames", "prometheus"), default="frames",
+                   help="prometheus: also through a real Prometheus (backfilled with promtool), "
+                   "both paths side by side with the F1 gap per fault class")  # fmt: skip
+    p.add_argument("--missed-scrapes", type=float, default=0.01,
+                   help="--via prometheus: share of node scrapes lost (both paths)")  # fmt: skip
     p.add_argument("--out", default="out/evaluation")
     return p
 
@@ -445,6 +485,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.via == "prometheus":
+        if a.mixed or not 0 <= a.missed_scrapes < 1:
+            print("gpuwarden evaluate: --via prometheus runs the homogeneous fleet (no --mixed) "
+                  "and needs 0 <= --missed-scrapes < 1", file=sys.stderr)  # fmt: skip
+            return 2
+        return _via_prometheus(a, out)
     runs, free, miss, strag, mixed = [], [], [], [], []
     with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Inline() as pool:
         for seed, (r, f, m, st, mx) in zip(
@@ -472,6 +518,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "evaluation.md").write_text(text + "\n")
     plot(agg, out / "ttd_per_kind.png")
     print(f"\nwrote {out}/evaluation.json, evaluation.md, ttd_per_kind.png", file=sys.stderr)
+    return 0
+
+
+def _via_prometheus(a: argparse.Namespace, out: Path) -> int:
+    from gpuwarden.lab import via_prometheus as vp
+
+    runs = []
+    for seed in range(a.seeds):
+        r = vp.run_seed_via_prometheus(seed, a.nodes, a.hours * 3600.0, a.step, a.cycle,
+                                       a.per_kind, a.controls, a.missed_scrapes)  # fmt: skip
+        print(f"seed {seed}: " + ", ".join(f"{k} {v:.0f}s" for k, v in r["seconds"].items()),
+              file=sys.stderr)  # fmt: skip
+        runs.append(r)
+    text = vp.table(runs)
+    print(text)
+    (out / "evaluation-via-prometheus.json").write_text(
+        json.dumps({"args": vars(a), "runs": runs}, indent=1, default=str)
+    )
+    (out / "evaluation-via-prometheus.md").write_text(text + "\n")
+    print(f"\nwrote {out}/evaluation-via-prometheus.json, .md", file=sys.stderr)
     return 0
 
 

@@ -1,13 +1,15 @@
 """A hand-written fake of the Prometheus HTTP API for the incremental-read property tests.
 
 Evaluates exactly the PromQL shapes :mod:`analyzer.sources.queries` renders (``max by``,
-``!= v``, vector ``!=`` / ``unless`` / ``or``, ``offset``, ``=~`` matchers) over series whose
+``!= v``, vector ``!=`` / ``unless`` / ``or``, ``offset``, ``changes(...[Ns]) > 0``, ``=~``
+matchers) over series whose
 samples sit on the step grid; a missing sample is a stale series at that step (no lookback),
 as after a failed scrape. ``offset`` looks back exactly that far. The real server is exercised by test_prometheus.py.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Mapping
@@ -63,6 +65,17 @@ class FakeProm:
         m = re.fullmatch(r"max by \(([\w,]+)\) \((.*)\)", expr)
         assert m, expr
         by, inner = m.group(1).split(","), m.group(2)
+        ch = re.fullmatch(r"changes\((.*)\[(\d+)s\]\) > 0", inner)
+        if ch:  # series whose value changed within [t - range, t] (Prometheus 2.x: inclusive)
+            moved: dict[Labels, float] = {}
+            lo = round(t - float(ch.group(2)), 3)
+            for labels, samples in self._select(ch.group(1)):
+                vals = [v for ts, v in sorted(samples.items()) if lo <= ts <= round(t, 3)]
+                n = sum(a != b for a, b in itertools.pairwise(vals))
+                if n > 0:
+                    key = tuple((k, dict(labels).get(k, "")) for k in by)
+                    moved[key] = max(moved.get(key, float(n)), float(n))
+            return moved
         off = re.search(r" offset (\d+)s$", inner)
         if off:  # the value one window earlier
             t, inner = t - float(off.group(1)), inner[: off.start()]

@@ -177,3 +177,17 @@ def test_the_prometheus_queries_cover_exactly_the_metrics_the_other_sources_read
     from analyzer.sources.build import QUERIED
 
     assert {q.metric for q in QUERIES} == set(QUERIED)
+
+
+def test_rows_of_many_nodes_on_one_port_counter_are_one_exact_selector_not_one_per_node():
+    from analyzer.sources.queries import rows_matchers
+
+    labels = ("node", "device", "port", "counter")
+    rows = [(n, "mlx5_1", "1", "symbol_error") for n in ("a.1", "b", "c")]
+    assert rows_matchers(labels, rows) == [
+        'node=~"a\\\\.1|b|c",device="mlx5_1",port="1",counter="symbol_error"'
+    ]
+    few = [("a", "mlx5_1", "1", "symbol_error"), ("a", "mlx5_2", "1", "link_downed")]
+    assert rows_matchers(labels, few) == [
+        'node="a",device=~"mlx5_1|mlx5_2",port="1",counter=~"link_downed|symbol_error"'
+    ]

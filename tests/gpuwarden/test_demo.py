@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpuwarden.demo import build_parser, main
 from gpuwarden.processes import free_port_block
+from tests.realcomp import require_binary
 
 
 def test_the_built_in_story_needs_a_fleet_that_has_its_nodes(capsys) -> None:  # type: ignore[no-untyped-def]
@@ -22,10 +23,14 @@ def test_help_documents_nodes_duration_scenario_and_ports() -> None:
         assert flag in text
 
 
-def test_a_short_demo_injects_its_story_prints_the_timeline_and_cleans_up(tmp_path: Path) -> None:
+def test_a_short_demo_through_prometheus_injects_its_story_finds_and_decides_and_cleans_up(
+    tmp_path: Path,
+) -> None:
+    for b in ("prometheus", "prometheus-alertmanager"):
+        require_binary(b)
     story = tmp_path / "story.yaml"
     story.write_text(
-        "- {at: 1, node: gpu-node-002, kind: xid, target: gpu0, "
+        "- {at: 5, node: gpu-node-002, kind: xid, target: gpu0, "
         "parameters: {xid: 79}, note: a GPU falls off the bus}\n"
     )
     base = free_port_block(5)
@@ -38,10 +43,9 @@ def test_a_short_demo_injects_its_story_prints_the_timeline_and_cleans_up(tmp_pa
             "--nodes",
             "4",
             "--duration",
-            "15",
+            "35",
             "--story",
             str(story),
-            "--no-servers",
             "--no-slurm",
             "--base-port",
             str(base),
@@ -58,9 +62,15 @@ def test_a_short_demo_injects_its_story_prints_the_timeline_and_cleans_up(tmp_pa
     out = r.stdout
     assert "STORY    gpu-node-002   a GPU falls off the bus" in out
     assert "INJECT   gpu-node-002   xid on gpu0 xid=79 (fault)" in out
+    assert "(real Prometheus + Alertmanager)" in out  # the analyzer reads Prometheus
+    # ... and finds the lost GPU there (xid_fatal too, unless the XID counter's first sample
+    # sits on the stack's first grid point: a first sample is a baseline, never an event)
+    assert any(f"FINDING  gpu-node-002   {k} gpu=0" in out for k in ("gpu_lost", "xid_fatal"))
+    assert "DECISION gpu-node-002" in out
     assert "stopping everything the demo started" in out
-    assert "injected fault" in out and "gpu-node-002 xid gpu0" in out  # the closing table
-    for port in range(base, base + 3):  # simulator, analyzer, remediation are gone
+    row = next(ln for ln in out.splitlines() if ln.startswith("gpu-node-002 xid gpu0"))
+    assert "not detected" not in row and "no decision" not in row  # the closing table
+    for port in range(base, base + 5):  # simulator, analyzer, remediation, Prometheus, AM
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is fine
             s.bind(("127.0.0.1", port))  # a process still listening is not

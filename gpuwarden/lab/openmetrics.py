@@ -1,0 +1,215 @@
+"""The simulator's frames as scraped history: OpenMetrics for ``promtool tsdb create-blocks-from``.
+
+:class:`ScrapeRecorder` receives each frame of a fleet (in virtual time) as Prometheus would
+have scraped it at that step and writes, per catalogue family the analyzer reads
+(:data:`analyzer.sources.queries.QUERIES`), every series with the exporter's label set
+(``node``, ``gpu``, ``uuid``, ``link``, ``device``/``port``, ``counter``, ...) and one sample
+per scrape. What a scrape did not return is absent: a node that is down (its ``gpu_up`` is
+NaN), a missed scrape of a node (``missed`` rows), a NaN cell. XID counters come from the
+fleet's kernel-log events (a series is born at its first XID and never drops), allocation info
+from the fleet's jobs (as the Slurm prolog's map would say), ``gpu_info`` from the node's model.
+
+Families the analyzer never reads (and IB counters it never asks for) are left out: they
+change no answer and only make the backfill bigger. Each family is spooled to its own file
+step by step (memory stays flat over long runs) and the files are joined at :meth:`write`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from analyzer.sources.queries import IB_USED, QUERIES
+from exporter import catalog as c
+from simulator.state import IB_HW_COUNTERS
+
+_SPECIAL = (c.GPU_XID_ERRORS, c.GPU_ALLOCATION_INFO, c.GPU_INFO, c.IB_COUNTER, c.IB_HW_COUNTER)
+_AXES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    c.GPU_THROTTLE.name: (("reason", tuple(c.THROTTLE_REASONS)),),
+    c.GPU_ECC_ERRORS.name: (
+        ("error_type", ("corrected", "uncorrected")),
+        ("counter_type", ("volatile", "aggregate")),
+    ),
+    c.NVLINK_ERRORS.name: (("error_type", tuple(c.NVLINK_ERROR_TYPES)),),
+}
+_IB_USED = frozenset(IB_USED.split("|"))
+_HW = frozenset(IB_HW_COUNTERS)
+
+
+def _labels(d: Mapping[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in d.items()) + "}"
+
+
+def type_line(m: c.MetricDef) -> str:
+    base = m.name.removesuffix("_total") if m.type == "counter" else m.name
+    return f"# TYPE {base} {m.type}\n"
+
+
+class ScrapeRecorder:
+    """Frames in, OpenMetrics out. ``epoch`` is added to the frames' virtual times."""
+
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        uuid: Any,
+        gpu_names: Sequence[str],
+        epoch: float,
+        workdir: Path | None = None,
+    ) -> None:
+        self.nodes = tuple(nodes)
+        self.uuid = uuid  # (node, gpu) -> uuid
+        self.gpu_names = tuple(gpu_names)  # per node, the NVML model name
+        self.epoch = epoch
+        self.dir = Path(tempfile.mkdtemp(prefix="gpuwarden-om-", dir=workdir))
+        self.names = [q.name for q in QUERIES if q.metric not in _SPECIAL]
+        self._labels: dict[str, np.ndarray] = {}
+        self._files: dict[str, IO[str]] = {}
+        self._xid: dict[tuple[int, int, int], float] = {}
+        self.samples = 0
+        self.steps = 0
+
+    # ------------------------------------------------------------------ per step
+    def push(
+        self, frame: Any, jobs: Mapping[Any, Sequence[int]], missed: np.ndarray | None = None
+    ) -> None:
+        """One scrape of every node at ``frame.t``; ``missed`` (bool per node): no sample."""
+        N = len(self.nodes)
+        up = frame.metrics[c.GPU_UP.name]
+        present = ~np.isnan(up.reshape(N, -1)[:, 0])
+        if missed is not None:
+            present &= ~missed
+        ts = f" {self.epoch + frame.t:.3f}\n"
+        for name in self.names:
+            a = frame.metrics.get(name)
+            if a is not None:
+                self._write(name, self._series(name, a.shape), a, present, ts)
+        for counter, a in frame.ib_counters.items():
+            if counter in _IB_USED:
+                fam = c.IB_HW_COUNTER if counter in _HW else c.IB_COUNTER
+                key = f"{fam.name}:{counter}"
+                lab = self._labels.get(key)
+                if lab is None:
+                    lab = self._labels[key] = np.array(
+                        [
+                            f'{fam.name}{{node="{n}",device="mlx5_{p}",port="1",counter="{counter}"}}'
+                            for n in self.nodes
+                            for p in range(a.shape[1])
+                        ]
+                    )
+                self._write(fam.name, lab, a, present, ts)
+        events = getattr(frame, "events", None)
+        hits = (
+            [(e.node, e.gpu, e.xid) for e in events if getattr(e, "counted", True)]
+            if events
+            else list(frame.xids)
+        )
+        for n, g, x in hits:
+            k = (int(n), int(g), int(x))
+            self._xid[k] = self._xid.get(k, 0.0) + 1.0
+        xid_lines = [
+            c.GPU_XID_ERRORS.name
+            + _labels(
+                {
+                    "node": self.nodes[n],
+                    "gpu": str(g),
+                    "uuid": self.uuid(self.nodes[n], g),
+                    "xid": str(x),
+                }
+            )
+            + f" {v:g}{ts}"
+            for (n, g, x), v in sorted(self._xid.items())
+            if present[n]
+        ]
+        self._out(c.GPU_XID_ERRORS.name).write("".join(xid_lines))
+        G = up.shape[1] if up.ndim > 1 else 1
+        alloc = []
+        for job, members in sorted(jobs.items(), key=lambda kv: str(kv[0])):
+            for n in members:
+                if present[int(n)]:
+                    node = self.nodes[int(n)]
+                    alloc += [
+                        c.GPU_ALLOCATION_INFO.name
+                        + _labels(
+                            {
+                                "node": node,
+                                "gpu": str(g),
+                                "uuid": self.uuid(node, g),
+                                "job_id": str(job),
+                                "scheduler": "slurm",
+                            }
+                        )
+                        + f" 1{ts}"
+                        for g in range(G)
+                    ]
+        self._out(c.GPU_ALLOCATION_INFO.name).write("".join(alloc))
+        info = self._labels.get(c.GPU_INFO.name)
+        if info is None:
+            info = self._labels[c.GPU_INFO.name] = np.array([
+                c.GPU_INFO.name + _labels({"node": n, "gpu": str(g), "uuid": self.uuid(n, g),
+                                           "name": self.gpu_names[i]})
+                for i, n in enumerate(self.nodes) for g in range(G)
+            ])  # fmt: skip
+        self._write(c.GPU_INFO.name, info, np.ones((N, G)), present, ts)
+        self.samples += len(xid_lines) + len(alloc)
+        self.steps += 1
+
+    def _series(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """Label strings for every cell of a frame array of ``shape`` (nodes, gpus, ...)."""
+        lab = self._labels.get(name)
+        if lab is not None and lab.size == int(np.prod(shape)):
+            return lab
+        m = c.by_name(name)
+        out = []
+        for idx in np.ndindex(*shape):
+            n = self.nodes[idx[0]]
+            d: dict[str, str] = {"node": n}
+            if "device" in m.labels:
+                d |= {"device": f"mlx5_{idx[1]}", "port": "1"}
+            else:
+                d |= {"gpu": str(idx[1]), "uuid": self.uuid(n, idx[1])}
+                rest = list(idx[2:])
+                if "link" in m.labels:
+                    d["link"] = str(rest.pop(0))
+                for label, values in _AXES.get(name, ()):
+                    d[label] = values[rest.pop(0)]
+            out.append(name + _labels(d))
+        lab = self._labels[name] = np.array(out)
+        return lab
+
+    def _write(self, family: str, labels: np.ndarray, a: np.ndarray, present: np.ndarray,
+               ts: str) -> None:  # fmt: skip
+        a = np.asarray(a, dtype=float)
+        ok = ~np.isnan(a) & present.reshape((-1,) + (1,) * (a.ndim - 1))
+        flat, good = a.reshape(-1), np.flatnonzero(ok.reshape(-1))
+        lab = labels.reshape(-1)
+        self._out(family).write("".join(f"{lab[i]} {flat[i]:.10g}{ts}" for i in good))
+        self.samples += len(good)
+
+    def _out(self, family: str) -> IO[str]:
+        f = self._files.get(family)
+        if f is None:
+            f = self._files[family] = (self.dir / family).open("w")
+        return f
+
+    # ------------------------------------------------------------------ output
+    def write(self, path: Path) -> Path:
+        """Join the spooled families into one OpenMetrics file at ``path``."""
+        with path.open("w") as out:
+            for family, f in self._files.items():
+                f.close()
+                out.write(type_line(c.by_name(family)))
+                with (self.dir / family).open() as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            out.write("# EOF\n")
+        self._files.clear()
+        return path
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
