@@ -222,7 +222,7 @@ def run_seed(
                          "false_positives": s.fp_kinds}  # fmt: skip
     out = {
         "seed": seed, "nodes": nodes, "horizon_s": horizon, "hardware": hardware,
-        "missing": missing, "wall_s": time.perf_counter() - started,
+        "mixed": mixed, "missing": missing, "wall_s": time.perf_counter() - started,
         "analysis_s": timing, "truth": len(truth), "results": results,
         "detector_errors": dict(engines["gpuwarden"].stats.errors),
     }  # fmt: skip
@@ -330,6 +330,17 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _with_exposure(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The aggregate of fault-free runs plus their exposure: node-days and false drains in
+    all (a rate of 0 means little without the node-days it was observed over)."""
+    if not runs:
+        return None
+    out = aggregate(runs)
+    out["node_days"] = sum(r["nodes"] * r["horizon_s"] / 86400.0 for r in runs)
+    out["false_drains"] = sum(r["results"]["gpuwarden"]["summary"]["false_drains"] for r in runs)
+    return out
+
+
 def _fmt(x: Any, pct: bool = False) -> str:
     if isinstance(x, dict):
         m, s = x["mean"], x["std"]
@@ -342,7 +353,7 @@ def _fmt(x: Any, pct: bool = False) -> str:
 
 def table(agg: dict[str, Any], fault_free: dict[str, Any] | None, missing: dict[str, Any] | None,
           stragglers: list[dict[str, Any]], mixed: dict[str, Any] | None = None,
-          fabric: str = "") -> str:  # fmt: skip
+          fabric: str = "", mixed_free: dict[str, Any] | None = None) -> str:  # fmt: skip
     lines = ["| system | precision | recall | F1 | TTD median s | TTD p95 s | localisation | false drains /1000 node-days |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     systems = list(agg.items())
@@ -369,10 +380,12 @@ def table(agg: dict[str, Any], fault_free: dict[str, Any] | None, missing: dict[
         low = sorted((k["recall"], kind) for kind, k in kinds.items())[:3]
         lines += ["", "mixed fleet, lowest per-kind recall: "
                   + ", ".join(f"{kind} {r:.2f}" for r, kind in low)]  # fmt: skip
-    if fault_free:
-        g = fault_free["gpuwarden"]
-        lines += ["", f"fault-free seeds (negative controls only): false drains per 1000 node-days "
-                  f"{_fmt(g['false_drains_per_1000_node_days'])}, false-positive episodes {_fmt(g['fp_episodes'])}"]  # fmt: skip
+    for label, ff in (("", fault_free), (", mixed fleet", mixed_free)):
+        if ff:
+            g = ff["gpuwarden"]
+            lines += ["", f"fault-free seeds{label} (negative controls only): false drains per 1000 node-days "
+                      f"{_fmt(g['false_drains_per_1000_node_days'])} over {ff['node_days']:.1f} node-days "
+                      f"({ff['false_drains']} false drains), false-positive episodes {_fmt(g['fp_episodes'])}"]  # fmt: skip
     if missing:
         lines += ["", f"30% of series missing: F1 {_fmt(missing['gpuwarden']['f1'])} "
                   f"(complete data: {_fmt(agg['gpuwarden']['f1'])})"]  # fmt: skip
@@ -458,6 +471,10 @@ def _one_seed(
     if a.mixed:
         mixed.append(run_seed(seed, a.nodes, horizon, a.step, a.cycle, a.per_kind, a.controls,
                               compare=False, mixed=True, rails=a.rails))  # fmt: skip
+        if not a.no_fault_free:  # the mixed fleet's own false-drain rate: controls only
+            free.append(run_seed(100 + seed, a.nodes, horizon, a.step, a.cycle, a.per_kind,
+                                 a.controls, hardware=False, compare=False, mixed=True,
+                                 rails=a.rails))  # fmt: skip
         for signals in ((), ("activity",), ("steps",)) if a.straggler_trials > 0 else ():
             strag.append(run_stragglers(seed, a.nodes, (0.03, 0.05, 0.1), a.straggler_trials,
                                         a.step, a.cycle, mixed=True, signals=signals))  # fmt: skip
@@ -503,17 +520,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             strag += st
             mixed += mx
     agg = aggregate(runs)
-    agg_free = aggregate(free) if free else None
+    free_mixed = [r for r in free if r["mixed"]]
+    free = [r for r in free if not r["mixed"]]
+    agg_free = _with_exposure(free)
+    agg_free_mixed = _with_exposure(free_mixed)
     agg_miss = aggregate(miss) if miss else None
     agg_mixed = aggregate(mixed) if mixed else None
     text = table(agg, agg_free, agg_miss, strag, agg_mixed,
-                 ", rail-optimized" if a.rails else "")  # fmt: skip
+                 ", rail-optimized" if a.rails else "", agg_free_mixed)  # fmt: skip
     print(text)
     args = vars(a)
     (out / "evaluation.json").write_text(json.dumps(
         {"args": args, "aggregate": agg, "fault_free": agg_free, "missing": agg_miss,
-         "mixed": agg_mixed, "stragglers": strag, "runs": runs, "fault_free_runs": free,
-         "missing_runs": miss, "mixed_runs": mixed},
+         "mixed": agg_mixed, "mixed_fault_free": agg_free_mixed, "stragglers": strag, "runs": runs, "fault_free_runs": free,
+         "missing_runs": miss, "mixed_runs": mixed, "mixed_fault_free_runs": free_mixed},
         indent=1, default=str))  # fmt: skip
     (out / "evaluation.md").write_text(text + "\n")
     plot(agg, out / "ttd_per_kind.png")

@@ -95,6 +95,21 @@ def test_mixed_fleet_rows_are_printed_beside_the_homogeneous_ones(tmp_path):
     assert data["mixed_runs"][0]["nodes"] == 12 and data["mixed"]["gpuwarden"]["f1"]
 
 
+def test_a_mixed_run_has_its_own_fault_free_seeds_with_the_node_days_they_cover(tmp_path):
+    args = ["--nodes", "12", "--hours", "0.6", "--seeds", "1", "--straggler-trials", "0",
+            "--missing", "0", "--mixed", "--out", str(tmp_path)]  # fmt: skip
+    assert main(args) == 0
+    text = (tmp_path / "evaluation.md").read_text()
+    assert "fault-free seeds (negative controls only)" in text
+    mixed_line = next(x for x in text.splitlines() if x.startswith("fault-free seeds, mixed fleet"))
+    assert "over 0.3 node-days (0 false drains)" in mixed_line
+    data = json.loads((tmp_path / "evaluation.json").read_text())
+    assert [r["mixed"] for r in data["fault_free_runs"]] == [False]
+    assert [r["mixed"] for r in data["mixed_fault_free_runs"]] == [True]
+    assert not data["mixed_fault_free_runs"][0]["hardware"]
+    assert data["mixed_fault_free"]["node_days"] == 0.3
+
+
 def test_the_mixed_fleet_has_a100_and_h100_racks_and_one_capped_rack():
     from gpuwarden.lab.evaluate import mixed_fleet
 
