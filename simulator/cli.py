@@ -15,22 +15,30 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aiohttp import web
 
 from common.settings import SettingsError, load
+from exporter.catalog_specs import HCA_RATES
 from exporter.settings import parse_listen
 from simulator import scenario as scenarios
 from simulator import workers
+from simulator.fleet import Fleet
 from simulator.model import SKUS
 from simulator.server import make_app
 from simulator.simulator import Simulator
 from simulator.topology import ibnetdiscover
 
 log = logging.getLogger("gpuwarden.simulate")
+
+
+def hca_speed(fleet: Fleet) -> Callable[[int], str]:
+    """Node index -> the IB rate name its model's HCA ports train to (A100 nodes: HDR)."""
+    names = {rate: name for name, rate in HCA_RATES.items()}
+    return lambda i: names.get(SKUS[fleet.sku_of[i]].hca_bytes_s, "NDR")
 
 
 @dataclass(frozen=True)
@@ -190,7 +198,7 @@ async def serve(sim: Simulator, s: SimulateSettings, stop: asyncio.Event) -> Non
         addresses = [f"{host}:{bound + i}" for i in range(s.workers)]
         write_file_sd(s.file_sd, file_sd(sim, addresses))
     if s.ibnetdiscover and not s.shard:
-        Path(s.ibnetdiscover).write_text(ibnetdiscover(sim.fleet.topo))
+        Path(s.ibnetdiscover).write_text(ibnetdiscover(sim.fleet.topo, speed=hca_speed(sim.fleet)))
     log.info("simulating %d nodes on http://%s:%d", len(sim.fleet.nodes), host, bound)
     try:
         if s.duration:

@@ -8,6 +8,7 @@ Nothing here is random, so a node keeps its identity whatever the seed.
 from __future__ import annotations
 
 import uuid as uuidlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -109,11 +110,14 @@ class Topology:
             raise ValueError(f"unknown node {node!r} (fleet has {first}..{last})") from None
 
 
-def ibnetdiscover(topo: Topology, spines: int = 2) -> str:
+def ibnetdiscover(
+    topo: Topology, spines: int = 2, speed: Callable[[int], str] = lambda i: "NDR"
+) -> str:
     """The fleet's fabric as ``ibnetdiscover`` (infiniband-diags) prints it: every leaf with
     its nodes' HCA ports (``"<node> mlx5_<p>"``, rdma-ndd's description) and ``spines`` spine
     uplinks, then every spine. Feeds the analyzer's inventory and remediation's topology
-    (``ibnetdiscover: FILE``) the way a real fabric scan would."""
+    (``ibnetdiscover: FILE``) the way a real fabric scan would. ``speed(i)``: the rate node
+    ``i``'s HCA ports trained to ("HDR" for an A100 node); switch-to-switch links are NDR."""
 
     def guid(kind: int, a: int, b: int = 0) -> str:
         return f"b83fd203{kind:02x}{a:04x}{b:02x}"
@@ -132,7 +136,9 @@ def ibnetdiscover(topo: Topology, spines: int = 2) -> str:
         for i, p in ports:
             port += 1
             ca = guid(3, i, p)
-            lines.append(f'[{port}]\t"H-{ca}"[1]({ca}) \t\t# "{node_name(i)} mlx5_{p}" 4xNDR')
+            lines.append(
+                f'[{port}]\t"H-{ca}"[1]({ca}) \t\t# "{node_name(i)} mlx5_{p}" 4x{speed(i)}'
+            )
         for s in range(spines):
             lines.append(f'[{port + 1 + s}]\t"S-{guid(2, s)}"[{li + 1}]\t\t# "MF0;spine-{s + 1:02d}:MQM9700/U1" 4xNDR')  # fmt: skip
         lines.append("")

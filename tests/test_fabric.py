@@ -80,3 +80,15 @@ def test_the_simulated_fleets_fabric_reads_back_as_the_leaves_and_spines_it_was_
     doms = fabric.parse_ibnetdiscover(ibnetdiscover(rails)).domains()
     assert doms["gpu-node-010"]["leaf.mlx5_3.1"] == "su02-rail3" == rails.port_leaf(9, 3)
     assert "leaf" not in doms["gpu-node-010"]  # a leaf per port, none for the whole node
+
+
+def test_a_mixed_simulated_fleet_writes_each_nodes_hca_rate_hdr_for_a100_ndr_for_h100():
+    from simulator.cli import hca_speed
+    from simulator.fleet import Fleet
+    from simulator.topology import ibnetdiscover
+
+    fleet = Fleet(4, nodes_per_leaf=2, skus=["h100", "h100", "a100", "a100"])
+    found = fabric.parse_ibnetdiscover(ibnetdiscover(fleet.topo, speed=hca_speed(fleet)))
+    speeds = {node: speed for (node, _), speed in found.port_speed.items()}
+    assert speeds == {"gpu-node-001": "NDR", "gpu-node-002": "NDR",
+                      "gpu-node-003": "HDR", "gpu-node-004": "HDR"}  # fmt: skip
