@@ -466,3 +466,84 @@ def test_the_rate_limit_denies_once_max_actions_ran_in_the_window_through_the_en
     assert rows(svc)[-1][3:5] == ("deny", "rate_limit")
     clock(svc).advance(61)
     assert send(svc, alert("gpu-node-018")) != [None]  # the window moved on
+
+
+# ---------------------------------------------------------------- the records themselves
+def test_an_allowed_action_is_recorded_with_its_intent_reason_epoch_and_incident(
+    svc: Service,
+) -> None:
+    a = alert("gpu-node-002", "memory", gpu="0")
+    [aid] = send(svc, a)
+    assert aid is not None
+    [d] = svc.journal.rows("SELECT * FROM decisions")
+    [row] = svc.journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
+    [inc] = svc.journal.rows("SELECT * FROM incidents")
+    assert (row["decision_id"], row["node"], row["action"], row["backend"], row["state"]) == (
+        d["id"], "gpu-node-002", "drain", "dry-run", "pending"
+    )  # fmt: skip
+    assert row["reason"] == f"gpuwarden: drain memory d{d['id']}"
+    assert (row["fault_class"], row["epoch"], row["incident_id"]) == ("memory", 0, inc["id"])
+    assert row["started_at"] == svc.clock.now() and inc["acted"] == "drain"
+    assert d["alert_key"] == a.key and d["at"] == svc.clock.now()
+    assert svc.journal.todo() == []  # the alert is marked processed in the same commit
+    labels = {"guard": d["guard"], "verdict": "allow", "action": "drain"}
+    assert sample(svc, "gpuwarden_remediation_decisions_total", **labels) == 1
+    # a second alert of the same incident: a notify pointing at it, the ladder does not climb
+    mark = top(svc)
+    assert send(svc, alert("gpu-node-002", "memory", fp="other-gpu")) == [None]
+    assert rows(svc, mark) == [
+        (
+            "gpu-node-002",
+            "memory",
+            "notify",
+            "allow",
+            "incident",
+            f"same incident #{inc['id']} as an earlier alert, which got drain; the ladder "
+            "climbs once per incident",
+        )
+    ]
+    assert evidence(svc) == {"incident": inc["id"]}
+
+
+def test_an_action_after_a_release_carries_the_new_epoch_and_a_flapping_node_longer_probation(
+    svc: Service,
+) -> None:
+    [aid] = send(svc, alert("gpu-node-003", "memory"))
+    assert aid is not None
+    svc.executor.run({"id": aid})
+    assert svc.engine.release("gpu-node-003", manual=True, who="bob").allow
+    clock(svc).advance(300)
+    [again] = send(svc, alert("gpu-node-003", "memory", fp="new", starts_at="2026-11-29T11:00Z"))
+    assert again is not None
+    [row] = svc.journal.rows("SELECT epoch FROM actions WHERE id=?", (again,))
+    assert row["epoch"] == 1
+    rec = node(svc, "gpu-node-003")
+    assert (rec["probation_s"], rec["flapped"]) == (240.0, 1)  # 60 s x flap_multiplier 4
+    assert evidence(svc)["flapped"] is True
+
+
+def test_an_internal_error_while_deciding_is_a_recorded_denial(svc: Service) -> None:
+    a = alert("gpu-node-004", "memory")
+    svc.journal.accept([a], svc.clock.now())
+    svc.engine.record_error(a, KeyError("labels"))
+    assert rows(svc) == [
+        ("gpu-node-004", "memory", "notify", "deny", "error", "internal error: KeyError: 'labels'")
+    ]  # fmt: skip
+    assert svc.journal.todo() == []
+    labels = {"guard": "error", "verdict": "deny", "action": "notify"}
+    assert sample(svc, "gpuwarden_remediation_decisions_total", **labels) == 1
+
+
+def test_a_notify_for_a_node_whose_action_failed_does_not_redrive_it(svc: Service) -> None:
+    def refuse(node: str, reason: str, evict: bool) -> str:
+        raise BackendError("no")
+
+    svc.backend.take_out = refuse  # type: ignore[method-assign]
+    [aid] = send(svc, alert("gpu-node-005"))
+    assert aid is not None
+    svc.executor.run({"id": aid})
+    clock(svc).advance(10)
+    assert svc.executor.run({"id": aid})[0] == "failed"
+    assert send(svc, alert("gpu-node-005", "memory", action="notify", fp="n")) == [None]
+    [row] = svc.journal.rows("SELECT state FROM actions WHERE id=?", (aid,))
+    assert row["state"] == "failed" and rows(svc)[-1][2:5] == ("notify", "allow", "policy")
