@@ -270,19 +270,19 @@ class Executor:
         def finish() -> str:
             return str(b.requeue_finish(job, node))  # type: ignore[attr-defined]
 
-        if self.journal.step_state(aid, f"requeue:{jid}") != "done":
-            self._step(a, f"hold:{jid}", hold, lambda: self._held_or_moved(job, node))
-            wait_s = float(getattr(b, "requeue_wait_s", 30.0))
-            if not self._wait(a, f"pending:{jid}", lambda: b.requeue_pending(jid), wait_s):  # type: ignore[attr-defined]
-                with self.journal.tx() as db:  # kept, renamed: the retry waits afresh
-                    db.execute(
-                        "UPDATE steps SET step=step||? WHERE action_id=? AND step=?",
-                        (f"@{self.clock():.0f}", aid, f"pending:{jid}"),
-                    )
-                raise BackendError(
-                    f"job {jid} not pending {wait_s:.0f}s after requeuehold (held; the retry "
-                    "waits again, a failed action releases it)"
+        # a saga found finished skips these at once (done steps are not run again)
+        self._step(a, f"hold:{jid}", hold, lambda: self._held_or_moved(job, node))
+        wait_s = float(b.requeue_wait_s)  # type: ignore[attr-defined]
+        if not self._wait(a, f"pending:{jid}", lambda: b.requeue_pending(jid), wait_s):  # type: ignore[attr-defined]
+            with self.journal.tx() as db:  # kept, renamed: the retry waits afresh
+                db.execute(
+                    "UPDATE steps SET step=step||? WHERE action_id=? AND step=?",
+                    (f"@{self.clock():.0f}", aid, f"pending:{jid}"),
                 )
+            raise BackendError(
+                f"job {jid} not pending {wait_s:.0f}s after requeuehold (held; the retry "
+                "waits again, a failed action releases it)"
+            )
         self._step(a, f"requeue:{jid}", finish, lambda: self._moved(job, node), gated=False)
 
     def _held_or_moved(self, job: Job, node: str) -> bool:

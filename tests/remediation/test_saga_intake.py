@@ -235,3 +235,94 @@ def test_a_saga_that_fails_for_good_releases_the_job_it_holds(
     assert aid2 == aid
     assert run(svc, aid)[0] in ("waiting", "done")
     assert not slurm.jobs["100"].held
+
+
+def test_a_pause_after_the_hold_still_finishes_the_saga_so_no_job_stays_held(
+    svc: Service, slurm: FakeSlurm
+) -> None:
+    slurm.completing = 1
+    aid = decide(svc)
+    assert run(svc, aid)[0] == "waiting"  # held, COMPLETING
+    advance(svc, slurm)
+    svc.engine.set_paused(True, "op")
+    svc.journal.put("breaker_opened_at", repr(svc.clock.now()))
+    assert run(svc, aid)[0] == "waiting"  # released; now waiting for it to run elsewhere
+    assert ["scontrol", "release", "100"] in slurm.calls and not slurm.jobs["100"].held
+    assert svc.journal.step_state(aid, "requeue:100") == "done"
+
+
+def test_a_restart_during_the_release_step_takes_slurms_word_and_does_not_release_twice(
+    svc: Service, slurm: FakeSlurm
+) -> None:
+    aid = decide(svc)
+    real = svc.backend.requeue_finish  # type: ignore[attr-defined]
+
+    def crash_after(job: object, exclude: str) -> str:
+        real(job, exclude)
+        raise SystemExit("kill -9")  # the reply never journaled
+
+    svc.backend.requeue_finish = crash_after  # type: ignore[attr-defined]
+    with pytest.raises(SystemExit):
+        run(svc, aid)
+    assert svc.journal.step_state(aid, "requeue:100") == "started"
+    svc.backend.requeue_finish = real  # type: ignore[attr-defined]
+    slurm.calls.clear()
+    fresh = Executor(svc.journal, svc.backend, svc.policy, svc.clock.now)
+    fresh.run({"id": aid})
+    assert svc.journal.step_detail(aid, "requeue:100") == "reconciled after restart"
+    assert writes(slurm) == []  # requeued, released: nothing done twice
+
+
+def test_the_pending_deadline_message_is_exact_and_only_open_sagas_are_compensated(
+    svc: Service, slurm: FakeSlurm
+) -> None:
+    slurm.jobs["101"] = FakeJob("RUNNING", ["gpu-node-001"])
+    aid = decide(svc)
+    assert run(svc, aid)[0] == "waiting"  # job 100 requeued and released at once
+    advance(svc, slurm)  # job 100 runs elsewhere
+    slurm.completing = 100
+    assert run(svc, aid)[0] == "waiting"  # job 101 held, COMPLETING
+    assert svc.journal.step_state(aid, "hold:101") == "done"
+    advance(svc, slurm, 30)  # exactly the deadline (30 s)
+    state, outcome = run(svc, aid)
+    assert outcome.endswith(
+        "job 101 not pending 30s after requeuehold (held; the retry waits again, a failed "
+        "action releases it); retry in 10s"
+    ), outcome
+    slurm.jobs["101"].completing = 0
+    advance(svc, slurm)  # PENDING and held
+    assert svc.engine.release("gpu-node-001", manual=True, who="op").allow
+    slurm.calls.clear()
+    state, outcome = run(svc, aid)
+    assert state == "superseded"
+    assert outcome.endswith("; job 101 released (compensation)"), outcome
+    assert ["scontrol", "release", "100"] not in slurm.calls  # its saga had finished
+    assert not slurm.jobs["101"].held
+    assert svc.journal.step_detail(aid, "hold:101") == "job released"
+
+
+def test_a_superseded_saga_whose_job_is_still_completing_stays_live_until_it_can_release(
+    svc: Service, slurm: FakeSlurm
+) -> None:
+    slurm.completing = 5
+    aid = decide(svc)
+    assert run(svc, aid)[0] == "waiting"
+    assert svc.engine.release("gpu-node-001", manual=True, who="op").allow
+    state, outcome = run(svc, aid)
+    assert state == "retry" and "job 100 not yet pending: its hold cannot be released" in outcome
+    for _ in range(5):
+        advance(svc, slurm)
+    advance(svc, slurm, 10)
+    state, outcome = run(svc, aid)
+    assert state == "superseded" and not slurm.jobs["100"].held, outcome
+
+
+def test_a_finished_saga_is_not_compensated(svc: Service, slurm: FakeSlurm) -> None:
+    aid = decide(svc)
+    assert run(svc, aid)[0] == "waiting"  # requeued and released; not running elsewhere yet
+    assert svc.engine.release("gpu-node-001", manual=True, who="op").allow
+    [row] = svc.journal.rows("SELECT state FROM actions WHERE id=?", (aid,))
+    assert row["state"] == "superseded"  # no open saga: dropped at once
+    slurm.calls.clear()
+    assert svc.executor._compensate_sagas({"id": aid}) == ""
+    assert writes(slurm) == []
