@@ -13,7 +13,7 @@ import pytest
 
 from remediation.backends.base import BackendError
 from remediation.clock import FakeClock
-from remediation.model import Job
+from remediation.model import Alert, Job, NodeView
 from remediation.service import Service
 from tests.remediation.helpers import LIVE_POLICY, alert, service, topology_file
 
@@ -547,3 +547,128 @@ def test_a_notify_for_a_node_whose_action_failed_does_not_redrive_it(svc: Servic
     assert send(svc, alert("gpu-node-005", "memory", action="notify", fp="n")) == [None]
     [row] = svc.journal.rows("SELECT state FROM actions WHERE id=?", (aid,))
     assert row["state"] == "failed" and rows(svc)[-1][2:5] == ("notify", "allow", "policy")
+
+
+# ---------------------------------------------------------------- labels missing, defaults
+def bare(node: str, fp: str, status: str = "firing", **labels: str) -> Alert:
+    return Alert(fp, "2026-11-29T10:00:00Z", status, {"node": node, **labels})
+
+
+def test_alerts_without_a_fault_class_or_alertname_are_recorded_with_empty_defaults(
+    svc: Service,
+) -> None:
+    send(svc, bare("gpu-node-001", "h1", action="hold"))
+    send(svc, bare("gpu-node-002", "x1", action="drain"))
+    a = bare("gpu-node-003", "e1")
+    svc.journal.accept([a], svc.clock.now())
+    svc.engine.record_error(a, ValueError("x"))
+    send(svc, bare("gpu-node-004", "r1", "resolved"))
+    send(svc, bare("gpu-node-005", "h2", "resolved", action="hold"))
+    got = rows(svc)
+    assert [r[1] for r in got] == ["", "", "", "", ""]
+    assert got[0][5].startswith("node unwatched (hold): state unknown kept")
+    assert [json.loads(r["evidence"]) for r in svc.journal.rows("SELECT * FROM decisions")][2:] == [
+        {},
+        {},
+        {},
+    ]
+    assert svc.journal.todo() == []  # every one marked processed with its decision
+
+
+def test_a_resolve_without_a_node_counts_no_garbage_as_firing(svc: Service) -> None:
+    send(svc, bare("", "g1", fault_class="xid_fatal", action="drain"))  # garbage, firing
+    send(svc, bare("", "g2", "resolved", fault_class="xid_fatal", action="drain"))
+    assert rows(svc)[-1][5] == "resolved; node state None, 0 firing"
+
+
+def test_probation_and_redrive_records_carry_empty_evidence_and_the_right_state(
+    svc: Service,
+) -> None:
+    [aid] = send(svc, alert("gpu-node-006", "memory", action="inspect"))
+    assert aid is not None
+    with svc.journal.tx() as db:
+        db.execute("UPDATE actions SET state='failed' WHERE id=?", (aid,))
+        db.execute("UPDATE nodes SET state='action_failed' WHERE node='gpu-node-006'")
+    assert send(svc, alert("gpu-node-006", "memory", action="inspect", fp="again")) == [aid]
+    assert node(svc, "gpu-node-006")["state"] == "inspection"  # as the failed action wanted
+    assert svc.journal.todo() == []
+
+
+def test_a_failing_probation_label_does_not_stop_the_probation(svc: Service) -> None:
+    [aid] = send(svc, alert("gpu-node-007", "memory"))
+    assert aid is not None
+    svc.executor.run({"id": aid})
+
+    def broken(node: str, state: str) -> None:
+        raise OSError("label write failed")
+
+    svc.backend.mark = broken  # type: ignore[method-assign]
+    send(svc, alert("gpu-node-007", "memory", status="resolved"))
+    assert node(svc, "gpu-node-007")["state"] == "probation" and evidence(svc) == {}
+
+
+def test_the_tick_prunes_flags_after_twice_the_longest_window_and_keeps_an_open_breaker(
+    svc: Service,
+) -> None:
+    send(svc, *(alert(f"gpu-node-{i:03d}") for i in range(1, 5)))
+    svc.engine.tick()
+    assert svc.engine.breaker_open()  # flags inside the window are kept
+    assert svc.journal.flag_summary(0)[0] == 4
+    clock(svc).advance(239)
+    svc.engine.tick()  # closes the breaker (quiet), keeps the flags: 2 x 120 s not passed
+    assert svc.journal.flag_summary(0)[0] == 4
+    clock(svc).advance(2)
+    svc.engine.tick()
+    assert svc.journal.flag_summary(0) == (0, None)
+
+
+def test_the_tick_releases_every_node_due_whatever_the_order(svc: Service) -> None:
+    nodes = ["gpu-node-008", "gpu-node-009", "gpu-node-010"]
+    for n in nodes:
+        [aid] = send(svc, alert(n, "memory"))
+        assert aid is not None
+        svc.executor.run({"id": aid})
+    send(svc, alert("gpu-node-008", "memory", status="resolved"))  # due last
+    clock(svc).advance(30)
+    send(svc, alert("gpu-node-009", "memory", status="resolved"))
+    send(svc, alert("gpu-node-010", "memory", status="resolved"))
+    with svc.journal.tx() as db:  # 009 fires again (not yet decided): it stays
+        db.execute(
+            "INSERT INTO alerts(key,fingerprint,node,status,labels,received_at,processed) "
+            "VALUES('k9','f9','gpu-node-009','firing','{}',0,1)"
+        )
+    clock(svc).advance(30)
+    assert svc.engine.tick() == ["gpu-node-008"]  # 009 firing, 010 not due: the loop goes on
+    clock(svc).advance(30)
+    assert svc.engine.tick() == ["gpu-node-010"]
+
+
+def test_a_zero_probation_releases_at_the_next_tick(svc: Service) -> None:
+    svc.engine.policy = dataclasses.replace(svc.policy, probation_s=0.0)
+    [aid] = send(svc, alert("gpu-node-011", "memory"))
+    assert aid is not None
+    svc.executor.run({"id": aid})
+    send(svc, alert("gpu-node-011", "memory", status="resolved"))
+    assert svc.engine.tick() == ["gpu-node-011"]
+
+
+def test_a_release_supersedes_with_who_and_when_and_closes_the_incident(svc: Service) -> None:
+    [aid] = send(svc, alert("gpu-node-012", "memory"))
+    t = clock(svc).advance(3)
+    assert svc.engine.release("gpu-node-012", manual=True).allow
+    [row] = svc.journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
+    assert (row["state"], row["outcome"], row["finished_at"]) == (
+        "superseded", "superseded: node released by api", t
+    )  # fmt: skip
+    assert rows(svc)[-1][5] == "released by api: would resume"
+    [again] = send(svc, alert("gpu-node-012", "memory", fp="next"))  # inside the window
+    assert again is not None  # a new incident, not "same incident"
+
+
+def test_a_release_refused_by_ownership_says_why_without_an_error_suffix(svc: Service) -> None:
+    send(svc, alert("gpu-node-013"))
+    svc.backend.node = lambda n: NodeView(n, True, False, "fan")  # type: ignore[method-assign]
+    v = svc.engine.release("gpu-node-013", manual=True, who="bob")
+    assert (v.allow, v.guard, v.reason) == (
+        False, "ownership", "drain reason not written by gpuwarden: 'fan'"
+    )  # fmt: skip
