@@ -667,7 +667,7 @@ def test_a_release_supersedes_with_who_and_when_and_closes_the_incident(svc: Ser
 
 def test_a_release_refused_by_ownership_says_why_without_an_error_suffix(svc: Service) -> None:
     send(svc, alert("gpu-node-013"))
-    svc.backend.node = lambda n: NodeView(n, True, False, "fan")  # type: ignore[method-assign]
+    svc.backend.node = lambda n: NodeView(n, True, False, "fan")  # type: ignore[method-assign, assignment]
     v = svc.engine.release("gpu-node-013", manual=True, who="bob")
     assert (v.allow, v.guard, v.reason) == (
         False, "ownership", "drain reason not written by gpuwarden: 'fan'"
