@@ -236,7 +236,7 @@ def test_each_action_evicts_and_marks_as_its_kind_says(
 def test_a_plain_requeue_records_its_node_and_a_restart_does_not_repeat_it(
     tmp_path: Path,
 ) -> None:
-    j, b, ex, row = as_action(*setup(tmp_path), "requeue")
+    j, _, ex, row = as_action(*setup(tmp_path), "requeue")
     j.set_step(row["id"], "take_out", "done")
     j.set_step(row["id"], "jobs", "done", '[["42", "RUNNING", ["gpu-node-001"], 0]]')
     j.set_step(row["id"], "requeue:42", "started")  # crashed after the requeue took effect
