@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -672,3 +673,50 @@ def test_a_release_refused_by_ownership_says_why_without_an_error_suffix(svc: Se
     assert (v.allow, v.guard, v.reason) == (
         False, "ownership", "drain reason not written by gpuwarden: 'fan'"
     )  # fmt: skip
+
+
+def test_a_manual_breaker_reset_drops_the_gauge_at_once(svc: Service) -> None:
+    send(svc, *(alert(f"gpu-node-{i:03d}") for i in range(1, 5)))
+    assert sample(svc, "gpuwarden_remediation_breaker_open") == 1
+    svc.engine.reset_breaker("erin")
+    assert sample(svc, "gpuwarden_remediation_breaker_open") == 0
+
+
+def test_every_tick_record_has_empty_evidence_and_its_alert_processed(svc: Service) -> None:
+    [aid] = send(svc, alert("gpu-node-002", "memory", fp="a"))
+    assert aid is not None
+    svc.executor.run({"id": aid})
+    send(svc, bare("gpu-node-002", "h", action="hold"))
+    send(svc, alert("gpu-node-002", "memory", fp="a", status="resolved"))
+    assert svc.journal.todo() == []
+    send(svc, bare("gpu-node-002", "h", "resolved", action="hold"))
+    with svc.journal.tx() as db:  # the tick sees every alert resolved
+        db.execute("UPDATE alerts SET status='resolved' WHERE node='gpu-node-002'")
+    svc.engine.tick()
+    assert rows(svc)[-1][2] == "probation" and evidence(svc) == {}
+    svc.engine.policy = dataclasses.replace(svc.policy, validate_command=("false",))
+    clock(svc).advance(61)
+    svc.engine.tick()
+    assert rows(svc)[-1][3:5] == ("deny", "validation") and evidence(svc) == {}
+    first = svc.journal.rows("SELECT evidence FROM decisions WHERE action='hold' ORDER BY id")
+    assert [json.loads(r["evidence"]) for r in first] == [{}, {}]
+
+
+def test_the_tick_goes_on_past_a_node_not_due_and_one_failing_validation(
+    svc: Service,
+) -> None:
+    nodes = ["gpu-node-003", "gpu-node-004", "gpu-node-005"]
+    for n in nodes:
+        [aid] = send(svc, alert(n, "memory"))
+        assert aid is not None
+        svc.executor.run({"id": aid})
+    send(svc, alert("gpu-node-004", "memory", status="resolved"))
+    send(svc, alert("gpu-node-005", "memory", status="resolved"))
+    clock(svc).advance(30)
+    send(svc, alert("gpu-node-003", "memory", status="resolved"))  # first row, not due
+    clock(svc).advance(31)
+    check = "import sys; sys.exit(sys.argv[1] == 'gpu-node-004')"
+    svc.engine.policy = dataclasses.replace(
+        svc.policy, validate_command=(sys.executable, "-c", check, "{node}")
+    )
+    assert svc.engine.tick() == ["gpu-node-005"]

@@ -270,3 +270,59 @@ def test_a_checkpoint_after_a_restart_signals_the_job_on_its_recorded_node(
     ex.run(row)
     [r] = j.rows("SELECT node FROM dry_run_effects WHERE op='checkpoint'")
     assert r["node"] == "gpu-node-001"
+
+
+def test_a_hold_interrupted_before_it_took_effect_is_done_not_reconciled(
+    svc: Service, slurm: FakeSlurm
+) -> None:
+    aid = decide(svc)
+    svc.journal.set_step(aid, "take_out", "done")
+    svc.journal.set_step(aid, "jobs", "done", '[["100", "RUNNING", ["gpu-node-001"], 0]]')
+    svc.journal.set_step(aid, "hold:100", "started")  # crashed before requeuehold ran
+    run(svc, aid)
+    assert ["scontrol", "requeuehold", "100"] in slurm.calls
+    assert svc.journal.step_detail(aid, "hold:100") == "requeuehold"
+
+
+def test_a_plain_requeue_interrupted_before_it_took_effect_is_done_again(
+    tmp_path: Path,
+) -> None:
+    j, b, ex, row = as_action(*setup(tmp_path), "requeue")
+    b.job = lambda job_id: Job("42", "RUNNING", ("gpu-node-001",), 2)  # type: ignore[method-assign]
+    j.set_step(row["id"], "take_out", "done")
+    j.set_step(row["id"], "jobs", "done", '[["42", "RUNNING", ["gpu-node-001"], 2]]')
+    j.set_step(row["id"], "requeue:42", "started")  # the job shows no sign of a requeue
+    ex.run(row)
+    assert effects(j, "requeue") == 1
+    assert {r["action_id"] for r in j.rows("SELECT action_id FROM dry_run_effects")} == {
+        row["id"]
+    }  # every effect names its action
+
+
+def test_a_job_released_behind_our_back_is_not_released_again_by_compensation(
+    svc: Service, slurm: FakeSlurm
+) -> None:
+    slurm.completing = 1
+    aid = decide(svc)
+    assert run(svc, aid)[0] == "waiting"
+    advance(svc, slurm)
+    slurm.jobs["100"].held = False  # an operator released it
+    assert svc.engine.release("gpu-node-001", manual=True, who="op").allow
+    slurm.calls.clear()
+    assert run(svc, aid)[0] == "superseded"
+    assert ["scontrol", "release", "100"] not in slurm.calls
+
+
+def test_a_requeue_of_an_idle_node_says_no_jobs(tmp_path: Path) -> None:
+    _, b, ex, row = as_action(*setup(tmp_path), "requeue")
+    b.jobs_on = lambda node: ()  # type: ignore[method-assign]
+    assert ex.run(row) == ("done", "would drain; no jobs on node")
+
+
+def test_a_reboot_names_its_node_and_reason_and_journals_its_step(tmp_path: Path) -> None:
+    j, b, ex, row = as_action(*setup(tmp_path), "reboot")
+    b.jobs_on = lambda node: ()  # type: ignore[method-assign]
+    assert ex.run(row) == ("done", "would reboot")
+    [r] = j.rows("SELECT node, detail FROM dry_run_effects WHERE op='reboot'")
+    assert (r["node"], json.loads(r["detail"])) == ("gpu-node-001", {"reason": row["reason"]})
+    assert j.step_state(row["id"], "reboot") == "done"
