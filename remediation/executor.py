@@ -155,7 +155,7 @@ class Executor:
             if self.journal.step_state(aid, f"requeue:{jid}") == "done":
                 continue
             now = self.backend.job(jid)
-            if now is not None and now.state != "PENDING":  # still completing: not yet
+            if now is not None and now.state not in ("PENDING", "RUNNING"):  # completing
                 raise BackendError(f"job {jid} not yet pending: its hold cannot be released")
             if now is not None and now.held:
                 self.backend.release_job(jid)  # type: ignore[attr-defined]

@@ -326,3 +326,17 @@ def test_a_finished_saga_is_not_compensated(svc: Service, slurm: FakeSlurm) -> N
     slurm.calls.clear()
     assert svc.executor._compensate_sagas({"id": aid}) == ""
     assert writes(slurm) == []
+
+
+def test_a_hold_that_never_happened_is_not_waited_on_when_the_node_is_released(
+    svc: Service, slurm: FakeSlurm
+) -> None:
+    aid = decide(svc)
+    svc.journal.set_step(aid, "take_out", "done")
+    svc.journal.set_step(aid, "jobs", "done", '[["100", "RUNNING", ["gpu-node-001"], 0]]')
+    svc.journal.set_step(aid, "hold:100", "started")  # crashed before requeuehold ran
+    slurm.run(["scontrol", "update", "NodeName=gpu-node-001", "State=DRAIN", "Reason=gpuwarden: x"])
+    assert svc.engine.release("gpu-node-001", manual=True, who="op").allow
+    state, outcome = run(svc, aid)
+    assert state == "superseded", outcome  # the job runs, nothing is held: nothing to wait for
+    assert ["scontrol", "release", "100"] not in slurm.calls
