@@ -63,7 +63,7 @@ soak: venv
 # Mutation testing of remediation's guards, engine and executor ([tool.mutmut] in pyproject).
 mutation: venv
 	$(BIN)/pip install -q -e '.[mutation]'
-	$(BIN)/mutmut run --max-children 2
+	GPUWARDEN_SOAK_EXAMPLES=$${GPUWARDEN_SOAK_EXAMPLES:-3} $(BIN)/mutmut run --max-children 2
 	$(BIN)/mutmut results
 
 # the analyzer reading a real, promtool-backfilled Prometheus (BENCH_NODES=128,1024[,4096])

@@ -20,7 +20,7 @@ from remediation import guards
 from remediation import storage as storage_mod
 from remediation.backends.base import Backend, BackendError
 from remediation.clock import Clock
-from remediation.executor import validate
+from remediation.executor import OPEN_SAGA, validate
 from remediation.journal import Journal
 from remediation.metrics import Metrics
 from remediation.model import DISRUPTIVE, REASON_PREFIX, Alert, Verdict, deny
@@ -423,9 +423,15 @@ class Engine:
         now = self.clock.now()
         with self.journal.tx() as db:
             db.execute("UPDATE nodes SET epoch=epoch+1 WHERE node=?", (node,))
+            live = "node=? AND state IN ('pending','waiting','paused','retry','deferred','failed')"
+            # an action holding a job (an open saga) is run once more: it releases the job
             db.execute(
-                "UPDATE actions SET state='superseded', outcome=?, finished_at=? WHERE node=? "
-                "AND state IN ('pending','waiting','paused','retry','deferred','failed')",
+                f"UPDATE actions SET state='pending', next_at=NULL WHERE {live} AND {OPEN_SAGA}",
+                (node,),
+            )
+            db.execute(
+                "UPDATE actions SET state='superseded', outcome=?, finished_at=? WHERE "
+                f"{live} AND NOT {OPEN_SAGA}",
                 (f"superseded: node released by {who}", now, node),
             )
             self.journal.close_incidents(db, node)

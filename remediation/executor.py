@@ -8,10 +8,20 @@ elsewhere; without an ack by the deadline, the policy's fallback applies and is 
 
 Nothing here sleeps. A wait is a persisted deadline: the step returns ``waiting`` and the
 worker's tick runs the action again (done steps are skipped) until the condition holds or
-the deadline passes. Before every side-effecting step the pause switch and the node's
-epoch are read: a pause parks the action (``paused``), a release since the action was
-decided drops it (``superseded``). Any exception is a failed attempt with its reason; the
-policy's bounded retries with backoff follow, then ``failed`` and the node ``action_failed``.
+the deadline passes. Before every side-effecting step the node's epoch, the pause switch
+and the intake are read: a release since the action was decided drops it (``superseded``),
+a pause parks it (``paused``), and so does closed intake (the storm breaker open, or the
+service shutting down): parked actions keep their reason in the journal and resume on a
+later tick or after a restart. Steps that end a saga already begun (the exclusion and the
+release of a job we hold) are not gated: a pause must not leave a job held. Any exception
+is a failed attempt with its reason; the policy's bounded retries with backoff follow,
+then ``failed`` and the node ``action_failed``.
+
+The Slurm requeue is a saga of journaled steps (``hold`` -> wait ``pending`` -> ``requeue``:
+exclude, StartTime, release, read back): the wait for PENDING is a persisted deadline like
+the others; when it passes, the attempt fails and the retry waits afresh. A job we hold is
+released (compensation) when its action is superseded by a manual release or fails for
+good, so no job is left held without a live saga.
 """
 
 from __future__ import annotations
@@ -31,6 +41,15 @@ from remediation.policy import Policy
 
 TERMINAL = ("done", "failed", "superseded")
 
+# An action with an open saga: a job held by a ``hold`` step whose ``requeue`` step (the
+# release) has not happened. A manual release must not drop it (the job would stay held for
+# ever); the executor compensates it instead (engine._supersede, Executor.run).
+OPEN_SAGA = (
+    "EXISTS (SELECT 1 FROM steps h WHERE h.action_id=actions.id AND h.step LIKE 'hold:%' "
+    "AND h.state IN ('started','done') AND NOT EXISTS (SELECT 1 FROM steps r WHERE "
+    "r.action_id=h.action_id AND r.step='requeue:'||substr(h.step,6) AND r.state='done'))"
+)
+
 
 class Deferred(Exception):
     """The action waits for a condition (an idle node); it stays in the journal as deferred."""
@@ -42,6 +61,10 @@ class Waiting(Exception):
 
 class Paused(Exception):
     """The pause switch is on: no side effect now; the action resumes after ``resume``."""
+
+
+class IntakeClosed(Paused):
+    """The storm breaker is open or the service is stopping: parked like a pause."""
 
 
 class Superseded(Exception):
@@ -63,6 +86,8 @@ class Executor:
     ) -> None:
         self.journal, self.backend, self.policy = journal, backend, policy
         self.clock, self.paused = clock, paused
+        # set by the worker on SIGTERM: no new side effect, in-flight actions stay resumable
+        self.stopping = ""
 
     def run(self, action: dict[str, Any]) -> tuple[str, str]:
         """Execute (or continue, after a wait or a restart) one journaled action; returns
@@ -83,7 +108,11 @@ class Executor:
         except Paused as e:
             state, outcome = "paused", str(e)
         except Superseded as e:
-            state, outcome = "superseded", str(e)
+            try:
+                state, outcome = "superseded", str(e) + self._compensate_sagas(a)
+            except Exception as c:  # the job is still held: the action stays live, retried
+                state, next_at = "retry", self.clock() + self.policy.retry_backoff_s
+                outcome = f"{e}; compensation failed, retried: {type(c).__name__}: {c}"
         except Exception as e:  # any exception is a failed attempt, never a pending action
             kind = "" if isinstance(e, BackendError) else f"{type(e).__name__}: "
             attempts = int(a.get("attempts") or 0) + 1
@@ -94,15 +123,46 @@ class Executor:
             else:
                 state, node_state = "failed", "action_failed"
                 outcome = f"failed after {attempts} attempts: {kind}{e}"
+                try:  # a job we hold is released (compensation), else held for ever
+                    outcome += self._compensate_sagas(a)
+                except Exception as c:
+                    outcome += f"; compensation failed, job still held: {type(c).__name__}: {c}"
         self.journal.finish_action(int(a["id"]), state, outcome, self.clock(), next_at, node_state)
         return state, outcome
 
     def _check(self, a: dict[str, Any]) -> None:
-        """Before any side effect: the operator's pause and release win."""
+        """Before any side effect: the operator's release and pause win, then the intake."""
         if self.journal.epoch(str(a["node"])) != int(a.get("epoch") or 0):
             raise Superseded(f"superseded: {a['node']} was released after this was decided")
         if self.paused():
             raise Paused("paused before a side-effecting step; resumes with /api/v1/resume")
+        if self.journal.get("breaker_opened_at"):
+            raise IntakeClosed(
+                "storm breaker open: parked before a side-effecting step; resumes once it closes"
+            )
+        if self.stopping:
+            raise IntakeClosed(f"{self.stopping}: parked before a side-effecting step")
+
+    def _compensate_sagas(self, a: dict[str, Any]) -> str:
+        """A superseded action releases the jobs its open sagas hold (else: held for ever).
+        A failure here is a retry: the action stays live until the job is released."""
+        aid, notes = int(a["id"]), []
+        for r in self.journal.rows(
+            "SELECT step FROM steps WHERE action_id=? AND step LIKE 'hold:%' "
+            "AND state IN ('started','done')",
+            (aid,),
+        ):
+            jid = str(r["step"])[5:]
+            if self.journal.step_state(aid, f"requeue:{jid}") == "done":
+                continue
+            now = self.backend.job(jid)
+            if now is not None and now.state not in ("PENDING", "RUNNING"):  # completing
+                raise BackendError(f"job {jid} not yet pending: its hold cannot be released")
+            if now is not None and now.held:
+                self.backend.release_job(jid)  # type: ignore[attr-defined]
+            self.journal.set_step(aid, f"hold:{jid}", "compensated", "job released")
+            notes.append(f"; job {jid} released (compensation)")
+        return "".join(notes)
 
     def _step(
         self,
@@ -110,6 +170,7 @@ class Executor:
         name: str,
         do: Callable[[], str],
         observed: Callable[[], bool] | None,
+        gated: bool = True,
     ) -> str:
         aid = int(a["id"])
         state = self.journal.step_state(aid, name)
@@ -120,7 +181,8 @@ class Executor:
         if state == "started" and observed is not None and observed():
             self.journal.set_step(aid, name, "done", "reconciled after restart")
             return "reconciled after restart"
-        self._check(a)
+        if gated:
+            self._check(a)
         self.journal.set_step(aid, name, "started")
         out = do()
         self.journal.set_step(aid, name, "done", out)
@@ -184,7 +246,10 @@ class Executor:
             self.backend.requeue(job, node)
             return "requeued"
 
-        self._step(a, f"requeue:{job.job_id}", requeue, lambda: self._moved(job, node))
+        if hasattr(self.backend, "requeue_hold"):
+            self._requeue_saga(a, job, node)
+        else:
+            self._step(a, f"requeue:{job.job_id}", requeue, lambda: self._moved(job, node))
         if self._wait(
             a,
             f"running:{job.job_id}",
@@ -193,6 +258,38 @@ class Executor:
         ):
             return f"job {job.job_id} requeued and running elsewhere"
         raise BackendError(f"job {job.job_id} requeued but not running elsewhere in time")
+
+    def _requeue_saga(self, a: dict[str, Any], job: Job, node: str) -> None:
+        """hold -> wait for PENDING (a persisted deadline, no thread sleeps) -> exclude the
+        node and release (``requeue``, not gated: it ends the hold). A hold not followed by
+        PENDING in time fails the attempt; the retry waits again with a fresh deadline."""
+        b, jid, aid = self.backend, job.job_id, int(a["id"])
+
+        def hold() -> str:
+            return str(b.requeue_hold(job))  # type: ignore[attr-defined]
+
+        def finish() -> str:
+            return str(b.requeue_finish(job, node))  # type: ignore[attr-defined]
+
+        # a saga found finished skips these at once (done steps are not run again)
+        self._step(a, f"hold:{jid}", hold, lambda: self._held_or_moved(job, node))
+        wait_s = float(b.requeue_wait_s)  # type: ignore[attr-defined]
+        if not self._wait(a, f"pending:{jid}", lambda: b.requeue_pending(jid), wait_s):  # type: ignore[attr-defined]
+            with self.journal.tx() as db:  # kept, renamed: the retry waits afresh
+                db.execute(
+                    "UPDATE steps SET step=step||? WHERE action_id=? AND step=?",
+                    (f"@{self.clock():.0f}", aid, f"pending:{jid}"),
+                )
+            raise BackendError(
+                f"job {jid} not pending {wait_s:.0f}s after requeuehold (held; the retry "
+                "waits again, a failed action releases it)"
+            )
+        self._step(a, f"requeue:{jid}", finish, lambda: self._moved(job, node), gated=False)
+
+    def _held_or_moved(self, job: Job, node: str) -> bool:
+        """Evidence that requeuehold happened: held, or already requeued (or gone)."""
+        now = self.backend.job(job.job_id)
+        return now is None or now.held or now.restarts > job.restarts or node not in now.nodes
 
     def _checkpoint_restart(self, a: dict[str, Any], job: Job, node: str) -> str:
         ck = self.policy.checkpoint

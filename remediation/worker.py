@@ -149,6 +149,9 @@ class Worker:
 
     async def stop(self) -> None:
         self.stopping = True
+        # an action already on a thread takes no further side-effecting step: it is parked
+        # (resumable) at the next one instead of running on past the shutdown
+        self.executor.stopping = "service stopping"
         if self.main is not None:
             self.main.cancel()
             await asyncio.wait({self.main}, timeout=5)

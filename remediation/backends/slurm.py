@@ -9,8 +9,7 @@ are not trusted.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from remediation.backends import slurmstate
@@ -28,11 +27,10 @@ class SlurmBackend:
         runner: Runner,
         topology: Mapping[str, Mapping[str, str]] | None = None,
         timeout: float = 10.0,
-        sleep: Callable[[float], None] = time.sleep,
         requeue_wait_s: float = 30.0,
     ) -> None:
         self.runner, self.topology, self.timeout = runner, topology or {}, timeout
-        self.sleep, self.requeue_wait_s = sleep, requeue_wait_s
+        self.requeue_wait_s = requeue_wait_s  # the executor's deadline for PENDING
 
     def _run(self, *argv: str) -> str:
         return checked(self.runner, argv, self.timeout)
@@ -120,32 +118,28 @@ class SlurmBackend:
     def request_checkpoint(self, job: Job) -> None:
         self._run("scancel", "--signal=USR1", "--full", job.job_id)
 
-    def _wait_pending(self, job_id: str) -> None:
-        deadline = time.monotonic() + self.requeue_wait_s
-        while time.monotonic() < deadline:
-            j = self.job(job_id)
-            if j is None:
-                raise BackendError(f"job {job_id} vanished during requeue")
-            if j.state == "PENDING":
-                return
-            self.sleep(0.2)
-        raise BackendError(f"job {job_id} not pending {self.requeue_wait_s}s after requeue")
-
-    def requeue(self, job: Job, exclude: str) -> None:
-        """A saga: requeuehold -> (pending) -> exclude the node -> StartTime=now -> release.
-
-        requeuehold keeps it from starting before the exclusion is set; StartTime=now skips
-        the cred_expire BeginTime delay, which Slurm overwrites while COMPLETING. A job found
-        held already (an interrupted requeue, after a crash) continues from the exclusion.
-        When a later step fails the job is released again (compensation): a held job would
-        never run, and the drained node keeps it away anyway. Read back: not held at the end.
-        """
+    def requeue_hold(self, job: Job) -> str:
+        """The saga's first step: requeuehold (the job cannot start before its exclusion is
+        set). A job found pending and held already (an interrupted saga) is not held again."""
         now = self.job(job.job_id)
         if now is None:
             raise BackendError(f"job {job.job_id} vanished before its requeue")
-        if not (now.state == "PENDING" and now.held):
-            self._run("scontrol", "requeuehold", job.job_id)
-            self._wait_pending(job.job_id)
+        if now.state == "PENDING" and now.held:
+            return "already held"
+        self._run("scontrol", "requeuehold", job.job_id)
+        return "requeuehold"
+
+    def requeue_pending(self, job_id: str) -> bool:
+        """Read once, never slept on: the executor's tick re-checks until its deadline
+        (``requeue_wait_s``); a COMPLETING job takes a while to become PENDING."""
+        j = self.job(job_id)
+        if j is None:
+            raise BackendError(f"job {job_id} vanished during requeue")
+        return j.state == "PENDING"
+
+    def requeue_finish(self, job: Job, exclude: str) -> str:
+        """The saga's end: exclude the node, StartTime=now, release; when the exclusion
+        fails the job is released anyway (compensation). Read back: not held at the end."""
         try:
             self._run("scontrol", "update", f"JobId={job.job_id}", f"ExcNodeList={exclude}")
             self._run("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
@@ -155,6 +149,23 @@ class SlurmBackend:
         after = self.job(job.job_id)
         if after is not None and after.held:
             raise BackendError(f"job {job.job_id} still held after release")
+        return "requeued"
+
+    def requeue(self, job: Job, exclude: str) -> None:
+        """A saga: requeuehold -> (pending) -> exclude the node -> StartTime=now -> release.
+
+        requeuehold keeps it from starting before the exclusion is set; StartTime=now skips
+        the cred_expire BeginTime delay, which Slurm overwrites while COMPLETING. The
+        executor runs the three parts as journaled steps, waiting for PENDING across ticks
+        (``requeue_hold``, ``requeue_pending``, ``requeue_finish``); this one-shot form never
+        sleeps either: a job not PENDING right after the hold is released again
+        (compensation) and the caller retries.
+        """
+        self.requeue_hold(job)
+        if not self.requeue_pending(job.job_id):
+            err = BackendError(f"job {job.job_id} not pending right after requeuehold")
+            self._compensate(job.job_id, err)
+        self.requeue_finish(job, exclude)
 
     def _compensate(self, job_id: str, error: BackendError) -> None:
         try:

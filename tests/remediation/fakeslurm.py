@@ -3,7 +3,8 @@ Slurm backend runs (sinfo/squeue --json, scontrol, scancel) from an in-memory cl
 
 Faults: a command named in ``fail`` exits 1 without effect; one named in ``partial`` takes
 effect and still exits 1 (the reply was lost); ``raise_on`` raises OSError (a runner bug).
-``behind_our_back`` lets the test change state as an operator would. The real slurmctld is
+``behind_our_back`` lets the test change state as an operator would; ``completing`` keeps a
+requeued job COMPLETING for that many ``schedule()`` ticks before it turns PENDING. The real slurmctld is
 exercised by test_slurm.py and test_checkpoint_restart.py; this fake exists to run
 thousands of interleavings.
 """
@@ -32,6 +33,7 @@ class FakeJob:
     held: bool = False
     excluded: set[str] = field(default_factory=set)
     signals: int = 0
+    completing: int = 0  # ticks left in COMPLETING after a requeue
 
 
 class FakeSlurm:
@@ -42,6 +44,7 @@ class FakeSlurm:
         self.partial: set[str] = set()
         self.raise_on: set[str] = set()
         self.calls: list[list[str]] = []
+        self.completing = 0  # ticks a requeued job stays COMPLETING before PENDING (real: a few s)
 
     # ------------------------------------------------------------------ runner protocol
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> Result:
@@ -96,7 +99,11 @@ class FakeSlurm:
                 job.excluded.add(args["ExcNodeList"])
         elif argv[1] == "requeuehold":
             job = self.jobs[argv[2]]
-            job.state, job.held, job.nodes, job.restarts = "PENDING", True, [], job.restarts + 1
+            job.held, job.restarts = True, job.restarts + 1
+            if self.completing:
+                job.state, job.completing = "COMPLETING", self.completing
+            else:
+                job.state, job.nodes = "PENDING", []
         elif argv[1] == "release":
             self.jobs[argv[2]].held = False
         elif argv[1] == "reboot":
@@ -124,6 +131,11 @@ class FakeSlurm:
     def schedule(self) -> None:
         """Start pending, unheld jobs on a node in service that they do not exclude."""
         for j in self.jobs.values():
+            if j.state == "COMPLETING":
+                j.completing -= 1
+                if j.completing <= 0:
+                    j.state, j.nodes = "PENDING", []
+                continue
             if j.state != "PENDING" or j.held:
                 continue
             free = [

@@ -22,7 +22,7 @@ from remediation.backends.slurm import SlurmBackend
 from remediation.clock import FakeClock
 from remediation.engine import Engine
 from remediation.executor import Executor
-from remediation.journal import Journal
+from remediation.journal import HELD_STATES, Journal
 from remediation.metrics import Metrics
 from remediation.model import Alert
 from tests.remediation.fakeslurm import FakeJob, FakeSlurm
@@ -75,7 +75,7 @@ class Rails(RuleBasedStateMachine):
 
     def _build(self) -> None:
         self.journal = Journal(self.dir / "state.db")
-        self.backend = SlurmBackend(self.slurm, TOPOLOGY, sleep=lambda s: None, requeue_wait_s=1)
+        self.backend = SlurmBackend(self.slurm, TOPOLOGY, requeue_wait_s=10)
         self.engine = Engine(self.journal, self.backend, self.policy, self.clock, Metrics())
         self.executor = Executor(
             self.journal, self.backend, self.policy, self.clock.now, lambda: self.engine.paused
@@ -199,11 +199,55 @@ class Rails(RuleBasedStateMachine):
             if job.signals:
                 (self.dir / "acks" / f"{jid}.ack").write_text("{}")
 
+    @rule(ticks=st.sampled_from([0, 0, 1, 3]))
+    def slow_requeues(self, ticks: int) -> None:
+        """A requeued job stays COMPLETING for some ticks before PENDING (real Slurm does)."""
+        self.slurm.completing = ticks
+
     @rule()
     def restart(self) -> None:
-        """kill -9 between steps: everything is rebuilt from the journal file."""
+        """kill -9 between steps: everything is rebuilt from the journal file, and the
+        worker's start-up pass reconciles every interrupted action against the scheduler."""
         self.journal.close()
         self._build()
+        self.run_actions()
+        self.the_journal_agrees_with_the_scheduler()
+
+    def the_journal_agrees_with_the_scheduler(self) -> None:
+        """After reconciliation: a node the journal says we drained is drained with our
+        reason, a node drained with our reason is one the journal holds (or one with a live
+        action, e.g. the undo of a superseded drain being retried), and every held job is
+        held by a saga of the journal that is live or paged."""
+        j = self.journal
+        for n in NODES:
+            rec = j.node(n)
+            latest = j.rows(
+                "SELECT a.state, s.state AS take_out FROM actions a LEFT JOIN steps s "
+                "ON s.action_id=a.id AND s.step='take_out' WHERE a.node=? ORDER BY a.id DESC "
+                "LIMIT 1",
+                (n,),
+            )
+            claims = (
+                rec is not None
+                and rec["state"] in ("quarantined", "inspection", "probation")
+                and bool(latest)
+                and latest[0]["take_out"] == "done"
+                and latest[0]["state"] != "superseded"
+            )
+            if claims:
+                assert self.slurm.ours(n), f"{n}: the journal says drained by us, Slurm not"
+            if self.slurm.ours(n):
+                live = j.rows(f"SELECT id FROM actions WHERE node=? AND state IN {LIVE}", (n,))
+                held = rec is not None and rec["state"] in HELD_STATES
+                assert held or live, f"{n}: drained by us in Slurm, the journal: {rec}"
+        for jid, job in self.slurm.jobs.items():
+            if job.held:
+                saga = j.rows(
+                    "SELECT a.id FROM steps s JOIN actions a ON a.id=s.action_id WHERE "
+                    f"s.step=? AND s.state IN ('started','done') AND a.state IN {(*LIVE, 'failed')}",
+                    (f"hold:{jid}",),
+                )
+                assert saga, f"job {jid} held by us with no saga of the journal holding it"
 
     @rule()
     def tick(self) -> None:

@@ -53,9 +53,7 @@ class FakeRunner:
 
 def test_requeue_holds_waits_for_pending_excludes_the_node_then_releases() -> None:
     r = FakeRunner()
-    SlurmBackend(r, sleep=lambda s: None).requeue(
-        Job("7", "RUNNING", ("gpu-node-001",)), "gpu-node-001"
-    )
+    SlurmBackend(r).requeue(Job("7", "RUNNING", ("gpu-node-001",)), "gpu-node-001")
     writes = [c for c in r.calls if c[0] != "squeue"]
     assert writes == [
         ["scontrol", "requeuehold", "7"],
@@ -67,7 +65,7 @@ def test_requeue_holds_waits_for_pending_excludes_the_node_then_releases() -> No
 
 def test_a_failed_exclusion_after_requeuehold_is_compensated_by_a_release() -> None:
     r = FakeRunner(fail_on="ExcNodeList")
-    b = SlurmBackend(r, sleep=lambda s: None)
+    b = SlurmBackend(r)
     with pytest.raises(BackendError, match="compensated: job 7 released"):
         b.requeue(Job("7", "RUNNING", ("gpu-node-001",)), "gpu-node-001")
     assert ["scontrol", "release", "7"] in r.calls
@@ -78,9 +76,7 @@ def test_a_failed_exclusion_after_requeuehold_is_compensated_by_a_release() -> N
 def test_a_requeue_interrupted_while_held_is_finished_not_held_again() -> None:
     r = FakeRunner()
     r.job_state, r.reason = "PENDING", "JobHeldAdmin"  # the crash came after requeuehold
-    SlurmBackend(r, sleep=lambda s: None).requeue(
-        Job("7", "RUNNING", ("gpu-node-001",)), "gpu-node-001"
-    )
+    SlurmBackend(r).requeue(Job("7", "RUNNING", ("gpu-node-001",)), "gpu-node-001")
     writes = [c for c in r.calls if c[0] not in ("squeue", "sinfo")]
     assert writes == [
         ["scontrol", "update", "JobId=7", "ExcNodeList=gpu-node-001"],
