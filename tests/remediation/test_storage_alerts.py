@@ -53,7 +53,7 @@ class World:
         self.slurm.jobs["101"] = FakeJob("RUNNING", ["gpu-node-001", "gpu-node-002"])
         self.journal = Journal(tmp / "state.db")
         pol = policy_mod.loads(policy_text)
-        self.backend = SlurmBackend(self.slurm, {}, sleep=lambda s: None, requeue_wait_s=1)
+        self.backend = SlurmBackend(self.slurm, {}, requeue_wait_s=1)
         self.metrics = Metrics()
         self.engine = Engine(self.journal, self.backend, pol, self.clock, self.metrics)
         self.executor = Executor(self.journal, self.backend, pol, self.clock.now)
