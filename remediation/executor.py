@@ -15,7 +15,10 @@ service shutting down): parked actions keep their reason in the journal and resu
 later tick or after a restart. Steps that end a saga already begun (the exclusion and the
 release of a job we hold) are not gated: a pause must not leave a job held. Any exception
 is a failed attempt with its reason; the policy's bounded retries with backoff follow,
-then ``failed`` and the node ``action_failed``.
+then ``failed`` and the node ``action_failed``. A step that raised is journaled ``failed``
+(not left ``started``), so its retry does it again instead of taking the scheduler's state as
+proof: a Kubernetes cordon whose evictions a PodDisruptionBudget refused is no drain. A
+failed ``hold`` still counts as an open saga (the job may be held): compensation reads it.
 
 The Slurm requeue is a saga of journaled steps (``hold`` -> wait ``pending`` -> ``requeue``:
 exclude, StartTime, release, read back): the wait for PENDING is a persisted deadline like
@@ -46,7 +49,7 @@ TERMINAL = ("done", "failed", "superseded")
 # ever); the executor compensates it instead (engine._supersede, Executor.run).
 OPEN_SAGA = (
     "EXISTS (SELECT 1 FROM steps h WHERE h.action_id=actions.id AND h.step LIKE 'hold:%' "
-    "AND h.state IN ('started','done') AND NOT EXISTS (SELECT 1 FROM steps r WHERE "
+    "AND h.state IN ('started','done','failed') AND NOT EXISTS (SELECT 1 FROM steps r WHERE "
     "r.action_id=h.action_id AND r.step='requeue:'||substr(h.step,6) AND r.state='done'))"
 )
 
@@ -149,7 +152,7 @@ class Executor:
         aid, notes = int(a["id"]), []
         for r in self.journal.rows(
             "SELECT step FROM steps WHERE action_id=? AND step LIKE 'hold:%' "
-            "AND state IN ('started','done')",
+            "AND state IN ('started','done','failed')",
             (aid,),
         ):
             jid = str(r["step"])[5:]
@@ -184,7 +187,13 @@ class Executor:
         if gated:
             self._check(a)
         self.journal.set_step(aid, name, "started")
-        out = do()
+        try:
+            out = do()
+        except Exception as e:
+            # Failed, not interrupted: the retry does the step again rather than taking what
+            # the scheduler shows as proof (a cordon with its evictions refused is no drain).
+            self.journal.set_step(aid, name, "failed", f"{type(e).__name__}: {e}")
+            raise
         self.journal.set_step(aid, name, "done", out)
         return out
 

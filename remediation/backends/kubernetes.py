@@ -2,7 +2,9 @@
 
 Ownership is an annotation we write when we cordon (``gpuwarden.io/cordoned-by``); a node
 cordoned by anyone else is never touched and never uncordoned. A 429 on eviction means a
-PodDisruptionBudget blocks it: retry with backoff until a deadline, never delete around it.
+PodDisruptionBudget blocks it: the attempt fails at once (no thread sleeps on it) and the
+executor retries the action with the policy's backoff on later ticks; nothing is ever deleted
+around a budget.
 Checkpoint requests are a pod annotation the pod reads through a downward-API volume.
 
 Gang-scheduled jobs (Volcano vcjobs and PodGroups, JobSets, Kubeflow PyTorchJobs; see
@@ -14,7 +16,7 @@ alone. Budgets count the gang once, with all its members' nodes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from common import fabric
@@ -43,11 +45,8 @@ class KubernetesBackend:
         api: KubeApi,
         topology: Mapping[str, Mapping[str, str]] | None = None,
         taint_effect: str = "NoSchedule",
-        evict_deadline_s: float = 120.0,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.api, self.topology, self.effect = api, topology or {}, taint_effect
-        self.evict_deadline_s, self.sleep = evict_deadline_s, sleep
         self.owners: dict[str, str] = {}  # job id -> controller uid, to find its replacement
         self.gangs: dict[str, Gang] = {}  # gang job id -> gang
         self.restarted: dict[str, frozenset[str]] = {}  # gang job id -> member uids we replaced
@@ -151,21 +150,15 @@ class KubernetesBackend:
             out.append(p)
         return out
 
-    def _evict(self, namespace: str, name: str) -> None:
-        deadline, delay = time.monotonic() + self.evict_deadline_s, 0.5
-        while True:
-            status = self.api.evict(namespace, name)
-            if status in (200, 201, 404):
-                return
-            if status != 429:
-                raise BackendError(f"eviction of {namespace}/{name}: HTTP {status}")
-            if time.monotonic() + delay > deadline:
-                raise BackendError(
-                    f"eviction of {namespace}/{name} blocked by a PodDisruptionBudget (429) for "
-                    f"{self.evict_deadline_s:.0f}s; not deleted"
-                )
-            self.sleep(delay)
-            delay = min(delay * 2, 30.0)
+    def _evict(self, namespace: str, name: str) -> bool:
+        """One eviction request: True when the pod is gone or going, False when a
+        PodDisruptionBudget refuses it now (429); any other answer is an error."""
+        status = self.api.evict(namespace, name)
+        if status in (200, 201, 404):
+            return True
+        if status != 429:
+            raise BackendError(f"eviction of {namespace}/{name}: HTTP {status}")
+        return False
 
     def _evict_all(self, node: str) -> str:
         singles, gangs = [], {}
@@ -175,8 +168,16 @@ class KubernetesBackend:
                 singles.append(p)
             else:
                 gangs[g.job_id] = g
-        for p in singles:
-            self._evict(_meta(p).get("namespace", "default"), _meta(p)["name"])
+        blocked = [
+            f"{ns}/{name}"
+            for p in singles
+            if not self._evict(ns := _meta(p).get("namespace", "default"), name := _meta(p)["name"])
+        ]
+        if blocked:  # the executor retries the action with backoff; gangs wait for that
+            raise BackendError(
+                f"eviction of {', '.join(blocked)} blocked by a PodDisruptionBudget (429); "
+                "not deleted, retried with the action's backoff"
+            )
         for g in gangs.values():  # never one member alone: the whole gang restarts
             self._restart_gang(g, f"node {node} taken out of service")
         out = f"evicted {len(singles)} pods"

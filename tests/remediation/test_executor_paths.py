@@ -326,3 +326,21 @@ def test_a_reboot_names_its_node_and_reason_and_journals_its_step(tmp_path: Path
     [r] = j.rows("SELECT node, detail FROM dry_run_effects WHERE op='reboot'")
     assert (r["node"], json.loads(r["detail"])) == ("gpu-node-001", {"reason": row["reason"]})
     assert j.step_state(row["id"], "reboot") == "done"
+
+
+def test_a_hold_whose_reply_was_lost_is_failed_yet_its_held_job_is_released_by_compensation(
+    svc: Service, slurm: FakeSlurm
+) -> None:
+    slurm.partial.add("requeuehold")  # took effect, exited 1: the job is held
+    aid = decide(svc)
+    state, outcome = run(svc, aid)
+    assert state == "retry", outcome
+    assert svc.journal.step_state(aid, "hold:100") == "failed"  # raised, not interrupted
+    assert slurm.jobs["100"].held
+    slurm.partial.clear()
+    slurm.run(["scontrol", "update", "NodeName=gpu-node-001", "State=DRAIN", "Reason=gpuwarden: x"])
+    assert svc.engine.release("gpu-node-001", manual=True, who="op").allow
+    state, outcome = run(svc, aid)
+    assert state == "superseded", outcome
+    assert "job 100 released (compensation)" in outcome
+    assert not slurm.jobs["100"].held

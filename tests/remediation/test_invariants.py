@@ -244,7 +244,7 @@ class Rails(RuleBasedStateMachine):
             if job.held:
                 saga = j.rows(
                     "SELECT a.id FROM steps s JOIN actions a ON a.id=s.action_id WHERE "
-                    f"s.step=? AND s.state IN ('started','done') AND a.state IN {(*LIVE, 'failed')}",
+                    f"s.step=? AND s.state IN ('started','done','failed') AND a.state IN {(*LIVE, 'failed')}",
                     (f"hold:{jid}",),
                 )
                 assert saga, f"job {jid} held by us with no saga of the journal holding it"

@@ -80,7 +80,7 @@ async def emu() -> AsyncIterator[kmock.KubernetesEmulator]:
 
 def backend(e: kmock.KubernetesEmulator, **kw: Any) -> KubernetesBackend:
     api = OfficialKubeApi.from_config(str(e.url).rstrip("/"))
-    return KubernetesBackend(api, taint_effect="NoExecute", sleep=lambda s: None, **kw)
+    return KubernetesBackend(api, taint_effect="NoExecute", **kw)
 
 
 def writes(e: kmock.KubernetesEmulator) -> list[tuple[str, str, Any]]:
@@ -142,26 +142,52 @@ async def test_drain_cordons_taints_labels_and_evicts_through_the_eviction_api(
     assert view is not None and view.domains == {"leaf": "leaf-01"}
 
 
-async def test_a_pdb_blocked_eviction_is_retried_with_backoff_and_then_succeeds(
+async def test_a_pdb_blocked_eviction_fails_the_attempt_at_once_and_a_later_attempt_evicts(
     emu: kmock.KubernetesEmulator,
 ) -> None:
     calls = allow_eviction(emu, blocked=2)
     b = backend(emu)
-    await asyncio.to_thread(b.take_out, "gpu-node-001", "gpuwarden: drain", True)
+    for attempt in (1, 2):  # one eviction request per attempt: no thread sleeps on a budget
+        with pytest.raises(BackendError, match="ml/train-0 blocked by a PodDisruptionBudget"):
+            await asyncio.to_thread(b.take_out, "gpu-node-001", "gpuwarden: drain", True)
+        assert calls == ["train-0"] * attempt
+    assert "evicted 1 pods" in await asyncio.to_thread(
+        b.take_out, "gpu-node-001", "gpuwarden: drain", True
+    )
     assert calls == ["train-0"] * 3
     assert not [w for w in writes(emu) if w[0] == "DELETE"]
 
 
-async def test_a_pdb_that_never_yields_fails_the_action_and_nothing_is_deleted(
-    emu: kmock.KubernetesEmulator,
+async def test_a_pdb_that_never_yields_fails_the_action_after_its_retries_and_nothing_is_deleted(
+    emu: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:
     calls = allow_eviction(emu, blocked=10_000)
-    b = backend(emu, evict_deadline_s=1.0)
-    with pytest.raises(BackendError, match="PodDisruptionBudget"):
-        await asyncio.to_thread(b.take_out, "gpu-node-001", "gpuwarden: drain", True)
-    assert len(calls) >= 2
+    b = backend(emu)
+    journal, clock = Journal(tmp_path / "s.db"), FakeClock()
+    pol = live_policy()
+    engine = Engine(journal, b, pol, clock, Metrics())
+    executor = Executor(journal, b, pol, clock.now)
+    fault = alert("gpu-node-001", action="drain")
+    journal.accept([fault], 0)
+    aid = await asyncio.to_thread(engine.decide, fault)
+    assert aid is not None
+    states = []
+    for _ in range(pol.action_retries):
+        [row] = journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
+        state, outcome = await asyncio.to_thread(executor.run, row)
+        states.append(state)
+        assert "PodDisruptionBudget" in outcome
+        [row] = journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
+        if state == "retry":  # persisted: the tick runs it again once next_at has come
+            assert row["next_at"] > clock.now()
+            clock.advance(row["next_at"] - clock.now())
+    assert states == ["retry"] * (pol.action_retries - 1) + ["failed"]
+    assert len(calls) == pol.action_retries  # one request per attempt
+    node_row = journal.node("gpu-node-001")
+    assert node_row is not None and node_row["state"] == "action_failed"
     assert not [w for w in writes(emu) if w[0] == "DELETE"]
     assert (kmock.resource("v1/pods"), "ml", "train-0") in emu.objects
+    journal.close()
 
 
 async def test_a_node_cordoned_by_an_operator_is_neither_taken_nor_uncordoned(

@@ -67,7 +67,7 @@ async def emu() -> AsyncIterator[kmock.KubernetesEmulator]:
 
 def backend(e: kmock.KubernetesEmulator) -> KubernetesBackend:
     api = OfficialKubeApi.from_config(str(e.url).rstrip("/"))
-    return KubernetesBackend(api, taint_effect="NoExecute", sleep=lambda s: None)
+    return KubernetesBackend(api, taint_effect="NoExecute")
 
 
 def evictions_and_deletes(e: kmock.KubernetesEmulator) -> list[tuple[str, str]]:

@@ -47,7 +47,7 @@ async def test_the_suite_runs_as_a_job_on_the_cordoned_node_and_its_pass_uncordo
     )
     (tmp_path / "policy.yaml").write_text(text)
     api = OfficialKubeApi.from_config(str(emu.url).rstrip("/"))
-    b = KubernetesBackend(api, sleep=lambda s: None)
+    b = KubernetesBackend(api)
     clock = FakeClock()
     s = Settings(policy=tmp_path / "policy.yaml", state_db=tmp_path / "s.db",
                  webhook_token=TOKEN, backend="kubernetes")  # fmt: skip
