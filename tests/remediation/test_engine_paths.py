@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter import catalog as c
 from remediation.backends.base import BackendError
 from remediation.clock import FakeClock
 from remediation.model import Alert, Job, NodeView
@@ -89,17 +90,17 @@ def node(svc: Service, name: str) -> dict:
 def test_pause_and_resume_are_journaled_with_who_and_drive_the_gauge(svc: Service) -> None:
     svc.engine.set_paused(True, "carol")
     assert svc.engine.paused and svc.journal.get("paused") == "1"
-    assert sample(svc, "gpuwarden_remediation_paused") == 1
+    assert sample(svc, c.REMEDIATION_PAUSED.name) == 1
     svc.engine.set_paused(False, "dave")
     assert not svc.engine.paused and svc.journal.get("paused") == "0"
-    assert sample(svc, "gpuwarden_remediation_paused") == 0
+    assert sample(svc, c.REMEDIATION_PAUSED.name) == 0
     assert rows(svc) == [
         ("", "", "pause", "allow", "manual", "paused by carol"),
         ("", "", "resume", "allow", "manual", "resumed by dave"),
     ]
     assert evidence(svc) == {}
     labels = {"guard": "manual", "verdict": "allow", "action": "pause"}
-    assert sample(svc, "gpuwarden_remediation_decisions_total", **labels) == 1
+    assert sample(svc, c.REMEDIATION_DECISIONS.name, **labels) == 1
 
 
 # ---------------------------------------------------------------- breaker
@@ -111,7 +112,7 @@ def test_the_breaker_opens_pages_closes_when_quiet_and_resets_by_hand_all_journa
     why = "storm breaker open: 4 nodes flagged in 60s (limit 3)"
     assert opened == [("", "", "breaker_open", "deny", "storm_breaker", why)]
     assert svc.engine.pager.pages == [(why, 120.0)]  # type: ignore[attr-defined]
-    assert sample(svc, "gpuwarden_remediation_breaker_open") == 1
+    assert sample(svc, c.REMEDIATION_BREAKER_OPEN.name) == 1
     assert svc.journal.get("breaker_opened_at") == repr(svc.clock.now())
     mark = top(svc)
     clock(svc).advance(119)
@@ -121,7 +122,7 @@ def test_the_breaker_opens_pages_closes_when_quiet_and_resets_by_hand_all_journa
     closed = ("", "", "breaker_close", "allow", "storm_breaker")
     assert rows(svc, mark) == [(*closed, "storm breaker closed: no valid flag for 120s")]
     assert evidence(svc) == {"cause": "quiet"}
-    assert sample(svc, "gpuwarden_remediation_breaker_open") == 0
+    assert sample(svc, c.REMEDIATION_BREAKER_OPEN.name) == 0
     assert svc.journal.get("breaker_opened_at") is None
     assert float(svc.journal.get("breaker_reset_at") or 0) > svc.clock.now()
     mark = top(svc)
@@ -292,7 +293,7 @@ def test_a_manual_release_is_journaled_counted_and_bumps_the_epoch(svc: Service)
     rec = node(svc, "gpu-node-008")
     assert (rec["state"], rec["released_at"]) == ("released", svc.clock.now())
     labels = {"backend": "dry-run", "action": "release", "outcome": "done"}
-    assert sample(svc, "gpuwarden_remediation_actions_total", **labels) == 1
+    assert sample(svc, c.REMEDIATION_ACTIONS.name, **labels) == 1
 
 
 def test_a_release_of_a_node_we_never_held_changes_no_journal_state(svc: Service) -> None:
@@ -314,7 +315,7 @@ def test_a_release_the_backend_refuses_or_crashes_on_is_denied_with_the_reason(
     assert (v.allow, v.guard) == (False, "ownership") and "'fan' is not ours" in v.reason
     assert node(svc, "gpu-node-010")["state"] == "quarantined"
     labels = {"backend": "dry-run", "action": "release", "outcome": "denied"}
-    assert sample(svc, "gpuwarden_remediation_actions_total", **labels) == 1
+    assert sample(svc, c.REMEDIATION_ACTIONS.name, **labels) == 1
 
     def flaky(node: str) -> str:
         raise BackendError("Unable to contact slurm controller")
@@ -402,7 +403,7 @@ def test_invalid_alerts_are_journaled_without_a_bad_node_name_and_counted_by_cod
     assert got[1][5] == "node 'ghost-7' is unknown"
     codes = [json.loads(r["evidence"])["code"] for r in svc.journal.rows("SELECT * FROM decisions")]
     assert codes[1] == "unknown_node"
-    assert sample(svc, "gpuwarden_remediation_invalid_alerts_total", reason="unknown_node") == 1
+    assert sample(svc, c.REMEDIATION_INVALID_ALERTS.name, reason="unknown_node") == 1
     assert svc.journal.flag_summary(0) == (0, None)  # none counted toward the storm
 
 
@@ -488,7 +489,7 @@ def test_an_allowed_action_is_recorded_with_its_intent_reason_epoch_and_incident
     assert d["alert_key"] == a.key and d["at"] == svc.clock.now()
     assert svc.journal.todo() == []  # the alert is marked processed in the same commit
     labels = {"guard": d["guard"], "verdict": "allow", "action": "drain"}
-    assert sample(svc, "gpuwarden_remediation_decisions_total", **labels) == 1
+    assert sample(svc, c.REMEDIATION_DECISIONS.name, **labels) == 1
     # a second alert of the same incident: a notify pointing at it, the ladder does not climb
     mark = top(svc)
     assert send(svc, alert("gpu-node-002", "memory", fp="other-gpu")) == [None]
@@ -532,7 +533,7 @@ def test_an_internal_error_while_deciding_is_a_recorded_denial(svc: Service) -> 
     ]  # fmt: skip
     assert svc.journal.todo() == []
     labels = {"guard": "error", "verdict": "deny", "action": "notify"}
-    assert sample(svc, "gpuwarden_remediation_decisions_total", **labels) == 1
+    assert sample(svc, c.REMEDIATION_DECISIONS.name, **labels) == 1
 
 
 def test_a_notify_for_a_node_whose_action_failed_does_not_redrive_it(svc: Service) -> None:
@@ -677,9 +678,9 @@ def test_a_release_refused_by_ownership_says_why_without_an_error_suffix(svc: Se
 
 def test_a_manual_breaker_reset_drops_the_gauge_at_once(svc: Service) -> None:
     send(svc, *(alert(f"gpu-node-{i:03d}") for i in range(1, 5)))
-    assert sample(svc, "gpuwarden_remediation_breaker_open") == 1
+    assert sample(svc, c.REMEDIATION_BREAKER_OPEN.name) == 1
     svc.engine.reset_breaker("erin")
-    assert sample(svc, "gpuwarden_remediation_breaker_open") == 0
+    assert sample(svc, c.REMEDIATION_BREAKER_OPEN.name) == 0
 
 
 def test_every_tick_record_has_empty_evidence_and_its_alert_processed(svc: Service) -> None:
