@@ -27,9 +27,10 @@ class ThrottlingDetector:
         fraction: float = 0.75,
         min_samples: int = 3,
         cap_fraction: float = 0.8,
+        rack_fraction: float = 0.9,
     ):
         self.span, self.fraction, self.min_samples = span, fraction, min_samples
-        self.cap_fraction = cap_fraction
+        self.cap_fraction, self.rack_fraction = cap_fraction, rack_fraction
 
     def detect(self, window: Window) -> list[Finding]:
         a = window.get(catalog.GPU_THROTTLE)
@@ -78,26 +79,40 @@ class ThrottlingDetector:
         last = last_valid(lim[-self.min_samples :])
         if not np.isfinite(last).any():
             return []
-        admin = admin_capped(window, last)
+        admin, rack_cap = admin_capped(window, last)
         # the model's limit from the GPUs at their own (not an administrator's) limit
         ref = like_reference(window, np.where(admin, np.nan, last), lambda s: s.power_limit_w)
-        ref = ref[:, None]
+        ref = np.broadcast_to(ref[:, None], last.shape)
         with np.errstate(invalid="ignore"):
-            capped = (last < self.cap_fraction * ref) & ~flagged & ~admin
+            below_model = last < self.cap_fraction * ref
+            # below the limit the rest of its rack is configured to: capped further than the
+            # administrator's cap (a 500 W rack with a node at 400 W is 0.8x of the rack, not
+            # "far below" a 700 W model's limit, but it is not configuration either)
+            below_rack = last < self.rack_fraction * rack_cap
+            capped = (below_model | below_rack) & ~flagged & ~admin
 
         def make(node: str, subj: str, s: float, ix: tuple[int, ...]) -> Finding:
+            rack = bool(below_rack[ix] and not below_model[ix])
             return Finding(node, subj, "throttling", "warning", "cordon", self.name, 0.8, s,
-                           ev(power_limit_w=last[ix], model_limit_w=ref[ix[0], 0]),
-                           "power limit far below its model's")  # fmt: skip
+                           ev(power_limit_w=last[ix], model_limit_w=ref[ix],
+                              **({"rack_limit_w": rack_cap[ix]} if rack else {})),
+                           "power limit below its rack's configured cap" if rack
+                           else "power limit far below its model's")  # fmt: skip
 
         return mask_findings(window, capped, None, gpu_subject, make)
 
 
-def admin_capped(w: Window, limit: np.ndarray, share: float = 0.9) -> np.ndarray:
-    """(N, G) True where a power limit is an administrator's: the node's cap in the
-    inventory, or the limit at least ``share`` of a rack's GPUs of one model have (a rack
-    of >= 2 nodes; the leaf switch stands in for the rack when the inventory names none)."""
+def admin_capped(
+    w: Window, limit: np.ndarray, share: float = 0.75
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(admin, rack_cap)``, both (N, G). ``admin``: True where a power limit is an
+    administrator's: the node's cap in the inventory, or the limit at least ``share`` of a
+    rack's GPUs of one model have (a rack of >= 2 nodes; the leaf switch stands in for the
+    rack when the inventory names none). ``rack_cap``: that common limit for every GPU of the
+    rack and model (NaN where there is none), so a GPU capped below it stands out (one node
+    of an 8-node rack is 12.5 % of its GPUs: the rest still say what the rack is set to)."""
     out = np.zeros(limit.shape, dtype=bool)
+    rack_cap = np.full(limit.shape, np.nan)
     for n, cap in w.power_cap_w.items():
         if 0 <= n < len(out):
             out[n] = np.abs(limit[n] - cap) <= 0.01 * cap
@@ -116,4 +131,5 @@ def admin_capped(w: Window, limit: np.ndarray, share: float = 0.9) -> np.ndarray
             mode = common[np.argmax(count)]
             if count.max() >= share * vals.size:
                 out[idx] |= vals == mode
-    return out
+                rack_cap[idx] = mode
+    return out, rack_cap

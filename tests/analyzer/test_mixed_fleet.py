@@ -54,6 +54,27 @@ def test_a_rack_capped_by_the_administrator_is_configuration_not_a_fault():
     assert keys(ThrottlingDetector().detect(_w(d, sku))) == {("node-01", "gpu=5", "throttling")}
 
 
+def test_a_node_capped_below_its_capped_racks_limit_is_found_though_one_node_spoils_the_share():
+    # leaf-02 (nodes 4-7) is capped at 500 W and node 7 further, at 400 W: 3 of the rack's 4
+    # nodes still say what the rack is set to (one faulted node of an 8-node rack once hid
+    # its rack's cap: then its 400 W was compared with the 500 W GPUs as the model's limit)
+    d, sku = mixed(h100=8, a100=4)
+    d["metrics"][c.GPU_POWER_LIMIT.name][:, 4:8] = 500.0
+    d["metrics"][c.GPU_POWER_LIMIT.name][:, 7] = 400.0
+    got = ThrottlingDetector().detect(_w(d, sku))
+    assert {(f.node, f.kind) for f in got} == {("node-07", "throttling")}
+    # a rack at 650 W with a node at 570 W: not "far below" the 700 W model (0.81x), but
+    # below what its rack is configured to
+    d["metrics"][c.GPU_POWER_LIMIT.name][:, 4:8] = 650.0
+    d["metrics"][c.GPU_POWER_LIMIT.name][:, 7] = 570.0
+    got = ThrottlingDetector().detect(_w(d, sku))
+    assert {(f.node, f.kind) for f in got} == {("node-07", "throttling")}
+    assert all(f.evidence["rack_limit_w"] == 650.0 for f in got)
+    assert "below its rack's configured cap" in got[0].summary
+    d["metrics"][c.GPU_POWER_LIMIT.name][:, 7] = 600.0  # within 10 % of its rack: not a fault
+    assert ThrottlingDetector().detect(_w(d, sku)) == []
+
+
 def test_an_inventory_power_cap_is_configuration_on_a_single_node():
     d, sku = mixed(h100=8, a100=4)
     d["metrics"][c.GPU_POWER_LIMIT.name][:, 2] = 450.0
