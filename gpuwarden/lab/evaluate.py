@@ -222,8 +222,9 @@ def run_seed(
                          "false_positives": s.fp_kinds}  # fmt: skip
     out = {
         "seed": seed, "nodes": nodes, "horizon_s": horizon, "hardware": hardware,
-        "mixed": mixed, "missing": missing, "wall_s": time.perf_counter() - started,
-        "analysis_s": timing, "truth": len(truth), "results": results,
+        "mixed": mixed, "missing": missing, "node_days": node_days,
+        "wall_s": time.perf_counter() - started, "analysis_s": timing, "truth": len(truth),
+        "results": results,
         "detector_errors": dict(engines["gpuwarden"].stats.errors),
     }  # fmt: skip
     if tap is not None:  # the caller scores another path against these episodes
@@ -336,7 +337,7 @@ def _with_exposure(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not runs:
         return None
     out = aggregate(runs)
-    out["node_days"] = sum(r["nodes"] * r["horizon_s"] / 86400.0 for r in runs)
+    out["node_days"] = sum(r["node_days"] for r in runs)
     out["false_drains"] = sum(r["results"]["gpuwarden"]["summary"]["false_drains"] for r in runs)
     return out
 
