@@ -14,7 +14,15 @@ from remediation.model import Job
 from remediation.service import Service
 from tests.remediation.fakeslurm import FakeJob, FakeSlurm
 from tests.remediation.test_executor import CLOCK, effects, setup
-from tests.remediation.test_saga_intake import advance, decide, run, slurm, svc, writes
+from tests.remediation.test_saga_intake import (
+    advance,
+    crashed_before_hold,
+    decide,
+    run,
+    slurm,
+    svc,
+    writes,
+)
 
 __all__ = ["slurm", "svc"]  # the fixtures (a fake slurmctld, not conftest's real one)
 
@@ -275,10 +283,7 @@ def test_a_checkpoint_after_a_restart_signals_the_job_on_its_recorded_node(
 def test_a_hold_interrupted_before_it_took_effect_is_done_not_reconciled(
     svc: Service, slurm: FakeSlurm
 ) -> None:
-    aid = decide(svc)
-    svc.journal.set_step(aid, "take_out", "done")
-    svc.journal.set_step(aid, "jobs", "done", '[["100", "RUNNING", ["gpu-node-001"], 0]]')
-    svc.journal.set_step(aid, "hold:100", "started")  # crashed before requeuehold ran
+    aid = crashed_before_hold(svc)
     run(svc, aid)
     assert ["scontrol", "requeuehold", "100"] in slurm.calls
     assert svc.journal.step_detail(aid, "hold:100") == "requeuehold"

@@ -54,6 +54,16 @@ def run(svc: Service, aid: int) -> tuple[str, str]:
     return svc.executor.run({"id": aid})
 
 
+def crashed_before_hold(svc: Service) -> int:
+    """An action of job 100's requeue whose process died after journaling the ``hold`` step as
+    started but before ``scontrol requeuehold`` ran (the node drained, the job listed)."""
+    aid = decide(svc)
+    svc.journal.set_step(aid, "take_out", "done")
+    svc.journal.set_step(aid, "jobs", "done", '[["100", "RUNNING", ["gpu-node-001"], 0]]')
+    svc.journal.set_step(aid, "hold:100", "started")
+    return aid
+
+
 def writes(slurm: FakeSlurm) -> list[list[str]]:
     return [c for c in slurm.calls if c[0] not in ("sinfo", "squeue")]
 
@@ -331,10 +341,7 @@ def test_a_finished_saga_is_not_compensated(svc: Service, slurm: FakeSlurm) -> N
 def test_a_hold_that_never_happened_is_not_waited_on_when_the_node_is_released(
     svc: Service, slurm: FakeSlurm
 ) -> None:
-    aid = decide(svc)
-    svc.journal.set_step(aid, "take_out", "done")
-    svc.journal.set_step(aid, "jobs", "done", '[["100", "RUNNING", ["gpu-node-001"], 0]]')
-    svc.journal.set_step(aid, "hold:100", "started")  # crashed before requeuehold ran
+    aid = crashed_before_hold(svc)
     slurm.run(["scontrol", "update", "NodeName=gpu-node-001", "State=DRAIN", "Reason=gpuwarden: x"])
     assert svc.engine.release("gpu-node-001", manual=True, who="op").allow
     state, outcome = run(svc, aid)
