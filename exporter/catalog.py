@@ -727,6 +727,21 @@ NVLINK_ERRORS = _m(
         )
     ),
 )
+GPU_NVLINK_ERRORS = _m(
+    "gpu_nvlink_errors_total",
+    "counter",
+    "NVLink errors of this GPU: nvlink_errors_total summed over every link and error type;"
+    " served only when every link's counters were read. One series per GPU to watch: the"
+    " analyzer reads the per-link detail only of GPUs whose total moved.",
+    GPU,
+)
+GPU_NVLINK_DOWN = _m(
+    "gpu_nvlink_links_down",
+    "gauge",
+    "NVLinks of this GPU that are not active (nvlink_up 0); served only when every link's state"
+    " was read. The analyzer reads nvlink_up per link only of GPUs where this is above 0.",
+    GPU,
+)
 # dcgm's total counts both directions over every link; its unit is not documented beyond the
 # per-lane field's "number of bytes", so bytes it is.
 _NVLINK_BANDWIDTH = _dc(

@@ -32,8 +32,11 @@ KIB = 1024  # NVLink throughput fields count KiB (nvml.h NVML_FI_DEV_NVLINK_THRO
 
 
 def read_nvlink(g: GpuRead, max_links: int = pynvml.NVML_NVLINK_MAX_LINKS) -> list[int]:
-    """State and error counters of every link this GPU has; returns those links."""
-    links = []
+    """State and error counters of every link this GPU has, and their per-GPU sums (links
+    down, errors of every link and type) when every one of them was read; returns the links."""
+    links: list[int] = []
+    down = total = 0.0
+    states = counters = True  # every link's state / counters read: that per-GPU sum is served
     for link in range(max_links):
         if g.r.skip("nvlink_state", link):
             continue
@@ -44,12 +47,24 @@ def read_nvlink(g: GpuRead, max_links: int = pynvml.NVML_NVLINK_MAX_LINKS) -> li
             continue  # no such link on this GPU
         links.append(link)
         lv = str(link)
-        if state is not None:
-            g.gauge(c.NVLINK_UP, 1.0 if state == pynvml.NVML_FEATURE_ENABLED else 0.0, lv)
+        if state is None:
+            states = False
+        else:
+            up = 1.0 if state == pynvml.NVML_FEATURE_ENABLED else 0.0
+            g.gauge(c.NVLINK_UP, up, lv)
+            down += 1.0 - up
         for name, counter in ERROR_COUNTERS.items():
             fn = g.nvml.nvmlDeviceGetNvLinkErrorCounter
             raw = g.r.read("nvlink_errors", fn, g.handle, link, counter, scope=(link, counter))
+            if raw is None:
+                counters = False
+                continue
             g.counter(c.NVLINK_ERRORS, raw, lv, name)
+            total += g.out[-1].value  # the exported (reset-absorbing) value: the sum is monotonic
+    if links and states:
+        g.gauge(c.GPU_NVLINK_DOWN, down)
+    if links and counters:
+        g.out.append(c.GPU_NVLINK_ERRORS.make(total, *g.lv))
     return links
 
 

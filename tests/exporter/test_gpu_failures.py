@@ -164,7 +164,8 @@ def test_counters_never_decrease_across_a_driver_reload() -> None:
     gpu.ecc[corr_vol], gpu.pcie_replay, gpu.energy_mj = 2, 1, 1_000
     second = {(s.metric.name, s.label_values): s.value for s in col.collect()}
     counters = [k for k in first if c.by_name(k[0]).type == "counter"]
-    assert len(counters) == 4 + 1 + 1 + 8 + 18 * 4 + 18 * 2  # ecc, energy, replay, violations
+    # ecc, energy, replay, violations, NVLink errors and bytes per link, NVLink errors per GPU
+    assert len(counters) == 4 + 1 + 1 + 8 + 18 * 4 + 18 * 2 + 1
     assert all(second[k] >= first[k] for k in counters)
     lv = ("n1", "0", gpu.uuid)
     assert second[(c.GPU_ECC_ERRORS.name, (*lv, "corrected", "volatile"))] == 52
@@ -172,6 +173,7 @@ def test_counters_never_decrease_across_a_driver_reload() -> None:
     assert second[(c.GPU_ENERGY.name, lv)] == pytest.approx(5_001.0)
     assert second[(c.NVLINK_ERRORS.name, (*lv, "3", "crc_data"))] == 11
     assert second[(c.NVLINK_TRANSMIT.name, (*lv, "3"))] == 2048 * 1024
+    assert second[(c.GPU_NVLINK_ERRORS.name, lv)] == 11
 
 
 def test_a_non_nvml_exception_from_one_field_costs_only_that_series() -> None:

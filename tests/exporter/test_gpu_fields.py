@@ -8,7 +8,7 @@ import pytest
 from exporter import catalog as c
 from exporter.catalog import MetricDef, Sample
 from exporter.collectors.gpu import GpuCollector
-from simulator.nvml_fake import FakeGpuState, FakeNvml, hgx_node
+from simulator.nvml_fake import FakeGpuState, FakeNvml, hgx_node, nvml_error
 
 CORR, UNC = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 VOL, AGG = pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC
@@ -127,6 +127,26 @@ def test_nvlink_state_errors_and_bytes_per_link(busy: FakeNvml) -> None:
     assert series(s, c.NVLINK_TRANSMIT)[("2",)] == 3 * 1024**3
     assert series(s, c.NVLINK_RECEIVE)[("2",)] == 5 * 1024**2
     assert len(series(s, c.NVLINK_RECEIVE)) == 18
+
+
+def test_each_gpu_also_serves_its_links_down_and_the_sum_of_its_nvlink_errors(
+    busy: FakeNvml,
+) -> None:
+    s = GpuCollector(busy, "n1").collect()
+    assert one(s, c.GPU_NVLINK_DOWN, "0") == 1
+    assert one(s, c.GPU_NVLINK_ERRORS, "0") == 13
+
+
+def test_the_per_gpu_nvlink_sums_are_not_served_when_a_link_could_not_be_read(
+    busy: FakeNvml,
+) -> None:
+    busy.gpus[0].failing["nvlink_errors"] = nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+    s = GpuCollector(busy, "n1").collect()
+    assert series(s, c.GPU_NVLINK_ERRORS, "0") == {}  # a partial sum would look like a reset
+    assert one(s, c.GPU_NVLINK_DOWN, "0") == 1
+    busy.gpus[0].failing = {"nvlink_state": nvml_error(pynvml.NVML_ERROR_UNKNOWN)}
+    s = GpuCollector(busy, "n1").collect()
+    assert series(s, c.GPU_NVLINK_DOWN, "0") == {}
 
 
 def test_every_gpu_and_nvlink_metric_of_the_catalogue_is_emitted_for_a_pre_ampere_gpu() -> None:
