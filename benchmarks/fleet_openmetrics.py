@@ -17,9 +17,17 @@ from simulator.topology import gpu_uuid
 
 
 def write(
-    path: Path, nodes: int, t0: float, steps: int, step: float = 15.0, seed: int = 0
+    path: Path,
+    nodes: int,
+    t0: float,
+    steps: int,
+    step: float = 15.0,
+    seed: int = 0,
+    part: tuple[int, int] | None = None,
 ) -> dict[str, int]:
-    """History of ``steps`` samples ending at ``t0 + step * (steps - 1)``; returns counts."""
+    """History of ``steps`` samples ending at ``t0 + step * (steps - 1)``; returns counts.
+    ``part=(lo, hi)``: only nodes ``lo..hi-1`` of the whole fleet (simulated whole each time:
+    stepping is cheap next to writing and backfilling the text)."""  # fmt: skip
     fleet = Fleet(nodes, seed=seed, start=t0 - step)
     late = t0 + step * (steps - 12)  # a few faults that start inside the analysed span
     fleet.schedule([
@@ -29,7 +37,7 @@ def write(
         {"kind": "straggler", "node": fleet.nodes[4], "target": "gpu5", "onset": late},
     ])  # fmt: skip
     rec = ScrapeRecorder(fleet.nodes, gpu_uuid, [SKUS[k].name for k in fleet.sku_of], 0.0,
-                         path.parent)  # fmt: skip
+                         path.parent, part)  # fmt: skip
     try:
         for frame in fleet.run(t0 + step * (steps - 1), step):
             rec.push(frame, fleet.jobs_at(frame.t))

@@ -9,6 +9,11 @@ NaN), a missed scrape of a node (``missed`` rows), a NaN cell. XID counters come
 fleet's kernel-log events (a series is born at its first XID and never drops), allocation info
 from the fleet's jobs (as the Slurm prolog's map would say), ``gpu_info`` from the node's model.
 
+The per-GPU NVLink sums the exporter serves beside the per-link series
+(``gpu_nvlink_errors_total``, ``gpu_nvlink_links_down``: the analyzer's gates) are derived
+from the per-link arrays the same way. ``part=(lo, hi)`` records only the nodes ``lo..hi-1``
+of the fleet: a fleet too large for one promtool run is backfilled in node ranges.
+
 Families the analyzer never reads (and IB counters it never asks for) are left out: they
 change no answer and only make the backfill bigger. Each family is spooled to its own file
 step by step (memory stays flat over long runs) and the files are joined at :meth:`write`.
@@ -50,6 +55,16 @@ def type_line(m: c.MetricDef) -> str:
     return f"# TYPE {base} {m.type}\n"
 
 
+def _gates(name: str, a: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """The per-GPU sums the exporter serves beside a per-link family (NaN where any link of the
+    GPU is NaN: the exporter serves a sum only when every link was read)."""
+    if name == c.NVLINK_ERRORS.name:
+        return [(c.GPU_NVLINK_ERRORS.name, a.sum(axis=(2, 3)))]
+    if name == c.NVLINK_UP.name:
+        return [(c.GPU_NVLINK_DOWN.name, np.where(np.isnan(a), np.nan, a < 0.5).sum(axis=2))]
+    return []
+
+
 class ScrapeRecorder:
     """Frames in, OpenMetrics out. ``epoch`` is added to the frames' virtual times."""
 
@@ -60,10 +75,13 @@ class ScrapeRecorder:
         gpu_names: Sequence[str],
         epoch: float,
         workdir: Path | None = None,
+        part: tuple[int, int] | None = None,
     ) -> None:
-        self.nodes = tuple(nodes)
+        lo, hi = part or (0, len(nodes))
+        self.rows = slice(lo, hi)  # this recorder's nodes in the fleet's arrays
+        self.nodes = tuple(nodes)[self.rows]
         self.uuid = uuid  # (node, gpu) -> uuid
-        self.gpu_names = tuple(gpu_names)  # per node, the NVML model name
+        self.gpu_names = tuple(gpu_names)[self.rows]  # per node, the NVML model name
         self.epoch = epoch
         self.dir = Path(tempfile.mkdtemp(prefix="gpuwarden-om-", dir=workdir))
         self.names = [q.name for q in QUERIES if q.metric not in _SPECIAL]
@@ -78,17 +96,21 @@ class ScrapeRecorder:
         self, frame: Any, jobs: Mapping[Any, Sequence[int]], missed: np.ndarray | None = None
     ) -> None:
         """One scrape of every node at ``frame.t``; ``missed`` (bool per node): no sample."""
-        N = len(self.nodes)
-        up = frame.metrics[c.GPU_UP.name]
+        N, lo, rows = len(self.nodes), self.rows.start, self.rows
+        up = frame.metrics[c.GPU_UP.name][rows]
         present = ~np.isnan(up.reshape(N, -1)[:, 0])
         if missed is not None:
-            present &= ~missed
+            present &= ~missed[rows]
         ts = f" {self.epoch + frame.t:.3f}\n"
         for name in self.names:
             a = frame.metrics.get(name)
             if a is not None:
+                a = a[rows]
                 self._write(name, self._series(name, a.shape), a, present, ts)
+                for gate, value in _gates(name, a):
+                    self._write(gate, self._series(gate, value.shape), value, present, ts)
         for counter, a in frame.ib_counters.items():
+            a = a[rows]
             if counter in _IB_USED:
                 fam = c.IB_HW_COUNTER if counter in _HW else c.IB_COUNTER
                 key = f"{fam.name}:{counter}"
@@ -109,7 +131,9 @@ class ScrapeRecorder:
             else list(frame.xids)
         )
         for n, g, x in hits:
-            k = (int(n), int(g), int(x))
+            if not lo <= int(n) < rows.stop:
+                continue
+            k = (int(n) - lo, int(g), int(x))
             self._xid[k] = self._xid.get(k, 0.0) + 1.0
         xid_lines = [
             c.GPU_XID_ERRORS.name
@@ -129,9 +153,9 @@ class ScrapeRecorder:
         G = up.shape[1] if up.ndim > 1 else 1
         alloc = []
         for job, members in sorted(jobs.items(), key=lambda kv: str(kv[0])):
-            for n in members:
-                if present[int(n)]:
-                    node = self.nodes[int(n)]
+            for n in (int(x) - lo for x in members):
+                if 0 <= n < N and present[n]:
+                    node = self.nodes[n]
                     alloc += [
                         c.GPU_ALLOCATION_INFO.name
                         + _labels(
