@@ -32,7 +32,7 @@ from analyzer.sources.promhttp import (
     decode,
     with_retries,
 )
-from analyzer.sources.queries import QUERIES, Query, rows_matchers
+from analyzer.sources.queries import QUERIES, Query, regex_literal, rows_matchers
 from analyzer.window import Window
 
 
@@ -69,6 +69,7 @@ class PrometheusSource:
         self.end: float | None = None
         self.stats = QueryStats()
         self.errors: dict[str, str] = {}
+        self.gated: dict[str, set[Key]] = {}  # per gated query: the GPUs whose rows are held
 
     # ------------------------------------------------------------------ cycle
     async def read(self, now: float) -> Window:
@@ -112,8 +113,13 @@ class PrometheusSource:
         behind = self.span if m.end is None else end - m.end  # since this query last succeeded
         cold = behind >= self.span
         first = 0 if cold else max(self.T - 1 - round(behind / self.step) - self.overlap, 0)
-        if q.moved_only:
-            await self._moved(q, m, start, end, cold, first)
+        if q.gate is not None:
+            await self._gated(q, m, start, end, cold, first)
+        elif q.moved_only:
+            if cold:
+                m.keep_only(set())
+            m.clear(first)  # every row kept is fetched again from `first` (or whole, if new)
+            m.keep_only(await self._moved(q, m, start, end, cold, first))
         else:
             pad = self.lookback if (cold and q.anchored) else 0.0
             got = await self._range(q, q.expr(), start + first * self.step - pad, end)
@@ -123,41 +129,103 @@ class PrometheusSource:
                 m.prune()
         m.end = end
 
-    async def _moved(self, q: Query, m: SeriesMatrix, start: float, end: float, cold: bool,
+    async def _gated(self, q: Query, m: SeriesMatrix, start: float, end: float, cold: bool,
                      first: int) -> None:  # fmt: skip
-        """Which series moved within the window ending now (small instant queries, over one
-        shard of the GPUs per cycle, all at a cold start); the new points of those already
-        held; the full window of those that just started to move."""
+        """Only the GPUs the gate names: of a moved-only counter, their links that moved; of a
+        sparse gauge, their rows (new points of the GPUs already held, the whole window of those
+        just named). Nodes that do not serve the gate series are read link by link as without
+        a gate."""
+        assert q.gate is not None
+        g = q.gate
+        uncovered, named = await asyncio.gather(
+            self._instant(q, g.uncovered_expr(self.span), end),
+            self._instant(q, g.expr(self.span), end),
+        )
+        loose = {lab.get("node", "") for lab in uncovered.labels} - {""}
+        hot = {tuple(lab.get(x, "") for x in g.labels) for lab in named.labels}
         if cold:
             m.keep_only(set())
+        m.clear(first)  # every row kept is fetched again from `first` (or whole, if new)
+        keep: set[Key] = set()
+        if q.moved_only:
+            gpus = rows_matchers(g.labels, sorted(hot)) if hot else []
+            keep = await self._moved_keys(q, [q.moved_expr(self.span, mt) for mt in gpus], end)
+            await self._refresh(q, m, keep, start, end, first)
+        else:
+            held = set() if cold else self.gated.get(q.name, set())
+            for part, since in ((sorted(hot & held), first), (sorted(hot - held), 0)):
+                if part and since < self.T:
+                    got = await self._rows(q, part, start + since * self.step, end, g.labels)
+                    self._merge(q, m, got, start)
+            at = [q.labels.index(x) for x in g.labels]
+            keep = {k for k in m.keys if tuple(k[i] for i in at) in hot}
+            self.gated[q.name] = hot
+        if loose and q.moved_only:
+            keep |= await self._moved(q, m, start, end, cold, first, loose)
+        elif loose:
+            where = f'node=~"{"|".join(regex_literal(n) for n in sorted(loose))}"'
+            got = await self._range(q, q.expr(where), start + first * self.step, end)
+            self._merge(q, m, got, start)
+            n = q.labels.index("node")
+            keep |= {k for k in m.keys if k[n] in loose}
+        m.keep_only(keep)
+        if not q.moved_only:
+            m.prune()
+
+    async def _moved(self, q: Query, m: SeriesMatrix, start: float, end: float, cold: bool,
+                     first: int, nodes: set[str] | None = None) -> set[Key]:  # fmt: skip
+        """Which series moved within the window ending now (small instant queries, over one
+        shard of the GPUs per cycle, all at a cold start), then :meth:`_refresh` them.
+        ``nodes``: only these nodes' series. Returns the rows to keep (the caller cleared
+        ``first..`` of every row)."""
+        where = f'node=~"{"|".join(regex_literal(n) for n in sorted(nodes))}"' if nodes else ""
         shards = range(q.moved_shards) if cold else (self.stats.cycles,)
-        keys: set[Key] = set()
-        for s in shards:
-            moved = await self._instant(q, q.moved_expr(self.span, q.shard_matcher(s)), end)
-            keys |= {self._key(q, lab) for lab in moved.labels}
+        sels = [",".join(x for x in (q.shard_matcher(s), where) if x) for s in shards]
+        keys = await self._moved_keys(q, [q.moved_expr(self.span, sel) for sel in sels], end)
         if not cold and q.moved_shards > 1:  # rows of the shards not checked now stay held
             checked = re.compile(q.shard_matcher(self.stats.cycles).split('"')[1])
-            g = q.labels.index("gpu")
-            keys |= {k for k in m.keys if not checked.fullmatch(k[g])}
-        held = sorted(keys & set(m.keys))
+            n, g = q.labels.index("node"), q.labels.index("gpu")
+            keys |= {
+                k for k in m.keys
+                if (nodes is None or k[n] in nodes) and not checked.fullmatch(k[g])
+            }  # fmt: skip
+        await self._refresh(q, m, keys, start, end, first)
+        return keys
+
+    async def _moved_keys(self, q: Query, exprs: list[str], at: float) -> set[Key]:
+        """The rows that the moved-checks ``exprs`` return (or-ed, 200 per instant query)."""
+        keys: set[Key] = set()
+        for i in range(0, len(exprs), 200):
+            moved = await self._instant(q, " or ".join(exprs[i : i + 200]), at)
+            keys |= {self._key(q, lab) for lab in moved.labels}
+        return keys
+
+    async def _refresh(self, q: Query, m: SeriesMatrix, keys: set[Key], start: float,
+                       end: float, first: int) -> None:  # fmt: skip
+        """The new points of the rows already held, the whole window of the others."""
+        have = set(m.keys)
+        held, new = sorted(keys & have), sorted(keys - have)
         if held and first < self.T:
-            got = await self._rows(q, held, start + first * self.step, end)
-            m.clear(first)
-            self._merge(q, m, got, start)
-        new = sorted(keys - set(m.keys))
+            self._merge(q, m, await self._rows(q, held, start + first * self.step, end), start)
         if new:
             self._merge(q, m, await self._rows(q, new, start, end), start)
-        m.keep_only(keys)
 
-    async def _rows(self, q: Query, rows: list[Key], start: float, end: float) -> Parsed:
-        """The points of exactly these rows: a selector per node, or-ed, 200 per query."""
-        matchers = rows_matchers(q.labels, rows)
+    async def _rows(self, q: Query, rows: list[Key], start: float, end: float,
+                    labels: tuple[str, ...] | None = None) -> Parsed:  # fmt: skip
+        """The points of exactly these rows (keyed by ``labels``, the query's by default): a
+        selector per node or per label combination, or-ed, 200 per query."""
+        labels = labels or q.labels
+        matchers = rows_matchers(labels, rows)
         parts = []
         for i in range(0, len(matchers), 200):
             expr = " or ".join(q.expr(mt) for mt in matchers[i : i + 200])
             parts.append(await self._range(q, expr, start, end))
         got = parts[0] if len(parts) == 1 else Parsed.concat(parts)
-        return _only(got, set(rows), q)
+        want = set(rows)
+        pick = [
+            j for j, lab in enumerate(got.labels) if tuple(lab.get(x, "") for x in labels) in want
+        ]
+        return got.only(pick)
 
     def _merge(self, q: Query, m: SeriesMatrix, got: Parsed, start: float) -> None:
         """Place every sample of ``got`` in one vectorised assignment (no per-series numpy)."""
@@ -218,10 +286,3 @@ def _keys(names: tuple[str, ...], labels: Sequence[Mapping[str, str]]) -> list[K
             k = tuple(lab.get(x, "") for x in names)
         out.append(k if isinstance(k, tuple) else (k,))
     return out
-
-
-def _only(got: Parsed, keys: set[Key], q: Query) -> Parsed:
-    """The series of ``got`` whose key is in ``keys``."""
-    return got.only(
-        [j for j, lab in enumerate(got.labels) if PrometheusSource._key(q, lab) in keys]
-    )

@@ -31,6 +31,36 @@ IB_USED = (  # analyzer.detectors.infiniband RATE_LIMITS + ANY_INCREASE
 
 
 @dataclass(frozen=True)
+class Gate:
+    """A per-GPU series the exporter serves beside a per-link family, which says which GPUs'
+    links are worth reading: ``moved`` (a counter summing every link: GPUs whose sum changed
+    within the window) or ``above_zero`` (a gauge: GPUs where it was above 0 within the window).
+    Prometheus then touches one series per GPU per cycle instead of 72 (18 links x 4 types).
+    Nodes that do not serve the gate (an older exporter, a GPU whose links could not all be
+    read) are read link by link as before."""
+
+    metric: catalog.MetricDef
+    kind: str  # "moved" | "above_zero"
+    labels: tuple[str, ...] = ("node", "gpu")
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("moved", "above_zero"):
+            raise ValueError(f"{self.metric.name}: gate kind must be moved or above_zero")
+
+    def expr(self, window: float) -> str:
+        """The GPUs whose links are read now."""
+        fn = "changes" if self.kind == "moved" else "max_over_time"
+        by = ",".join(self.labels)
+        return f"max by ({by}) ({fn}({self.metric.name}[{int(window)}s]) > 0)"
+
+    def uncovered_expr(self, window: float) -> str:
+        """Nodes whose GPUs reported within the window but that serve no gate series now (an
+        older exporter, a link that could not be read, a node gone quiet): read link by link."""
+        up = f"present_over_time({catalog.GPU_UP.name}[{int(window)}s])"
+        return f"group by (node) ({up}) unless on (node) group by (node) ({self.metric.name})"
+
+
+@dataclass(frozen=True)
 class Query:
     metric: catalog.MetricDef
     keep: tuple[str, ...] = ()  # labels kept (default: the catalogue's, minus identity)
@@ -39,6 +69,7 @@ class Query:
     absent_means: float | None = None
     anchored: bool = False  # counters whose increases become events: fetch a value before
     moved_shards: int = 1  # check 1/k of the GPUs for moved series per cycle (1, 2, 5 or 10)
+    gate: Gate | None = None  # read only the rows of the GPUs it names (and of uncovered nodes)
 
     def __post_init__(self) -> None:
         if self.moved_shards not in (1, 2, 5, 10):
@@ -105,10 +136,13 @@ QUERIES: tuple[Query, ...] = (
     Query(c.GPU_PCIE_WIDTH_MAX),
     Query(c.GPU_XID_ERRORS, anchored=True),
     Query(c.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id")),
-    Query(c.NVLINK_UP, absent_means=1.0),
-    # 18 links x 4 types per GPU, the largest family: a fifth of the GPUs is checked for
-    # newly moving links each cycle (links already moving are read every cycle)
-    Query(c.NVLINK_ERRORS, moved_only=True, moved_shards=5),
+    # the largest families (18 links, x 4 error types, per GPU): read through the exporter's
+    # per-GPU sums; on nodes that lack them a fifth of the GPUs is checked for newly moving
+    # links each cycle (links already moving are read every cycle)
+    Query(c.NVLINK_UP, absent_means=1.0, gate=Gate(c.GPU_NVLINK_DOWN, "above_zero")),
+    Query(
+        c.NVLINK_ERRORS, moved_only=True, moved_shards=5, gate=Gate(c.GPU_NVLINK_ERRORS, "moved")
+    ),
     Query(c.IB_PORT_STATE),
     Query(c.IB_PORT_RATE),
     Query(c.IB_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True),
@@ -135,7 +169,7 @@ def rows_matchers(labels: tuple[str, ...], keys: list[tuple[str, ...]]) -> list[
     if len(by_rest) < len(by_node):
         out = []
         for rest, nodes in sorted(by_rest.items()):
-            parts = [f'node=~"{"|".join(_re2(x) for x in sorted(nodes))}"']
+            parts = [f'node=~"{"|".join(regex_literal(x) for x in sorted(nodes))}"']
             others = [x for i, x in enumerate(labels) if i != n]
             parts += [f'{label}="{_quote(v)}"' for label, v in zip(others, rest, strict=True)]
             out.append(",".join(parts))
@@ -150,7 +184,7 @@ def rows_matchers(labels: tuple[str, ...], keys: list[tuple[str, ...]]) -> list[
             if len(values) == 1:
                 parts.append(f'{label}="{_quote(values[0])}"')
             else:
-                parts.append(f'{label}=~"{"|".join(_re2(v) for v in values)}"')
+                parts.append(f'{label}=~"{"|".join(regex_literal(v) for v in values)}"')
         out.append(",".join(parts))
     return out
 
@@ -159,7 +193,7 @@ def _quote(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _re2(s: str) -> str:
+def regex_literal(s: str) -> str:
     out = []
     for ch in s:
         if ch in r"\.+*?()|[]{}^$":

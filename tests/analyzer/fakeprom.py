@@ -1,8 +1,8 @@
 """A hand-written fake of the Prometheus HTTP API for the incremental-read property tests.
 
 Evaluates exactly the PromQL shapes :mod:`analyzer.sources.queries` renders (``max by``,
-``!= v``, vector ``!=`` / ``unless`` / ``or``, ``offset``, ``changes(...[Ns]) > 0``, ``=~``
-matchers) over series whose
+``!= v``, vector ``!=`` / ``unless`` / ``or``, ``offset``, ``changes(...[Ns]) > 0``,
+``max_over_time(...[Ns]) > 0``, the gates' uncovered nodes, ``=~`` matchers) over series whose
 samples sit on the step grid; a missing sample is a stale series at that step (no lookback),
 as after a failed scrape. ``offset`` looks back exactly that far. The real server is exercised by test_prometheus.py.
 """
@@ -43,8 +43,30 @@ class FakeProm:
                 out.append((labels, samples))
         return out
 
+    def _window(self, sel: str, t: float, rng: str) -> list[tuple[Labels, list[float]]]:
+        """Each selected series' values within [t - range, t] (Prometheus 2.x: inclusive)."""
+        lo = round(t - float(rng), 3)
+        out = []
+        for labels, samples in self._select(sel):
+            vals = [v for ts, v in sorted(samples.items()) if lo <= ts <= round(t, 3)]
+            if vals:
+                out.append((labels, vals))
+        return out
+
     def _vector(self, expr: str, t: float) -> dict[Labels, float]:
         expr = expr.strip()
+        un = re.fullmatch(
+            r"group by \(node\) \(present_over_time\((.*)\[(\d+)s\]\)\)"
+            r" unless on \(node\) group by \(node\) \((.*)\)",
+            expr,
+        )
+        if un:  # nodes present within the range on the left, absent now on the right
+            right = {dict(k)["node"] for k in self._vector(f"max by (node) ({un.group(3)})", t)}
+            left = {
+                dict(labels).get("node", "")
+                for labels, _ in self._window(un.group(1), t, un.group(2))
+            }
+            return {(("node", n),): 1.0 for n in sorted(left - right)}
         if expr.startswith("(") and ") or (" in expr:  # (A != B) or (A unless B)
             left, right = expr[1:-1].split(") or (", 1)
             out = self._vector(right, t)
@@ -65,16 +87,17 @@ class FakeProm:
         m = re.fullmatch(r"max by \(([\w,]+)\) \((.*)\)", expr)
         assert m, expr
         by, inner = m.group(1).split(","), m.group(2)
-        ch = re.fullmatch(r"changes\((.*)\[(\d+)s\]\) > 0", inner)
-        if ch:  # series whose value changed within [t - range, t] (Prometheus 2.x: inclusive)
+        ch = re.fullmatch(r"(changes|max_over_time)\((.*)\[(\d+)s\]\) > 0", inner)
+        if ch:  # series whose value changed / was above 0 within [t - range, t]
             moved: dict[Labels, float] = {}
-            lo = round(t - float(ch.group(2)), 3)
-            for labels, samples in self._select(ch.group(1)):
-                vals = [v for ts, v in sorted(samples.items()) if lo <= ts <= round(t, 3)]
-                n = sum(a != b for a, b in itertools.pairwise(vals))
+            for labels, vals in self._window(ch.group(2), t, ch.group(3)):
+                if ch.group(1) == "changes":
+                    n = float(sum(a != b for a, b in itertools.pairwise(vals)))
+                else:
+                    n = max(vals)
                 if n > 0:
                     key = tuple((k, dict(labels).get(k, "")) for k in by)
-                    moved[key] = max(moved.get(key, float(n)), float(n))
+                    moved[key] = max(moved.get(key, n), n)
             return moved
         off = re.search(r" offset (\d+)s$", inner)
         if off:  # the value one window earlier

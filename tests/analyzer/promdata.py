@@ -1,7 +1,10 @@
 """A small recorded-looking history for the Prometheus source tests, as OpenMetrics text.
 
-Three H100 nodes, one job; node-01 GPU 3 logs XID 79 (its counter series appears mid-window) and
-node-00's port mlx5_2/1 goes down for the last three samples.
+Three H100 nodes, one job; node-01 GPU 3 logs XID 79 (its counter series appears mid-window),
+node-00's port mlx5_2/1 goes down for the last three samples, NVLink 1 of node-02 GPU 5 counts
+replays from the middle of the window and NVLink 1 of node-01 GPU 2 goes down for the last ten
+samples. node-00 and node-02 serve the exporter's per-GPU NVLink sums; node-01 (an older
+exporter) does not, so both of the analyzer's NVLink read paths are exercised.
 """
 
 from __future__ import annotations
@@ -72,6 +75,35 @@ def openmetrics(end: float) -> str:
         for p in range(8)
     ]  # fmt: skip
     family(c.IB_PORT_STATE, state)
+
+    def replays(n: str, g: int, link: int, i: int) -> float:
+        return 3.0 * max(i - 20, 0) if (n, g, link) == ("node-02", 5, 1) else 0.0
+
+    def link_up(n: str, g: int, link: int, i: int) -> float:
+        return 0.0 if (n, g, link) == ("node-01", 2, 1) and i >= POINTS - 10 else 1.0
+
+    links = [(n, g, link) for n in NODES for g in range(8) for link in (0, 1)]
+    family(c.NVLINK_UP, [
+        (_labels(node=n, gpu=g, uuid=f"GPU-{n}-{g}", link=link),
+         [(t, link_up(n, g, link, i)) for i, t in enumerate(times)])
+        for n, g, link in links
+    ])  # fmt: skip
+    family(c.NVLINK_ERRORS, [
+        (_labels(node=n, gpu=g, uuid=f"GPU-{n}-{g}", link=link, error_type="replay"),
+         [(t, replays(n, g, link, i)) for i, t in enumerate(times)])
+        for n, g, link in links
+    ])  # fmt: skip
+    summed = [(n, g) for n in ("node-00", "node-02") for g in range(8)]
+    family(c.GPU_NVLINK_ERRORS, [
+        (_labels(node=n, gpu=g, uuid=f"GPU-{n}-{g}"),
+         [(t, sum(replays(n, g, k, i) for k in (0, 1))) for i, t in enumerate(times)])
+        for n, g in summed
+    ])  # fmt: skip
+    family(c.GPU_NVLINK_DOWN, [
+        (_labels(node=n, gpu=g, uuid=f"GPU-{n}-{g}"),
+         [(t, sum(1.0 - link_up(n, g, k, i) for k in (0, 1))) for i, t in enumerate(times)])
+        for n, g in summed
+    ])  # fmt: skip
     rate = [
         (_labels(node=n, device=f"mlx5_{p}", port=1), [(t, 50e9) for t in times])
         for n in NODES

@@ -26,7 +26,9 @@ NODES = ("n0", "n1", "n2")
 
 def _fleet(draw: st.DrawFn, points: int) -> FakeProm:
     """Random history: per node random missed scrapes (every series of the node vanishes);
-    an XID counter that starts late and resets; NVLink errors that start to move late."""
+    an XID counter that starts late and resets; NVLink errors that start to move late; an
+    NVLink down for a while; the exporter's per-GPU NVLink sums served by some nodes, at some
+    scrapes (an older exporter, a link that could not be read)."""
     prom = FakeProm()
     for n in NODES:
         seen = draw(st.lists(st.booleans(), min_size=points, max_size=points))
@@ -34,6 +36,9 @@ def _fleet(draw: st.DrawFn, points: int) -> FakeProm:
         reset_at = draw(st.integers(0, points * 2))
         bumps = draw(st.lists(st.integers(0, 2), min_size=points, max_size=points))
         move_from = draw(st.integers(0, points * 2))
+        down = range(draw(st.integers(0, points * 2)), draw(st.integers(0, points * 2)))
+        sums = draw(st.sampled_from(["always", "never", "sometimes"]))
+        sums_at = draw(st.lists(st.booleans(), min_size=points, max_size=points))
         xid = nvl = 0.0
         for i in range(points):
             if i == reset_at:
@@ -53,6 +58,12 @@ def _fleet(draw: st.DrawFn, points: int) -> FakeProm:
                 )
                 prom.add(c.GPU_THROTTLE.name, {**gl, "reason": "hw_slowdown"}, t, float(i % 9 == 0))
                 prom.add(c.NVLINK_ERRORS.name, {**gl, "link": "3", "error_type": "replay"}, t, nvl)
+                link_up = 0.0 if (g == 1 and i in down) else 1.0
+                prom.add(c.NVLINK_UP.name, {**gl, "link": "3"}, t, link_up)
+                prom.add(c.NVLINK_UP.name, {**gl, "link": "4"}, t, 1.0)
+                if sums == "always" or (sums == "sometimes" and sums_at[i]):
+                    prom.add(c.GPU_NVLINK_ERRORS.name, gl, t, nvl)
+                    prom.add(c.GPU_NVLINK_DOWN.name, gl, t, 1.0 - link_up)
             if i >= xid_from:
                 prom.add(
                     c.GPU_XID_ERRORS.name, {"node": n, "gpu": "1", "uuid": "x", "xid": "79"}, t, xid
@@ -191,3 +202,66 @@ def test_rows_of_many_nodes_on_one_port_counter_are_one_exact_selector_not_one_p
     assert rows_matchers(labels, few) == [
         'node="a",device=~"mlx5_1|mlx5_2",port="1",counter=~"link_downed|symbol_error"'
     ]
+
+
+def _links(sums: dict[str, bool], points: int = 30) -> FakeProm:
+    """Two nodes x 2 GPUs x 2 links; link 1 of n0 GPU 1 and of n1 GPU 0 count replays from
+    step 10; ``sums``: which nodes serve the exporter's per-GPU NVLink sums."""
+    prom = FakeProm()
+    for i in range(points):
+        t = T0 + STEP * i
+        for n in ("n0", "n1"):
+            for g in range(2):
+                gl = {"node": n, "gpu": str(g), "uuid": f"U-{n}-{g}"}
+                prom.add(c.GPU_UP.name, {**gl, "reason": ""}, t, 1.0)
+                moving = (n, g) in (("n0", 1), ("n1", 0))
+                for link in range(2):
+                    v = float(max(i - 10, 0)) if moving and link == 1 else 0.0
+                    prom.add(
+                        c.NVLINK_ERRORS.name,
+                        {**gl, "link": str(link), "error_type": "replay"},
+                        t,
+                        v,
+                    )
+                    prom.add(c.NVLINK_UP.name, {**gl, "link": str(link)}, t, 1.0)
+                if sums[n]:
+                    prom.add(
+                        c.GPU_NVLINK_ERRORS.name, gl, t, float(max(i - 10, 0)) if moving else 0.0
+                    )
+                    prom.add(c.GPU_NVLINK_DOWN.name, gl, t, 0.0)
+    return prom
+
+
+def test_with_the_per_gpu_sums_served_only_the_moving_gpus_links_are_read():
+    prom = _links({"n0": True, "n1": True})
+    src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom)
+    for k in (20, 21):
+        prom.calls.clear()
+        w = asyncio.run(src.read(T0 + STEP * k + 6))
+    per_link = [
+        q for q in prom.calls if c.NVLINK_ERRORS.name + "{" in q or c.NVLINK_ERRORS.name + "[" in q
+    ]
+    # every per-link read (moved check, points) names the two moving GPUs, never a whole shard
+    assert per_link and any("changes(" + c.NVLINK_ERRORS.name in q for q in per_link)
+    assert all('node="n0",gpu="1"' in q or 'node="n1",gpu="0"' in q for q in per_link), per_link
+    assert not any('gpu=~".*[' in q for q in prom.calls)
+    assert not any(c.NVLINK_UP.name + "{" in q for q in prom.calls)  # no link is down anywhere
+    err = w.metrics[c.NVLINK_ERRORS.name]  # (T, node, gpu, link, type)
+    assert err[-1, 0, 1, 1, 2] == 11 and err[-1, 1, 0, 1, 2] == 11
+    full = asyncio.run(
+        PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom).read(
+            T0 + STEP * 21 + 6
+        )
+    )
+    assert np.array_equal(err, full.metrics[c.NVLINK_ERRORS.name], equal_nan=True)
+
+
+def test_a_node_without_the_per_gpu_sums_is_still_read_link_by_link():
+    prom = _links({"n0": True, "n1": False})
+    src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom)
+    w = asyncio.run(src.read(T0 + STEP * 20 + 6))
+    assert any(
+        f'changes({c.NVLINK_ERRORS.name}{{gpu=~".*[05]",node=~"n1"}}' in q for q in prom.calls
+    )
+    err = w.metrics[c.NVLINK_ERRORS.name]
+    assert err[-1, 0, 1, 1, 2] == 10 and err[-1, 1, 0, 1, 2] == 10  # both moving links found

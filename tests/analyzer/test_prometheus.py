@@ -67,7 +67,12 @@ def _expected(findings):
     return {(f.node, f.subject, f.kind) for f in findings}
 
 
-WANT = {("node-01", "gpu=3", "xid_fatal"), ("node-00", "port=mlx5_2/1", "ib_port_down")}
+WANT = {
+    ("node-01", "gpu=3", "xid_fatal"),
+    ("node-00", "port=mlx5_2/1", "ib_port_down"),
+    ("node-02", "link=gpu5/1", "nvlink_errors"),  # read through the per-GPU sums
+    ("node-01", "link=gpu2/1", "nvlink_down"),  # node-01 serves no sums: read link by link
+}
 
 
 @pytest.mark.real
