@@ -823,6 +823,27 @@ IB_HW_COUNTER = _m(
     "Every file under ports/<port>/hw_counters (mlx5), by file name; kept monotonic.",
     (*IB_PORT, "counter"),
 )
+# The sysfs error counters (counters/ and hw_counters/) that degrade or break a job: the ones
+# the analyzer judges (REFERENCE.md section 3), summed per port in IB_PORT_ERRORS.
+IB_ERROR_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "local_ack_timeout_err",
+    "link_downed",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "rnr_nak_retry_err",
+)
+IB_PORT_ERRORS = _m(
+    "infiniband_port_errors_total",
+    "counter",
+    "The port's error counters summed (" + ", ".join(IB_ERROR_COUNTERS) + ", those the port"
+    " has); served only when every one of them was read. One series per port to watch: the"
+    " analyzer reads the counters only of ports whose sum moved.",
+    IB_PORT,
+)
 IB_COUNTER_RESETS = _m(
     "infiniband_port_counters_resets_total",
     "counter",

@@ -32,7 +32,7 @@ from analyzer.sources.promhttp import (
     decode,
     with_retries,
 )
-from analyzer.sources.queries import QUERIES, Query, regex_literal, rows_matchers
+from analyzer.sources.queries import QUERIES, Gate, Query, rows_matchers
 from analyzer.window import Window
 
 
@@ -69,7 +69,8 @@ class PrometheusSource:
         self.end: float | None = None
         self.stats = QueryStats()
         self.errors: dict[str, str] = {}
-        self.gated: dict[str, set[Key]] = {}  # per gated query: the GPUs whose rows are held
+        self.gated: dict[str, set[Key]] = {}
+        self._gate_reads: dict[Gate, asyncio.Future[tuple[Parsed, Parsed]]] = {}  # this cycle  # per gated query: the GPUs whose rows are held
 
     # ------------------------------------------------------------------ cycle
     async def read(self, now: float) -> Window:
@@ -83,6 +84,7 @@ class PrometheusSource:
             m.slide(k)
         self.end = end
         self.stats.cycle_bytes = self.stats.cycle_samples = 0.0
+        self._gate_reads: dict[Gate, asyncio.Future[tuple[Parsed, Parsed]]] = {}
         sem = asyncio.Semaphore(self.parallel)
 
         async def one(q: Query) -> str | None:
@@ -131,63 +133,68 @@ class PrometheusSource:
 
     async def _gated(self, q: Query, m: SeriesMatrix, start: float, end: float, cold: bool,
                      first: int) -> None:  # fmt: skip
-        """Only the GPUs the gate names: of a moved-only counter, their links that moved; of a
-        sparse gauge, their rows (new points of the GPUs already held, the whole window of those
-        just named). Nodes that do not serve the gate series are read link by link as without
+        """Only the units (GPUs, ports) the gate names: of a moved-only counter, their series
+        that moved; of a sparse gauge, their rows (new points of the units already held, the
+        whole window of those just named). Units that serve no gate series are read as without
         a gate."""
         assert q.gate is not None
         g = q.gate
-        uncovered, named = await asyncio.gather(
-            self._instant(q, g.uncovered_expr(self.span), end),
-            self._instant(q, g.expr(self.span), end),
-        )
-        loose = {lab.get("node", "") for lab in uncovered.labels} - {""}
+        read = self._gate_reads.get(g)  # queries sharing a gate (IB counters) read it once
+        if read is None:
+            read = self._gate_reads[g] = asyncio.ensure_future(asyncio.gather(
+                self._instant(q, g.uncovered_expr(self.span), end),
+                self._instant(q, g.expr(self.span), end),
+            ))  # fmt: skip
+        uncovered, named = await asyncio.shield(read)
+        loose = {tuple(lab.get(x, "") for x in g.labels) for lab in uncovered.labels}
         hot = {tuple(lab.get(x, "") for x in g.labels) for lab in named.labels}
         if cold:
             m.keep_only(set())
         m.clear(first)  # every row kept is fetched again from `first` (or whole, if new)
+        at = [q.labels.index(x) for x in g.labels]
         keep: set[Key] = set()
         if q.moved_only:
-            gpus = rows_matchers(g.labels, sorted(hot)) if hot else []
-            keep = await self._moved_keys(q, [q.moved_expr(self.span, mt) for mt in gpus], end)
+            units = rows_matchers(g.labels, sorted(hot)) if hot else []
+            keep = await self._moved_keys(q, [q.moved_expr(self.span, mt) for mt in units], end)
             await self._refresh(q, m, keep, start, end, first)
+            if loose:
+                scope = rows_matchers(g.labels, sorted(loose))
+                keep |= await self._moved(q, m, start, end, cold, first, scope,
+                                          lambda k: tuple(k[i] for i in at) in loose)  # fmt: skip
         else:
             held = set() if cold else self.gated.get(q.name, set())
-            for part, since in ((sorted(hot & held), first), (sorted(hot - held), 0)):
+            for part, since in (
+                (sorted(hot & held | loose), first),  # loose: a plain incremental read
+                (sorted(hot - held - loose), 0),
+            ):
                 if part and since < self.T:
                     got = await self._rows(q, part, start + since * self.step, end, g.labels)
                     self._merge(q, m, got, start)
-            at = [q.labels.index(x) for x in g.labels]
-            keep = {k for k in m.keys if tuple(k[i] for i in at) in hot}
+            keep = {k for k in m.keys if tuple(k[i] for i in at) in hot | loose}
             self.gated[q.name] = hot
-        if loose and q.moved_only:
-            keep |= await self._moved(q, m, start, end, cold, first, loose)
-        elif loose:
-            where = f'node=~"{"|".join(regex_literal(n) for n in sorted(loose))}"'
-            got = await self._range(q, q.expr(where), start + first * self.step, end)
-            self._merge(q, m, got, start)
-            n = q.labels.index("node")
-            keep |= {k for k in m.keys if k[n] in loose}
         m.keep_only(keep)
         if not q.moved_only:
             m.prune()
 
     async def _moved(self, q: Query, m: SeriesMatrix, start: float, end: float, cold: bool,
-                     first: int, nodes: set[str] | None = None) -> set[Key]:  # fmt: skip
+                     first: int, scope: list[str] | None = None,
+                     inside: Callable[[Key], bool] | None = None) -> set[Key]:  # fmt: skip
         """Which series moved within the window ending now (small instant queries, over one
         shard of the GPUs per cycle, all at a cold start), then :meth:`_refresh` them.
-        ``nodes``: only these nodes' series. Returns the rows to keep (the caller cleared
-        ``first..`` of every row)."""
-        where = f'node=~"{"|".join(regex_literal(n) for n in sorted(nodes))}"' if nodes else ""
+        ``scope``: only the series these matcher sets select (the rows ``inside`` says).
+        Returns the rows to keep (the caller cleared ``first..`` of every row)."""
         shards = range(q.moved_shards) if cold else (self.stats.cycles,)
-        sels = [",".join(x for x in (q.shard_matcher(s), where) if x) for s in shards]
+        sels = [
+            ",".join(x for x in (q.shard_matcher(s), sc) if x)
+            for s in shards
+            for sc in (scope if scope is not None else [""])
+        ]
         keys = await self._moved_keys(q, [q.moved_expr(self.span, sel) for sel in sels], end)
         if not cold and q.moved_shards > 1:  # rows of the shards not checked now stay held
             checked = re.compile(q.shard_matcher(self.stats.cycles).split('"')[1])
-            n, g = q.labels.index("node"), q.labels.index("gpu")
+            g = q.labels.index("gpu")
             keys |= {
-                k for k in m.keys
-                if (nodes is None or k[n] in nodes) and not checked.fullmatch(k[g])
+                k for k in m.keys if (inside is None or inside(k)) and not checked.fullmatch(k[g])
             }  # fmt: skip
         await self._refresh(q, m, keys, start, end, first)
         return keys

@@ -24,40 +24,40 @@ from dataclasses import dataclass
 from exporter import catalog
 
 IDENTITY = frozenset({"uuid", "scheduler"})  # labels no detector reads
-IB_USED = (  # analyzer.detectors.infiniband RATE_LIMITS + ANY_INCREASE
-    "symbol_error|link_error_recovery|port_rcv_errors|port_xmit_discards|local_ack_timeout_err"
-    "|link_downed|local_link_integrity_errors|excessive_buffer_overrun_errors|rnr_nak_retry_err"
-)
+IB_USED = "|".join(catalog.IB_ERROR_COUNTERS)  # the detector's RATE_LIMITS + ANY_INCREASE
 
 
 @dataclass(frozen=True)
 class Gate:
-    """A per-GPU series the exporter serves beside a per-link family, which says which GPUs'
-    links are worth reading: ``moved`` (a counter summing every link: GPUs whose sum changed
-    within the window) or ``above_zero`` (a gauge: GPUs where it was above 0 within the window).
-    Prometheus then touches one series per GPU per cycle instead of 72 (18 links x 4 types).
-    Nodes that do not serve the gate (an older exporter, a GPU whose links could not all be
-    read) are read link by link as before."""
+    """A coarser series the exporter serves beside a large family, which says which of its
+    units (GPUs, IB ports) are worth reading: ``moved`` (a counter summing the unit's
+    counters: units whose sum changed within the window) or ``above_zero`` (a gauge: units
+    where it was above 0 within the window). Prometheus then touches one series per unit per
+    cycle instead of 72 (NVLink: 18 links x 4 types) or 9 (IB error counters). Units that
+    report (``present``) but serve no gate series (an older exporter, a counter that could not
+    be read) are read series by series as without a gate."""
 
     metric: catalog.MetricDef
     kind: str  # "moved" | "above_zero"
     labels: tuple[str, ...] = ("node", "gpu")
+    present: catalog.MetricDef = catalog.GPU_UP  # every unit that reports has this series
 
     def __post_init__(self) -> None:
         if self.kind not in ("moved", "above_zero"):
             raise ValueError(f"{self.metric.name}: gate kind must be moved or above_zero")
 
     def expr(self, window: float) -> str:
-        """The GPUs whose links are read now."""
+        """The units whose series are read now."""
         fn = "changes" if self.kind == "moved" else "max_over_time"
         by = ",".join(self.labels)
         return f"max by ({by}) ({fn}({self.metric.name}[{int(window)}s]) > 0)"
 
     def uncovered_expr(self, window: float) -> str:
-        """Nodes whose GPUs reported within the window but that serve no gate series now (an
-        older exporter, a link that could not be read, a node gone quiet): read link by link."""
-        up = f"present_over_time({catalog.GPU_UP.name}[{int(window)}s])"
-        return f"group by (node) ({up}) unless on (node) group by (node) ({self.metric.name})"
+        """Units that reported within the window but serve no gate series now (an older
+        exporter, a series that could not be read, a node gone quiet)."""
+        by = ",".join(self.labels)
+        present = f"present_over_time({self.present.name}[{int(window)}s])"
+        return f"group by ({by}) ({present}) unless on ({by}) group by ({by}) ({self.metric.name})"
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,7 @@ class Query:
 
 
 c = catalog
+_IB_GATE = Gate(c.IB_PORT_ERRORS, "moved", ("node", "device", "port"), c.IB_PORT_STATE)
 QUERIES: tuple[Query, ...] = (
     Query(c.GPU_UP, keep=("node", "gpu")),
     Query(c.GPU_INFO, keep=("node", "gpu", "name")),  # the model: peer groups, inventory
@@ -145,8 +146,9 @@ QUERIES: tuple[Query, ...] = (
     ),
     Query(c.IB_PORT_STATE),
     Query(c.IB_PORT_RATE),
-    Query(c.IB_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True),
-    Query(c.IB_HW_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True),
+    # the error counters of every port (9 per port): through the exporter's per-port sum
+    Query(c.IB_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True, gate=_IB_GATE),
+    Query(c.IB_HW_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True, gate=_IB_GATE),
     # checkpoint storage, per (node, mount): analyzer.detectors.storage
     Query(c.STORAGE_PROBE_UP, keep=("node", "mount")),
     Query(c.STORAGE_PROBE_DURATION, keep=("node", "mount"), matchers='op="fsync"'),

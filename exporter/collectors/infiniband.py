@@ -10,6 +10,9 @@ state, phys_state, rate (bytes/s), ``IB_PORT_INFO`` (link_layer), every file und
 :class:`~exporter.counters.Monotonic` per port, so a reset (driver reload, port reset) never
 exports a drop; resets are counted in ``IB_COUNTER_RESETS``.
 
+Per port also ``IB_PORT_ERRORS``: the error counters of ``IB_ERROR_COUNTERS`` the port has,
+summed; only when each of them was read (a partial sum would look like a counter reset).
+
 Observing softly: a missing file is normal and skipped (drivers differ; a port that is down
 may lack hw_counters). An unreadable file or garbage in it costs that one series and one
 ``read_errors`` count (what = ``<device>/<port>/<file>``); the rest of the port still reports.
@@ -26,6 +29,8 @@ from exporter.catalog import (
     IB_COUNTER_RESETS,
     IB_DEVICE_INFO,
     IB_HW_COUNTER,
+    IB_ERROR_COUNTERS,
+    IB_PORT_ERRORS,
     IB_PORT_INFO,
     IB_PORT_PHYS_STATE,
     IB_PORT_RATE,
@@ -60,6 +65,7 @@ EXT_DATA_COUNTERS: dict[str, tuple[MetricDef, int]] = {
     "port_xmit_data_64": (IB_TRANSMIT, 4),
     "port_rcv_data_64": (IB_RECEIVE, 4),
 }
+ERROR_FILES = frozenset(IB_ERROR_COUNTERS)
 # hw_counters/lifespan is a setting (ms a cached hw_counters read stays valid), not a counter.
 NOT_COUNTERS = frozenset({"lifespan"})
 
@@ -84,6 +90,7 @@ class InfinibandCollector:
         self._listings: dict[str, list[str] | None] = {}
         self._devices: list[str] = []
         self._cycle = 0
+        self._unlisted = False  # a counter group of the port being read could not be listed
 
     def collect(self) -> list[Sample]:
         try:
@@ -133,28 +140,36 @@ class InfinibandCollector:
             if value is not None:
                 out.append(metric.make(value, *labels))
         mono = self._monotonic.setdefault((device, port), Monotonic())
-        ext = self._counters(device, port, "counters_ext", IB_COUNTER, mono)
+        failed: list[str] = []
+        self._unlisted = False
+        ext = self._counters(device, port, "counters_ext", IB_COUNTER, mono, failed)
         have = {s.metric for s in ext if s.metric is not IB_COUNTER}
         out += ext
-        out += [
+        counters = [
             s
-            for s in self._counters(device, port, "counters", IB_COUNTER, mono)
+            for s in self._counters(device, port, "counters", IB_COUNTER, mono, failed)
             if s.metric not in have
         ]
-        out += self._counters(device, port, "hw_counters", IB_HW_COUNTER, mono)
+        hw = self._counters(device, port, "hw_counters", IB_HW_COUNTER, mono, failed)
+        out += counters + hw
+        if not (self._unlisted or ERROR_FILES.intersection(failed)):  # partial: reads as a reset
+            errors = [s.value for s in counters + hw if s.label_values[-1] in ERROR_FILES]
+            out.append(IB_PORT_ERRORS.make(float(sum(errors)), *labels))
         out.append(IB_COUNTER_RESETS.make(mono.resets, *labels))
         return out
 
     def _counters(
-        self, device: str, port: str, group: str, metric: MetricDef, mono: Monotonic
-    ) -> list[Sample]:
+        self, device: str, port: str, group: str, metric: MetricDef, mono: Monotonic,
+        failed: list[str],
+    ) -> list[Sample]:  # fmt: skip
         base = f"{CLASS_DIR}/{device}/ports/{port}/{group}"
         what = f"{device}/{port}/{group}"
         data = EXT_DATA_COUNTERS if group == "counters_ext" else DATA_COUNTERS
         data = {} if group == "hw_counters" else data
         read_text, node = self.sysfs.read_text, self.node
         out: list[Sample] = []
-        for file in self._list(base, what) or ():  # the hot loop: one read per counter file
+        files = self._list(base, what) or ()
+        for file in files:  # the hot loop: one read per counter file
             if file in NOT_COUNTERS:
                 continue
             try:
@@ -162,12 +177,15 @@ class InfinibandCollector:
             except UnsupportedCounter:  # "N/A (no PMA)": absent, not an error
                 continue
             except FileNotFoundError:
+                failed.append(file)
                 if not self.sysfs.is_dir(base):  # the group went away: list afresh next cycle
                     self._listings.pop(base, None)
+                    failed.extend(files)
                     break
                 continue
             except (OSError, ValueError):
                 self.read_errors.add(f"{what}/{file}")
+                failed.append(file)
                 continue
             total = mono.update((group, file), raw)
             if file in data:
@@ -187,6 +205,7 @@ class InfinibandCollector:
             files = None
         except OSError:
             self.read_errors.add(what)
+            self._unlisted = True
             return None  # not cached: a transient failure is retried next cycle
         self._listings[base] = files
         return files

@@ -9,9 +9,9 @@ NaN), a missed scrape of a node (``missed`` rows), a NaN cell. XID counters come
 fleet's kernel-log events (a series is born at its first XID and never drops), allocation info
 from the fleet's jobs (as the Slurm prolog's map would say), ``gpu_info`` from the node's model.
 
-The per-GPU NVLink sums the exporter serves beside the per-link series
-(``gpu_nvlink_errors_total``, ``gpu_nvlink_links_down``: the analyzer's gates) are derived
-from the per-link arrays the same way. ``part=(lo, hi)`` records only the nodes ``lo..hi-1``
+The sums the exporter serves beside the large families (per GPU ``gpu_nvlink_errors_total``,
+``gpu_nvlink_links_down``; per port ``infiniband_port_errors_total``: the analyzer's gates) are
+derived from the frame's arrays the same way. ``part=(lo, hi)`` records only the nodes ``lo..hi-1``
 of the fleet: a fleet too large for one promtool run is backfilled in node ranges.
 
 Families the analyzer never reads (and IB counters it never asks for) are left out: they
@@ -109,6 +109,16 @@ class ScrapeRecorder:
                 self._write(name, self._series(name, a.shape), a, present, ts)
                 for gate, value in _gates(name, a):
                     self._write(gate, self._series(gate, value.shape), value, present, ts)
+        errors = [a[rows] for k, a in frame.ib_counters.items() if k in _IB_USED]
+        if errors:  # the exporter's per-port sum of the error counters
+            sums = c.IB_PORT_ERRORS.name
+            lab = self._labels.get(sums)
+            if lab is None:
+                lab = self._labels[sums] = np.array([
+                    f'{sums}{{node="{n}",device="mlx5_{p}",port="1"}}'
+                    for n in self.nodes for p in range(errors[0].shape[1])
+                ])  # fmt: skip
+            self._write(sums, lab, np.sum(errors, axis=0), present, ts)
         for counter, a in frame.ib_counters.items():
             a = a[rows]
             if counter in _IB_USED:

@@ -56,17 +56,18 @@ class FakeProm:
     def _vector(self, expr: str, t: float) -> dict[Labels, float]:
         expr = expr.strip()
         un = re.fullmatch(
-            r"group by \(node\) \(present_over_time\((.*)\[(\d+)s\]\)\)"
-            r" unless on \(node\) group by \(node\) \((.*)\)",
+            r"group by \(([\w,]+)\) \(present_over_time\((.*)\[(\d+)s\]\)\)"
+            r" unless on \(\1\) group by \(\1\) \((.*)\)",
             expr,
         )
-        if un:  # nodes present within the range on the left, absent now on the right
-            right = {dict(k)["node"] for k in self._vector(f"max by (node) ({un.group(3)})", t)}
+        if un:  # groups present within the range on the left, absent now on the right
+            by = un.group(1).split(",")
+            right = set(self._vector(f"max by ({un.group(1)}) ({un.group(4)})", t))
             left = {
-                dict(labels).get("node", "")
-                for labels, _ in self._window(un.group(1), t, un.group(2))
+                tuple((k, dict(labels).get(k, "")) for k in by)
+                for labels, _ in self._window(un.group(2), t, un.group(3))
             }
-            return {(("node", n),): 1.0 for n in sorted(left - right)}
+            return dict.fromkeys(sorted(left - right), 1.0)
         if expr.startswith("(") and ") or (" in expr:  # (A != B) or (A unless B)
             left, right = expr[1:-1].split(") or (", 1)
             out = self._vector(right, t)

@@ -3,8 +3,10 @@
 Three H100 nodes, one job; node-01 GPU 3 logs XID 79 (its counter series appears mid-window),
 node-00's port mlx5_2/1 goes down for the last three samples, NVLink 1 of node-02 GPU 5 counts
 replays from the middle of the window and NVLink 1 of node-01 GPU 2 goes down for the last ten
-samples. node-00 and node-02 serve the exporter's per-GPU NVLink sums; node-01 (an older
-exporter) does not, so both of the analyzer's NVLink read paths are exercised.
+samples; port mlx5_4/1 of node-02 counts ~27 symbol errors a second from sample 25 and
+mlx5_5/1 of node-01 logs a link_downed at sample 35. node-00 and node-02 serve the exporter's
+per-GPU NVLink and per-port error sums; node-01 (an older exporter) does not, so both of the
+analyzer's read paths are exercised.
 """
 
 from __future__ import annotations
@@ -110,14 +112,24 @@ def openmetrics(end: float) -> str:
         for p in range(8)
     ]
     family(c.IB_PORT_RATE, rate)
-    sym = [
-        (
-            _labels(node=n, device=f"mlx5_{p}", port=1, counter="symbol_error"),
-            [(t, 3.0) for t in times],
-        )
-        for n in NODES
-        for p in range(8)
-    ]
-    family(c.IB_COUNTER, sym)
+    def symbol_errors(n: str, p: int, i: int) -> float:
+        return 3.0 + (400.0 * max(i - 25, 0) if (n, p) == ("node-02", 4) else 0.0)
+
+    def downed(n: str, p: int, i: int) -> float:
+        return 1.0 if (n, p) == ("node-01", 5) and i >= 35 else 0.0
+
+    ports = [(n, p) for n in NODES for p in range(8)]
+    family(c.IB_COUNTER, [
+        (_labels(node=n, device=f"mlx5_{p}", port=1, counter=k),
+         [(t, fn(n, p, i)) for i, t in enumerate(times)])
+        for n, p in ports
+        for k, fn in (("symbol_error", symbol_errors), ("link_downed", downed))
+    ])  # fmt: skip
+    family(c.IB_PORT_ERRORS, [
+        (_labels(node=n, device=f"mlx5_{p}", port=1),
+         [(t, symbol_errors(n, p, i) + downed(n, p, i)) for i, t in enumerate(times)])
+        for n, p in ports
+        if n != "node-01"
+    ])  # fmt: skip
     out.append("# EOF")
     return "\n".join(out) + "\n"

@@ -64,6 +64,14 @@ def _fleet(draw: st.DrawFn, points: int) -> FakeProm:
                 if sums == "always" or (sums == "sometimes" and sums_at[i]):
                     prom.add(c.GPU_NVLINK_ERRORS.name, gl, t, nvl)
                     prom.add(c.GPU_NVLINK_DOWN.name, gl, t, 1.0 - link_up)
+            for p in range(2):  # IB: port mlx5_1 counts symbol errors once NVLink moves too
+                pl = {"node": n, "device": f"mlx5_{p}", "port": "1"}
+                prom.add(c.IB_PORT_STATE.name, pl, t, 4.0)
+                sym = nvl if p == 1 else 0.0
+                prom.add(c.IB_COUNTER.name, {**pl, "counter": "symbol_error"}, t, sym)
+                prom.add(c.IB_HW_COUNTER.name, {**pl, "counter": "rnr_nak_retry_err"}, t, 0.0)
+                if sums == "always" or (sums == "sometimes" and sums_at[i]):
+                    prom.add(c.IB_PORT_ERRORS.name, pl, t, sym)
             if i >= xid_from:
                 prom.add(
                     c.GPU_XID_ERRORS.name, {"node": n, "gpu": "1", "uuid": "x", "xid": "79"}, t, xid
@@ -261,7 +269,7 @@ def test_a_node_without_the_per_gpu_sums_is_still_read_link_by_link():
     src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom)
     w = asyncio.run(src.read(T0 + STEP * 20 + 6))
     assert any(
-        f'changes({c.NVLINK_ERRORS.name}{{gpu=~".*[05]",node=~"n1"}}' in q for q in prom.calls
+        f'changes({c.NVLINK_ERRORS.name}{{gpu=~".*[05]",node="n1",gpu=~"0|1"}}' in q for q in prom.calls
     )
     err = w.metrics[c.NVLINK_ERRORS.name]
     assert err[-1, 0, 1, 1, 2] == 10 and err[-1, 1, 0, 1, 2] == 10  # both moving links found

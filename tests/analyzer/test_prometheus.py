@@ -72,6 +72,8 @@ WANT = {
     ("node-00", "port=mlx5_2/1", "ib_port_down"),
     ("node-02", "link=gpu5/1", "nvlink_errors"),  # read through the per-GPU sums
     ("node-01", "link=gpu2/1", "nvlink_down"),  # node-01 serves no sums: read link by link
+    ("node-02", "port=mlx5_4/1", "ib_errors"),  # through the per-port sum
+    ("node-01", "port=mlx5_5/1", "ib_errors"),  # counter by counter
 }
 
 

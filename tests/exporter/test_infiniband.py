@@ -13,6 +13,7 @@ from exporter.catalog import (
     IB_COUNTER_RESETS,
     IB_DEVICE_INFO,
     IB_HW_COUNTER,
+    IB_PORT_ERRORS,
     IB_PORT_RATE,
     IB_PORT_STATE,
     IB_TRANSMIT,
@@ -124,6 +125,20 @@ def test_unreadable_file_skips_that_series_counts_it_and_the_scrape_goes_on():
         "mlx5_0/1/counters/symbol_error": 2,
         "mlx5_0/1/rate": 2,
     }
+
+
+def test_the_port_error_sum_adds_the_error_counters_and_is_withheld_while_one_is_unreadable():
+    fs = port_tree(symbol_error="3\n", link_downed="2\n", port_xmit_data="1000\n")
+    fs.set(f"{PORT}/hw_counters/rnr_nak_retry_err", "4\n")
+    ib = InfinibandCollector(fs, "n1")
+    errors = (IB_PORT_ERRORS.name, AT)
+    assert table(ib.collect())[errors] == 9  # not out_of_sequence, not the data counter
+    fs.fail(f"{PORT}/counters/symbol_error", PermissionError(13, "Permission denied"))
+    assert errors not in table(ib.collect())
+    fs.heal(f"{PORT}/counters/symbol_error")
+    fs.fail(f"{PORT}/counters", PermissionError(13, "Permission denied"))
+    ib = InfinibandCollector(fs, "n1")
+    assert errors not in table(ib.collect())
 
 
 def test_unlistable_counters_directory_costs_only_that_directory():

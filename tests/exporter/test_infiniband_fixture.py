@@ -8,7 +8,9 @@ from exporter.catalog import (
     IB_COUNTER,
     IB_COUNTER_RESETS,
     IB_DEVICE_INFO,
+    IB_ERROR_COUNTERS,
     IB_HW_COUNTER,
+    IB_PORT_ERRORS,
     IB_PORT_INFO,
     IB_PORT_PHYS_STATE,
     IB_PORT_RATE,
@@ -116,6 +118,8 @@ def _counters(device: str, port: str, counters: dict, hw: dict) -> dict:
     at = (NODE, device, port)
     out = {(IB_COUNTER.name, (*at, k)): v for k, v in counters.items()}
     out |= {(IB_HW_COUNTER.name, (*at, k)): v for k, v in hw.items()}
+    both = {**counters, **hw}
+    out[(IB_PORT_ERRORS.name, at)] = sum(v for k, v in both.items() if k in IB_ERROR_COUNTERS)
     return out
 
 
