@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--query-timeout", dest="query_timeout", help="seconds per Prometheus request")
     p.add_argument("--query-retries", dest="query_retries", help="retries on a transient failure")
     p.add_argument("--query-parallel", dest="query_parallel", help="queries in flight at once")
+    p.add_argument("--query-gzip", dest="query_gzip", help="ask for gzip answers (true/false)")
     p.add_argument("--resolution", help="query step in seconds (default: the interval)")
     p.add_argument("--once", action="store_true", help="run one cycle, print findings, exit")
     p.add_argument(
@@ -84,6 +85,7 @@ def build_source(s: AnalyzerSettings) -> SeriesSource:
             retries=s.query_retries,
             parallel=s.query_parallel,
             lookback=s.counter_lookback,
+            gzip=s.query_gzip,
         )
     return ScrapeSource(load_targets(s.targets), s.window, s.interval, leaf_of=s.leaf_of)
 

@@ -24,6 +24,9 @@ class AnalyzerSettings:
     query_timeout: float = 30.0  # seconds per Prometheus request
     query_retries: int = 2  # extra attempts on a transient failure (5xx, timeout)
     query_parallel: int = 4  # queries in flight at once
+    # gzip answers: off by default (a 1,024-node cycle reads ~10 MB, ~5 Mbit/s; compressing it
+    # costs Prometheus and the analyzer CPU); on for a thin link to a remote endpoint
+    query_gzip: bool = False
     resolution: float = 0.0  # query step in seconds (0: the interval)
     counter_lookback: float = 300.0  # how far before the window a cold start looks for anchors
     inventory: str = ""  # YAML inventory file (analyzer.inventory): models, fabric, racks, caps

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import multiprocessing
 import os
 import resource
 import shutil
@@ -94,8 +95,20 @@ def _compact(data: Path) -> None:
         raise RuntimeError(f"{data}: Prometheus left {len(_blocks(data))} overlapping blocks")
 
 
-def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _child(url: str, t_cold: float) -> dict[str, Any]:
+    """The analyzer's cycles in a process of its own (spawned: its peak RSS is the analyzer's
+    alone, not the simulator's that filled the TSDB)."""
+    r = asyncio.run(_cycles(url, t_cold))
+    r["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return r
+
+
+def _hwm_mib(pid: int) -> float:
+    """Peak RSS of a running process (Prometheus)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 async def _cycles(url: str, t_cold: float) -> dict[str, Any]:
@@ -145,7 +158,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
         with run_prometheus(
             "global: {scrape_interval: 15s}\nscrape_configs: []\n", data_dir=data
         ) as p:
-            r = asyncio.run(_cycles(p.url, t_cold))
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                r = pool.apply(_child, (p.url, t_cold))
+            prom_rss = _hwm_mib(p.proc.pid)
         n = nodes
         note = f"median of {CYCLES}; max {r['wall_max']:.2f} s; engine-only {r['engine']:.3f} s"
         rows += [
@@ -161,12 +176,22 @@ def run(quick: bool) -> list[dict[str, Any]]:
              "note": "per node per cycle"},
             {"name": f"prom_{n}_cpu_per_node", "value": round(r["cpu"] * 1e6 / n), "unit": "us",
              "note": "analyzer CPU per node per cycle"},
-            {"name": f"prom_{n}_peak_rss", "value": round(_rss_mib()), "unit": "MiB",
-             "note": f"analyzer process peak RSS so far; findings: {', '.join(r['kinds'])}"},
+            {"name": f"prom_{n}_peak_rss", "value": round(r["rss"]), "unit": "MiB",
+             "note": f"analyzer process peak RSS; findings: {', '.join(r['kinds'])}"},
+            {"name": f"prom_{n}_prometheus_rss", "value": round(prom_rss), "unit": "MiB",
+             "note": "Prometheus peak RSS (serving the window's history)"},
             {"name": f"prom_{n}_slowest_queries", "value": round(r["slowest"][-1][0], 3), "unit": "s",
              "note": "; ".join(f"{k.removeprefix('gpuwarden_')} {v:.2f}" for v, k in reversed(r["slowest"]))},
             {"name": f"prom_{n}_tsdb_fill", "value": round(fill, 1), "unit": "s",
              "note": "simulate + promtool backfill (0 when cached)"
              + (f"; MISSING {r['missing']}" if r["missing"] else "")},
         ]  # fmt: skip
+    per_node = {r["name"]: r["value"] for r in rows if r["name"].endswith("_per_node")}
+    ns = [int(x) for x in sizes.split(",")]
+    if len(ns) > 1:
+        lo, hi = ns[0], ns[-1]
+        for what, unit in (("bytes", "B"), ("cpu", "us")):
+            a, b = per_node[f"prom_{lo}_{what}_per_node"], per_node[f"prom_{hi}_{what}_per_node"]
+            rows.append({"name": f"prom_{what}_per_node_growth", "value": round(b / max(a, 1e-9), 2),
+                         "unit": "x", "note": f"{lo} -> {hi} nodes: {a:g} -> {b:g} {unit} per node per cycle"})  # fmt: skip
     return rows

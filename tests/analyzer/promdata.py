@@ -112,6 +112,7 @@ def openmetrics(end: float) -> str:
         for p in range(8)
     ]
     family(c.IB_PORT_RATE, rate)
+
     def symbol_errors(n: str, p: int, i: int) -> float:
         return 3.0 + (400.0 * max(i - 25, 0) if (n, p) == ("node-02", 4) else 0.0)
 

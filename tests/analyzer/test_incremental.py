@@ -269,7 +269,8 @@ def test_a_node_without_the_per_gpu_sums_is_still_read_link_by_link():
     src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom)
     w = asyncio.run(src.read(T0 + STEP * 20 + 6))
     assert any(
-        f'changes({c.NVLINK_ERRORS.name}{{gpu=~".*[05]",node="n1",gpu=~"0|1"}}' in q for q in prom.calls
+        f'changes({c.NVLINK_ERRORS.name}{{gpu=~".*[05]",node="n1",gpu=~"0|1"}}' in q
+        for q in prom.calls
     )
     err = w.metrics[c.NVLINK_ERRORS.name]
     assert err[-1, 0, 1, 1, 2] == 10 and err[-1, 1, 0, 1, 2] == 10  # both moving links found

@@ -245,3 +245,32 @@ def test_time_travel_needs_prometheus_and_a_sane_range(capsys, tmp_path):
     assert "need --prometheus" in capsys.readouterr().err
     assert cli_main(["--prometheus", "http://p:9090", "--replay", "20", "10"]) == 2
     assert "before FROM" in capsys.readouterr().err
+
+
+@pytest.mark.real
+def test_answers_come_uncompressed_unless_gzip_is_asked_for(backfilled):
+    from analyzer.sources.promhttp import AiohttpProm
+
+    prom, end = backfilled
+
+    async def encoding(gzip: bool) -> str:
+        import aiohttp
+
+        http = AiohttpProm(prom.url, 10.0, gzip)
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(f"{prom.url}/api/v1/query", data={"query": "up"}, headers=http.headers) as r,
+        ):
+            return r.headers.get("Content-Encoding", "identity")
+
+    assert asyncio.run(encoding(False)) == "identity"
+    assert asyncio.run(encoding(True)) == "gzip"
+    src = PrometheusSource(prom.url, gzip=True)  # and the source still reads through it
+
+    async def read():
+        try:
+            return await src.read(end + 6)
+        finally:
+            await src.close()
+
+    assert asyncio.run(read()).nodes == NODES
