@@ -77,3 +77,51 @@ def test_via_prometheus_refuses_the_mixed_fleet_and_a_missed_share_of_one_or_mor
     assert main([*base, "--mixed"]) == 2
     assert main([*base, "--missed-scrapes", "1.5"]) == 2
     assert "--via prometheus runs the homogeneous fleet" in capsys.readouterr().err
+
+
+def test_the_backfilled_sums_are_what_the_exporter_serves_for_the_same_simulated_node(
+    tmp_path: Path,
+) -> None:
+    """The history a benchmark or ``--via prometheus`` backfills carries the exporter's per-GPU
+    NVLink and per-port IB sums, equal to what the real collectors serve for that node (the
+    analyzer's gates read them); a node range (``part``) records only its own nodes."""
+    from exporter.assemble import collectors_for
+    from simulator.fleet import Fleet
+    from simulator.node_view import NodeView
+    from simulator.topology import gpu_uuid
+
+    fleet = Fleet(3, seed=4, start=0.0)
+    node = fleet.nodes[1]
+    fleet.schedule([
+        {"kind": "nvlink_errors", "node": node, "target": "gpu2/5", "onset": 20.0},
+        {"kind": "nvlink_down", "node": node, "target": "gpu6/1", "onset": 40.0},
+        {"kind": "ib_symbol_errors", "node": node, "target": "mlx5_3/1", "onset": 20.0},
+    ])  # fmt: skip
+    rec = ScrapeRecorder(fleet.nodes, gpu_uuid, ["NVIDIA H100 80GB HBM3"] * 3, 0.0, tmp_path,
+                         part=(1, 2))  # fmt: skip
+    view = NodeView(node, 1)
+    cols = collectors_for(view.name, view.nvml, view.sysfs, view.kmsg)
+    sums = (c.GPU_NVLINK_ERRORS, c.GPU_NVLINK_DOWN, c.IB_PORT_ERRORS)
+    served: dict[tuple[str, tuple[str, ...], float], float] = {}
+    for frame in fleet.run(120.0, 15.0):
+        rec.push(frame, {})
+        view.refresh(frame, [])
+        for s in (s for col in cols for s in col.collect() if s.metric in sums):
+            key = tuple(v for k, v in s.labels.items() if k != "uuid")
+            served[(s.metric.name, key, frame.t)] = s.value
+    text = rec.write(tmp_path / "h.om").read_text()
+    rec.close()
+    backfilled = {}
+    for ln in text.splitlines():
+        name, _, rest = ln.partition("{")
+        if name in {m.name for m in sums}:
+            labels, value, t = rest.rsplit(" ", 2)
+            d = dict(kv.split("=", 1) for kv in labels.rstrip("}").split(","))
+            key = tuple(v.strip('"') for k, v in d.items() if k != "uuid")
+            backfilled[(name, key, float(t))] = float(value)
+    assert backfilled == served
+    last = max(t for *_, t in served)
+    assert backfilled[(c.GPU_NVLINK_DOWN.name, (node, "6"), last)] == 1
+    assert backfilled[(c.GPU_NVLINK_ERRORS.name, (node, "2"), last)] > 0
+    assert backfilled[(c.IB_PORT_ERRORS.name, (node, "mlx5_3", "1"), last)] > 0
+    assert f'node="{fleet.nodes[0]}"' not in text and f'node="{fleet.nodes[2]}"' not in text
