@@ -72,14 +72,27 @@ class PeerDetector:
         groups = peer_groups(w)
         if not groups:
             return []
-        # every group's GPUs side by side, NaN-padded: one vectorised pass for all groups
+        # each group's stable GPUs (a flapping busy/idle state is no evidence)
         members = []
         for name, idx in groups:
             cols = (idx[:, None] * w.gpus + np.arange(w.gpus)).reshape(-1)
             stable = state_idle[cols] if name.startswith("idle") else state_busy[cols]
             members.append(cols[stable])
+        if max(len(m) for m in members) < 3:
+            return []
+        # groups of similar size side by side (a bucket is at most twice as wide as its
+        # narrowest group): one idle group of thousands of GPUs beside hundreds of 8-GPU jobs
+        # must not pad every job to its width (that was quadratic in the fleet)
+        found: list[tuple[int, list[Finding]]] = []
+        for bucket in _buckets([len(m) for m in members]):
+            found += self._bucket(w, arrays, [members[i] for i in bucket], bucket)
+        return [f for _, fs in sorted(found, key=lambda x: x[0]) for f in fs]
+
+    def _bucket(self, w: Window, arrays: dict[str, np.ndarray], members: list[np.ndarray],
+                ids: list[int]) -> list[tuple[int, list[Finding]]]:  # fmt: skip
+        """Robust z-scores of these groups in one vectorised pass; findings per group id."""
         width = max(len(m) for m in members)
-        if width < 3:
+        if width == 0:
             return []
         gidx = np.full((len(members), width), -1)
         for i, m in enumerate(members):
@@ -99,10 +112,10 @@ class PeerDetector:
         known = np.stack(
             [k["clock"], k["temp"] & k["power"], k["power"] & k["util"]], axis=-1
         )  # which samples could show each signature
-        return self._judge(w, zs, gidx, pad, known)
+        return [(ids[g], fs) for g, fs in self._judge(w, zs, gidx, pad, known)]
 
     def _judge(self, w: Window, zs: dict[str, np.ndarray], gidx: np.ndarray,
-               pad: np.ndarray, known: np.ndarray) -> list[Finding]:  # fmt: skip
+               pad: np.ndarray, known: np.ndarray) -> list[tuple[int, list[Finding]]]:  # fmt: skip
         thr, half = self.z, self.z / 2
         sig = np.stack(
             [
@@ -122,7 +135,7 @@ class PeerDetector:
             gate = sig[-1]
         mag = np.stack([-zs["clock"], zs["temp"], -zs["power"]], axis=-1)
         score = np.where(gate, np.median(np.abs(mag), axis=0), 0.0).max(axis=-1)
-        out: list[Finding] = []
+        out: list[tuple[int, list[Finding]]] = []
         for g in np.nonzero(gate.any(axis=(1, 2)))[0]:
             cand = np.nonzero(gate[g].any(axis=1))[0]
             node_of = np.where(pad[g], -1, gidx[g] // w.gpus)
@@ -130,7 +143,7 @@ class PeerDetector:
                 z = np.stack([zs[k][:, g] for k in zs], axis=-1)[:, ~pad[g]]
                 cand = self._tie_break(z, cand, node_of[~pad[g]])
             gpu_of = np.where(pad[g], -1, gidx[g] % w.gpus)
-            out += self._findings(w, cand, node_of, gpu_of, score[g], gate[g])
+            out.append((int(g), self._findings(w, cand, node_of, gpu_of, score[g], gate[g])))
         return out
 
     def _tie_break(self, z: np.ndarray, cand: np.ndarray, node_of: np.ndarray) -> np.ndarray:
@@ -164,3 +177,15 @@ class PeerDetector:
                                    self.name, float(min(1.0, s / (3 * self.z))), w.now, evidence,
                                    "deviates from its peers: " + ", ".join(why)))  # fmt: skip
         return out
+
+
+def _buckets(sizes: list[int]) -> list[list[int]]:
+    """Group indexes in runs of similar size: within a run the widest is at most twice the
+    narrowest (and at least 16), so padding costs at most 2x the cells of the groups."""
+    out: list[list[int]] = []
+    for i in sorted(range(len(sizes)), key=lambda i: sizes[i]):
+        if out and sizes[i] <= max(2 * sizes[out[-1][0]], 16):
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out

@@ -162,3 +162,27 @@ def test_a_gpu_seen_in_half_the_samples_needs_more_excess_to_count_as_a_straggle
     assert keys(StragglerDetector().detect(window(d))) == {("node-05", "gpu=3", "straggler")}
     d["metrics"][c.GPU_UTILIZATION.name][-12::2, 5, 3] = np.nan  # every other scrape lost
     assert StragglerDetector().detect(window(d)) == []
+
+
+def test_groups_of_very_different_sizes_are_judged_as_if_side_by_side_in_one_pass(monkeypatch):
+    """A fleet with one wide idle group and many small jobs: judging groups in buckets of
+    similar size (which keeps the pass linear in the fleet) finds exactly what one padded
+    pass over every group finds."""
+    import analyzer.detectors.peer as peer
+
+    d = healthy(nodes=48, seed=3)
+    u = d["metrics"][c.GPU_UTILIZATION.name]
+    u[:, 24:] = 0.0  # half the fleet idle: one wide group
+    d["metrics"][c.GPU_SM_CLOCK.name][:, 24:] = 345e6
+    d["metrics"][c.GPU_POWER.name][:, 24:] = 70.0
+    d["metrics"][c.GPU_TEMPERATURE.name][:, 24:] = 35.0
+    for n in (2, 9, 17):  # faults in three of the small jobs
+        d["metrics"][c.GPU_SM_CLOCK.name][-8:, n, 1] = 1200e6
+    d["metrics"][c.GPU_TEMPERATURE.name][-8:, 30, 4] = 60.0  # a hot idle GPU
+    jobs = {str(j): (3 * j, 3 * j + 1, 3 * j + 2) for j in range(8)}  # eight 3-node jobs
+    w = window(d, jobs=jobs)
+    bucketed = PeerDetector().detect(w)
+    assert peer._buckets([16, 384, 16, 0, 700]) == [[3, 0, 2], [1, 4]]
+    monkeypatch.setattr(peer, "_buckets", lambda sizes: [list(range(len(sizes)))])
+    assert bucketed == PeerDetector().detect(w)
+    assert {f.node for f in bucketed} >= {"node-02", "node-09", "node-17"}
