@@ -51,7 +51,7 @@ class PrometheusSource:
         retries: int = 2,
         parallel: int = 4,
         lookback: float = 300.0,
-        overlap: int = 0,
+        overlap: int = 0,  # grid points already read to read again (0: a settled point is final)
         settle: float = 5.0,
         timer: Callable[[], float] = time.perf_counter,
         gzip: bool = False,
@@ -118,7 +118,8 @@ class PrometheusSource:
         start = end - self.step * (self.T - 1)
         behind = self.span if m.end is None else end - m.end  # since this query last succeeded
         cold = behind >= self.span
-        first = 0 if cold else max(self.T - 1 - round(behind / self.step) - self.overlap, 0)
+        # the grid points after the last one read (and `overlap` already read ones again)
+        first = 0 if cold else max(self.T - round(behind / self.step) - self.overlap, 0)
         if q.gate is not None:
             await self._gated(q, m, start, end, cold, first)
         elif q.moved_only:

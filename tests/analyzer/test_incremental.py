@@ -140,13 +140,26 @@ def test_sharded_moved_checks_find_every_moving_nvlink_within_the_shard_count():
     assert np.array_equal(w.metrics[err], w_full.metrics[err], equal_nan=True)
 
 
+class _Spy:
+    def __init__(self, inner: FakeProm) -> None:
+        self.inner, self.forms = inner, []
+
+    async def post(self, path, form):
+        self.forms.append((path, dict(form)))
+        return await self.inner.post(path, form)
+
+
 def test_an_incremental_cycle_fetches_only_the_newest_points():
-    prom = _fleet(_fixed, 40)
+    prom = _Spy(_fleet(_fixed, 40))
     src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom)
     asyncio.run(src.read(T0 + STEP * 20))
     cold = src.stats.cycle_samples
+    prom.forms.clear()
     asyncio.run(src.read(T0 + STEP * 21))
     assert 0 < src.stats.cycle_samples < cold / 4
+    ranges = [f for path, f in prom.forms if path.endswith("query_range")]
+    # one step later, every range read asks for the one new grid point, none already read
+    assert ranges and all(f["start"] == f["end"] == f"{T0 + STEP * 20:.3f}" for f in ranges)
 
 
 def _fixed(strategy):
