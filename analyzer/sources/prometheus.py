@@ -167,16 +167,13 @@ class PrometheusSource:
                 keep |= await self._moved(q, m, start, end, cold, first, scope,
                                           lambda k: tuple(k[i] for i in at) in loose)  # fmt: skip
         else:
-            held = set() if cold else self.gated.get(q.name, set())
-            for part, since in (
-                (sorted(hot & held | loose), first),  # loose: a plain incremental read
-                (sorted(hot - held - loose), 0),
-            ):
+            units, held = hot | loose, set() if cold else self.gated.get(q.name, set())
+            for part, since in ((sorted(units & held), first), (sorted(units - held), 0)):
                 if part and since < self.T:
                     got = await self._rows(q, part, start + since * self.step, end, g.labels)
                     self._merge(q, m, got, start)
-            keep = {k for k in m.keys if tuple(k[i] for i in at) in hot | loose}
-            self.gated[q.name] = hot
+            keep = {k for k in m.keys if tuple(k[i] for i in at) in units}
+            self.gated[q.name] = units
         m.keep_only(keep)
         if not q.moved_only:
             m.prune()

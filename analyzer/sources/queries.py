@@ -53,11 +53,14 @@ class Gate:
         return f"max by ({by}) ({fn}({self.metric.name}[{int(window)}s]) > 0)"
 
     def uncovered_expr(self, window: float) -> str:
-        """Units that reported within the window but serve no gate series now (an older
-        exporter, a series that could not be read, a node gone quiet)."""
+        """Units whose gate series is missing at any scrape within the window where the unit
+        reported (an older exporter, a sum withheld because a series could not be read, a
+        node gone quiet): fewer gate samples than presence samples, or none."""
         by = ",".join(self.labels)
-        present = f"present_over_time({self.present.name}[{int(window)}s])"
-        return f"group by ({by}) ({present}) unless on ({by}) group by ({by}) ({self.metric.name})"
+        w = int(window)
+        seen = f"max by ({by}) (count_over_time({self.present.name}[{w}s]))"
+        gated = f"max by ({by}) (count_over_time({self.metric.name}[{w}s]))"
+        return f"({seen} > on ({by}) {gated}) or ({seen} unless on ({by}) {gated})"
 
 
 @dataclass(frozen=True)

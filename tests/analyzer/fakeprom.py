@@ -2,7 +2,7 @@
 
 Evaluates exactly the PromQL shapes :mod:`analyzer.sources.queries` renders (``max by``,
 ``!= v``, vector ``!=`` / ``unless`` / ``or``, ``offset``, ``changes(...[Ns]) > 0``,
-``max_over_time(...[Ns]) > 0``, the gates' uncovered nodes, ``=~`` matchers) over series whose
+``max_over_time(...[Ns]) > 0``, the gates' uncovered units, ``=~`` matchers) over series whose
 samples sit on the step grid; a missing sample is a stale series at that step (no lookback),
 as after a failed scrape. ``offset`` looks back exactly that far. The real server is exercised by test_prometheus.py.
 """
@@ -56,18 +56,23 @@ class FakeProm:
     def _vector(self, expr: str, t: float) -> dict[Labels, float]:
         expr = expr.strip()
         un = re.fullmatch(
-            r"group by \(([\w,]+)\) \(present_over_time\((.*)\[(\d+)s\]\)\)"
-            r" unless on \(\1\) group by \(\1\) \((.*)\)",
+            r"\(max by \(([\w,]+)\) \(count_over_time\((\w+)\[(\d+)s\]\)\)"
+            r" > on \(\1\) max by \(\1\) \(count_over_time\((\w+)\[\3s\]\)\)\)"
+            r" or \(.* unless on .*\)",
             expr,
         )
-        if un:  # groups present within the range on the left, absent now on the right
+        if un:  # units with fewer gate samples than presence samples in the range, or none
             by = un.group(1).split(",")
-            right = set(self._vector(f"max by ({un.group(1)}) ({un.group(4)})", t))
-            left = {
-                tuple((k, dict(labels).get(k, "")) for k in by)
-                for labels, _ in self._window(un.group(2), t, un.group(3))
-            }
-            return dict.fromkeys(sorted(left - right), 1.0)
+
+            def counts(sel: str) -> dict[tuple[tuple[str, str], ...], int]:
+                out: dict[tuple[tuple[str, str], ...], int] = {}
+                for labels, vals in self._window(sel, t, un.group(3)):
+                    key = tuple((k, dict(labels).get(k, "")) for k in by)
+                    out[key] = max(out.get(key, 0), len(vals))
+                return out
+
+            seen, gated = counts(un.group(2)), counts(un.group(4))
+            return {k: 1.0 for k, n in sorted(seen.items()) if n > gated.get(k, 0)}
         if expr.startswith("(") and ") or (" in expr:  # (A != B) or (A unless B)
             left, right = expr[1:-1].split(") or (", 1)
             out = self._vector(right, t)

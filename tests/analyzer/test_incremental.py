@@ -287,3 +287,27 @@ def test_a_node_without_the_per_gpu_sums_is_still_read_link_by_link():
     )
     err = w.metrics[c.NVLINK_ERRORS.name]
     assert err[-1, 0, 1, 1, 2] == 10 and err[-1, 1, 0, 1, 2] == 10  # both moving links found
+
+
+def test_a_link_down_only_while_the_exporter_withheld_its_gpu_sum_is_still_read():
+    """The exporter withholds a GPU's links-down sum at a scrape where a link state could not be
+    read; a link that was down exactly then is read link by link, never hidden by the gate."""
+    prom = FakeProm()
+    for i in range(30):
+        t = T0 + STEP * i
+        for g in range(2):
+            gl = {"node": "n0", "gpu": str(g), "uuid": f"U-{g}"}
+            prom.add(c.GPU_UP.name, {**gl, "reason": ""}, t, 1.0)
+            down = g == 0 and 10 <= i <= 12
+            prom.add(c.NVLINK_UP.name, {**gl, "link": "1"}, t, 0.0 if down else 1.0)
+            if not down:  # the sum is withheld at those scrapes: link 2 could not be read
+                prom.add(c.NVLINK_UP.name, {**gl, "link": "2"}, t, 1.0)
+                prom.add(c.GPU_NVLINK_DOWN.name, gl, t, 0.0)
+    w = asyncio.run(
+        PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom).read(
+            T0 + STEP * 14 + 6
+        )
+    )
+    up = w.metrics[c.NVLINK_UP.name]  # (T, node, gpu, link)
+    t10 = list(w.t).index(T0 + STEP * 10)
+    assert up[t10, 0, 0, 1] == 0.0 and up[t10 - 1, 0, 0, 1] == 1.0
