@@ -159,8 +159,8 @@ class PrometheusSource:
         at = [q.labels.index(x) for x in g.labels]
         keep: set[Key] = set()
         if q.moved_only:
-            units = rows_matchers(g.labels, sorted(hot)) if hot else []
-            keep = await self._moved_keys(q, [q.moved_expr(self.span, mt) for mt in units], end)
+            sels = rows_matchers(g.labels, sorted(hot)) if hot else []
+            keep = await self._moved_keys(q, [q.moved_expr(self.span, mt) for mt in sels], end)
             await self._refresh(q, m, keep, start, end, first)
             if loose:
                 scope = rows_matchers(g.labels, sorted(loose))
