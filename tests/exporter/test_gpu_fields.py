@@ -198,3 +198,21 @@ def test_bytes_strings_from_older_bindings_are_decoded() -> None:
     [info] = [s for s in GpuCollector(nvml, "n1").collect() if s.metric is c.GPU_INFO]
     assert info.labels["name"] == "NVIDIA H100 80GB HBM3"
     assert info.labels["uuid"].startswith("GPU-")
+
+
+def test_one_unreadable_nvlink_error_counter_costs_that_series_and_the_gpu_sum_only(
+    busy: FakeNvml,
+) -> None:
+    real = busy.nvmlDeviceGetNvLinkErrorCounter
+
+    def flaky(device, link, counter):  # type: ignore[no-untyped-def]
+        if link == 5 and counter == pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT:
+            raise nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+        return real(device, link, counter)
+
+    busy.nvmlDeviceGetNvLinkErrorCounter = flaky  # type: ignore[method-assign]
+    s = GpuCollector(busy, "n1").collect()
+    errors = series(s, c.NVLINK_ERRORS)
+    assert ("5", "crc_flit") not in errors and errors[("5", "replay")] == 4
+    assert len(errors) == 18 * 4 - 1  # the link's other types and the other links still read
+    assert series(s, c.GPU_NVLINK_ERRORS, "0") == {}

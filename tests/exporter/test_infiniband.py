@@ -141,6 +141,47 @@ def test_the_port_error_sum_adds_the_error_counters_and_is_withheld_while_one_is
     assert errors not in table(ib.collect())
 
 
+def test_an_unreadable_hw_counter_also_withholds_the_port_error_sum():
+    fs = port_tree(symbol_error="3\n")
+    fs.set(f"{PORT}/hw_counters/rnr_nak_retry_err", "4\n")
+    fs.fail(f"{PORT}/hw_counters/rnr_nak_retry_err", OSError(5, "Input/output error"))
+    got = table(InfinibandCollector(fs, "n1").collect())
+    assert (IB_PORT_ERRORS.name, AT) not in got and got[counter("symbol_error")] == 3
+
+
+def test_a_counter_that_vanished_after_listing_costs_its_series_and_the_error_sum_only():
+    fs = port_tree(symbol_error="3\n", link_downed="2\n", port_xmit_discards="5\n")
+    ib = InfinibandCollector(fs, "n1")
+    assert table(ib.collect())[(IB_PORT_ERRORS.name, AT)] == 10
+    fs.remove(f"{PORT}/counters/link_downed")  # still listed: the listing is cached
+    got = table(ib.collect())
+    assert counter("link_downed") not in got and (IB_PORT_ERRORS.name, AT) not in got
+    assert got[counter("symbol_error")] == 3 and got[counter("port_xmit_discards")] == 5
+    assert ib.read_errors.counts == {}  # a file gone is no read error
+
+
+def test_a_counter_group_that_went_away_is_listed_afresh_and_the_sum_returns_without_it():
+    fs = port_tree(symbol_error="3\n")
+    fs.set(f"{PORT}/hw_counters/rnr_nak_retry_err", "4\n")
+    ib = InfinibandCollector(fs, "n1")
+    assert table(ib.collect())[(IB_PORT_ERRORS.name, AT)] == 7
+    fs.remove(f"{PORT}/hw_counters")  # the whole group (a port reset under way)
+    got = table(ib.collect())
+    assert (IB_PORT_ERRORS.name, AT) not in got and got[counter("symbol_error")] == 3
+    got = table(ib.collect())  # listed afresh: the port has no hw_counters now
+    assert got[(IB_PORT_ERRORS.name, AT)] == 3
+
+
+def test_unsupported_and_garbage_files_early_in_the_listing_do_not_stop_the_rest():
+    fs = port_tree(aaa_na="N/A (no PMA)\n", aab_garbage="x\n", link_downed="2\n")
+    fs.set(f"{PORT}/hw_counters/aaa_garbage", "?\n")
+    fs.set(f"{PORT}/hw_counters/rnr_nak_retry_err", "4\n")
+    got = table(InfinibandCollector(fs, "n1").collect())
+    assert got[counter("link_downed")] == 2
+    assert got[(IB_HW_COUNTER.name, (*AT, "rnr_nak_retry_err"))] == 4
+    assert got[(IB_PORT_ERRORS.name, AT)] == 6  # garbage in files that are no error counters
+
+
 def test_unlistable_counters_directory_costs_only_that_directory():
     fs = port_tree(symbol_error="3\n")
     fs.fail(f"{PORT}/counters", PermissionError(13, "Permission denied"))
@@ -291,3 +332,12 @@ def test_unlistable_ports_directory_keeps_the_device_info_and_counts_the_error()
     ib = InfinibandCollector(fs, "n1")
     assert [s.metric for s in ib.collect()] == [IB_DEVICE_INFO]
     assert ib.read_errors.counts == {"mlx5_0/ports": 1}
+
+
+def test_an_unreadable_counters_ext_file_costs_that_series_only():
+    fs = port_tree(symbol_error="3\n", port_xmit_data="10\n")
+    fs.set(f"{PORT}/counters_ext/port_xmit_data_64", "100\n")
+    fs.fail(f"{PORT}/counters_ext/port_xmit_data_64", OSError(5, "Input/output error"))
+    got = table(InfinibandCollector(fs, "n1").collect())
+    assert got[(IB_PORT_ERRORS.name, AT)] == 3  # a data counter: the error sum stands
+    assert got[TRANSMIT] == 40  # the 32-bit counter stands in
