@@ -151,8 +151,7 @@ class PrometheusSource:
                 self._instant(q, g.expr(self.span), end),
             ))  # fmt: skip
         uncovered, named = await asyncio.shield(read)
-        loose = {tuple(lab.get(x, "") for x in g.labels) for lab in uncovered.labels}
-        hot = {tuple(lab.get(x, "") for x in g.labels) for lab in named.labels}
+        loose, hot = set(_keys(g.labels, uncovered.labels)), set(_keys(g.labels, named.labels))
         if cold:
             m.keep_only(set())
         m.clear(first)  # every row kept is fetched again from `first` (or whole, if new)
@@ -206,7 +205,7 @@ class PrometheusSource:
         keys: set[Key] = set()
         for i in range(0, len(exprs), 200):
             moved = await self._instant(q, " or ".join(exprs[i : i + 200]), at)
-            keys |= {self._key(q, lab) for lab in moved.labels}
+            keys.update(_keys(q.labels, moved.labels))
         return keys
 
     async def _refresh(self, q: Query, m: SeriesMatrix, keys: set[Key], start: float,
@@ -231,10 +230,7 @@ class PrometheusSource:
             parts.append(await self._range(q, expr, start, end))
         got = parts[0] if len(parts) == 1 else Parsed.concat(parts)
         want = set(rows)
-        pick = [
-            j for j, lab in enumerate(got.labels) if tuple(lab.get(x, "") for x in labels) in want
-        ]
-        return got.only(pick)
+        return got.only([j for j, k in enumerate(_keys(labels, got.labels)) if k in want])
 
     def _merge(self, q: Query, m: SeriesMatrix, got: Parsed, start: float) -> None:
         """Place every sample of ``got`` in one vectorised assignment (no per-series numpy)."""
@@ -260,10 +256,6 @@ class PrometheusSource:
         rows = m.rows(_keys(q.labels, got.labels))
         self._last_rows[q.name] = (m, m.version, got.labels, rows)
         return rows
-
-    @staticmethod
-    def _key(q: Query, labels: Mapping[str, str]) -> Key:
-        return tuple(labels.get(x, "") for x in q.labels)
 
     # ------------------------------------------------------------------ HTTP
     async def _range(self, q: Query, expr: str, start: float, end: float) -> Parsed:

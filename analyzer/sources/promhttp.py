@@ -135,12 +135,12 @@ def decode(raw: bytes, what: str) -> Parsed:
     cannot type (``+Inf``, a malformed pair) falls back to the tolerant generic path. The
     cyclic garbage collector is paused meanwhile: the short-lived lists and tuples of a large
     answer would otherwise set off collections that walk every object the process holds."""
-    paused = gc.isenabled()
+    was_on = gc.isenabled()
     gc.disable()
     try:
         return _decode(raw, what)
     finally:
-        if paused:
+        if was_on:
             gc.enable()
 
 
