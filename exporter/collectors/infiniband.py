@@ -90,7 +90,6 @@ class InfinibandCollector:
         self._listings: dict[str, list[str] | None] = {}
         self._devices: list[str] = []
         self._cycle = 0
-        self._unlisted = False  # a counter group of the port being read could not be listed
 
     def collect(self) -> list[Sample]:
         try:
@@ -141,7 +140,6 @@ class InfinibandCollector:
                 out.append(metric.make(value, *labels))
         mono = self._monotonic.setdefault((device, port), Monotonic())
         failed: list[str] = []
-        self._unlisted = False
         ext = self._counters(device, port, "counters_ext", IB_COUNTER, mono, failed)
         have = {s.metric for s in ext if s.metric is not IB_COUNTER}
         out += ext
@@ -152,7 +150,7 @@ class InfinibandCollector:
         ]
         hw = self._counters(device, port, "hw_counters", IB_HW_COUNTER, mono, failed)
         out += counters + hw
-        if not (self._unlisted or ERROR_FILES.intersection(failed)):  # partial: reads as a reset
+        if not ERROR_FILES.intersection(failed):  # a partial sum would read as a reset
             errors = [s.value for s in counters + hw if s.label_values[-1] in ERROR_FILES]
             out.append(IB_PORT_ERRORS.make(float(sum(errors)), *labels))
         out.append(IB_COUNTER_RESETS.make(mono.resets, *labels))
@@ -168,7 +166,10 @@ class InfinibandCollector:
         data = {} if group == "hw_counters" else data
         read_text, node = self.sysfs.read_text, self.node
         out: list[Sample] = []
-        files = self._list(base, what) or ()
+        listed = self._list(base, what)
+        if listed is None and base not in self._listings:  # could not list: any file unread
+            failed.extend(ERROR_FILES)
+        files = listed or ()
         for file in files:  # the hot loop: one read per counter file
             if file in NOT_COUNTERS:
                 continue
@@ -205,7 +206,6 @@ class InfinibandCollector:
             files = None
         except OSError:
             self.read_errors.add(what)
-            self._unlisted = True
             return None  # not cached: a transient failure is retried next cycle
         self._listings[base] = files
         return files
