@@ -29,7 +29,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from analyzer.sources.queries import IB_USED, QUERIES
+from analyzer.sources.queries import QUERIES
 from exporter import catalog as c
 from simulator.state import IB_HW_COUNTERS
 
@@ -42,7 +42,7 @@ _AXES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     ),
     c.NVLINK_ERRORS.name: (("error_type", tuple(c.NVLINK_ERROR_TYPES)),),
 }
-_IB_USED = frozenset(IB_USED.split("|"))
+_IB_USED = frozenset(c.IB_ERROR_COUNTERS)  # the counters the analyzer reads
 _HW = frozenset(IB_HW_COUNTERS)
 
 
