@@ -18,6 +18,8 @@ from tests.remediation.test_saga_intake import (
     advance,
     crashed_before_hold,
     decide,
+    held_and_pending,
+    listed,
     run,
     slurm,
     svc,
@@ -245,8 +247,7 @@ def test_a_plain_requeue_records_its_node_and_a_restart_does_not_repeat_it(
     tmp_path: Path,
 ) -> None:
     j, _, ex, row = as_action(*setup(tmp_path), "requeue")
-    j.set_step(row["id"], "take_out", "done")
-    j.set_step(row["id"], "jobs", "done", '[["42", "RUNNING", ["gpu-node-001"], 0]]')
+    listed(j, row["id"], "42")
     j.set_step(row["id"], "requeue:42", "started")  # crashed after the requeue took effect
     state, outcome = ex.run(row)
     assert effects(j, "requeue") == 0  # the job shows restarts=1 elsewhere: not repeated
@@ -273,8 +274,7 @@ def test_a_checkpoint_after_a_restart_signals_the_job_on_its_recorded_node(
     tmp_path: Path,
 ) -> None:
     j, _, ex, row = as_action(*setup(tmp_path), "checkpoint_restart")
-    j.set_step(row["id"], "take_out", "done")
-    j.set_step(row["id"], "jobs", "done", '[["42", "RUNNING", ["gpu-node-001"], 0]]')
+    listed(j, row["id"], "42")
     ex.run(row)
     [r] = j.rows("SELECT node FROM dry_run_effects WHERE op='checkpoint'")
     assert r["node"] == "gpu-node-001"
@@ -294,8 +294,7 @@ def test_a_plain_requeue_interrupted_before_it_took_effect_is_done_again(
 ) -> None:
     j, b, ex, row = as_action(*setup(tmp_path), "requeue")
     b.job = lambda job_id: Job("42", "RUNNING", ("gpu-node-001",), 2)  # type: ignore[method-assign]
-    j.set_step(row["id"], "take_out", "done")
-    j.set_step(row["id"], "jobs", "done", '[["42", "RUNNING", ["gpu-node-001"], 2]]')
+    listed(j, row["id"], "42", 2)
     j.set_step(row["id"], "requeue:42", "started")  # the job shows no sign of a requeue
     ex.run(row)
     assert effects(j, "requeue") == 1
@@ -307,10 +306,7 @@ def test_a_plain_requeue_interrupted_before_it_took_effect_is_done_again(
 def test_a_job_released_behind_our_back_is_not_released_again_by_compensation(
     svc: Service, slurm: FakeSlurm
 ) -> None:
-    slurm.completing = 1
-    aid = decide(svc)
-    assert run(svc, aid)[0] == "waiting"
-    advance(svc, slurm)
+    aid = held_and_pending(svc, slurm)
     slurm.jobs["100"].held = False  # an operator released it
     assert svc.engine.release("gpu-node-001", manual=True, who="op").allow
     slurm.calls.clear()

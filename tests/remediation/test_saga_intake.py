@@ -5,6 +5,7 @@ clock, the real Slurm backend code over the fault-injecting fake slurmctld)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from remediation.clock import FakeClock
 from remediation.executor import Executor
+from remediation.journal import Journal
 from remediation.service import Service
 from tests.remediation.fakeslurm import FakeJob, FakeSlurm
 from tests.remediation.helpers import LIVE_POLICY, alert, service, topology_file
@@ -54,13 +56,29 @@ def run(svc: Service, aid: int) -> tuple[str, str]:
     return svc.executor.run({"id": aid})
 
 
+def listed(journal: Journal, aid: int, job: str = "100", restarts: int = 0) -> None:
+    """Journal that action ``aid`` took gpu-node-001 out and listed ``job`` running on it."""
+    journal.set_step(aid, "take_out", "done")
+    journal.set_step(
+        aid, "jobs", "done", json.dumps([[job, "RUNNING", ["gpu-node-001"], restarts]])
+    )
+
+
 def crashed_before_hold(svc: Service) -> int:
     """An action of job 100's requeue whose process died after journaling the ``hold`` step as
     started but before ``scontrol requeuehold`` ran (the node drained, the job listed)."""
     aid = decide(svc)
-    svc.journal.set_step(aid, "take_out", "done")
-    svc.journal.set_step(aid, "jobs", "done", '[["100", "RUNNING", ["gpu-node-001"], 0]]')
+    listed(svc.journal, aid)
     svc.journal.set_step(aid, "hold:100", "started")
+    return aid
+
+
+def held_and_pending(svc: Service, slurm: FakeSlurm) -> int:
+    """A requeue of job 100 that holds it: COMPLETING one tick, then PENDING and held."""
+    slurm.completing = 1
+    aid = decide(svc)
+    assert run(svc, aid)[0] == "waiting"  # held, COMPLETING
+    advance(svc, slurm)  # PENDING and held
     return aid
 
 
@@ -199,8 +217,7 @@ def test_a_restart_between_hold_and_release_finishes_the_saga_from_slurms_state(
     slurm.completing = 1
     aid = decide(svc)
     svc.journal.set_step(aid, "hold:100", "started")  # kill -9 after requeuehold took effect
-    svc.journal.set_step(aid, "take_out", "done")
-    svc.journal.set_step(aid, "jobs", "done", '[["100", "RUNNING", ["gpu-node-001"], 0]]')
+    listed(svc.journal, aid)
     slurm.run(["scontrol", "update", "NodeName=gpu-node-001", "State=DRAIN", "Reason=gpuwarden: x"])
     slurm.run(["scontrol", "requeuehold", "100"])
     slurm.calls.clear()
@@ -216,10 +233,7 @@ def test_a_restart_between_hold_and_release_finishes_the_saga_from_slurms_state(
 def test_a_manual_release_while_a_job_is_held_releases_the_job_too(
     svc: Service, slurm: FakeSlurm
 ) -> None:
-    slurm.completing = 1
-    aid = decide(svc)
-    assert run(svc, aid)[0] == "waiting"  # held, COMPLETING
-    advance(svc, slurm)  # PENDING and held
+    aid = held_and_pending(svc, slurm)
     assert slurm.jobs["100"].held
     assert svc.engine.release("gpu-node-001", manual=True, who="op").allow
     [row] = svc.journal.rows("SELECT state FROM actions WHERE id=?", (aid,))
@@ -250,10 +264,7 @@ def test_a_saga_that_fails_for_good_releases_the_job_it_holds(
 def test_a_pause_after_the_hold_still_finishes_the_saga_so_no_job_stays_held(
     svc: Service, slurm: FakeSlurm
 ) -> None:
-    slurm.completing = 1
-    aid = decide(svc)
-    assert run(svc, aid)[0] == "waiting"  # held, COMPLETING
-    advance(svc, slurm)
+    aid = held_and_pending(svc, slurm)
     svc.engine.set_paused(True, "op")
     svc.journal.put("breaker_opened_at", repr(svc.clock.now()))
     assert run(svc, aid)[0] == "waiting"  # released; now waiting for it to run elsewhere
