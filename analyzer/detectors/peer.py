@@ -5,7 +5,10 @@ candidates (after Minder, NSDI 2025; REFERENCE.md §5).
 
 Workload moves utilisation, power and temperature together, so a deviation only counts when
 it has a hardware signature: clocks below the peers', hotter than the peers at no more power,
-or less power than the peers at no less utilisation. Only GPUs whose busy/idle state was
+or less power than the peers at no less utilisation. In a job the last one is also what a
+pipeline stage with less work looks like while its ranks wait in NCCL collectives at ~100 %
+utilisation, so there it counts only with the straggler detector's clock test behind it
+(:mod:`analyzer.detectors.workload`); among idle peers it stands alone. Only GPUs whose busy/idle state was
 stable over the look-back are compared (a node that just joined or left a job is not an
 outlier). Reads per-GPU gauges (T, node, gpu); groups from :mod:`analyzer.detectors.groups`.
 """
@@ -17,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 from sklearn.ensemble import IsolationForest
 
+from analyzer.detectors import workload
 from analyzer.detectors.groups import peer_groups
 from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
@@ -73,11 +77,12 @@ class PeerDetector:
         if not groups:
             return []
         # each group's stable GPUs (a flapping busy/idle state is no evidence)
-        members = []
+        members, in_job = [], []
         for name, idx in groups:
             cols = (idx[:, None] * w.gpus + np.arange(w.gpus)).reshape(-1)
             stable = state_idle[cols] if name.startswith("idle") else state_busy[cols]
             members.append(cols[stable])
+            in_job.append(not name.startswith("idle"))
         if max(len(m) for m in members) < 3:
             return []
         # groups of similar size side by side (a bucket is at most twice as wide as its
@@ -85,11 +90,12 @@ class PeerDetector:
         # must not pad every job to its width (that was quadratic in the fleet)
         found: list[tuple[int, list[Finding]]] = []
         for bucket in _buckets([len(m) for m in members]):
-            found += self._bucket(w, arrays, [members[i] for i in bucket], bucket)
+            found += self._bucket(w, arrays, [members[i] for i in bucket], bucket,
+                                  np.array([in_job[i] for i in bucket], dtype=bool))  # fmt: skip
         return [f for _, fs in sorted(found, key=lambda x: x[0]) for f in fs]
 
     def _bucket(self, w: Window, arrays: dict[str, np.ndarray], members: list[np.ndarray],
-                ids: list[int]) -> list[tuple[int, list[Finding]]]:  # fmt: skip
+                ids: list[int], in_job: np.ndarray) -> list[tuple[int, list[Finding]]]:  # fmt: skip
         """Robust z-scores of these groups in one vectorised pass; findings per group id."""
         width = max(len(m) for m in members)
         if width == 0:
@@ -98,8 +104,7 @@ class PeerDetector:
         for i, m in enumerate(members):
             gidx[i, : len(m)] = m
         pad = gidx < 0
-        zs = {}
-        knowns = {}
+        zs, knowns, behind = {}, {}, np.zeros(gidx.shape, dtype=bool)
         for key, _, absf, relf in FEATURES:
             x = arrays[key][:, np.where(pad, 0, gidx)]  # (n, groups, width)
             x[:, pad] = np.nan
@@ -108,20 +113,27 @@ class PeerDetector:
                 med = nanmedian(np.moveaxis(x, 1, 0).reshape(len(members), -1), axis=1)
             floor = np.maximum(np.maximum(absf, relf * np.abs(np.nan_to_num(med[:, 0]))), 1e-9)
             zs[key] = np.nan_to_num(robust_z(x, axis=2, floor=floor[None, :, None]), nan=0.0)
+            if key == "clock":  # the straggler detector's hardware test, per group
+                cm = workload.mean_clock(x, ~pad)
+                behind = workload.clocks_behind(workload.clock_z(cm, axis=1))
         k = knowns
         known = np.stack(
             [k["clock"], k["temp"] & k["power"], k["power"] & k["util"]], axis=-1
         )  # which samples could show each signature
-        return [(ids[g], fs) for g, fs in self._judge(w, zs, gidx, pad, known)]
+        # in a job, less power at the same (collective-wait) utilisation is a stage with less
+        # work unless its clocks are behind: only then is "power starved" the hardware's
+        hardware = ~in_job[:, None] | behind
+        return [(ids[g], fs) for g, fs in self._judge(w, zs, gidx, pad, known, hardware)]
 
-    def _judge(self, w: Window, zs: dict[str, np.ndarray], gidx: np.ndarray,
-               pad: np.ndarray, known: np.ndarray) -> list[tuple[int, list[Finding]]]:  # fmt: skip
+    def _judge(self, w: Window, zs: dict[str, np.ndarray], gidx: np.ndarray, pad: np.ndarray,
+               known: np.ndarray, hardware: np.ndarray) -> list[tuple[int, list[Finding]]]:  # fmt: skip
+        """``hardware`` (groups, width): where a power deficit cannot be the job's workload."""
         thr, half = self.z, self.z / 2
         sig = np.stack(
             [
                 zs["clock"] < -thr,
                 (zs["temp"] > thr) & (zs["power"] < half),
-                (zs["power"] < -thr) & (zs["util"] > -half),
+                (zs["power"] < -thr) & (zs["util"] > -half) & hardware[None],
             ],
             axis=-1,
         )  # (n, groups, width, signatures)

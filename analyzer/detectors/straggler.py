@@ -14,7 +14,10 @@ clock sits below the job's (same model) ranks' is the hardware's doing.
 
 Reads those, ``gpu_utilization_ratio`` and ``gpu_sm_clock_hertz`` (T, node, gpu) and the job map;
 averages over the last ``n`` samples (the per-sample noise is larger than a 3% slowdown).
-Remembers per node the jobs in which it straggled, and per (job, node) the streak.
+Remembers per node the jobs in which it straggled, and per (job, node) the streak. Nodes no
+job comparison reaches (a single-node job, a small job, no job map) are judged against their
+model's busy peers by :mod:`analyzer.detectors.failslow`; the clock test that tells hardware
+from workload is shared with the peer detector (:mod:`analyzer.detectors.workload`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from analyzer.detectors import workload
+from analyzer.detectors.failslow import FailSlow
 from analyzer.detectors.groups import split_by_model
 from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
@@ -46,7 +51,7 @@ class StragglerDetector:
         z: float = 5.0,
         n: int = 12,
         floor: float = 0.005,
-        clock_z: float = 3.0,
+        clock_z: float = workload.CLOCK_Z,
         min_nodes: int = 3,
         streak: int = 2,
         max_hardware_nodes: int = 1,
@@ -56,6 +61,7 @@ class StragglerDetector:
         self._jobs_seen: dict[str, set[str]] = defaultdict(set)
         self._by = "utilisation"  # the rank signal of the job being judged, for the message
         self._streaks: dict[tuple[str, str], tuple[int, float]] = {}
+        self.fail_slow = FailSlow(n=n, min_nodes=min_nodes, streak=streak)
 
     def detect(self, window: Window) -> list[Finding]:
         util = window.get(catalog.GPU_UTILIZATION)
@@ -66,6 +72,7 @@ class StragglerDetector:
                    if (a := window.get(m)) is not None and a.shape == util.shape]  # fmt: skip
         out: list[Finding] = []
         streaks: dict[tuple[str, str], tuple[int, float]] = {}
+        judged: set[int] = set()  # nodes a job comparison covers; the rest: fail-slow alone
         for job, members in sorted(window.jobs.items()):
             all_idx = np.array(
                 sorted({m for m in members if 0 <= m < len(window.nodes)}), dtype=int
@@ -74,12 +81,13 @@ class StragglerDetector:
             for _, idx in split_by_model(window, all_idx, config=True):
                 if len(idx) < self.min_nodes:
                     continue
+                judged.update(int(i) for i in idx)
                 u = util[-self.n :, idx, :]
                 c = clock[-self.n :, idx, :] if clock is not None and clock.ndim == 3 else None
                 sig = self._signal(u, [(name, a[-self.n :, idx, :]) for name, a in signals])
                 out += self._job(window, job, idx, u, c, streaks, sig)
         self._streaks = streaks
-        return out
+        return out + self.fail_slow.detect(window, judged, self.name)
 
     def _signal(self, u: np.ndarray, signals: list[tuple[str, np.ndarray]]
                 ) -> tuple[str, np.ndarray]:  # fmt: skip
@@ -205,18 +213,13 @@ class StragglerDetector:
         """Robust z of each busy GPU's mean clock against the job's busy GPUs, (N, G)."""
         if c is None:
             return None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            cm = np.nanmean(c, axis=0)
-        cm[~busy] = np.nan
-        med = float(np.nanmedian(cm)) if np.isfinite(cm).any() else 0.0
-        return robust_z(cm.reshape(-1), axis=0, floor=max(0.005 * abs(med), 1e-9)).reshape(cm.shape)
+        return workload.clock_z(workload.mean_clock(c, busy[:, None]))
 
     def _clock_deficit(self, z: np.ndarray | None, n: int, g: int | None) -> bool:
         if z is None:
             return False
         mine = z[n] if g is None else z[n, g : g + 1]
-        return bool(np.nanmedian(mine) < -self.clock_z)
+        return bool(workload.clocks_behind(np.nanmedian(mine)[None], self.clock_z)[0])
 
 
 def _imbalance(w: Window, job: str, idx: np.ndarray, nodes: np.ndarray, shape: str,

@@ -1,0 +1,119 @@
+"""Fail-slow without a job to compare with: a busy GPU whose SM clock sits below its model's
+busy peers across the fleet, with no clock-event reason that explains it.
+
+Part of the straggler detector (:mod:`analyzer.detectors.straggler`), for the GPUs its job
+comparison cannot reach: a single-node job, a job with fewer than three nodes of one
+configuration, a fleet without any job map (a dcgm-exporter fleet without HPC job mapping).
+A healthy GPU under load runs at its boost clock whatever it computes; throttling (power cap,
+thermal, an administrator's application clocks) says so in its clock-event reasons and is the
+throttling detector's finding. So "under load, clocks below the same configuration's, no
+reason" is evidence of a slow part without any job. An idle GPU shows nothing: its clock is
+the idle clock whatever its health. Peers are the same model and power limit
+(:func:`~analyzer.detectors.groups.configurations`); with fewer than ``min_nodes`` such nodes
+busy, the model's specified maximum clock is the reference and the finding only notifies.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Collection
+
+import numpy as np
+
+from analyzer.detectors import workload
+from analyzer.detectors.groups import configurations, models, split_by_model
+from analyzer.findings import Finding
+from analyzer.window import THROTTLE_REASONS, Window
+from exporter import catalog, catalog_specs
+
+BUSY = 0.05
+# clock-event reasons that are not an explanation: an idle GPU, a display clock
+NOT_A_REASON = frozenset({"gpu_idle", "display_clock_setting"})
+
+
+class FailSlow:
+    def __init__(self, n: int = 12, deficit: float = 0.03, min_nodes: int = 3, streak: int = 2):
+        self.n, self.deficit, self.min_nodes, self.streak = n, deficit, min_nodes, streak
+        self._streaks: dict[tuple[str, str], tuple[int, float]] = {}
+
+    def detect(self, window: Window, judged: Collection[int], detector: str) -> list[Finding]:
+        """Findings for the nodes not in ``judged`` (those a job comparison already covered)."""
+        util, clock = window.get(catalog.GPU_UTILIZATION), window.get(catalog.GPU_SM_CLOCK)
+        if util is None or clock is None or util.ndim != 3 or clock.shape != util.shape:
+            return []
+        busy = _busy(util[-self.n :]) & ~self._explained(window)
+        cm = workload.mean_clock(clock[-self.n :], busy)
+        ref, from_spec = self._reference(window, cm)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = cm / ref[:, None]  # 0.9: 10 % below the reference
+        slow = np.nan_to_num(rel, nan=1.0) < 1.0 - self.deficit
+        skip = np.zeros(len(window.nodes), dtype=bool)
+        skip[[i for i in judged if 0 <= i < len(skip)]] = True
+        out: list[Finding] = []
+        streaks: dict[tuple[str, str], tuple[int, float]] = {}
+        for n in np.flatnonzero(slow.any(axis=1) & ~skip):
+            out += self._node(window, int(n), slow[n], busy[n], rel[n], bool(from_spec[n]),
+                              streaks, detector)  # fmt: skip
+        self._streaks = streaks
+        return out
+
+    def _explained(self, window: Window) -> np.ndarray:
+        """(N, G): a clock-event reason other than idle was active in the look-back."""
+        a = window.get(catalog.GPU_THROTTLE)
+        if a is None or a.ndim != 4 or a.shape[-1] != len(THROTTLE_REASONS):
+            return np.zeros((len(window.nodes), window.gpus), dtype=bool)  # unknown: no excuse
+        idx = [i for i, r in enumerate(THROTTLE_REASONS) if r not in NOT_A_REASON]
+        return np.asarray((np.nan_to_num(a[-self.n :][..., idx], nan=0.0) >= 0.5).any(axis=(0, 3)))
+
+    def _reference(self, window: Window, cm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, its configuration's median busy clock, else the model's maximum clock
+        (and whether it came from the specification)."""
+        n = len(window.nodes)
+        ref, from_spec = np.full(n, np.nan), np.zeros(n, dtype=bool)
+        keys = models(window)
+        for _, idx in split_by_model(window, np.arange(n), config=True):
+            have = idx[np.isfinite(cm[idx]).any(axis=1)]
+            if len(have) >= self.min_nodes:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    ref[idx] = float(np.nanmedian(cm[have]))
+                continue
+            spec = catalog_specs.spec(keys[int(idx[0])]) if keys[int(idx[0])] else None
+            if spec is not None:
+                ref[idx], from_spec[idx] = spec.sm_clock_max_hz, True
+        return ref, from_spec
+
+    def _node(self, w: Window, n: int, slow: np.ndarray, busy: np.ndarray, rel: np.ndarray,
+              from_spec: bool, streaks: dict[tuple[str, str], tuple[int, float]],
+              detector: str) -> list[Finding]:  # fmt: skip
+        gpus = np.flatnonzero(slow)
+        whole = len(gpus) >= max(busy.sum() // 2, 1) and len(gpus) >= w.gpus // 2
+        subjects = [("node", gpus)] if whole else [(f"gpu={g}", np.array([g])) for g in gpus]
+        node, config = w.nodes[n], configurations(w)[n] or "its model"
+        out = []
+        for subject, gs in subjects:
+            count, since = self._streaks.get((node, subject), (0, w.now))
+            streaks[(node, subject)] = (count + 1, since)
+            below = float(1.0 - np.nanmean(rel[gs]))
+            persistent = count + 1 >= self.streak
+            action = "drain" if persistent and not from_spec else "notify"
+            peers = (
+                "the model's specified clock" if from_spec else f"the median of its {config} peers"
+            )
+            out.append(Finding(
+                node, subject, "straggler", "warning", action, detector,
+                float(min(1.0, 0.5 + 2 * below)), since,
+                {"clock_below": below, "gpus": float(len(gs)), "clock_deficit": 1.0,
+                 "job_peers": 0.0, "from_spec": float(from_spec)},
+                f"fail-slow under load: SM clock {100 * below:.0f} % below {peers}, no "
+                f"clock-event reason (judged without job peers)"))  # fmt: skip
+        return out
+
+
+def _busy(u: np.ndarray) -> np.ndarray:
+    """(N, G): no known idle sample and at least half of the samples known (a scrape gap is
+    not idleness)."""
+    known = ~np.isnan(u)
+    with np.errstate(invalid="ignore"):
+        idle = known & (u <= BUSY)
+    return np.asarray(~idle.any(axis=0) & (known.mean(axis=0) >= 0.5))
