@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds: with no usable --kmsg-state, /dev/kmsg records logged longer than this "
         "before the start are not counted (default 600)",
     )
-    a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
+    a("--compat", help="also render dcgm-exporter's names and labels: dcgm (its 3.x-4.8 names), "
+      "dcgm:4.9 or dcgm:4.10 (those releases' renamed fields and base units), dcgm:VERSION")  # fmt: skip
     a(
         "--hostname-label",
         choices=["Hostname", "hostname"],
@@ -155,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         source=settings.source,
         interval=settings.interval,
         dcgm=settings.dcgm,
+        dcgm_generation=settings.dcgm_generation,
         hostname_label=settings.hostname_label,
         pod_labels=settings.kubernetes_pod_labels,
         before_cycle=assembly.before_cycle,

@@ -68,6 +68,7 @@ class CollectionLoop:
         dcgm: bool = False,
         hostname_label: str = "Hostname",
         pod_labels: bool = False,
+        dcgm_generation: str = "4.8",
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         before_cycle: Callable[[float], None] | None = None,
@@ -80,6 +81,7 @@ class CollectionLoop:
         self._dcgm = dcgm
         self._hostname_label = hostname_label
         self._pod_labels = pod_labels
+        self._dcgm_generation = dcgm_generation  # exporter.catalog_dcgm.GENERATIONS
         self._wall = wall
         self._monotonic = monotonic
         self._before_cycle = before_cycle  # the simulated source advances its model here
@@ -108,6 +110,7 @@ class CollectionLoop:
             prefixes=self._prefixes,
             hostname_label=self._hostname_label,
             pod_labels=self._pod_labels,
+            dcgm_generation=self._dcgm_generation,
         )
         snap = Snapshot(
             body,

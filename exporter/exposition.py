@@ -23,6 +23,8 @@ from exporter.catalog import (
     MetricDef,
     Sample,
 )
+from exporter.catalog_dcgm import DEFAULT as DCGM_DEFAULT_GENERATION
+from exporter.catalog_dcgm import DRIVER_LABEL, RENAMES, name_in
 from exporter.xid_messages import message as xid_message
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -118,11 +120,12 @@ def format_integer(v: float) -> str:
 
 
 def _identities(
-    grouped: dict[MetricDef, list[Sample]], hostname_label: str
-) -> dict[str, tuple[tuple[str, str], ...]]:
+    grouped: dict[MetricDef, list[Sample]], hostname_label: str,
+    driver_label: str = DCGM_DRIVER_LABEL,
+) -> dict[str, tuple[tuple[str, str], ...]]:  # fmt: skip
     """GPU index -> dcgm-exporter's identity labels, from gpuwarden_gpu_info."""
     out: dict[str, tuple[tuple[str, str], ...]] = {}
-    names = (*DCGM_LABELS[:-1], hostname_label, DCGM_DRIVER_LABEL)
+    names = (*DCGM_LABELS[:-1], hostname_label, driver_label)
     for s in grouped.get(GPU_INFO, []):
         lab = s.labels
         vals = (
@@ -180,6 +183,7 @@ def render_dcgm(
     last_xid: dict[str, int],
     hostname_label: str = "Hostname",
     pod_labels: bool = False,
+    generation: str = DCGM_DEFAULT_GENERATION,
 ) -> list[str]:
     """dcgm-exporter's names and labels, so community dashboards and alerts work unchanged.
 
@@ -188,10 +192,12 @@ def render_dcgm(
     labels; the native counter stays the truth. ``hostname_label``: ``Hostname`` (dcgm-exporter
     3.x) or ``hostname`` (4.x). ``pod_labels``: pod/namespace/container of the allocation
     (gpuwarden_gpu_kubernetes_pod_info) on each allocated GPU's or MIG device's series.
+    ``generation``: dcgm-exporter's naming generation (:mod:`exporter.catalog_dcgm`): the
+    catalogue's 4.8 names, or 4.9's / 4.10's names and units.
     """
     if hostname_label not in HOSTNAME_LABELS:
         raise ValueError(f"hostname label {hostname_label!r} is not one of {HOSTNAME_LABELS}")
-    ids = _identities(grouped, hostname_label)
+    ids = _identities(grouped, hostname_label, DRIVER_LABEL[generation])
     pods = _pods(grouped) if pod_labels else {}
     fields: dict[str, tuple[DcgmField, str, dict[_Key, float]]] = {}
     for metric, samples in grouped.items():
@@ -200,27 +206,40 @@ def render_dcgm(
             entry = fields.setdefault(field.name, (field, help_, {}))
             _dcgm_values(field, samples, entry[2])
     lines: list[str] = []
-    for name, (field, help_, values) in fields.items():
+    renames = RENAMES[generation]
+    for legacy, (field, help_, values) in fields.items():
+        name, r = name_in(generation, legacy), renames.get(legacy)
         rows = [
-            (_labels(ids, k) + pods.get(k[:2], ()), v) for k, v in values.items() if k[0] in ids
+            (_labels(ids, k) + pods.get(k[:2], ()), v * (r.factor if r else 1.0))
+            for k, v in values.items()
+            if k[0] in ids
         ]
-        if not rows:
+        if not rows or name is None:
             continue
-        fmt = format_integer if field.integer else format_value
-        lines += _header(name, help_, field.type)
+        integer = field.integer if r is None or r.integer is None else r.integer
+        fmt = format_integer if integer else format_value
+        lines += _header(name, help_ if r is None else _help(help_, r.unit), field.type)
         lines += [_prefix(name, labels) + fmt(v) for labels, v in rows]
     xids = [
         (ids[g] + pods.get((g, ""), ()), int(last_xid.get(g, 0)))
         for g in sorted(ids, key=_int_or_str)
     ]
     if xids:  # like dcgm-exporter: every GPU, 0 ("No Error") until its first XID
-        name = DCGM_LAST_XID.name
+        name = name_in(generation, DCGM_LAST_XID.name) or DCGM_LAST_XID.name
         lines += _header(name, DCGM_LAST_XID_HELP, "gauge")
         lines += [
             _series(name, (*labels, ("err_code", str(x)), ("err_msg", xid_message(x))), x)
             for labels, x in xids
         ]
     return lines
+
+
+def _help(help_: str, unit: str) -> str:
+    """4.8's help text with its unit in parentheses replaced by the generation's."""
+    if not unit:
+        return help_
+    base = help_.split(" (in ")[0].rstrip(".")
+    return f"{base} (in {unit.replace('_', ' ')})."
 
 
 def _int_or_str(v: str) -> tuple[int, str]:
@@ -235,6 +254,7 @@ def render(
     prefixes: Prefixes | None = None,
     hostname_label: str = "Hostname",
     pod_labels: bool = False,
+    dcgm_generation: str = DCGM_DEFAULT_GENERATION,
 ) -> bytes:
     """The exposition of ``samples``; pass the same ``prefixes`` every cycle to reuse work."""
     grouped = group(samples)
@@ -242,5 +262,5 @@ def render(
     if prefixes is not None:
         prefixes.trim(sum(len(v) for v in grouped.values()))
     if dcgm:
-        lines += render_dcgm(grouped, last_xid or {}, hostname_label, pod_labels)
+        lines += render_dcgm(grouped, last_xid or {}, hostname_label, pod_labels, dcgm_generation)
     return ("\n".join(lines) + "\n").encode()

@@ -11,6 +11,7 @@ import socket
 from dataclasses import dataclass
 
 from exporter.catalog import HOSTNAME_LABELS
+from exporter.catalog_dcgm import generation
 
 SOURCES = ("nvml", "simulated")
 COMPAT = ("dcgm",)
@@ -58,8 +59,14 @@ class ExporterSettings:
             object.__setattr__(self, "node", socket.gethostname().split(".")[0])
         if self.source not in SOURCES:
             raise ValueError(f"--source: {self.source!r} is not one of {', '.join(SOURCES)}")
-        if self.compat not in (None, "", *COMPAT):
-            raise ValueError(f"--compat: {self.compat!r} is not one of {', '.join(COMPAT)}")
+        kind, _, version = (self.compat or "").partition(":")
+        if kind not in ("", *COMPAT) or (version and kind != "dcgm"):
+            raise ValueError(f"--compat: {self.compat!r} is not one of {', '.join(COMPAT)}"
+                             " (dcgm:VERSION picks dcgm-exporter's naming generation)")  # fmt: skip
+        try:
+            generation(version)
+        except ValueError as e:
+            raise ValueError(f"--compat: {e}") from None
         if self.hostname_label not in HOSTNAME_LABELS:
             raise ValueError(
                 f"--hostname-label: {self.hostname_label!r} is not one of "
@@ -88,4 +95,10 @@ class ExporterSettings:
 
     @property
     def dcgm(self) -> bool:
-        return self.compat == "dcgm"
+        return (self.compat or "").partition(":")[0] == "dcgm"
+
+    @property
+    def dcgm_generation(self) -> str:
+        """dcgm-exporter's naming generation: ``dcgm`` is 4.8's, ``dcgm:4.9``/``dcgm:4.10``
+        (or any ``dcgm:VERSION``) the generation of that release (exporter.catalog_dcgm)."""
+        return generation((self.compat or "").partition(":")[2])

@@ -64,6 +64,7 @@ def _code_strings(path: Path) -> list[tuple[int, str]]:
 
 def test_no_python_file_outside_the_catalogue_spells_a_metric_name() -> None:
     allowed = {ROOT / "exporter" / "catalog.py", Path(__file__).resolve()}
+    allowed.add(ROOT / "exporter" / "catalog_dcgm.py")  # the catalogue's dcgm generations
     offenders = [
         f"{p.relative_to(ROOT)}:{n}: {m.group(0)}"
         for p in _python_files()
