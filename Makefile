@@ -93,6 +93,8 @@ image-test: dist
 # Regenerate what is generated from other sources (XID rules, dashboards, deploy, docs).
 rules: venv
 	$(BIN)/python alerts/generate_xid_rules.py
+	$(BIN)/python alerts/generate_dcgm_rules.py
+	$(BIN)/python -m dashboards
 	$(BIN)/python deploy/generate.py --write
 	$(BIN)/python -m gpuwarden.metricsdoc
 

@@ -34,6 +34,8 @@ _INSTANT = re.compile(rf"\b({_NAME})(?![\w:\[(]){_MATCHERS}(?!\s*\[)")
 _MATCHER = re.compile(r'\s*([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
 _LABEL_TOKEN = re.compile(r"(?<![$\w.\"])(node|uuid)\b(?!\s*\()")
 _RECORD = re.compile(r"\bgpuwarden:")
+# series of gpuwarden's own services, not of the node agent: the same on a dcgm fleet
+SERVICES = (c.FINDING.name, c.PREFIX + "analyzer_", c.PREFIX + "remediation_")
 
 
 class Untranslatable(ValueError):
@@ -110,7 +112,14 @@ def _instant(m: re.Match[str]) -> str:
 
 def translate(expr: str, produced: frozenset[str] | set[str] | None = None) -> str:
     """``expr`` over dcgm-exporter's series. ``produced``: the recording rules the variant
-    has (a reference to any other ``gpuwarden:`` record is untranslatable)."""
+    has (a reference to any other ``gpuwarden:`` record is untranslatable). An expression over
+    gpuwarden's own services only (findings, analyzer, remediation) is the same on either
+    fleet and comes back unchanged."""
+    names = set(re.findall(_NAME, expr))
+    if names and all(n.startswith(SERVICES) for n in names) and "gpuwarden:" not in expr:
+        return expr
+    if names & {n for n in names if n.startswith(SERVICES)}:
+        raise Untranslatable("it joins gpuwarden's services' series with the exporter's")
     for rec in re.findall(r"\bgpuwarden:[a-z0-9_:]+", expr):
         if produced is not None and rec not in produced:
             raise Untranslatable(f"{rec} is not recorded from dcgm-exporter's series")

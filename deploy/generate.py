@@ -68,6 +68,10 @@ def is_rule_file(path: Path, alerts_dir: Path) -> bool:
     rel = path.relative_to(alerts_dir)
     if path.name.endswith(("_test.yml", "_test.yaml")) or "tests" in rel.parts[:-1]:
         return False
+    if (
+        "dcgm" in rel.parts[:-1]
+    ):  # the dcgm-exporter variant replaces, never joins, the native rules
+        return False
     data = load_yaml(path.read_text())
     return isinstance(data, dict) and "groups" in data and "tests" not in data
 
