@@ -27,6 +27,7 @@ import yaml
 from dashboards.dcgm_translate import Untranslatable, record_name, translate, with_node
 
 ROOT = Path(__file__).resolve().parent.parent
+LINKS = "{{ with $labels.link }}{{ . }}{{ else }}(all links: dcgm sums them){{ end }}"
 # the hardware rule files; findings, pipeline and remediation rules read gpuwarden's own
 # services' series and apply unchanged on either fleet
 HARDWARE = ("gpu", "memory", "nvlink", "infiniband", "xid", "storage")
@@ -41,14 +42,19 @@ def _rule(rule: dict[str, Any], produced: set[str]) -> dict[str, Any]:
     expr = translate(str(rule["expr"]), produced)
     out = dict(rule)
     if "annotations" in rule:  # dcgm's UUID label; node stays (the alert copies it)
-        out["annotations"] = {k: str(v).replace("$labels.uuid", "$labels.UUID")
-                              for k, v in rule["annotations"].items()}  # fmt: skip
+        out["annotations"] = {k: _annotation(str(v)) for k, v in rule["annotations"].items()}
     if "record" in rule:
         out["record"] = record_name(rule["record"])
         out["expr"] = expr
     else:
         out["expr"] = with_node(expr) + ("\n" if "\n" in str(rule["expr"]) else "")
     return out
+
+
+def _annotation(text: str) -> str:
+    """dcgm's label names; a link dcgm sums per GPU is said to be all of them."""
+    text = text.replace("$labels.uuid", "$labels.UUID")
+    return text.replace("{{ $labels.link }}", LINKS)
 
 
 def convert(doc: dict[str, Any], produced: set[str]) -> tuple[dict[str, Any], list[str]]:
