@@ -63,7 +63,9 @@ class FailSlow:
         if a is None or a.ndim != 4 or a.shape[-1] != len(THROTTLE_REASONS):
             return np.zeros((len(window.nodes), window.gpus), dtype=bool)  # unknown: no excuse
         idx = [i for i, r in enumerate(THROTTLE_REASONS) if r not in NOT_A_REASON]
-        return np.asarray((np.nan_to_num(a[-self.n :][..., idx], nan=0.0) >= 0.5).any(axis=(0, 3)))
+        with np.errstate(invalid="ignore"):  # NaN (no sample) is no reason: False
+            hot = a[-self.n :] >= 0.5
+        return np.asarray(hot[..., idx].any(axis=(0, 3)))
 
     def _reference(self, window: Window, cm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per node, its configuration's median busy clock, else the model's maximum clock
