@@ -27,6 +27,7 @@ from analyzer.window import THROTTLE_REASONS, Window
 from exporter import catalog, catalog_specs
 
 BUSY = 0.05
+LOAD = 0.25  # "under load": a GPU this busy on average runs at its boost clock (light work may not)
 # clock-event reasons that are not an explanation: an idle GPU, a display clock
 NOT_A_REASON = frozenset({"gpu_idle", "display_clock_setting"})
 
@@ -113,9 +114,10 @@ class FailSlow:
 
 
 def _busy(u: np.ndarray) -> np.ndarray:
-    """(N, G): no known idle sample and at least half of the samples known (a scrape gap is
-    not idleness)."""
+    """(N, G): under load: no known idle sample, a mean utilisation of at least ``LOAD``, and
+    at least half of the samples known (a scrape gap is not idleness)."""
     known = ~np.isnan(u)
     with np.errstate(invalid="ignore"):
         idle = known & (u <= BUSY)
-    return np.asarray(~idle.any(axis=0) & (known.mean(axis=0) >= 0.5))
+        loaded = np.where(known, u, 0.0).sum(axis=0) >= LOAD * np.maximum(known.sum(axis=0), 1)
+    return np.asarray(~idle.any(axis=0) & loaded & (known.mean(axis=0) >= 0.5))

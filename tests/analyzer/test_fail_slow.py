@@ -109,3 +109,11 @@ def test_a_persistent_fail_slow_node_earns_a_drain_on_the_second_cycle():
     assert [f.action for f in det.detect(w)] == ["notify"]
     assert [f.action for f in det.detect(w)] == ["drain"]
     assert np.isclose(det.detect(w)[0].evidence["clock_below"], 0.1)
+
+
+def test_a_lightly_loaded_gpu_at_a_lower_clock_is_not_judged_light_work_may_not_boost():
+    d = healthy(seed=12, job=False)
+    m = d["metrics"]
+    m[c.GPU_UTILIZATION.name][:, 6, :] = 0.12
+    m[c.GPU_SM_CLOCK.name][:, 6, :] *= 0.8
+    assert StragglerDetector().detect(window(d)) == []
