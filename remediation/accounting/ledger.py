@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
@@ -170,3 +171,43 @@ def from_journal(
         return incidents, [], []
     since, until = min(times) - LOOKBACK_S, max(max(times), now)
     return incidents, evidence.exposure(since, until), evidence.runs(since, until)
+
+
+def fleet_exposure(
+    nodes: Sequence[str],
+    incidents: Sequence[Incident],
+    since: float,
+    until: float,
+    gpus_per_node: int = 8,
+    models: Mapping[str, str] | None = None,
+) -> list[Exposure]:
+    """Exposure when Prometheus is not at hand: each known node's GPUs in service over
+    [since, until] minus the journal's out-of-service intervals (mitigated -> returned)."""
+    out_of_service: dict[str, list[tuple[float, float]]] = {}
+    for inc in incidents:
+        if inc.mitigated is not None and inc.gpus_out > 0:
+            end = until if inc.returned is None else inc.returned
+            out_of_service.setdefault(inc.node, []).append((inc.mitigated, end))
+    rows = []
+    for node in sorted(set(nodes)):
+        model = (models or {}).get(node, "unknown")
+        for start, end in _minus((since, until), sorted(out_of_service.get(node, []))):
+            open_end = None if end >= until else end
+            rows += [
+                Exposure(f"{node}/{g}", node, str(g), model, start, open_end)
+                for g in range(gpus_per_node)
+            ]
+    return rows
+
+
+def _minus(
+    span: tuple[float, float], holes: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    pieces, cursor = [], span[0]
+    for start, end in holes:
+        if start > cursor:
+            pieces.append((cursor, min(start, span[1])))
+        cursor = max(cursor, end)
+    if cursor < span[1]:
+        pieces.append((cursor, span[1]))
+    return [(s, e) for s, e in pieces if e > s]
