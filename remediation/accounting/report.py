@@ -92,9 +92,10 @@ def _cells(
 ) -> list[Cell]:
     failures = Counter((inc.gpu_model, inc.component) for inc in incidents)
     exposure: dict[tuple[str, str], float] = defaultdict(float)
+    hours = {id(u): u.hours(window) for u in (*gpus, *nodes)}
     for component in COMPONENTS:
         for unit in units_for(component, gpus, nodes):
-            exposure[(unit.gpu_model, component)] += unit.hours(window)
+            exposure[(unit.gpu_model, component)] += hours[id(unit)]
     keys = {k for k, hours in exposure.items() if hours > 0} | set(failures)
     order = {c: i for i, c in enumerate(COMPONENTS)}
     return [

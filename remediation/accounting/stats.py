@@ -9,6 +9,8 @@ exist (None). See NIST/SEMATECH e-Handbook of Statistical Methods, 8.4.5.1.
 
 from __future__ import annotations
 
+import math
+
 from scipy.stats import chi2, poisson
 
 
@@ -28,4 +30,12 @@ def poisson_upper(mean: float, q: float = 0.99) -> int:
     """The smallest k with P(X <= k) >= q for X ~ Poisson(mean)."""
     if mean <= 0.0:
         return 0
-    return int(poisson.ppf(q, mean))
+    if mean > 500.0:  # exp(-mean) would underflow the sum below
+        return int(poisson.ppf(q, mean))
+    k, term = 0, math.exp(-mean)
+    cdf = term
+    while cdf < q:  # a few terms for the per-unit means a lemon test sees; scipy is slower
+        k += 1
+        term *= mean / k
+        cdf += term
+    return k

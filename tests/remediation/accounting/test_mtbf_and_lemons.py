@@ -110,3 +110,12 @@ def test_a_failure_is_charged_to_the_serial_in_service_at_onset() -> None:
     incs.append(incident("late", onset=at(500), detected=at(500)))
     (lemon,) = report_of(incs, rows, until=at(1000))["lemons"]
     assert lemon["unit"] == "old" and lemon["failures"] == 5
+
+
+@pytest.mark.parametrize("mean", [0.0, 0.005, 0.0101, 0.05, 0.6, 1.5, 7.3, 42.0, 499.0, 800.0])
+def test_the_poisson_99th_percentile_matches_scipy(mean: float) -> None:
+    from scipy.stats import poisson
+
+    from remediation.accounting.stats import poisson_upper
+
+    assert poisson_upper(mean) == (0 if mean == 0 else int(poisson.ppf(0.99, mean)))
