@@ -9,12 +9,17 @@ from html import escape
 
 W, H = 720, 260
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 50
-COLORS = {"restart": "#d95f02", "recompute": "#7570b3", "capacity": "#1b9e77"}
+COLORS = {
+    "restart": "#d95f02",
+    "recompute": "#7570b3",
+    "capacity": "#1b9e77",
+    "incidents": "#386cb0",
+}
 
 
 def _svg(plot_id: str, title: str, body: list[str], height: int = H) -> str:
     return (
-        f'<svg id="{plot_id}" class="plot" xmlns="http://www.w3.org/2000/svg" width="{W}" '
+        f'<svg id="{plot_id}" class="plot" width="{W}" '
         f'height="{height}" viewBox="0 0 {W} {height}" role="img" aria-label="{escape(title)}">'
         f"<title>{escape(title)}</title>" + "".join(body) + "</svg>"
     )
@@ -68,7 +73,7 @@ def stacked_bars(
             )
         if len(labels) <= 16 or i % math.ceil(len(labels) / 12) == 0:
             body.append(_text(LEFT + (i + 0.5) * step, H - BOTTOM + 14, label, size=9))
-    for k, series in enumerate(stacks):
+    for k, series in enumerate(stacks if len(stacks) > 1 else ()):
         x = LEFT + 10 + k * 120
         body.append(
             f'<rect x="{x}" y="{H - 18}" width="10" height="10" fill="{COLORS.get(series, "#999")}"/>'
@@ -135,4 +140,4 @@ def histogram(plot_id: str, title: str, seconds: Sequence[float]) -> str:
     counts = [0] * len(names)
     for s in seconds:
         counts[next((i for i, e in enumerate(edges) if s < e), len(edges))] += 1
-    return stacked_bars(plot_id, title, names, {"capacity": [float(c) for c in counts]})
+    return stacked_bars(plot_id, title, names, {"incidents": [float(c) for c in counts]})
