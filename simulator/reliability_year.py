@@ -107,9 +107,9 @@ class _Job:
         return self.phase + math.floor((at - self.phase) / every) * every
 
 
-def _delays(rng: random.Random, component: str) -> tuple[float, float, float, float]:
-    """(detect, mitigate, repair, restart) seconds: minutes to detect and drain, hours to
-    days to repair (a reboot and checks; an RMA for a GPU), minutes to requeue a job."""
+def _delays(rng: random.Random, component: str) -> tuple[float, float, float]:
+    """(detect, mitigate, repair) seconds: minutes to detect and drain, hours to days to
+    repair (a reboot and checks; an RMA for a GPU)."""
     detect = rng.uniform(10, 600)
     mitigate = rng.uniform(30, 900)
     repair = {
@@ -117,7 +117,7 @@ def _delays(rng: random.Random, component: str) -> tuple[float, float, float, fl
         "gpu_memory": rng.lognormvariate(math.log(24 * 3600), 0.8),
         "software": rng.uniform(60, 600),
     }.get(component, rng.lognormvariate(math.log(8 * 3600), 0.8))
-    return detect, mitigate, repair, rng.uniform(300, 2400)
+    return detect, mitigate, repair
 
 
 def _iso(t: float) -> str:
@@ -151,8 +151,10 @@ def simulate(seed: int, setup: Setup = Setup()) -> Year:
         for name, _ in nodes[i : i + setup.nodes_per_job]:
             jobs[name] = job
     for name, model in nodes:
-        _node_year(rng, year, setup, name, model, jobs[name], lemon_gpus)
+        _node_year(rng, year, setup, name, model, lemon_gpus)
     year.incidents.sort(key=lambda line: (line["onset"], line["id"]))
+    for line in year.incidents:  # in time order: a job's state runs across its nodes
+        _interrupt(rng, year, setup, line, jobs[line["node"]])
     for job in {id(j): j for j in jobs.values()}.values():
         year.lost["allocated"] += job.gpus * setup.seconds / 3600.0
     return year
@@ -164,7 +166,6 @@ def _node_year(
     setup: Setup,
     node: str,
     model: str,
-    job: _Job,
     lemon_gpus: set[tuple[str, int]],
 ) -> None:
     r = rates(model, setup.rate_scale)
@@ -184,7 +185,7 @@ def _node_year(
         if t >= year.until:
             break
         comp, gpu, _ = rng.choices(hazards, weights=[h for _, _, h in hazards])[0]
-        back = _failure(rng, year, setup, node, model, job, comp, gpu, t, in_service_since)
+        back = _failure(rng, year, node, model, comp, gpu, t, in_service_since)
         if back is not None:  # the node was out of service until ``back``
             t = in_service_since = back
     if in_service_since < year.until:
@@ -194,10 +195,8 @@ def _node_year(
 def _failure(
     rng: random.Random,
     year: Year,
-    setup: Setup,
     node: str,
     model: str,
-    job: _Job,
     comp: str,
     gpu: int | None,
     onset: float,
@@ -205,31 +204,11 @@ def _failure(
 ) -> float | None:
     """Record one failure at ``onset``; returns when the node is back in service (None: it
     never left, a software failure)."""
-    detect, mitigate, repair, restart = _delays(rng, comp)
+    detect, mitigate, repair = _delays(rng, comp)
     detected = onset + detect
     out = comp != "software"
     mitigated = detected + mitigate if out else None
     returned = (mitigated + repair) if mitigated is not None else detected + repair
-    hits = []
-    if onset >= job.busy_until:  # running: the failure interrupts it
-        checkpoint = job.last_checkpoint(onset, setup.checkpoint_s)
-        resumed = max(detected, onset) + restart
-        safe_from = max(checkpoint, job.resumed)
-        year.lost["restart"] += job.gpus * (min(resumed, year.until) - onset) / 3600.0
-        year.lost["recompute"] += job.gpus * (onset - safe_from) / 3600.0
-        hits.append(
-            {
-                "job_id": job.job_id,
-                "gpus": job.gpus,
-                "interrupted": onset,
-                "resumed": resumed if resumed < year.until else None,
-                "last_checkpoint": checkpoint,
-                "start": year.since,
-                "end": year.until,
-            }
-        )
-        job.resumed, job.busy_until = resumed, resumed
-        job.phase = resumed  # checkpoints restart their cadence after the resume
     if mitigated is not None and mitigated < year.until:
         year.lost["capacity"] += GPUS_PER_NODE * (min(returned, year.until) - mitigated) / 3600.0
     year.incidents.append({
@@ -239,13 +218,35 @@ def _failure(
         "component": comp, "fault_class": FAULT_CLASS[comp],
         "onset": _iso(onset), "detected": _iso(detected), "mitigated": mitigated,
         "returned": returned if returned < year.until else None,
-        "gpus_out": GPUS_PER_NODE if out else 0, "jobs": hits,
+        "gpus_out": GPUS_PER_NODE if out else 0, "jobs": [],
         "source": "simulator.reliability_year",
     })  # fmt: skip
     if mitigated is None:
         return None
     _exposure(year, node, model, in_service_since, min(mitigated, year.until))
     return min(returned, year.until)
+
+
+def _interrupt(
+    rng: random.Random, year: Year, setup: Setup, line: dict[str, Any], job: _Job
+) -> None:
+    """The job on the failed node crashes at onset (unless it is restarting already: then
+    the failure interrupts nothing) and is requeued on spare nodes minutes after detection,
+    losing the work since its last checkpoint."""
+    onset = datetime.fromisoformat(line["onset"]).timestamp()
+    detected = datetime.fromisoformat(line["detected"]).timestamp()
+    if onset < job.busy_until:
+        return
+    checkpoint = job.last_checkpoint(onset, setup.checkpoint_s)
+    resumed = detected + rng.uniform(300, 2400)
+    year.lost["restart"] += job.gpus * (min(resumed, year.until) - onset) / 3600.0
+    year.lost["recompute"] += job.gpus * (onset - max(checkpoint, job.resumed)) / 3600.0
+    line["jobs"].append({
+        "job_id": job.job_id, "gpus": job.gpus, "interrupted": onset,
+        "resumed": resumed if resumed < year.until else None, "last_checkpoint": checkpoint,
+        "start": year.since, "end": year.until,
+    })  # fmt: skip
+    job.resumed = job.busy_until = job.phase = resumed  # checkpoints restart their cadence
 
 
 def _exposure(year: Year, node: str, model: str, start: float, end: float | None) -> None:
