@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from remediation.accounting.model import Incident, JobHit
+from remediation.accounting.model import Ident, Incident, JobHit
 from remediation.accounting.window import Window
 
 
@@ -25,8 +25,8 @@ from remediation.accounting.window import Window
 class HitCost:
     """One job's share of one incident, in GPU-seconds; recompute None when unknown."""
 
-    incident_id: str
-    job_id: str
+    incident_id: Ident
+    job_id: Ident
     gpus: int
     restart_s: float
     recompute_s: float | None
@@ -49,13 +49,13 @@ class IncidentCost:
 
 def hit_costs(incidents: Sequence[Incident], window: Window) -> list[HitCost]:
     """Every (incident, job) pair's restart and recompute GPU-seconds, deduplicated per job."""
-    by_job: dict[str, list[tuple[Incident, JobHit]]] = defaultdict(list)
+    by_job: dict[Ident, list[tuple[Incident, JobHit]]] = defaultdict(list)
     for inc in incidents:
         for job in inc.jobs:
             by_job[job.job_id].append((inc, job))
     out: list[HitCost] = []
     for job_id, hits in by_job.items():
-        hits.sort(key=lambda pair: (pair[1].interrupted, pair[0].id))
+        hits.sort(key=lambda pair: (pair[1].interrupted, str(pair[0].id)))
         covered = -float("inf")  # the end of the restart time already counted for this job
         for inc, job in hits:
             end = window.until if job.resumed is None else job.resumed
@@ -79,11 +79,11 @@ def _times(gpus: int, seconds: float | None) -> float | None:
 
 def incident_costs(incidents: Sequence[Incident], window: Window) -> list[IncidentCost]:
     """The incidents with onset in the window, ordered by onset, with their costs."""
-    hits: dict[str, list[HitCost]] = defaultdict(list)
+    hits: dict[Ident, list[HitCost]] = defaultdict(list)
     for hit in hit_costs(incidents, window):
         hits[hit.incident_id].append(hit)
     out = [_cost(inc, hits.get(inc.id, []), window) for inc in incidents if window.holds(inc.onset)]
-    out.sort(key=lambda c: (c.incident.onset, c.incident.id))
+    out.sort(key=lambda c: (c.incident.onset, str(c.incident.id)))
     return out
 
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from remediation.accounting.costs import hit_costs
-from remediation.accounting.model import Incident, JobRun
+from remediation.accounting.model import Ident, Incident, JobRun
 from remediation.accounting.window import Window
 
 
 @dataclass(frozen=True)
 class JobEttr:
-    job_id: str
+    job_id: Ident
     allocated_h: float | None
     lost_h: float | None
     ettr: float | None
@@ -34,8 +34,8 @@ class Ettr:
     jobs: tuple[JobEttr, ...]
 
 
-def _joined_runs(incidents: Sequence[Incident], runs: Sequence[JobRun]) -> dict[str, JobRun]:
-    parts: dict[str, list[JobRun]] = defaultdict(list)
+def _joined_runs(incidents: Sequence[Incident], runs: Sequence[JobRun]) -> dict[Ident, JobRun]:
+    parts: dict[Ident, list[JobRun]] = defaultdict(list)
     for run in runs:
         parts[run.job_id].append(run)
     for inc in incidents:
@@ -53,9 +53,9 @@ def _joined_runs(incidents: Sequence[Incident], runs: Sequence[JobRun]) -> dict[
 
 
 def compute(incidents: Sequence[Incident], runs: Sequence[JobRun], window: Window) -> Ettr:
-    lost: dict[str, float] = defaultdict(float)
-    unknown: set[str] = set()
-    hit_jobs: set[str] = set()
+    lost: dict[Ident, float] = defaultdict(float)
+    unknown: set[Ident] = set()
+    hit_jobs: set[Ident] = set()
     in_window = {inc.id for inc in incidents if window.holds(inc.onset)}
     for hit in hit_costs(incidents, window):
         if hit.incident_id in in_window:
@@ -66,7 +66,8 @@ def compute(incidents: Sequence[Incident], runs: Sequence[JobRun], window: Windo
     joined = _joined_runs(incidents, runs)
     job_ids = {j for j, r in joined.items() if window.clip(r.start, r.end) > 0} | hit_jobs
     jobs = tuple(
-        _job(j, joined.get(j), lost.get(j, 0.0), j in unknown, window) for j in sorted(job_ids)
+        _job(j, joined.get(j), lost.get(j, 0.0), j in unknown, window)
+        for j in sorted(job_ids, key=str)
     )
     known = [j for j in jobs if j.ettr is not None and j.allocated_h]
     if not known:
@@ -80,7 +81,9 @@ def compute(incidents: Sequence[Incident], runs: Sequence[JobRun], window: Windo
     )
 
 
-def _job(job_id: str, run: JobRun | None, lost_s: float, unknown: bool, window: Window) -> JobEttr:
+def _job(
+    job_id: Ident, run: JobRun | None, lost_s: float, unknown: bool, window: Window
+) -> JobEttr:
     if run is None:
         return JobEttr(job_id, None, None if unknown else lost_s / 3600.0, None)
     allocated = run.gpus * window.clip(run.start, run.end)

@@ -67,6 +67,15 @@ def _text(obj: dict[str, Any], key: str) -> str:
     return value
 
 
+def _ident(obj: dict[str, Any], key: str) -> str | int:
+    value = obj.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if not isinstance(value, str) or not value:
+        raise _Bad(f"{key}: expected a non-empty string or an integer, got {value!r}")
+    return value
+
+
 def _text_or_none(obj: dict[str, Any], key: str) -> str | None:
     return None if obj.get(key) is None else _text(obj, key)
 
@@ -88,7 +97,7 @@ def _job(obj: Any, index: int) -> JobHit:
         raise _Bad(f"jobs[{index}]: expected an object")
     try:
         job = JobHit(
-            job_id=_text(obj, "job_id"),
+            job_id=_ident(obj, "job_id"),
             gpus=_count(obj, "gpus"),
             interrupted=parse_time(obj.get("interrupted"), "interrupted"),
             resumed=_time_or_none(obj, "resumed"),
@@ -111,7 +120,7 @@ def incident_from(obj: dict[str, Any]) -> Incident:
     if not isinstance(jobs, list):
         raise _Bad("jobs: expected a list")
     inc = Incident(
-        id=_text(obj, "id"),
+        id=_ident(obj, "id"),
         node=_text(obj, "node"),
         gpu=_text_or_none(obj, "gpu"),
         gpu_model=_text(obj, "gpu_model"),
@@ -132,7 +141,7 @@ def incident_from(obj: dict[str, Any]) -> Incident:
 
 def exposure_from(obj: dict[str, Any]) -> Exposure:
     row = Exposure(
-        unit=_text(obj, "unit"),
+        unit=_ident(obj, "unit"),
         node=_text(obj, "node"),
         gpu=_text_or_none(obj, "gpu"),
         gpu_model=_text(obj, "gpu_model"),
@@ -167,7 +176,7 @@ class _LineBad(Exception):
 
 def read_incidents(lines: Iterable[str], name: str = "incidents") -> list[Incident]:
     out: list[Incident] = []
-    seen: dict[str, int] = {}
+    seen: dict[str | int, int] = {}
     try:
         for lineno, obj in _objects(lines, INCIDENT_SCHEMA):
             try:
@@ -185,7 +194,7 @@ def read_incidents(lines: Iterable[str], name: str = "incidents") -> list[Incide
 
 def read_exposure(lines: Iterable[str], name: str = "exposure") -> list[Exposure]:
     out: list[Exposure] = []
-    by_unit: dict[str, list[tuple[int, Exposure]]] = {}
+    by_unit: dict[str | int, list[tuple[int, Exposure]]] = {}
     try:
         for lineno, obj in _objects(lines, EXPOSURE_SCHEMA):
             try:

@@ -16,6 +16,9 @@ GPU_COMPONENTS = ("gpu", "gpu_memory", "nvlink")
 NODE_COMPONENTS = ("nic", "host", "storage")
 UNITLESS_COMPONENTS = ("software", "unknown")
 COMPONENTS = GPU_COMPONENTS + NODE_COMPONENTS + UNITLESS_COMPONENTS
+# Incident ids, job ids and unit names are given back as they were read: a string, or an
+# integer (Slurm job ids, ticket numbers) stays an integer in the report.
+Ident = str | int
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ class JobHit:
     """One job an incident interrupted. ``start``/``end`` (allocation of the run) are an
     optional extension: they let ETTR be computed; other readers ignore them."""
 
-    job_id: str
+    job_id: Ident
     gpus: int
     interrupted: float
     resumed: float | None = None
@@ -34,7 +37,7 @@ class JobHit:
 
 @dataclass(frozen=True)
 class Incident:
-    id: str
+    id: Ident
     node: str
     gpu: str | None
     gpu_model: str
@@ -52,7 +55,7 @@ class Incident:
 class Exposure:
     """One in-service interval of one physical unit (a GPU, or with ``gpu`` None the node)."""
 
-    unit: str
+    unit: Ident
     node: str
     gpu: str | None
     gpu_model: str
@@ -65,7 +68,7 @@ class JobRun:
     """A job run's allocation (from the scheduler or the allocation series), requeues of
     the same ``job_id`` joined; ``end`` None while it still runs. Needed for ETTR only."""
 
-    job_id: str
+    job_id: Ident
     gpus: int
     start: float
     end: float | None

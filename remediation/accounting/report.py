@@ -17,6 +17,7 @@ from remediation.accounting.model import (
     COMPONENTS,
     UNITLESS_COMPONENTS,
     Exposure,
+    Ident,
     Incident,
     JobRun,
 )
@@ -43,7 +44,7 @@ class Cell:
 
 @dataclass(frozen=True)
 class Lemon:
-    unit: str
+    unit: Ident
     node: str
     gpu: str | None
     gpu_model: str
@@ -63,7 +64,7 @@ class Report:
     ettr: ettr_mod.Ettr
 
     @property
-    def unknown_recompute(self) -> list[str]:
+    def unknown_recompute(self) -> list[Ident]:
         return [c.incident.id for c in self.costs if c.recompute_h is None]
 
 
@@ -122,7 +123,7 @@ def _lemons(
     window: Window,
 ) -> list[Lemon]:
     attribution = Attribution(gpus, nodes)
-    counts: Counter[tuple[str, str]] = Counter()
+    counts: Counter[tuple[Ident, str]] = Counter()
     for inc in incidents:
         unit = attribution.unit(inc)
         if unit is not None:
@@ -155,7 +156,7 @@ def _lemons(
                         threshold,
                     )
                 )
-    out.sort(key=lambda lem: (-lem.failures, lem.unit, lem.component))
+    out.sort(key=lambda lem: (-lem.failures, str(lem.unit), lem.component))
     return out
 
 
@@ -172,7 +173,7 @@ def to_json(report: Report) -> dict[str, Any]:
     """The contract's keys (docs/accounting.md, "Report JSON")."""
     window = report.window
     total: dict[str, float] = defaultdict(float)
-    by_component: dict[str, dict[str, float]] = {}
+    by_component: dict[str, float] = {}
     for cost in report.costs:
         parts = {
             "restart": cost.restart_h,
@@ -180,10 +181,10 @@ def to_json(report: Report) -> dict[str, Any]:
             "capacity": cost.capacity_h,
             "total": cost.total_h,
         }
-        comp = by_component.setdefault(cost.incident.component, dict.fromkeys(parts, 0.0))
+        component = cost.incident.component
+        by_component[component] = by_component.get(component, 0.0) + cost.total_h
         for key, value in parts.items():
             total[key] += value
-            comp[key] += value
     return {
         "window": {
             "since": None if window is None else window.since,

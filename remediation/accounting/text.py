@@ -58,7 +58,9 @@ def _lost(report: Report) -> list[str]:
         lines.append("  by component: " + ", ".join(f"{k} {_h(v)}" for k, v in ranked))
     unknown = report.unknown_recompute
     if unknown:
-        shown = ", ".join(unknown[:MAX_LISTED]) + (" ..." if len(unknown) > MAX_LISTED else "")
+        shown = ", ".join(map(str, unknown[:MAX_LISTED])) + (
+            " ..." if len(unknown) > MAX_LISTED else ""
+        )
         lines.append(
             f"  recompute unknown (a job had no checkpoint time) for {len(unknown)}: {shown}"
         )

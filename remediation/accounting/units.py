@@ -11,13 +11,19 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from remediation.accounting.model import GPU_COMPONENTS, NODE_COMPONENTS, Exposure, Incident
+from remediation.accounting.model import (
+    GPU_COMPONENTS,
+    NODE_COMPONENTS,
+    Exposure,
+    Ident,
+    Incident,
+)
 from remediation.accounting.window import Window
 
 
 @dataclass(frozen=True)
 class Unit:
-    unit: str
+    unit: Ident
     node: str
     gpu: str | None
     gpu_model: str
@@ -31,7 +37,7 @@ class Unit:
 
 
 def _units(rows: Sequence[Exposure]) -> list[Unit]:
-    grouped: dict[str, list[Exposure]] = defaultdict(list)
+    grouped: dict[Ident, list[Exposure]] = defaultdict(list)
     for row in rows:
         grouped[row.unit].append(row)
     out = []

@@ -13,7 +13,7 @@ def at(hours: float) -> float:
     return T0 + hours * H
 
 
-def incident(id_: str, **kw: Any) -> dict[str, Any]:
+def incident(id_: str | int, **kw: Any) -> dict[str, Any]:
     line: dict[str, Any] = {
         "schema": "gpuwarden.incident/v1",
         "id": id_,
@@ -33,7 +33,7 @@ def incident(id_: str, **kw: Any) -> dict[str, Any]:
     return line
 
 
-def job(job_id: str, gpus: int, interrupted: float, **kw: Any) -> dict[str, Any]:
+def job(job_id: str | int, gpus: int, interrupted: float, **kw: Any) -> dict[str, Any]:
     line: dict[str, Any] = {
         "job_id": job_id,
         "gpus": gpus,

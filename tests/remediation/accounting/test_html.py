@@ -62,12 +62,13 @@ def test_a_screenshot_shows_the_plots_colours(page: Path, tmp_path: Path) -> Non
     _chromium(f"--screenshot={shot}", "--window-size=1000,2600", "--hide-scrollbars", page.as_uri())
     image = Image.open(shot).convert("RGB")
     colours = image.getcolors(maxcolors=1 << 20) or []
-    seen = {rgb: n for n, rgb in colours}
+    seen: dict[tuple[int, ...], int] = {tuple(rgb): n for n, rgb in colours}  # type: ignore[arg-type]
 
     def pixels(rgb: tuple[int, int, int]) -> int:
-        return sum(
+        near = [
             n for c, n in seen.items() if max(abs(a - b) for a, b in zip(c, rgb, strict=True)) < 8
-        )
+        ]
+        return sum(near)
 
     assert pixels((0x1B, 0x9E, 0x77)) > 500  # capacity bars
     assert pixels((0x38, 0x6C, 0xB0)) > 500  # the TTD and TTR histograms

@@ -105,3 +105,14 @@ def test_written_lines_read_back_to_the_same_records() -> None:
     written = json.loads(out.getvalue())
     assert written["start"] == "2026-01-01T00:00:00Z" and written["end"] is None
     assert read_exposure(out.getvalue().splitlines(), "e") == [row]
+
+
+def test_integer_ids_are_given_back_as_integers() -> None:
+    from remediation.accounting import report
+
+    line = incident(7, jobs=[job(1234, 8, at(10), resumed=at(11))])
+    (inc,) = read_incidents(_lines(line), "x")
+    doc = report.to_json(report.build([inc], [], since=at(0), until=at(20)))
+    assert doc["incidents"][0]["id"] == 7
+    assert doc["totals"]["unknown_recompute"] == [7]
+    assert doc["ettr"]["jobs"] == [{"job_id": 1234, "ettr": None}]
