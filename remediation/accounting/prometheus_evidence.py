@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -43,6 +43,12 @@ class UrllibApi:
 def _q(name: str, **labels: str | None) -> str:
     sel = ",".join(f'{k}="{v}"' for k, v in labels.items() if v is not None)
     return f"{name}{{{sel}}}"
+
+
+def concurrent(series: Samples) -> int:
+    """The most series present at one sample time: a job's GPUs, not every GPU it ever had."""
+    counts = Counter(t for _, times in series for t in times)
+    return max(counts.values(), default=0)
 
 
 def intervals(
@@ -120,7 +126,7 @@ class PrometheusEvidence:
         return self._range(c.GPU_ALLOCATION_INFO.name, since, until)
 
     def runs(self, since: float, until: float) -> list[JobRun]:
-        per_job: dict[str, list[tuple[dict[str, str], list[float]]]] = defaultdict(list)
+        per_job: dict[str, Samples] = defaultdict(list)
         for labels, times in self._allocations(since, until):
             per_job[labels.get("job_id", "")].append((labels, times))
         out = []
@@ -128,7 +134,7 @@ class PrometheusEvidence:
             starts = [ts[0] for _, ts in series if ts]
             ends = [e for _, ts in series for _, e in intervals(ts, self.step, until)]
             end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
-            out.append(JobRun(job_id, len(series), min(starts), end))
+            out.append(JobRun(job_id, concurrent(series), min(starts), end))
         return out
 
     def jobs(self, node: str, gpu: str | None, onset: float, at: float) -> list[JobHit]:
@@ -144,5 +150,5 @@ class PrometheusEvidence:
             ended = [e for s, e in runs if s <= onset and e is not None]
             interrupted = min(ended[-1], at) if ended else at
             resumed = next((s for s, _ in runs if s > interrupted), None)
-            hits.append(JobHit(job_id, len(series), interrupted, resumed, None))
+            hits.append(JobHit(job_id, concurrent(series), interrupted, resumed, None))
         return hits
