@@ -11,6 +11,7 @@ that; gpus_out = the node's GPUs when mitigated. Read-only: the journal is opene
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -121,6 +122,29 @@ def _returned(db: sqlite3.Connection, node: str, after: float) -> float | None:
     return None if value is None else float(value)
 
 
+def _acked(db: sqlite3.Connection, incident_id: int) -> dict[str, float]:
+    """Jobs that acknowledged a checkpoint (remediation/checkpoint.py) before this
+    incident's action moved them: job id -> when the action finished (the ack came before)."""
+    rows = db.execute(
+        "SELECT s.step, a.finished_at FROM steps s JOIN actions a ON a.id = s.action_id "
+        "WHERE a.incident_id=? AND s.step LIKE 'ack:%' AND s.state='done' "
+        "AND a.finished_at IS NOT NULL",
+        (incident_id,),
+    ).fetchall()
+    return {str(r["step"])[4:]: float(r["finished_at"]) for r in rows}
+
+
+def _with_acks(jobs: list[JobHit], acked: dict[str, float]) -> list[JobHit]:
+    """A hit without a checkpoint time takes its ack's: the work since is ~nothing."""
+    out = []
+    for job in jobs:
+        at = acked.get(str(job.job_id))
+        if job.last_checkpoint is None and at is not None:
+            job = dataclasses.replace(job, last_checkpoint=min(at, job.interrupted))
+        out.append(job)
+    return out
+
+
 def _incident(db: sqlite3.Connection, row: sqlite3.Row, evidence: Evidence) -> Incident:
     labels, starts = _labels(db, row)
     node, gpu = str(row["node"]), labels.get("gpu") or None
@@ -133,6 +157,7 @@ def _incident(db: sqlite3.Connection, row: sqlite3.Row, evidence: Evidence) -> I
     returned = None if mitigated is None else _returned(db, node, mitigated)
     gpus_out = (evidence.gpus(node) or 0) if mitigated is not None else 0
     jobs = evidence.jobs(node, gpu, onset, mitigated if mitigated is not None else detected)
+    jobs = _with_acks(jobs, _acked(db, int(row["id"])))
     return Incident(
         id=f"{ID_PREFIX}{row['id']}",
         node=node,

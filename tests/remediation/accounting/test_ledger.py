@@ -96,3 +96,22 @@ def test_the_report_across_a_remediation_restart_keeps_the_first_runs_incident(
     assert first["gpu_hours_lost"]["capacity"] == pytest.approx(8.0)
     assert after["incidents"][1]["gpu_hours_lost"]["capacity"] == pytest.approx(16.0)
     assert first["ttd_s"] == 0 and first["ttm_s"] == 150 and first["ttr_s"] == 3750
+
+
+def test_a_checkpoint_ack_before_the_move_is_the_jobs_last_checkpoint(tmp_path: Path) -> None:
+    db = _first_run(tmp_path)
+    from remediation.journal import Journal
+
+    journal = Journal(db)
+    with journal.tx() as tx:
+        (aid,) = tx.execute("SELECT id FROM actions WHERE incident_id=1").fetchone()
+        tx.execute(
+            "INSERT INTO steps(action_id, step, state, detail) VALUES(?, 'ack:42', 'done', '')",
+            (aid,),
+        )
+    journal.close()
+    hits = {"gpu-node-001": [JobHit("42", 8, T + 30, T + 900), JobHit("43", 8, T + 30, T + 900)]}
+    (inc,), _, _ = ledger.from_journal(db, FakeEvidence(hits=hits))
+    acked, other = inc.jobs
+    assert acked.last_checkpoint == T + 30  # the drain finished right after the ack
+    assert other.last_checkpoint is None  # no ack: unknown, never guessed
