@@ -103,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         until = parse_flag_time(args.until, "--until")
         if since is not None and until is not None and until <= since:
             raise ValueError("--until must be after --since")
+        if args.gpus_per_node <= 0:
+            raise ValueError("--gpus-per-node must be > 0")
         ledger = gather(args)
     except InterchangeError as exc:  # already "FILE:LINE: why"
         sys.stderr.write(f"{exc}\n")

@@ -130,3 +130,19 @@ def test_until_before_since_is_refused(files, capsys) -> None:
     inc, _ = files
     rc, _, err = _run(["--incidents", str(inc), "--since", "100", "--until", "50"], capsys)
     assert rc == 2 and "--until must be after --since" in err
+
+
+def test_a_bad_time_flag_is_a_one_line_error(files, capsys) -> None:
+    inc, _ = files
+    rc, out, err = _run(["--incidents", str(inc), "--since", "last tuesday"], capsys)
+    assert rc == 2 and out == "" and "--since: 'last tuesday' is not an RFC 3339 time" in err
+
+
+def test_html_is_written_beside_the_printed_report(files, tmp_path, capsys) -> None:
+    inc, exp = files
+    page = tmp_path / "r.html"
+    rc, out, _ = _run(
+        ["--incidents", str(inc), "--exposure", str(exp), "--html", str(page)], capsys
+    )
+    assert rc == 0 and "GPU-hours lost" in out
+    assert page.read_text().count('<svg id="') == 4
