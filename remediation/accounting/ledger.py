@@ -195,7 +195,36 @@ def from_journal(
     if not times:
         return incidents, [], []
     since, until = min(times) - LOOKBACK_S, max(max(times), now)
-    return incidents, evidence.exposure(since, until), evidence.runs(since, until)
+    exposure = in_service(evidence.exposure(since, until), incidents)
+    return incidents, exposure, evidence.runs(since, until)
+
+
+def _out_of_service(incidents: Sequence[Incident]) -> dict[str, list[tuple[float, float]]]:
+    """Per node, the journal's [mitigated, returned) intervals (returned None: for ever)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for inc in incidents:
+        if inc.mitigated is not None and inc.gpus_out > 0:
+            end = float("inf") if inc.returned is None else inc.returned
+            out.setdefault(inc.node, []).append((inc.mitigated, end))
+    return {node: sorted(spans) for node, spans in out.items()}
+
+
+def in_service(rows: Sequence[Exposure], incidents: Sequence[Incident]) -> list[Exposure]:
+    """Presence rows less the journal's out-of-service intervals: a drained node still
+    reports its GPUs to Prometheus, but it is not in service."""
+    holes = _out_of_service(incidents)
+    out = []
+    for row in rows:
+        node_holes = holes.get(row.node)
+        if not node_holes:
+            out.append(row)
+            continue
+        end = float("inf") if row.end is None else row.end
+        for start, stop in _minus((row.start, end), node_holes):
+            out.append(
+                dataclasses.replace(row, start=start, end=None if stop == float("inf") else stop)
+            )
+    return out
 
 
 def fleet_exposure(
@@ -208,15 +237,11 @@ def fleet_exposure(
 ) -> list[Exposure]:
     """Exposure when Prometheus is not at hand: each known node's GPUs in service over
     [since, until] minus the journal's out-of-service intervals (mitigated -> returned)."""
-    out_of_service: dict[str, list[tuple[float, float]]] = {}
-    for inc in incidents:
-        if inc.mitigated is not None and inc.gpus_out > 0:
-            end = until if inc.returned is None else inc.returned
-            out_of_service.setdefault(inc.node, []).append((inc.mitigated, end))
+    out_of_service = _out_of_service(incidents)
     rows = []
     for node in sorted(set(nodes)):
         model = (models or {}).get(node, "unknown")
-        for start, end in _minus((since, until), sorted(out_of_service.get(node, []))):
+        for start, end in _minus((since, until), out_of_service.get(node, [])):
             open_end = None if end >= until else end
             rows += [
                 Exposure(f"{node}/{g}", node, str(g), model, start, open_end)

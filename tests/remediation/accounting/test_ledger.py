@@ -65,7 +65,15 @@ def test_evidence_supplies_onset_model_gpus_jobs_and_exposure(tmp_path: Path) ->
     assert inc.onset == T - 600 and inc.gpu_model == "H100" and inc.gpus_out == 4
     assert inc.jobs == (hit,)
     assert fake.asked == [("gpu-node-001", T - 600, T + 30)]
-    assert exposure == rows
+    # present in Prometheus all along, but out of service from the drain to the release
+    assert sorted(exposure, key=lambda r: (str(r.unit), r.start)) == [
+        piece
+        for g in range(4)
+        for piece in (
+            Exposure(f"s{g}", "gpu-node-001", str(g), "H100", T - 86400, T + 30),
+            Exposure(f"s{g}", "gpu-node-001", str(g), "H100", T + 3630, None),
+        )
+    ]
 
 
 def test_a_memory_xid_is_charged_to_gpu_memory(tmp_path: Path) -> None:
