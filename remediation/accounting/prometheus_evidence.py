@@ -138,8 +138,9 @@ class PrometheusEvidence:
         return out
 
     def jobs(self, node: str, gpu: str | None, onset: float, at: float) -> list[JobHit]:
-        """The jobs on the node at onset; interrupted when their allocation ended (at the
-        latest ``at``, the mitigation), resumed when the job id was allocated again."""
+        """The jobs on the node at onset whose allocation ended by ``at`` (the mitigation):
+        interrupted then, resumed when the job id was allocated again. A job still running
+        past ``at`` was not stopped by the failure and is not a hit."""
         since, until = onset - ONSET_LOOKBACK_S, at + 7 * 86400.0
         present = self._instant(_q(c.GPU_ALLOCATION_INFO.name, node=node), onset)
         hits = []
@@ -147,8 +148,10 @@ class PrometheusEvidence:
             series = self._range(_q(c.GPU_ALLOCATION_INFO.name, job_id=job_id), since, until)
             times = sorted({t for _, ts in series for t in ts})
             runs = list(intervals(times, self.step, until))
-            ended = [e for s, e in runs if s <= onset and e is not None]
-            interrupted = min(ended[-1], at) if ended else at
+            covering = [e for s, e in runs if s <= onset]
+            if not covering or covering[-1] is None or covering[-1] > at + 2 * self.step:
+                continue  # still running after the mitigation: the failure did not stop it
+            interrupted = min(covering[-1], at)
             resumed = next((s for s, _ in runs if s > interrupted), None)
             hits.append(JobHit(job_id, concurrent(series), interrupted, resumed, None))
         return hits

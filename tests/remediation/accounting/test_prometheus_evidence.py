@@ -99,6 +99,7 @@ def test_jobs_on_the_node_at_onset_are_interrupted_and_resumed_when_allocated_ag
     evidence = PrometheusEvidence(prom, step_s=STEP)
     (hit,) = evidence.jobs("n1", "0", onset=8000, at=9600)
     assert hit == JobHit("42", 2, 9300, 12000, None)  # two GPUs at a time, never three
+    assert evidence.jobs("n1", "0", onset=3000, at=4000) == []  # ran on past the mitigation
     assert evidence.runs(0, 20000) == [JobRun("42", 2, 0, None)]
 
 
