@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from remediation.accounting import interchange, report, text
+from remediation.accounting import interchange, report, text, writer
 from remediation.accounting.interchange import InterchangeError
 from remediation.accounting.model import Exposure, Incident, JobRun
 from remediation.settings import Settings
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _export(args: argparse.Namespace, ledger: Ledger) -> None:
     if args.export_incidents:
         with open(args.export_incidents, "w", encoding="utf-8") as out:
-            interchange.write_lines(out, map(interchange.incident_line, ledger.incidents))
+            writer.write_lines(out, map(writer.incident_line, ledger.incidents))
     if args.export_exposure:
         with open(args.export_exposure, "w", encoding="utf-8") as out:
-            interchange.write_lines(out, map(interchange.exposure_line, ledger.exposure))
+            writer.write_lines(out, map(writer.exposure_line, ledger.exposure))

@@ -1,5 +1,5 @@
-"""Read and write the ledger's interchange format: ``gpuwarden.incident/v1`` and
-``gpuwarden.exposure/v1`` JSON lines (docs/accounting.md).
+"""Read the ledger's interchange format: ``gpuwarden.incident/v1`` and
+``gpuwarden.exposure/v1`` JSON lines (docs/accounting.md); ``writer`` writes them.
 
 Reading is all or nothing: the first line that does not parse raises ``InterchangeError``
 naming ``FILE:LINE`` (1-based) and nothing of the file is returned. Unknown keys are ignored;
@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from remediation.accounting.model import (
     COMPONENTS,
@@ -227,64 +227,3 @@ def load_incidents(path: str | Path) -> list[Incident]:
 def load_exposure(path: str | Path) -> list[Exposure]:
     with open(path, encoding="utf-8") as fh:
         return read_exposure(fh, str(path))
-
-
-# --- writing ---------------------------------------------------------------------------
-
-
-def format_time(t: float | None) -> str | None:
-    if t is None:
-        return None
-    text = datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="microseconds")
-    text = text.replace(".000000", "")
-    return text.replace("+00:00", "Z")
-
-
-def incident_line(inc: Incident) -> dict[str, Any]:
-    return {
-        "schema": INCIDENT_SCHEMA,
-        "id": inc.id,
-        "node": inc.node,
-        "gpu": inc.gpu,
-        "gpu_model": inc.gpu_model,
-        "component": inc.component,
-        "fault_class": inc.fault_class,
-        "onset": format_time(inc.onset),
-        "detected": format_time(inc.detected),
-        "mitigated": format_time(inc.mitigated),
-        "returned": format_time(inc.returned),
-        "gpus_out": inc.gpus_out,
-        "jobs": [_job_line(j) for j in inc.jobs],
-    }
-
-
-def _job_line(job: JobHit) -> dict[str, Any]:
-    line: dict[str, Any] = {
-        "job_id": job.job_id,
-        "gpus": job.gpus,
-        "interrupted": format_time(job.interrupted),
-        "resumed": format_time(job.resumed),
-        "last_checkpoint": format_time(job.last_checkpoint),
-    }
-    if job.start is not None:
-        line["start"] = format_time(job.start)
-    if job.end is not None:
-        line["end"] = format_time(job.end)
-    return line
-
-
-def exposure_line(row: Exposure) -> dict[str, Any]:
-    return {
-        "schema": EXPOSURE_SCHEMA,
-        "unit": row.unit,
-        "node": row.node,
-        "gpu": row.gpu,
-        "gpu_model": row.gpu_model,
-        "start": format_time(row.start),
-        "end": format_time(row.end),
-    }
-
-
-def write_lines(out: TextIO, objects: Iterable[dict[str, Any]]) -> None:
-    for obj in objects:
-        out.write(json.dumps(obj, sort_keys=False) + "\n")

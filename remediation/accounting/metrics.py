@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from exporter import catalog as c
-from remediation.accounting import ledger, report
+from remediation.accounting import ledger, outages, report
 from remediation.accounting.report import Report
 
 BOUNDS = ("estimate", "lower90", "upper90")
@@ -31,7 +31,7 @@ def build_report(path: Path, now: float, nodes: Sequence[str], gpus_per_node: in
     if not incidents:
         return report.build([], [], until=now)
     since = min(i.onset for i in incidents)
-    exposure = ledger.fleet_exposure(nodes, incidents, since, now, gpus_per_node)
+    exposure = outages.fleet_exposure(nodes, incidents, since, now, gpus_per_node)
     return report.build(incidents, exposure, since=since, until=max(now, since + 1.0))
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from remediation.accounting.interchange import format_time
 from remediation.accounting.model import GPU_COMPONENTS, NODE_COMPONENTS
 from remediation.accounting.report import Report
+from remediation.accounting.writer import format_time
 
 MAX_LISTED = 10
 

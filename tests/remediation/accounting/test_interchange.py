@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from remediation.accounting import interchange
+from remediation.accounting import interchange, writer
 from remediation.accounting.interchange import InterchangeError, read_exposure, read_incidents
 from tests.remediation.accounting.builders import at, exposure, incident, job
 
@@ -98,10 +98,10 @@ def test_written_lines_read_back_to_the_same_records() -> None:
     (inc,) = read_incidents(_lines(src), "x")
     (row,) = read_exposure(_lines(exposure("n1", "n1", None, at(0), None)), "e")
     out = io.StringIO()
-    interchange.write_lines(out, [interchange.incident_line(inc)])
+    writer.write_lines(out, [writer.incident_line(inc)])
     assert read_incidents(out.getvalue().splitlines(), "x") == [inc]
     out = io.StringIO()
-    interchange.write_lines(out, [interchange.exposure_line(row)])
+    writer.write_lines(out, [writer.exposure_line(row)])
     written = json.loads(out.getvalue())
     assert written["start"] == "2026-01-01T00:00:00Z" and written["end"] is None
     assert read_exposure(out.getvalue().splitlines(), "e") == [row]
