@@ -62,7 +62,7 @@ def build() -> g.Dashboard:
     lay.add(
         table("Incidents and exposure per GPU model and component",
               f"max by (gpu_model, component) ({c.ACCOUNTING_INCIDENTS.name})", "none",
-              "Unit-hours in service are in the next panel; software and unknown have none."),
+              "Software and unknown failures have no unit, so no exposure and no MTBF."),
         12, 8,
     )  # fmt: skip
     lay.add(
