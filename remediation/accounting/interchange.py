@@ -42,7 +42,7 @@ def parse_time(value: Any, key: str) -> float:
         return float(value)
     if isinstance(value, str):
         try:
-            parsed = datetime.fromisoformat(value.strip())
+            parsed = datetime.fromisoformat(value.strip().upper())  # RFC 3339 allows t and z
         except ValueError:
             raise _Bad(f"{key}: {value!r} is not an RFC 3339 time") from None
         if parsed.tzinfo is None:

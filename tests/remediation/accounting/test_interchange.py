@@ -63,6 +63,8 @@ def test_unknown_keys_are_ignored_and_rfc3339_equals_epoch_seconds() -> None:
     (parsed,) = read_incidents(_lines(a), "x")
     assert parsed.onset == at(10)
     assert parsed.detected == at(10)
+    (lower,) = read_incidents(_lines(incident("b", onset="2026-01-01t10:00:00.000000z")), "x")
+    assert lower.onset == at(10)
 
 
 def test_overlapping_intervals_of_one_unit_are_refused_but_adjacent_ones_are_fine() -> None:
