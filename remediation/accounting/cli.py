@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +29,9 @@ from remediation.settings import Settings
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpuwarden report", description=__doc__.split("\n\n")[0])
     p.add_argument("--since", help="window start: RFC 3339 or epoch seconds (default: earliest)")
-    p.add_argument("--until", help="window end: RFC 3339 or epoch seconds (default: latest)")
+    p.add_argument(
+        "--until", help="window end: RFC 3339, epoch seconds or 'now' (default: latest time known)"
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
     p.add_argument("--incidents", metavar="FILE", help="import gpuwarden.incident/v1 lines")
@@ -42,9 +45,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_flag_time(value: str | None, flag: str) -> float | None:
-    """RFC 3339 or epoch seconds; a date or time without an offset is taken as UTC."""
+    """RFC 3339 or epoch seconds; a date or time without an offset is taken as UTC; ``now``
+    is now (a live fleet's report counts what is still out up to the present)."""
     if value is None:
         return None
+    if value == "now":
+        return time.time()
     try:
         return float(value)
     except ValueError:

@@ -146,3 +146,14 @@ def test_html_is_written_beside_the_printed_report(files, tmp_path, capsys) -> N
     )
     assert rc == 0 and "GPU-hours lost" in out
     assert page.read_text().count('<svg id="') == 4
+
+
+def test_until_now_counts_what_is_still_out_to_the_present(tmp_path, capsys) -> None:
+    import time
+
+    out = incident("a", onset=at(10), detected=at(10), mitigated=at(10), gpus_out=1)
+    inc = _write(tmp_path / "incidents.jsonl", [out])
+    rc, text, _ = _run(["--incidents", str(inc), "--format", "json", "--until", "now"], capsys)
+    assert rc == 0
+    (got,) = json.loads(text)["incidents"]
+    assert got["ttr_s"] == pytest.approx(time.time() - at(10), abs=60)

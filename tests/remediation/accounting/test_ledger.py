@@ -123,3 +123,32 @@ def test_a_checkpoint_ack_before_the_move_is_the_jobs_last_checkpoint(tmp_path: 
     acked, other = inc.jobs
     assert acked.last_checkpoint == T + 30  # the drain finished right after the ack
     assert other.last_checkpoint is None  # no ack: unknown, never guessed
+
+
+def test_an_incident_open_across_a_restart_is_returned_by_the_release_after_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = FakeClock(T)
+    svc = service(tmp_path, clock=clock, topology=topology_file(tmp_path, 4))
+    a = alert(node="gpu-node-003", starts_at="2027-01-15T07:59:00Z", fp="fp-open", gpu="2")
+    svc.journal.accept([a], clock.now())
+    svc.engine.decide(a)
+    clock.advance(30)
+    for action in svc.journal.pending_actions():
+        svc.executor.run(action)
+    svc.journal.close()  # the service stops with the node drained
+    db = tmp_path / "state.db"
+    assert cli.main(["report", "--state-db", str(db), "--format", "json"]) == 0
+    (still_out,) = json.loads(capsys.readouterr().out)["incidents"]
+    later = FakeClock(T + 7200)
+    again = service(tmp_path, clock=later, topology=topology_file(tmp_path, 4))
+    assert again.engine.release("gpu-node-003", True).allow
+    again.journal.close()
+    (inc,), _, _ = ledger.from_journal(db)
+    assert inc.mitigated == T + 30 and inc.returned == T + 7200
+    assert still_out["ttr_s"] == 90  # still out: to the report's end, the latest time known
+    assert cli.main(["report", "--state-db", str(db), "--format", "json"]) == 0
+    (back,) = json.loads(capsys.readouterr().out)["incidents"]
+    assert back["ttr_s"] == 7260 and back["gpu_hours_lost"]["capacity"] == pytest.approx(
+        8 * (7170 / 3600)
+    )
