@@ -6,7 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remediation.accounting import report
+from remediation.accounting.costs import hit_costs
 from remediation.accounting.model import Incident, JobHit, JobRun
+from remediation.accounting.window import Window
 from tests.remediation.accounting.builders import at, gpus, incident, job
 from tests.remediation.accounting.helpers import report_of
 
@@ -119,25 +121,26 @@ def test_a_run_from_the_scheduler_that_no_failure_hit_counts_as_fully_productive
     assert cluster["job_count_weighted"] == pytest.approx((0.9 + 1.0) / 2)
 
 
+Events = list[tuple[int, int | None, int]]  # (interrupted, resumed, last checkpoint)
+END = 250  # every run ends with the window: a run never resumed waits until then
+
+
 @st.composite
-def timelines(draw: st.DrawFn) -> tuple[int, int, int, list[tuple[int, int | None, int]]]:
-    start = draw(st.integers(0, 50))
-    end = start + draw(st.integers(1, 200))
+def timelines(draw: st.DrawFn) -> tuple[int, int, int, Events]:
+    start = draw(st.integers(0, END - 1))
     gpus_ = draw(st.integers(1, 16))
-    stops = sorted(draw(st.lists(st.integers(start, end - 1), max_size=6)))
+    stops = sorted(draw(st.lists(st.integers(start, END - 1), max_size=6)))
     events = []
     checkpoint = start  # the latest checkpoint before an interruption never moves back
     for k, interrupted in enumerate(stops):
         last = k == len(stops) - 1
-        resumed = None if last and draw(st.booleans()) else draw(st.integers(interrupted, end))
+        resumed = None if last and draw(st.booleans()) else draw(st.integers(interrupted, END))
         checkpoint = draw(st.integers(checkpoint, interrupted))
         events.append((interrupted, resumed, checkpoint))
-    return start, end, gpus_, events
+    return start, END, gpus_, events
 
 
-def _independent(
-    start: int, end: int, events: list[tuple[int, int | None, int]]
-) -> tuple[int, int, int]:
+def _independent(start: int, end: int, events: Events) -> tuple[int, int, int]:
     """(productive, restart, recompute) seconds, walking the run one second at a time."""
     productive = restart = recompute = 0
     for t in range(start, end):
@@ -152,50 +155,43 @@ def _independent(
     return productive, restart, recompute
 
 
-@settings(max_examples=300, deadline=None)
-@given(timelines())
-def test_every_jobs_allocated_gpu_time_is_productive_plus_restart_plus_recompute(tl) -> None:
-    start, end, gpus_, events = tl
-    incs = [
+def _incidents(jobs: list[tuple[int, int, int, Events]]) -> list[Incident]:
+    """One incident per interruption time: jobs interrupted at the same second share it
+    (one failure hitting several jobs)."""
+    hits: dict[int, list[JobHit]] = {}
+    for n, (start, end, gpus_, events) in enumerate(jobs):
+        for i, r, c in events:
+            hit = JobHit(f"j{n}", gpus_, float(i), None if r is None else float(r), float(c),
+                         float(start), float(end))  # fmt: skip
+            hits.setdefault(i, []).append(hit)
+    return [
         Incident(
-            f"i{k}",
-            "n1",
-            "0",
-            "H100",
-            "gpu",
-            "x",
-            float(i),
-            float(i),
-            None,
-            None,
-            0,
-            (
-                JobHit(
-                    "j",
-                    gpus_,
-                    float(i),
-                    None if r is None else float(r),
-                    float(c),
-                    float(start),
-                    float(end),
-                ),
-            ),
+            f"i{t}", "n1", "0", "H100", "gpu", "x", float(t), float(t), None, None, 0, tuple(group)
         )
-        for k, (i, r, c) in enumerate(events)
+        for t, group in sorted(hits.items())
     ]
-    built = report.build(
-        incs,
-        [],
-        since=float(start),
-        until=float(end),
-        runs=[JobRun("j", gpus_, float(start), float(end))],
-    )
-    restart = sum(c.restart_h for c in built.costs) * 3600
-    recompute = sum(c.recompute_h or 0.0 for c in built.costs) * 3600
-    productive, want_restart, want_recompute = _independent(start, end, events)
-    allocated = gpus_ * (end - start)
-    assert restart == pytest.approx(gpus_ * want_restart, abs=1e-6)
-    assert recompute == pytest.approx(gpus_ * want_recompute, abs=1e-6)
-    assert allocated == pytest.approx(gpus_ * productive + restart + recompute, abs=1e-6)
-    (job_ettr,) = built.ettr.jobs
-    assert job_ettr.ettr == pytest.approx(productive / (end - start), abs=1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(timelines(), min_size=1, max_size=3))
+def test_every_jobs_allocated_gpu_time_is_productive_plus_restart_plus_recompute(jobs) -> None:
+    runs = [JobRun(f"j{n}", g, float(s), float(e)) for n, (s, e, g, _) in enumerate(jobs)]
+    window = Window(0.0, float(END))
+    per_job: dict[str, list[float]] = {}
+    for hit in hit_costs(_incidents(jobs), window):
+        got = per_job.setdefault(str(hit.job_id), [0.0, 0.0])
+        got[0] += hit.restart_s
+        got[1] += hit.recompute_s or 0.0
+    built = report.build(_incidents(jobs), [], since=0.0, until=float(END), runs=runs)
+    ettr = {j.job_id: j.ettr for j in built.ettr.jobs}
+    for n, (start, end, gpus_, events) in enumerate(jobs):
+        restart, recompute = per_job.get(f"j{n}", [0.0, 0.0])
+        productive, want_restart, want_recompute = _independent(start, end, events)
+        assert restart == pytest.approx(gpus_ * want_restart, abs=1e-6)
+        assert recompute == pytest.approx(gpus_ * want_recompute, abs=1e-6)
+        allocated = gpus_ * (end - start)
+        assert allocated == pytest.approx(gpus_ * productive + restart + recompute, abs=1e-6)
+        assert ettr[f"j{n}"] == pytest.approx(productive / (end - start), abs=1e-9)
+    # and the incidents' totals are the same GPU-time, nothing counted twice or lost
+    total = sum(c.restart_h + (c.recompute_h or 0.0) for c in built.costs) * 3600
+    assert total == pytest.approx(sum(sum(v) for v in per_job.values()), abs=1e-6)
