@@ -77,7 +77,8 @@ def _ident(obj: dict[str, Any], key: str) -> str | int:
 
 
 def _text_or_none(obj: dict[str, Any], key: str) -> str | None:
-    return None if obj.get(key) is None else _text(obj, key)
+    """Null, absent or "" (a spreadsheet's empty cell) is None."""
+    return None if obj.get(key) in (None, "") else _text(obj, key)
 
 
 def _count(obj: dict[str, Any], key: str) -> int:
@@ -125,7 +126,7 @@ def incident_from(obj: dict[str, Any]) -> Incident:
         gpu=_text_or_none(obj, "gpu"),
         gpu_model=_text(obj, "gpu_model"),
         component=str(component),
-        fault_class=_text(obj, "fault_class"),
+        fault_class=_text_or_none(obj, "fault_class") or "",  # an RMA record may have none
         onset=parse_time(obj.get("onset"), "onset"),
         detected=parse_time(obj.get("detected"), "detected"),
         mitigated=_time_or_none(obj, "mitigated"),

@@ -118,3 +118,10 @@ def test_integer_ids_are_given_back_as_integers() -> None:
     assert doc["incidents"][0]["id"] == 7
     assert doc["totals"]["unknown_recompute"] == [7]
     assert doc["ettr"]["jobs"] == [{"job_id": 1234, "ettr": None}]
+
+
+def test_an_empty_gpu_is_the_nodes_fault_and_a_missing_fault_class_is_empty() -> None:
+    line = incident("a", gpu="", component="host")
+    del line["fault_class"]
+    (inc,) = read_incidents(_lines(line), "x")
+    assert inc.gpu is None and inc.fault_class == ""
