@@ -83,6 +83,8 @@ def _text_or_none(obj: dict[str, Any], key: str) -> str | None:
 
 def _count(obj: dict[str, Any], key: str) -> int:
     value = obj.get(key)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 8.0 from a tool that writes every number as a float
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _Bad(f"{key}: expected a non-negative integer, got {value!r}")
     return value
