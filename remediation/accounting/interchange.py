@@ -41,6 +41,14 @@ def parse_time(value: Any, key: str) -> float:
             raise _Bad(f"{key}: time is not finite")
         return float(value)
     if isinstance(value, str):
+        try:  # epoch seconds written as a string, as a spreadsheet or CSV export does
+            seconds = float(value)
+        except ValueError:
+            pass
+        else:
+            if not math.isfinite(seconds):
+                raise _Bad(f"{key}: time is not finite")
+            return seconds
         try:
             parsed = datetime.fromisoformat(value.strip().upper())  # RFC 3339 allows t and z
         except ValueError:
@@ -222,11 +230,21 @@ def _overlap(a: Exposure, b: Exposure) -> bool:
     return a.start < b_end and b.start < a_end
 
 
+def _decoded(raw_lines: Iterable[bytes], name: str) -> Iterator[str]:
+    """Each line as UTF-8 (a byte-order mark on the first, as Windows tools write, is
+    dropped); a line that is not UTF-8 is a malformed line, named like the others."""
+    for lineno, raw in enumerate(raw_lines, start=1):
+        try:
+            yield raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise InterchangeError(f"{name}:{lineno}: not UTF-8") from None
+
+
 def load_incidents(path: str | Path) -> list[Incident]:
-    with open(path, encoding="utf-8") as fh:
-        return read_incidents(fh, str(path))
+    with open(path, "rb") as fh:
+        return read_incidents(_decoded(fh, str(path)), str(path))
 
 
 def load_exposure(path: str | Path) -> list[Exposure]:
-    with open(path, encoding="utf-8") as fh:
-        return read_exposure(fh, str(path))
+    with open(path, "rb") as fh:
+        return read_exposure(_decoded(fh, str(path)), str(path))

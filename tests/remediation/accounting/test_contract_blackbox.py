@@ -783,3 +783,56 @@ def test_exported_lines_read_back_give_the_same_report(
     exported = [json.loads(x) for x in (tmp_path / "x-inc.jsonl").read_text().splitlines()]
     assert {x["schema"] for x in exported} == {"gpuwarden.incident/v1"}
     assert sorted(map(str, (x["id"] for x in exported))) == ["7", "i1", "s1"]
+
+
+# --- found in review: input the administrator's tools write ------------------------------
+
+
+def test_epoch_seconds_written_as_a_string_are_epoch_seconds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    as_text = {
+        **ONE_GPU_FAULT,
+        "onset": str(int(epoch(10))),
+        "detected": f"{epoch(10) + 600:.1f}",
+    }
+    rep = report(tmp_path, capsys, [as_text], TWO_GPUS)
+    assert rep["incidents"][0]["ttd_s"] == pytest.approx(600)
+    assert rep["incidents"][0]["ttr_s"] == pytest.approx(10 * H)
+
+
+def test_a_byte_order_mark_and_crlf_line_ends_are_read_as_windows_tools_write_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = report(tmp_path, capsys, [ONE_GPU_FAULT], TWO_GPUS)
+    inc, exp = tmp_path / "win-inc.jsonl", tmp_path / "win-exp.jsonl"
+    inc.write_bytes(b"\xef\xbb\xbf" + json.dumps(ONE_GPU_FAULT).encode() + b"\r\n")
+    exp.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(map(json.dumps, TWO_GPUS)).encode() + b"\r\n")
+    capsys.readouterr()
+    argv = ["report", "--incidents", str(inc), "--exposure", str(exp), "--format", "json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out) == plain
+
+
+def test_a_line_that_is_not_utf8_is_an_error_naming_its_line(tmp_path: Path) -> None:
+    inc = tmp_path / "incidents.jsonl"
+    write_lines(tmp_path / "exposure.jsonl", TWO_GPUS)
+    first = json.dumps(ONE_GPU_FAULT).encode()
+    inc.write_bytes(first + b'\n{"id": "caf\xe9"}\n')
+    done = run_cli("--incidents", str(inc), "--exposure", str(tmp_path / "exposure.jsonl"))
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert done.stderr.startswith(f"{inc}:2:")
+
+
+def test_an_incident_not_yet_returned_has_its_ttr_counted_to_the_reports_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The reading chosen (docs/accounting.md): "a null end time counting to the report's
+    # end" holds for ttr too, so an open incident's ttr is a lower bound, never dropped.
+    fault = incident(
+        "i1", "n1", "0", "gpu", onset=iso(10), detected=iso(10), mitigated=iso(11), gpus_out=1
+    )
+    rep = report(tmp_path, capsys, [fault], TWO_GPUS, "--until", iso(30))
+    assert rep["incidents"][0]["ttr_s"] == pytest.approx(20 * H)
+    assert rep["incidents"][0]["gpu_hours_lost"]["capacity"] == pytest.approx(19)
