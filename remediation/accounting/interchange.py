@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,10 @@ from remediation.accounting.model import (
 
 class InterchangeError(ValueError):
     """A line that does not parse; the message starts with ``FILE:LINE:``."""
+
+
+# An RFC 3339 time split at its fractional seconds: (up to the seconds, ".digits", offset).
+_FRACTION = re.compile(r"(.*?[0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]+)?(.*)", re.S)
 
 
 class _Bad(Exception):
@@ -49,13 +55,19 @@ def parse_time(value: Any, key: str) -> float:
             if not math.isfinite(seconds):
                 raise _Bad(f"{key}: time is not finite")
             return seconds
+        # RFC 3339 allows t and z; the fraction is read apart, every digit of it, since
+        # datetime keeps only microseconds and an exported time must read back exactly.
+        text = value.strip().upper()
+        split = _FRACTION.fullmatch(text)
+        head, fraction, tail = split.groups("") if split else (text, "", "")
         try:
-            parsed = datetime.fromisoformat(value.strip().upper())  # RFC 3339 allows t and z
+            parsed = datetime.fromisoformat(head + tail)
         except ValueError:
             raise _Bad(f"{key}: {value!r} is not an RFC 3339 time") from None
         if parsed.tzinfo is None:
             raise _Bad(f"{key}: {value!r} has no UTC offset (RFC 3339 needs one, e.g. Z)")
-        return parsed.timestamp()
+        seconds = parsed.timestamp()
+        return float(Decimal(seconds) + Decimal(f"0{fraction}")) if fraction else seconds
     raise _Bad(f"{key}: expected an RFC 3339 time or epoch seconds, got {value!r}")
 
 

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, TextIO
 
 from remediation.accounting.model import (
@@ -18,11 +20,25 @@ from remediation.accounting.model import (
 
 
 def format_time(t: float | None) -> str | None:
+    """RFC 3339 to the microsecond, for people (the text report's header)."""
     if t is None:
         return None
     text = datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="microseconds")
     text = text.replace(".000000", "")
     return text.replace("+00:00", "Z")
+
+
+def exact_time(t: float | None) -> str | None:
+    """RFC 3339 with as many fractional digits as the float needs to read back as itself
+    (``interchange.parse_time`` reads them all), so that exported lines give the same
+    report: journal times come from ``time.time()`` and have sub-microsecond digits."""
+    if t is None:
+        return None
+    shortest = Decimal(repr(float(t)))  # the shortest decimal that reads back as t
+    whole = math.floor(shortest)
+    digits = str(shortest - whole).partition(".")[2].rstrip("0")
+    text = datetime.fromtimestamp(whole, tz=UTC).isoformat().replace("+00:00", "")
+    return f"{text}.{digits}Z" if digits else f"{text}Z"
 
 
 def incident_line(inc: Incident) -> dict[str, Any]:
@@ -34,10 +50,10 @@ def incident_line(inc: Incident) -> dict[str, Any]:
         "gpu_model": inc.gpu_model,
         "component": inc.component,
         "fault_class": inc.fault_class,
-        "onset": format_time(inc.onset),
-        "detected": format_time(inc.detected),
-        "mitigated": format_time(inc.mitigated),
-        "returned": format_time(inc.returned),
+        "onset": exact_time(inc.onset),
+        "detected": exact_time(inc.detected),
+        "mitigated": exact_time(inc.mitigated),
+        "returned": exact_time(inc.returned),
         "gpus_out": inc.gpus_out,
         "jobs": [_job_line(j) for j in inc.jobs],
     }
@@ -47,14 +63,14 @@ def _job_line(job: JobHit) -> dict[str, Any]:
     line: dict[str, Any] = {
         "job_id": job.job_id,
         "gpus": job.gpus,
-        "interrupted": format_time(job.interrupted),
-        "resumed": format_time(job.resumed),
-        "last_checkpoint": format_time(job.last_checkpoint),
+        "interrupted": exact_time(job.interrupted),
+        "resumed": exact_time(job.resumed),
+        "last_checkpoint": exact_time(job.last_checkpoint),
     }
     if job.start is not None:
-        line["start"] = format_time(job.start)
+        line["start"] = exact_time(job.start)
     if job.end is not None:
-        line["end"] = format_time(job.end)
+        line["end"] = exact_time(job.end)
     return line
 
 
@@ -65,8 +81,8 @@ def exposure_line(row: Exposure) -> dict[str, Any]:
         "node": row.node,
         "gpu": row.gpu,
         "gpu_model": row.gpu_model,
-        "start": format_time(row.start),
-        "end": format_time(row.end),
+        "start": exact_time(row.start),
+        "end": exact_time(row.end),
     }
 
 

@@ -836,3 +836,31 @@ def test_an_incident_not_yet_returned_has_its_ttr_counted_to_the_reports_end(
     rep = report(tmp_path, capsys, [fault], TWO_GPUS, "--until", iso(30))
     assert rep["incidents"][0]["ttr_s"] == pytest.approx(20 * H)
     assert rep["incidents"][0]["gpu_hours_lost"]["capacity"] == pytest.approx(19)
+
+
+def test_times_with_sub_microsecond_digits_survive_export_and_import_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Journal times come from time.time(): 1767261600.1234567 has more digits than
+    # datetime's microseconds, and the report read back must be the same to the last bit.
+    t = epoch(10) + 0.1234567
+    fine = incident(
+        "i1",
+        "n1",
+        "0",
+        "gpu",
+        onset=t,
+        detected=t + 0.3333333,
+        mitigated=t + 1000.7777777,
+        returned=t + 9999.1111111,
+        gpus_out=1,
+        jobs=[job("j1", 2, t, t + 77.77777, t - 1234.56789)],
+    )
+    rows = [exposure("n1/0", "n1", "0", t - 1e5 + 0.123456789, None)]
+    out_inc, out_exp = tmp_path / "x-inc.jsonl", tmp_path / "x-exp.jsonl"
+    flags = ["--export-incidents", str(out_inc), "--export-exposure", str(out_exp)]
+    first = report(tmp_path, capsys, [fine], rows, *flags)
+    argv = ["report", "--format", "json", "--incidents", str(out_inc), "--exposure", str(out_exp)]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out) == first
+    assert json.loads(out_inc.read_text())["onset"].endswith("Z")
