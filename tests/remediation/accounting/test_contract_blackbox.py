@@ -864,3 +864,40 @@ def test_times_with_sub_microsecond_digits_survive_export_and_import_exactly(
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out) == first
     assert json.loads(out_inc.read_text())["onset"].endswith("Z")
+
+
+def test_a_journal_exported_and_imported_gives_the_same_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The remediation service writes the journal on a clock with sub-microsecond digits,
+    # as time.time() has; nothing of the accounting package is used to build it.
+    from remediation.clock import FakeClock
+    from tests.remediation.helpers import alert, service, topology_file
+
+    clock = FakeClock(1_800_000_000.1234567)
+    svc = service(tmp_path, clock=clock, topology=topology_file(tmp_path, 4))
+    for node, starts_at, gpu in [
+        ("gpu-node-001", "2027-01-15T07:58:00.5Z", "3"),
+        ("gpu-node-002", "2027-01-15T09:00:00.25Z", "1"),
+    ]:
+        fired = alert(node=node, starts_at=starts_at, fp=f"fp-{node}", gpu=gpu, xid="79")
+        svc.journal.accept([fired], clock.now())
+        svc.engine.decide(fired)
+        clock.advance(30.0000001)
+        for action in svc.journal.pending_actions():
+            svc.executor.run(action)
+        clock.advance(3600.3333333)
+        assert svc.engine.release(node, True).allow
+        clock.advance(7200)
+    svc.journal.close()
+    db = tmp_path / "state.db"
+    out_inc, out_exp = tmp_path / "x-inc.jsonl", tmp_path / "x-exp.jsonl"
+    capsys.readouterr()
+    argv = ["report", "--format", "json", "--state-db", str(db)]
+    argv += ["--export-incidents", str(out_inc), "--export-exposure", str(out_exp)]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert [i["id"] for i in first["incidents"]] == ["gw-1", "gw-2"]
+    argv = ["report", "--format", "json", "--incidents", str(out_inc), "--exposure", str(out_exp)]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out) == first
