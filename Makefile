@@ -11,7 +11,7 @@ EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 # Two workers: the suite mostly waits on real servers, and the kill -9 soak alone takes
 # minutes; each worker starts its own servers on free ports.
 PYTEST_ARGS ?= -n 2
-APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl prometheus-node-exporter shellcheck victoria-metrics
+APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl prometheus-node-exporter shellcheck victoria-metrics chromium
 
 .PHONY: venv system-deps test lint typecheck unit demo demo-check bench bench-prometheus evaluate dashboards rules dist image-test clean soak mutation
 
@@ -25,7 +25,7 @@ venv: $(BIN)/.installed
 
 # Debian packages for the real-component tests; installed only when root and missing.
 system-deps:
-	@missing=""; for b in prometheus promtool prometheus-alertmanager amtool slurmctld slurmd munged systemd-analyze openssl prometheus-node-exporter shellcheck victoria-metrics; do \
+	@missing=""; for b in prometheus promtool prometheus-alertmanager amtool slurmctld slurmd munged systemd-analyze openssl prometheus-node-exporter shellcheck victoria-metrics chromium; do \
 	  command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from dashboards import fabric, fleet, gpu, node, pipeline, remediation, xid_memory
+from dashboards import fabric, fleet, gpu, node, pipeline, reliability, remediation, xid_memory
 
-MODULES: tuple[ModuleType, ...] = (fleet, node, gpu, fabric, xid_memory, remediation, pipeline)
+MODULES: tuple[ModuleType, ...] = (
+    fleet,
+    node,
+    gpu,
+    fabric,
+    xid_memory,
+    remediation,
+    pipeline,
+    reliability,
+)

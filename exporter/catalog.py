@@ -1120,6 +1120,62 @@ REMEDIATION_ACTION_FAILURES = _m(
     ("action",),
 )
 
+# --------------------------------------------------------------------------- failure accounting
+# Exported by the remediation service, recomputed from its journal (remediation/accounting/
+# metrics.py): the same journal gives the same values after a restart. Over the journal's
+# whole history, up to the scrape; GPU-time in GPU-seconds (divide by 3600 for GPU-hours).
+ACCOUNTING_LOST = _m(
+    "accounting_lost_gpu_seconds",
+    "gauge",
+    "GPU-time lost to failures, by cause (restart, recompute, capacity) and component"
+    " (docs/accounting.md).",
+    ("cause", "component"),
+    "seconds",
+)
+ACCOUNTING_INCIDENTS = _m(
+    "accounting_incidents",
+    "gauge",
+    "Incidents in the journal, by GPU model and component.",
+    ("gpu_model", "component"),
+)
+ACCOUNTING_EXPOSURE = _m(
+    "accounting_exposure_seconds",
+    "gauge",
+    "Unit-time in service (GPU-seconds for gpu, gpu_memory, nvlink; node-seconds for nic,"
+    " host, storage), by GPU model and component.",
+    ("gpu_model", "component"),
+    "seconds",
+)
+ACCOUNTING_MTBF = _m(
+    "accounting_mtbf_seconds",
+    "gauge",
+    "Mean time between failures per GPU model and component; bound: estimate, lower90,"
+    " upper90 (exact chi-squared, time-terminated; absent when undefined).",
+    ("gpu_model", "component", "bound"),
+    "seconds",
+)
+ACCOUNTING_ETTR = _m(
+    "accounting_ettr_ratio",
+    "gauge",
+    "Effective training time ratio of the cluster; weighting: gpu_hour or job_count (absent"
+    " while unknown).",
+    ("weighting",),
+    "ratio",
+)
+ACCOUNTING_UNKNOWN_RECOMPUTE = _m(
+    "accounting_unknown_recompute_incidents",
+    "gauge",
+    "Incidents whose recompute cost is unknown (a job hit had no checkpoint time).",
+    (),
+)
+ACCOUNTING_STAGE = _m(
+    "accounting_stage_seconds",
+    "gauge",
+    "Time to detect, mitigate and repair incidents; stage: ttd, ttm, ttr; stat: median, p90.",
+    ("stage", "stat"),
+    "seconds",
+)
+
 
 def all_metrics() -> Iterator[MetricDef]:
     return iter(_ALL.values())

@@ -21,6 +21,7 @@ SECTIONS = (  # title, name prefixes after catalog.PREFIX
     ("Exporter self-metrics", (_P + "exporter_",)),
     ("Analyzer", (_P + "finding", _P + "analyzer_")),
     ("Remediation", (_P + "remediation_",)),
+    ("Failure accounting (remediation)", (_P + "accounting_",)),
 )
 
 

@@ -26,7 +26,7 @@ UNIT_SUFFIX = {
     "bytes_per_second": "_bytes_per_second",
 }
 METRIC_TOKEN = re.compile(
-    r"\b(?:gpuwarden_(?:gpu|nvlink|infiniband|exporter|finding|analyzer|remediation)\w*"
+    r"\b(?:gpuwarden_(?:gpu|nvlink|infiniband|exporter|finding|analyzer|remediation|accounting)\w*"
     r"|DCGM_FI_\w+)"
 )
 
@@ -98,7 +98,9 @@ def test_each_metric_follows_prometheus_naming_conventions(metric: catalog.Metri
 
 def test_every_exporter_metric_carries_the_node_label() -> None:
     for m in catalog.all_metrics():
-        if not m.name.startswith(("gpuwarden_analyzer", "gpuwarden_remediation", "DCGM_")):
+        if not m.name.startswith(
+            ("gpuwarden_analyzer", "gpuwarden_remediation", "gpuwarden_accounting", "DCGM_")
+        ):
             assert "node" in m.labels, m.name
 
 

@@ -49,7 +49,8 @@ STAND_IN_LABELS = {
 
 # Which stand-in path serves a catalogue metric: by the service that owns it.
 OWNERS = {catalog.PREFIX + "analyzer": "/analyzer", catalog.FINDING.name: "/analyzer",
-          catalog.PREFIX + "remediation": "/remediation"}  # fmt: skip
+          catalog.PREFIX + "remediation": "/remediation",
+          catalog.PREFIX + "accounting": "/remediation"}  # fmt: skip
 
 
 def _owner(name: str) -> str:

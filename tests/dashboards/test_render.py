@@ -17,6 +17,7 @@ EXPECTED_UIDS = {
     "gpuwarden-xid-memory",
     "gpuwarden-remediation",
     "gpuwarden-pipeline",
+    "gpuwarden-reliability",
 }
 
 

@@ -13,7 +13,7 @@ from exporter import catalog
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
 TOKEN = re.compile(
-    r"(?<![\w:])(?:gpuwarden_(?:gpu|nvlink|infiniband|exporter|finding|analyzer|remediation)\w*"
+    r"(?<![\w:])(?:gpuwarden_(?:gpu|nvlink|infiniband|exporter|finding|analyzer|remediation|accounting)\w*"
     r"|DCGM_FI_\w+)"
 )
 KNOWN = catalog.names() | catalog.dcgm_names() | {catalog.DCGM_DRIVER_LABEL}

@@ -1,0 +1,199 @@
+"""The incident ledger from what the system already records: the remediation journal for
+events (incidents, actions, releases) and Prometheus, behind ``Evidence``, for what the
+journal cannot know (onset, GPU model, exposure, the jobs hit and their checkpoints).
+
+Per journal incident (cluster-wide ones, node '', are not a unit's failure and are left out):
+detected = the earliest alert startsAt (else when remediation opened it); onset = the
+earliest evidence in Prometheus (else detected); mitigated = the first disruptive action of
+the incident that finished ``done``; returned = the first allowed release of the node after
+that; gpus_out = the node's GPUs when mitigated. Read-only: the journal is opened ``mode=ro``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from remediation.accounting import outages
+from remediation.accounting.components import component
+from remediation.accounting.model import Exposure, Incident, JobHit, JobRun
+
+DISRUPTIVE = ("cordon", "drain", "requeue", "checkpoint_restart", "reboot")
+ID_PREFIX = "gw-"
+LOOKBACK_S = 30 * 86400.0  # exposure is read from this long before the journal's first event
+
+
+class Evidence(Protocol):
+    """What Prometheus knows that the journal does not (prometheus_evidence.py; a fake in tests)."""
+
+    def onset(self, node: str, gpu: str | None, detected: float) -> float | None: ...
+
+    def gpu_model(self, node: str) -> str | None: ...
+
+    def gpus(self, node: str) -> int | None: ...
+
+    def jobs(self, node: str, gpu: str | None, onset: float, at: float) -> list[JobHit]: ...
+
+    def exposure(self, since: float, until: float) -> list[Exposure]: ...
+
+    def runs(self, since: float, until: float) -> list[JobRun]: ...
+
+
+class NoEvidence:
+    """Without Prometheus: onset = detected, model unknown, no jobs, no exposure."""
+
+    def __init__(self, gpus_per_node: int = 8) -> None:
+        self.gpus_per_node = gpus_per_node
+
+    def onset(self, node: str, gpu: str | None, detected: float) -> float | None:
+        return None
+
+    def gpu_model(self, node: str) -> str | None:
+        return None
+
+    def gpus(self, node: str) -> int | None:
+        return self.gpus_per_node
+
+    def jobs(self, node: str, gpu: str | None, onset: float, at: float) -> list[JobHit]:
+        return []
+
+    def exposure(self, since: float, until: float) -> list[Exposure]:
+        return []
+
+    def runs(self, since: float, until: float) -> list[JobRun]:
+        return []
+
+
+def evidence_for(prometheus: str | None, gpus_per_node: int) -> Evidence:
+    if prometheus is None:
+        return NoEvidence(gpus_per_node)
+    from remediation.accounting.prometheus_evidence import PrometheusEvidence
+
+    return PrometheusEvidence(prometheus, gpus_per_node)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _epoch(starts_at: str | None) -> float | None:
+    if not starts_at:
+        return None
+    try:
+        return datetime.fromisoformat(starts_at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _labels(db: sqlite3.Connection, inc: sqlite3.Row) -> tuple[dict[str, str], float | None]:
+    """The first alert's labels and the earliest startsAt of the incident's alerts."""
+    rows = db.execute(
+        "SELECT a.labels, a.starts_at FROM decisions d JOIN alerts a ON a.key = d.alert_key "
+        "WHERE d.node=? AND d.fault_class=? AND d.at>=? AND d.at<=? ORDER BY d.at",
+        (inc["node"], inc["fault_class"], inc["opened_at"], inc["last_at"]),
+    ).fetchall()
+    labels: dict[str, str] = json.loads(rows[0]["labels"]) if rows else {}
+    starts = [t for t in (_epoch(r["starts_at"]) for r in rows) if t is not None]
+    return labels, min(starts) if starts else None
+
+
+def _mitigated(db: sqlite3.Connection, incident_id: int) -> float | None:
+    marks = ",".join("?" * len(DISRUPTIVE))
+    value = db.execute(
+        f"SELECT MIN(finished_at) FROM actions WHERE incident_id=? AND state='done' "
+        f"AND action IN ({marks})",
+        (incident_id, *DISRUPTIVE),
+    ).fetchone()[0]
+    return None if value is None else float(value)
+
+
+def _returned(db: sqlite3.Connection, node: str, after: float) -> float | None:
+    value = db.execute(
+        "SELECT MIN(at) FROM decisions WHERE node=? AND action='release' AND verdict='allow' "
+        "AND at>=?",
+        (node, after),
+    ).fetchone()[0]
+    return None if value is None else float(value)
+
+
+def _acked(db: sqlite3.Connection, incident_id: int) -> dict[str, float]:
+    """Jobs that acknowledged a checkpoint (remediation/checkpoint.py) before this
+    incident's action moved them: job id -> when the action finished (the ack came before)."""
+    rows = db.execute(
+        "SELECT s.step, a.finished_at FROM steps s JOIN actions a ON a.id = s.action_id "
+        "WHERE a.incident_id=? AND s.step LIKE 'ack:%' AND s.state='done' "
+        "AND a.finished_at IS NOT NULL",
+        (incident_id,),
+    ).fetchall()
+    return {str(r["step"])[4:]: float(r["finished_at"]) for r in rows}
+
+
+def _with_acks(jobs: list[JobHit], acked: dict[str, float]) -> list[JobHit]:
+    """A hit without a checkpoint time takes its ack's: the work since is ~nothing."""
+    out = []
+    for job in jobs:
+        at = acked.get(str(job.job_id))
+        if job.last_checkpoint is None and at is not None:
+            job = dataclasses.replace(job, last_checkpoint=min(at, job.interrupted))
+        out.append(job)
+    return out
+
+
+def _incident(db: sqlite3.Connection, row: sqlite3.Row, evidence: Evidence) -> Incident:
+    labels, starts = _labels(db, row)
+    node, gpu = str(row["node"]), labels.get("gpu") or None
+    detected = (
+        min(float(row["opened_at"]), starts) if starts is not None else float(row["opened_at"])
+    )
+    seen = evidence.onset(node, gpu, detected)
+    onset = detected if seen is None else min(seen, detected)
+    mitigated = _mitigated(db, int(row["id"]))
+    returned = None if mitigated is None else _returned(db, node, mitigated)
+    gpus_out = (evidence.gpus(node) or 0) if mitigated is not None else 0
+    jobs = evidence.jobs(node, gpu, onset, mitigated if mitigated is not None else detected)
+    jobs = _with_acks(jobs, _acked(db, int(row["id"])))
+    return Incident(
+        id=f"{ID_PREFIX}{row['id']}",
+        node=node,
+        gpu=gpu,
+        gpu_model=labels.get("gpu_model")
+        or labels.get("model")
+        or evidence.gpu_model(node)
+        or "unknown",
+        component=component(str(row["fault_class"]), labels),
+        fault_class=str(row["fault_class"]),
+        onset=onset,
+        detected=detected,
+        mitigated=mitigated,
+        returned=returned,
+        gpus_out=gpus_out,
+        jobs=tuple(jobs),
+    )
+
+
+def from_journal(
+    path: str | Path, evidence: Evidence | None = None, now: float = 0.0
+) -> tuple[list[Incident], list[Exposure], list[JobRun]]:
+    """The journal's incidents (oldest first) and Prometheus' exposure and job runs."""
+    evidence = evidence or NoEvidence()
+    db = _connect(Path(path))
+    try:
+        rows = db.execute(
+            "SELECT * FROM incidents WHERE node != '' ORDER BY opened_at, id"
+        ).fetchall()
+        incidents = [_incident(db, row, evidence) for row in rows]
+        first, latest = db.execute("SELECT MIN(at), MAX(at) FROM decisions").fetchone()
+    finally:
+        db.close()
+    times = [t for t in (latest, first) if t is not None] + [i.onset for i in incidents]
+    if not times:
+        return incidents, [], []
+    since, until = min(times) - LOOKBACK_S, max(max(times), now)
+    exposure = outages.in_service(evidence.exposure(since, until), incidents)
+    return incidents, exposure, evidence.runs(since, until)
