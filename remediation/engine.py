@@ -25,6 +25,7 @@ from remediation.journal import Journal
 from remediation.metrics import Metrics
 from remediation.model import DISRUPTIVE, REASON_PREFIX, Alert, Verdict, deny
 from remediation.pager import NoPager, Pager
+from remediation.placement.manager import Event, Placement
 from remediation.policy import Policy
 from remediation.silences import NoSilences, Silences
 
@@ -39,6 +40,7 @@ class Engine:
     silences: Silences = field(default_factory=NoSilences)
     pager: Pager = field(default_factory=NoPager)
     validator: Any = None  # remediation.validation.release.Validator: suites before release
+    placement: Placement | None = None  # soft tiers (avoid); None: avoid is recorded, denied
 
     # ------------------------------------------------------------------ pause / breaker
     @property
@@ -171,10 +173,15 @@ class Engine:
         """Decide one accepted alert; returns the id of the action to execute, if any.
         ``min_occurrence``: climb at least that far (a node failing validation too often).
 
-        One function per kind of alert, tried in this order: storage, resolved, invalid,
-        hold, then a firing alert (redrive, same incident, the ladder's climb)."""
+        One function per kind of alert, tried in this order: storage, resolved (avoid's
+        own), invalid, hold, avoid (a placement tier), then a firing alert (redrive, same
+        incident, the ladder's climb)."""
+        recommended = alert.labels.get("action", "notify")
         if alert.labels.get("fault_class") == storage_mod.STORAGE_CLASS:
             self._storage_alert(alert)  # shared storage: recorded, never a node action
+            return None
+        if alert.status == "resolved" and recommended == "avoid":
+            self._avoid_resolved(alert)
             return None
         if alert.status == "resolved":
             self._resolved(alert)
@@ -183,10 +190,41 @@ class Engine:
         if bad is not None:
             self._invalid(alert, *bad)
             return None
-        if alert.labels.get("action", "notify") == "hold":
+        if recommended == "hold":
             self._hold(alert)
             return None
+        if recommended == "avoid":
+            self._avoid(alert)
+            return None
         return self._firing(alert, alert_started, min_occurrence)
+
+    # ------------------------------------------------------------------ placement (soft)
+    def _avoid(self, alert: Alert) -> None:
+        """De-prefer the node (a placement tier): its own budget; never the drain budgets,
+        the rate limit or the storm breaker; nothing taken out of service."""
+        node, fc = alert.node, alert.labels.get("fault_class", "")
+        rule = self.policy.rule_for(alert.labels)
+        events: list[Event] = []
+        ev: dict[str, Any] = {}
+        if self.placement is None:
+            v = deny("placement", "placement tiers are not configured")
+        elif self.paused:
+            v = deny("paused", "remediation is paused")
+        elif rule is None or "avoid" not in rule.allow:
+            v = deny("policy", "no policy rule allows avoid for these labels")
+        else:
+            v, ev, events = self.placement.avoid(alert)
+        self._record(alert, node, fc, "avoid", v, ev)
+        self._record_events(events)
+
+    def _avoid_resolved(self, alert: Alert) -> None:
+        v = self.placement.resolved(alert) if self.placement is not None else None
+        v = v or Verdict(True, "resolve", "avoid resolved; no placement tier of this alert")
+        self._record(alert, alert.node, alert.labels.get("fault_class", ""), "avoid", v, {})
+
+    def _record_events(self, events: list[Event]) -> None:
+        for e in events:
+            self._record(None, e.node, "", e.action, e.verdict, dict(e.evidence))
 
     def _firing(self, alert: Alert, alert_started: float | None, min_occurrence: int) -> int | None:
         """A valid firing alert: redrive a failed action, fold into an acted incident, or
@@ -414,6 +452,12 @@ class Engine:
         return None
 
     # ------------------------------------------------------------------ release
+    def release_placement(self, node: str, who: str) -> bool:
+        """End the node's placement tier now (an operator's release); True if it had one."""
+        events = self.placement.release(node, who) if self.placement is not None else []
+        self._record_events(events)
+        return bool(events)
+
     def release(self, node: str, manual: bool, who: str = "api") -> Verdict:
         try:
             view = self.backend.node(node)
@@ -477,6 +521,8 @@ class Engine:
         passed (if the policy allows); returns them. Inspection is left only by hand."""
         p, now, released = self.policy, self.clock.now(), []
         self.breaker_open()
+        if self.placement is not None:
+            self._record_events(self.placement.tick())  # expiry, drift repair, restores
         if self.validator is not None:
             self.validator.tick()  # running validations: pass -> release, fail -> escalate
         self.journal.prune_flags(now - 2 * max(p.storm_window_s, p.storm_quiet_s))

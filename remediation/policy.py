@@ -18,6 +18,8 @@ import yaml
 
 from common.settings import SettingsError
 from remediation.model import ACTIONS
+from remediation.placement import config as placement_config
+from remediation.placement.config import PlacementPolicy
 from remediation.storage import FALLBACKS
 from remediation.validation import config as validation_config
 from remediation.validation.config import ValidationPolicy
@@ -89,6 +91,7 @@ class Policy:
     action_retries: int = 3
     retry_backoff_s: float = 30.0
     validation: ValidationPolicy = field(default_factory=ValidationPolicy)
+    placement: PlacementPolicy = field(default_factory=PlacementPolicy)
 
     def rule_for(self, labels: Mapping[str, str]) -> Rule | None:
         return next((r for r in self.rules if r.matches(labels)), None)
@@ -185,6 +188,7 @@ _KNOWN = {
     "incident_window_s",
     "retry",
     "validation",
+    "placement",
 }
 
 
@@ -256,6 +260,7 @@ def parse(data: Mapping[str, Any]) -> Policy:
         action_retries=_int(retry, "max_attempts", 3, "retry", 1),
         retry_backoff_s=_num(retry, "backoff_s", 30.0, "retry"),
         validation=validation_config.parse(data.get("validation")),
+        placement=placement_config.parse(data.get("placement")),
     )
 
 
