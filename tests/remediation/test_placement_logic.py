@@ -9,9 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.settings import SettingsError
-from remediation.placement import budget, config, tiers
+from remediation.placement import budget, config, slurm, tiers
 from remediation.placement import kubernetes as kube
-from remediation.placement import slurm
 from remediation.placement.config import PlacementPolicy
 from remediation.placement.slurm import SlurmNode
 from remediation.placement.tiers import Entry
