@@ -168,6 +168,9 @@ class SlurmPlacement:
             raise BackendError(f"sinfo --json: unreadable output ({e})") from None
         return parse_nodes(data)
 
+    def show_config(self) -> str:
+        return checked(self.runner, ("scontrol", "show", "config"), self.timeout)
+
     def groups(self) -> dict[str, frozenset[str]]:
         groups: dict[str, set[str]] = {}
         for n in self.nodes():

@@ -171,3 +171,20 @@ def test_soft_actions_never_take_capacity_out_never_exceed_budget_and_always_exp
     for c in changes:
         weights[c.node] = c.weight
     assert set(weights.values()) == {1}  # back to neutral: the original weights
+
+
+def test_check_refuses_the_weight_projection_under_topology_tree_unless_allowed() -> None:
+    from remediation.placement import check
+
+    text = "TopologyParam           = (null)\nTopologyPlugin          = topology/tree\n"
+    assert check.topology_plugin(text) == "topology/tree"
+    _, problems = check.slurm_lines("topology/tree", P, live=True)
+    assert problems and "refused" in problems[0]
+    lines, problems = check.slurm_lines(
+        "topology/tree", PlacementPolicy(allow_topology_tree=True), True
+    )
+    assert problems == [] and any("Weight + Extra" in line for line in lines)
+    lines, _ = check.slurm_lines("topology/block", P, live=True)
+    assert any("every node of a degraded block" in line for line in lines)
+    lines, problems = check.slurm_lines("topology/tree", P, live=False)
+    assert problems == [] and any(line.startswith("warning:") for line in lines)

@@ -91,3 +91,12 @@ def test_the_original_weight_returns_on_release_and_at_expiry(
     svc.engine.tick()
     assert (node(sc, "gpu-node-001")["weight"], node(sc, "gpu-node-001")["extra"]) == (1, "")
     assert decisions(svc, "placement_expire")[0]["node"] == "gpu-node-001"
+
+
+def test_check_reads_the_topology_plugin_from_the_real_slurm_config(svc: Service) -> None:
+    from remediation.placement import check
+
+    assert svc.engine.placement is not None
+    lines, problems = check.check(svc.engine.placement.projection, svc.policy.placement, True)
+    assert problems == []
+    assert "placement: Slurm Weight + Extra projection (topology/none)" in lines
