@@ -50,6 +50,10 @@ SIGNALS = (
 )  # fmt: skip
 
 
+def promql_for(signal: str) -> str:
+    return next((s.promql for s in SIGNALS if s.name == signal), "")
+
+
 class MarginalDetector:
     name = "marginal"
 

@@ -50,7 +50,7 @@ def evidence_of(alert: Alert) -> dict[str, Any]:
 
 def _float(v: Any) -> float:
     try:
-        return float(v)
+        return float(str(v).strip().rstrip("%"))
     except (TypeError, ValueError):
         return 0.0
 

@@ -60,3 +60,14 @@ def test_below_the_absolute_floor_nothing_is_marginal_and_small_groups_are_not_j
 def test_the_default_detector_set_includes_the_marginal_detector() -> None:
     assert "marginal" in {d.name for d in default_detectors()}
     assert MarginalDetector().detect(window(healthy(NODES))) == []  # healthy: silent
+
+
+def test_an_avoid_finding_pushed_to_alertmanager_carries_its_evidence() -> None:
+    from analyzer.output import alertmanager_alerts
+
+    d = with_rate(healthy(NODES), 7, RATE)
+    [a] = alertmanager_alerts(MarginalDetector().detect(window(d)), 0.0, 300.0)
+    assert a["labels"]["action"] == "avoid" and a["labels"]["fault_class"] == "marginal"
+    ann = a["annotations"]
+    assert ann["metric"] == "nvlink_errors" and ann["group_size"] == "30"
+    assert ann["promql"].startswith("sum by (node) (rate(" + c.NVLINK_ERRORS.name)
