@@ -198,3 +198,16 @@ def test_drift_is_repaired_and_an_unanswering_slurmctld_is_retried_never_drained
     clock(svc).advance(86400)
     svc.engine.tick()
     assert (fake.weights["gpu-node-004"], fake.extra["gpu-node-004"]) == (1, "")
+
+
+def test_quarantine_placement_prints_one_line_per_tier_with_its_evidence() -> None:
+    from remediation.quarantine_cli import parser, render
+
+    assert parser().parse_args(["placement"]).command == "placement"
+    row = {"node": "gpu-node-004", "gpu": None, "tier": "marginal", "reason": "NVLink errors",
+           "since": 0.0, "until": 86400.0, "evidence": {"metric": "nvlink_errors",
+           "value": 0.03, "peer_percentile": 99.5, "group_size": 20}}  # fmt: skip
+    [line] = render("placement", {"nodes": [row]})
+    assert line.startswith("gpu-node-004") and "marginal" in line
+    assert "nvlink_errors=0.03 p99.5 (of 20)" in line
+    assert render("placement", {"nodes": []}) == ["no node de-preferred"]
