@@ -267,7 +267,7 @@ class Engine:
         node, fc = alert.node, alert.labels.get("fault_class", "")
         occurrence = self.journal.occurrences(node, fc, now - p.recurrence_window_s) + 1
         occurrence = max(occurrence, min_occurrence)
-        action = guards.choose_action(p, alert, occurrence)
+        action = self._reset_rung(alert, guards.choose_action(p, alert, occurrence), now)
         s = self._situation(alert, action, now)
         held_back = self._checkpoint_held_back(s) if action == "checkpoint_restart" else None
         if held_back is not None and p.checkpoint.on_storage_unhealthy == "hold":
@@ -303,6 +303,23 @@ class Engine:
         }
         intent = {"alert_started": alert_started, "incident_id": incident and incident["id"]}
         return self._record(alert, node, fc, action, verdict, evidence, intent, state)
+
+    def _reset_rung(self, alert: Alert, action: str, now: float) -> str:
+        """reboot -> reset_gpu where a GPU reset suffices (the alert's ``reset_suffices``
+        label, from the XID catalogue's resolution), the alert names the GPU and a policy
+        rule allows it; after a reset of this node within the recurrence window the ladder
+        climbs to reboot."""
+        labels = alert.labels
+        if action != "reboot" or labels.get("reset_suffices") != "true":
+            return action
+        rule = self.policy.rule_for(labels)
+        if not labels.get("gpu", "").isdigit() or rule is None or "reset_gpu" not in rule.allow:
+            return action
+        tried = self.journal.scalar(
+            "SELECT COUNT(*) FROM actions WHERE node=? AND action='reset_gpu' AND started_at>=?",
+            (alert.node, now - self.policy.recurrence_window_s),
+        )
+        return action if tried else "reset_gpu"
 
     def _storage_hold(self, alert: Alert, action: str, held_back: str) -> int | None:
         """A checkpoint held back while its storage is unhealthy, and policy says hold."""

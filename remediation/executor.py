@@ -89,6 +89,9 @@ class Executor:
     ) -> None:
         self.journal, self.backend, self.policy = journal, backend, policy
         self.clock, self.paused = clock, paused
+        # runs the reset_gpu job on a node (a validation suite runner: SlurmValidation or
+        # KubernetesValidation); None: reset_gpu falls back to reboot (dry-run: recorded)
+        self.resetter: Any = None
         # set by the worker on SIGTERM: no new side effect, in-flight actions stay resumable
         self.stopping = ""
 
@@ -234,6 +237,10 @@ class Executor:
 
             self._step(a, "mark", mark, None)  # idempotent: repeated after a crash
             return out
+        if act == "reset_gpu":
+            from remediation.gpureset.saga import reset_gpu
+
+            return f"{out}; " + reset_gpu(self, a, node)
         if act == "reboot":
             busy = self.backend.jobs_on(node)  # read fresh: the reboot waits for an idle node
             if busy:  # the worker runs deferred actions again each tick

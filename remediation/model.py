@@ -20,6 +20,7 @@ ACTIONS = (
     "reboot",
     "inspect",
     "avoid",
+    "reset_gpu",  # reset one GPU (the rung before reboot; remediation/gpureset/)
 )
 # Soft actions de-prefer a node (placement tiers) and never take capacity out: no drain
 # budget, rate limit or storm breaker applies to them (remediation/placement/).

@@ -17,6 +17,8 @@ from typing import Any
 import yaml
 
 from common.settings import SettingsError
+from remediation.gpureset import config as reset_config
+from remediation.gpureset.config import ResetPolicy
 from remediation.model import ACTIONS
 from remediation.placement import config as placement_config
 from remediation.placement.config import PlacementPolicy
@@ -92,6 +94,7 @@ class Policy:
     retry_backoff_s: float = 30.0
     validation: ValidationPolicy = field(default_factory=ValidationPolicy)
     placement: PlacementPolicy = field(default_factory=PlacementPolicy)
+    reset_gpu: ResetPolicy = field(default_factory=ResetPolicy)
 
     def rule_for(self, labels: Mapping[str, str]) -> Rule | None:
         return next((r for r in self.rules if r.matches(labels)), None)
@@ -189,6 +192,7 @@ _KNOWN = {
     "retry",
     "validation",
     "placement",
+    "reset_gpu",
 }
 
 
@@ -261,6 +265,7 @@ def parse(data: Mapping[str, Any]) -> Policy:
         retry_backoff_s=_num(retry, "backoff_s", 30.0, "retry"),
         validation=validation_config.parse(data.get("validation")),
         placement=placement_config.parse(data.get("placement")),
+        reset_gpu=reset_config.parse(data.get("reset_gpu")),
     )
 
 

@@ -244,6 +244,10 @@ def build(
         dry_run=pol.dry_run or real is None,
     )
     executor = Executor(journal, chosen, pol, clock.now, lambda: engine.paused)
+    if isinstance(real, SlurmBackend) and not pol.dry_run:  # reset_gpu runs like a suite
+        from remediation.validation.slurm import SlurmValidation
+
+        executor.resetter = SlurmValidation(real.runner, pol.validation.out_dir)
     worker = Worker(engine, executor, s.tick_s)
     return Service(
         s,
