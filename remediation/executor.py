@@ -215,8 +215,33 @@ class Executor:
             return False
         raise Waiting(f"{name}: waiting until {deadline:.0f}")
 
+    def _gpu_only(self, a: dict[str, Any], node: str) -> str | None:
+        """Kubernetes with DRA: a GPU-scoped cordon/drain taints that one device (its pods
+        evicted) instead of the node; None where the node path applies."""
+        if not self.policy.dra_isolation or str(a["action"]) not in ("cordon", "drain"):
+            return None
+        if not hasattr(self.backend, "isolate_gpu"):
+            return None
+        from remediation.gpureset.saga import gpu_of
+
+        gpu = gpu_of(self, a)
+        if gpu is None or self.journal.step_state(int(a["id"]), "take_out") is not None:
+            return None
+        b, reason, effect = self.backend, str(a["reason"]), self.policy.dra_effect
+        self._check(a)
+        out = b.isolate_gpu(node, gpu, reason, effect)  # type: ignore[attr-defined]
+        if out is None:
+            return None
+        self.journal.set_step(int(a["id"]), "isolate_gpu", "done", out)
+        return f"GPU {gpu} only: {out}"
+
     def _plan(self, a: dict[str, Any]) -> str:
         node, act = str(a["node"]), str(a["action"])
+        if self.journal.step_state(int(a["id"]), "isolate_gpu") == "done":
+            return "GPU only: " + self.journal.step_detail(int(a["id"]), "isolate_gpu")
+        gpu_only = self._gpu_only(a, node)
+        if gpu_only is not None:
+            return gpu_only
         out = self._step(
             a,
             "take_out",

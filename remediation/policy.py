@@ -88,6 +88,8 @@ class Policy:
     validate_command: tuple[str, ...] = ()
     checkpoint: Checkpoint = Checkpoint()
     taint_effect: str = "NoSchedule"
+    dra_isolation: bool = False  # Kubernetes: a GPU-scoped cordon/drain taints the device
+    dra_effect: str = "NoSchedule"  # NoExecute only where policy says so
 
     incident_window_s: float = 120.0
     action_retries: int = 3
@@ -224,6 +226,13 @@ def parse(data: Mapping[str, Any]) -> Policy:
         raise SettingsError(
             f"policy kubernetes.taint_effect: NoSchedule or NoExecute, got {effect!r}"
         )
+    dra = kube.get("dra_isolation", False)
+    dra_effect = kube.get("dra_effect", "NoSchedule")
+    if not isinstance(dra, bool) or dra_effect not in ("NoSchedule", "NoExecute"):
+        raise SettingsError(
+            "policy kubernetes.dra_isolation: true or false; kubernetes.dra_effect: "
+            f"NoSchedule or NoExecute, got {dra!r}, {dra_effect!r}"
+        )
     validate = data.get("validate_command") or []
     if not isinstance(validate, list) or not all(isinstance(a, str) for a in validate):
         raise SettingsError("policy validate_command: expected a list of strings (argv)")
@@ -260,6 +269,8 @@ def parse(data: Mapping[str, Any]) -> Policy:
             on_storage_unhealthy=on_storage,
         ),
         taint_effect=effect,
+        dra_isolation=dra,
+        dra_effect=dra_effect,
         incident_window_s=_num(data, "incident_window_s", 120.0, ""),
         action_retries=_int(retry, "max_attempts", 3, "retry", 1),
         retry_backoff_s=_num(retry, "backoff_s", 30.0, "retry"),

@@ -111,6 +111,17 @@ class DraIsolation:
         self.api.delete_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", rule_name(node, gpu))
         return f"DeviceTaintRule {rule_name(node, gpu)} deleted"
 
+    def release_node(self, node: str) -> list[str]:
+        """Delete every rule of ours on the node; the GPUs released."""
+        prefix, out = rule_name(node, ""), []
+        for r in self.active():
+            name = str((r.get("metadata") or {}).get("name", ""))
+            gpu = name.removeprefix(prefix)
+            if name.startswith(prefix) and gpu.isdigit():
+                self.release(node, gpu)
+                out.append(gpu)
+        return out
+
     def active(self) -> list[dict[str, Any]]:
         """Our rules (node/GPU from the name), for the placement listing and reconciliation."""
         return [r for r in self.api.list_custom(GROUP, TAINT_RULES, "devicetaintrules")

@@ -7,7 +7,9 @@ the rule; a node without DRA devices says the node path applies."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import kmock
@@ -16,6 +18,13 @@ import pytest
 from remediation.backends import dra
 from remediation.backends.base import BackendError
 from remediation.backends.kubeapi import OfficialKubeApi
+from remediation.backends.kubernetes import KubernetesBackend
+from remediation.clock import FakeClock
+from remediation.engine import Engine
+from remediation.executor import Executor
+from remediation.journal import Journal
+from remediation.metrics import Metrics
+from tests.remediation.helpers import alert, live_policy
 from tests.remediation.test_kubernetes import node, pod, writes
 
 
@@ -114,3 +123,27 @@ async def test_a_node_without_dra_devices_takes_the_node_path(
     iso = dra.DraIsolation(OfficialKubeApi.from_config(str(emu.url).rstrip("/")))
     with pytest.raises(BackendError, match="node path"):
         await asyncio.to_thread(iso.isolate, "gpu-node-002", "0", "x")
+
+
+async def test_a_gpu_scoped_drain_under_dra_policy_takes_one_gpu_out_and_release_returns_it(
+    emu: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    evicted = evictions(emu)
+    emu.objects[kmock.resource("v1/nodes"), None, "gpu-node-002"] = node("gpu-node-002")
+    b = KubernetesBackend(OfficialKubeApi.from_config(str(emu.url).rstrip("/")))
+    journal, clock = Journal(tmp_path / "s.db"), FakeClock()
+    pol = dataclasses.replace(live_policy(), dra_isolation=True)
+    engine = Engine(journal, b, pol, clock, Metrics())
+    executor = Executor(journal, b, pol, clock.now)
+    fault = alert("gpu-node-001", action="drain", gpu="3")
+    journal.accept([fault], 0)
+    aid = await asyncio.to_thread(engine.decide, fault)
+    assert aid is not None, journal.rows("SELECT guard, reason FROM decisions")
+    [row] = journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
+    state, outcome = await asyncio.to_thread(executor.run, row)
+    assert state == "done" and outcome.startswith("GPU 3 only: gpu-3 tainted NoSchedule")
+    assert evicted == ["infer-3"]
+    assert not [w for w in writes(emu) if "/nodes/" in w[1]]  # no cordon: 7 GPUs serve on
+    v = await asyncio.to_thread(engine.release, "gpu-node-001", True, "alice")
+    assert v.allow and "GPU(s) 3 back in service" in v.reason
+    assert await asyncio.to_thread(b.dra.active) == []
