@@ -24,6 +24,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "run the remediation webhook (= gpuwarden-remediation)",
     ),
     "quarantine": ("remediation.quarantine_cli", "main", "list/show/release/pause/resume/history"),
+    "placement": (
+        "remediation.placement.backtest",
+        "main",
+        "backtest: which nodes the placement tiers would have de-preferred",
+    ),
     "dashboards": ("dashboards.__main__", "main", "render the Grafana dashboards to JSON"),
     "demo": ("gpuwarden.demo", "main", "run the whole stack on a simulated fleet"),
 }
