@@ -75,6 +75,9 @@ class Placement:
         self.journal, self.now, self.metrics, self.fleet = journal, now, metrics, fleet
         self.dry_run = dry_run
         self.skipped: dict[str, str] = {}  # node -> why the projection left it alone
+        # the scheduler showed no tier of ours at the last reconcile and none is wanted: an
+        # idle tick need not read the node table (once after start-up it always does)
+        self.neutral = False
 
     # ------------------------------------------------------------------ decisions
     def avoid(self, alert: Alert) -> tuple[Verdict, dict[str, Any], list[Event]]:
@@ -174,6 +177,8 @@ class Placement:
                 events.append(Event(e.node, "placement_expire", v))
             elif e.firing:
                 self.store.put(tiers.refreshed(e, now), new_episode=False)
+        if self.neutral and not self.store.entries():
+            return events
         return events + self._sync()
 
     # ------------------------------------------------------------------ projection
@@ -186,6 +191,7 @@ class Placement:
             v = deny("scheduler", f"placement projection failed: {err}")
             return [Event("", "placement_error", v)] if not self.dry_run else []
         self.skipped = dict(done.skipped)
+        self.neutral = not wanted and not done.changes
         self.refresh_gauges()
         out = []
         for c in done.changes:

@@ -211,3 +211,22 @@ def test_quarantine_placement_prints_one_line_per_tier_with_its_evidence() -> No
     assert line.startswith("gpu-node-004") and "marginal" in line
     assert "nvlink_errors=0.03 p99.5 (of 20)" in line
     assert render("placement", {"nodes": []}) == ["no node de-preferred"]
+
+
+def test_idle_ticks_read_the_node_table_once_and_then_not_while_nothing_is_de_preferred(
+    tmp_path: Path,
+) -> None:
+    svc = svc_for(tmp_path)
+    fake = WeightSlurm([f"gpu-node-{i:03d}" for i in range(1, 21)])
+    fake.extra["gpu-node-009"] = "gpuwarden:placement tier=marginal base=1 weight=2"
+    fake.weights["gpu-node-009"] = 2  # left by a previous run: restored on the first tick
+    p = svc.engine.placement
+    assert p is not None
+    p.projection, p.dry_run = SlurmPlacement(fake), False
+    svc.engine.tick()
+    assert (fake.weights["gpu-node-009"], fake.extra["gpu-node-009"]) == (1, "")
+    svc.engine.tick()
+    reads = len(fake.calls)
+    for _ in range(5):
+        svc.engine.tick()
+    assert len(fake.calls) == reads
