@@ -98,7 +98,7 @@ class Placement:
             return allow("placement", f"still {e.tier}; evidence refreshed"), ev, self._sync()
         try:
             members, caps = self._members()
-        except (BackendError, OSError) as err:  # soft: not de-preferred is the safe side
+        except Exception as err:  # soft: not de-preferred is the safe side
             return deny("scheduler", f"placement groups unreadable: {err}"), ev, []
         if node not in {m for g in caps if not g.startswith("domain:") for m in members[g]}:
             return deny("placement", f"node {node!r} is in no partition or node pool"), ev, []
@@ -186,9 +186,11 @@ class Placement:
         wanted = {e.node: e.tier for e in self.store.entries()}
         try:
             done: Reconciled = self.projection.reconcile(wanted, self.dry_run)
-        except (BackendError, OSError) as err:  # retried next tick; never a drain
+        except Exception as err:  # any API error (ApiException too): retried, never a drain;
+            # soft actions fail open, and must never stall the tick that releases nodes
             self.metrics.placement_errors.labels(self.projection.name).inc()
-            v = deny("scheduler", f"placement projection failed: {err}")
+            kind = "" if isinstance(err, (BackendError, OSError)) else f"{type(err).__name__}: "
+            v = deny("scheduler", f"placement projection failed: {kind}{err}")
             return [Event("", "placement_error", v)] if not self.dry_run else []
         self.skipped = dict(done.skipped)
         self.neutral = not wanted and not done.changes

@@ -230,3 +230,24 @@ def test_idle_ticks_read_the_node_table_once_and_then_not_while_nothing_is_de_pr
     for _ in range(5):
         svc.engine.tick()
     assert len(fake.calls) == reads
+
+
+def test_a_projection_bug_is_recorded_and_the_tick_goes_on(tmp_path: Path) -> None:
+    svc = svc_for(tmp_path)
+
+    class Broken:
+        name = "kubernetes"
+
+        def groups(self) -> dict[str, frozenset[str]]:
+            return {"cluster": frozenset(f"gpu-node-{i:03d}" for i in range(1, 21))}
+
+        def reconcile(self, wanted: object, dry_run: bool = False) -> object:
+            raise ValueError("ApiException(500)")
+
+    p = svc.engine.placement
+    assert p is not None
+    p.projection, p.dry_run = Broken(), False  # type: ignore[assignment]
+    send(svc, avoid("gpu-node-004"))
+    assert svc.engine.tick() == []  # the tick itself completes
+    errors = decisions(svc, "placement_error")
+    assert errors and "ValueError: ApiException(500)" in errors[-1]["reason"]
