@@ -45,6 +45,7 @@ case "$*" in
       ok) echo "GPU 00000000:3B:00.0 was successfully reset."; exit 0 ;;
       fail) echo "Unable to reset GPU 00000000:3B:00.0: In use by another client"; exit 1 ;;
       hang) sleep 30; exit 0 ;;
+      slow) sleep 6; echo "GPU 00000000:3B:00.0 was successfully reset."; exit 0 ;;
     esac ;;
   *-q*) echo "GPU 00000000:3B:00.0"; echo "    Product Name : NVIDIA H100 80GB HBM3"; exit 0 ;;
 esac
@@ -169,3 +170,55 @@ def test_a_restart_mid_reset_continues_without_submitting_a_second_job(
     assert "reconciled" not in outcome and state in ("done", "failed", "retry", "deferred")
     assert (fake_smi / "calls.log").read_text().count("-r -i 3") == 1  # one reset job only
     assert json.loads(steps(again, aid)["reset_verdict"][1])["why"] == "the reset command timed out"
+
+
+def test_kill_9_of_the_service_mid_reset_reconciles_after_the_restart(
+    clean_slurm: SlurmCluster, readable_dir: Path, fake_smi: Path, tmp_path: Path
+) -> None:
+    """A real process, a real SIGKILL while the reset job runs: the restarted service finds
+    the action at its wait step, concludes it from the job's results, submits nothing twice."""
+    import signal
+    import sqlite3
+
+    from tests.realcomp import free_port, wait_until
+    from tests.remediation.helpers import payload, start_service
+    from tests.remediation.test_crash_checkpoint import action_state, post
+
+    sc, node = clean_slurm, clean_slurm.live[0]
+    (fake_smi / "mode").write_text("slow\n")  # the reset takes 6 s: time to kill mid-reset
+    (tmp_path / "policy.yaml").write_text(
+        POLICY.replace("OUT", str(readable_dir / "runs")).replace("timeout_s: 3", "timeout_s: 30")
+    )
+    env = {**sc.env, "PATH": f"{fake_smi}{os.pathsep}{sc.env['PATH']}"}
+    db = tmp_path / "state.db"
+
+    def step_done(name: str) -> bool:
+        if not db.exists():
+            return False
+        con = sqlite3.connect(db)
+        try:
+            row = con.execute("SELECT state FROM steps WHERE step=?", (name,)).fetchone()
+        finally:
+            con.close()
+        return bool(row and row[0] == "done")
+
+    port = free_port()
+    proc = start_service(tmp_path, port, env, "--backend", "slurm")
+    try:
+        post(port, payload(xid_alert(node)))
+        wait_until(lambda: step_done("reset_start"), 30, 0.1, "reset job submitted")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+        assert not step_done("reset_verdict")  # killed mid-reset
+        proc = start_service(tmp_path, free_port(), env, "--backend", "slurm")
+        wait_until(lambda: action_state(db) in ("done", "failed"), 90, 0.2, "action concluded")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    con = sqlite3.connect(db)
+    state, outcome = con.execute("SELECT state, outcome FROM actions").fetchone()
+    con.close()
+    assert state == "done" and "GPU 3 reset and verified" in outcome, outcome
+    assert (fake_smi / "calls.log").read_text().count("-r -i 3") == 1  # one reset job only
+    assert sc.node_state(node)["reason"] == "gpuwarden: validation gpu reset passed"
+    sc.run("scontrol", "delete", f"ReservationName={reservation_name(node)}", check=False)
