@@ -103,6 +103,13 @@ class Api:
         """Every de-preferred node or GPU, its tier, evidence and expiry (Unix seconds)."""
         p = self.svc.engine.placement
         rows = await asyncio.to_thread(p.listing) if p is not None else []
+        dra = getattr(self.svc.backend, "dra", None)  # GPUs out by DRA device taints
+        if dra is not None:
+            try:
+                rows += await asyncio.to_thread(dra.listing)
+            except Exception as e:  # the listing still answers with what it knows
+                rows.append({"node": "", "gpu": None, "tier": "unknown", "reason": str(e),
+                             "since": None, "until": None, "evidence": {}})  # fmt: skip
         return web.json_response({"nodes": rows})
 
     async def node(self, request: web.Request) -> web.Response:

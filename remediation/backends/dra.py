@@ -23,6 +23,15 @@ TAINT_KEY = "gpuwarden.io/gpu-fault"
 EFFECTS = ("NoSchedule", "NoExecute", "None")
 
 
+def _epoch(ts: Any) -> float | None:
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def rule_name(node: str, gpu: str) -> str:
     return f"gpuwarden-{node}-gpu{gpu}"
 
@@ -120,6 +129,23 @@ class DraIsolation:
             if name.startswith(prefix) and gpu.isdigit():
                 self.release(node, gpu)
                 out.append(gpu)
+        return out
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Our rules as placement rows: node, gpu, tier ``isolated``, reason, since, until
+        (None: held until released), evidence (the rule's selector and effect)."""
+        out = []
+        for r in self.active():
+            meta, spec = r.get("metadata") or {}, r.get("spec") or {}
+            name = str(meta.get("name", "")).removeprefix("gpuwarden-")
+            node, _, gpu = name.rpartition("-gpu")
+            out.append({
+                "node": node, "gpu": gpu, "tier": "isolated",
+                "reason": (meta.get("annotations") or {}).get("gpuwarden.io/reason", ""),
+                "since": _epoch(meta.get("creationTimestamp")), "until": None,
+                "evidence": {"device": spec.get("deviceSelector"),
+                             "effect": (spec.get("taint") or {}).get("effect")},
+            })  # fmt: skip
         return out
 
     def active(self) -> list[dict[str, Any]]:

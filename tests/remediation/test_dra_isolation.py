@@ -147,3 +147,25 @@ async def test_a_gpu_scoped_drain_under_dra_policy_takes_one_gpu_out_and_release
     v = await asyncio.to_thread(engine.release, "gpu-node-001", True, "alice")
     assert v.allow and "GPU(s) 3 back in service" in v.reason
     assert await asyncio.to_thread(b.dra.active) == []
+
+
+async def test_an_isolated_gpu_is_listed_by_the_placement_api(
+    emu: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from remediation.app import build_app
+    from tests.remediation.helpers import AUTH, LIVE_POLICY, service
+
+    b = KubernetesBackend(OfficialKubeApi.from_config(str(emu.url).rstrip("/")))
+    evictions(emu)
+    await asyncio.to_thread(b.dra.isolate, "gpu-node-001", "3", "gpuwarden: xid 79 gpu 3")
+    svc = service(tmp_path, LIVE_POLICY, clock=FakeClock())
+    svc.backend = b
+    async with TestClient(TestServer(build_app(svc))) as client:
+        body = await (await client.get("/api/v1/placement", headers=AUTH)).json()
+    [row] = body["nodes"]
+    assert (row["node"], row["gpu"], row["tier"], row["until"]) == ("gpu-node-001", "3",
+                                                                    "isolated", None)  # fmt: skip
+    assert row["reason"] == "gpuwarden: xid 79 gpu 3"
+    assert row["evidence"]["device"]["device"] == "gpu-3"
