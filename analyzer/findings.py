@@ -35,10 +35,12 @@ KINDS = frozenset(
         "workload_imbalance",
         "node_missing",
         "storage_degraded",
+        "marginal",  # worst 1% of its peers, above a floor: de-prefer (action avoid)
+        "fleet_shift",  # a whole peer group moved at once: one notice, nobody de-preferred
     }
 )
 SEVERITIES = ("critical", "warning", "info")
-ACTIONS = ("notify", "cordon", "drain", "requeue", "checkpoint_restart", "reboot")
+ACTIONS = ("notify", "cordon", "drain", "requeue", "checkpoint_restart", "reboot", "avoid")
 
 # kind -> fault_class label of docs/contracts.md (alert labels, remediation ladders).
 FAULT_CLASS = {
@@ -64,10 +66,12 @@ FAULT_CLASS = {
     "workload_imbalance": "straggler",
     "node_missing": "gpu_lost",
     "storage_degraded": "storage",
+    "marginal": "marginal",
+    "fleet_shift": "marginal",
 }
 # Kinds about shared infrastructure, not a machine: never more than notify (draining nodes
 # for them is wrong), and ``node`` names the scope (``cluster``), not a node.
-NOTIFY_ONLY = frozenset({"workload_imbalance", "storage_degraded"})
+NOTIFY_ONLY = frozenset({"workload_imbalance", "storage_degraded", "fleet_shift"})
 CLUSTER = "cluster"
 
 

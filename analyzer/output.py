@@ -115,6 +115,16 @@ def _iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, tz=dt.UTC).isoformat().replace("+00:00", "Z")
 
 
+def marginal_annotations(f: Finding) -> dict[str, str]:
+    """metric, value, peer percentile, group size and the PromQL of an ``avoid`` finding."""
+    from analyzer.detectors.marginal import promql_for
+
+    out = {k: f"{f.evidence[k]:.6g}" for k in ("value", "peer_percentile", "group_size")
+           if k in f.evidence}  # fmt: skip
+    signal = f.subject.removeprefix("signal=")
+    return {**out, "metric": signal, "promql": promql_for(signal)}
+
+
 def alertmanager_alerts(
     findings: Sequence[Finding], now: float, resolve_after: float, generator_url: str = ""
 ) -> list[dict[str, Any]]:
@@ -144,6 +154,8 @@ def alertmanager_alerts(
             "startsAt": _iso(f.since),
             "endsAt": _iso(now + resolve_after),
         }
+        if f.action == "avoid":  # placement evidence, read by remediation's placement tiers
+            alert["annotations"].update(marginal_annotations(f))
         if generator_url:
             alert["generatorURL"] = generator_url
         out.append(alert)

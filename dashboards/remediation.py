@@ -86,9 +86,34 @@ def build() -> g.Dashboard:
               "[$__range])) > 0 or on() vector(0)", "none"),
         12, 8,
     )  # fmt: skip
+    _placement_row(lay)
     return dashboard(
         "gpuwarden / Remediation", UID,
         "Decisions and actions of the remediation service, its circuit breaker, pause state,"
         " quarantined nodes and webhook inbox.",
         lay, [], ("remediation",),
+    )  # fmt: skip
+
+
+def _placement_row(lay: Layout) -> None:
+    """Placement tiers (soft actions): de-preferred nodes, budget clips, drift repaired."""
+    lay.row("Placement tiers (de-preferred, never drained)")
+    lay.add(
+        ts("De-preferred nodes by tier",
+           [(f"sum by (tier) ({c.REMEDIATION_PLACEMENT_NODES.name})", "{{tier}}")], "none"),
+        8, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Placement budget clips",
+           [(f"sum by (outcome) (increase({c.REMEDIATION_PLACEMENT_BUDGET_CLIPS.name}{RATE}))"
+             " or on() vector(0)", "{{outcome}}")], "none"),
+        8, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Scheduler changes and drift repaired",
+           [(f"sum by (projection, kind) (increase({c.REMEDIATION_PLACEMENT_REPAIRS.name}"
+             f"{RATE})) or on() vector(0)", "{{projection}} {{kind}}"),
+            (f"sum by (projection) (increase({c.REMEDIATION_PLACEMENT_ERRORS.name}{RATE}))"
+             " or on() vector(0)", "{{projection}} unanswered (retried)")], "none"),
+        8, 8,
     )  # fmt: skip

@@ -1175,6 +1175,32 @@ ACCOUNTING_STAGE = _m(
     ("stage", "stat"),
     "seconds",
 )
+# placement tiers (soft actions: de-prefer, never take out; remediation/placement/)
+REMEDIATION_PLACEMENT_NODES = _m(
+    "remediation_placement_nodes",
+    "gauge",
+    "Nodes de-preferred by gpuwarden, by tier (marginal|suspect).",
+    ("tier",),
+)
+REMEDIATION_PLACEMENT_BUDGET_CLIPS = _m(
+    "remediation_placement_budget_clips_total",
+    "counter",
+    "Avoid alerts the placement budget denied or that displaced a lower-scored node, by outcome.",
+    ("outcome",),
+)
+REMEDIATION_PLACEMENT_REPAIRS = _m(
+    "remediation_placement_repairs_total",
+    "counter",
+    "Scheduler changes made to show the placement tiers, by projection and kind "
+    "(apply|repair|restore); repair is drift read back and re-applied.",
+    ("projection", "kind"),
+)
+REMEDIATION_PLACEMENT_ERRORS = _m(
+    "remediation_placement_errors_total",
+    "counter",
+    "Ticks on which the scheduler could not be read or updated for placement (retried).",
+    ("projection",),
+)
 
 
 def all_metrics() -> Iterator[MetricDef]:

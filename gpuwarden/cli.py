@@ -29,6 +29,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "main",
         "what failures cost: MTBF, lemons, GPU-hours lost, ETTR",
     ),
+    "placement": (
+        "remediation.placement.backtest",
+        "main",
+        "backtest: which nodes the placement tiers would have de-preferred",
+    ),
     "dashboards": ("dashboards.__main__", "main", "render the Grafana dashboards to JSON"),
     "demo": ("gpuwarden.demo", "main", "run the whole stack on a simulated fleet"),
 }

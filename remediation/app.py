@@ -99,6 +99,19 @@ class Api:
         status = await asyncio.to_thread(self.svc.status)
         return web.json_response({"nodes": rows, **status})
 
+    async def placement(self, request: web.Request) -> web.Response:
+        """Every de-preferred node or GPU, its tier, evidence and expiry (Unix seconds)."""
+        p = self.svc.engine.placement
+        rows = await asyncio.to_thread(p.listing) if p is not None else []
+        dra = getattr(self.svc.backend, "dra", None)  # GPUs out by DRA device taints
+        if dra is not None:
+            try:
+                rows += await asyncio.to_thread(dra.listing)
+            except Exception as e:  # the listing still answers with what it knows
+                rows.append({"node": "", "gpu": None, "tier": "unknown", "reason": str(e),
+                             "since": None, "until": None, "evidence": {}})  # fmt: skip
+        return web.json_response({"nodes": rows})
+
     async def node(self, request: web.Request) -> web.Response:
         name = request.match_info["node"]
         recs = await asyncio.to_thread(
@@ -181,6 +194,7 @@ def build_app(svc: Service) -> web.Application:
     app.router.add_get("/api/v1/nodes", api.nodes)
     app.router.add_get("/api/v1/nodes/{node}", api.node)
     app.router.add_get("/api/v1/decisions", api.decisions)
+    app.router.add_get("/api/v1/placement", api.placement)
     app.router.add_post("/api/v1/nodes/{node}/release", api.release)
     app.router.add_post("/api/v1/nodes/{node}/validate", api.validate)
     app.router.add_get("/api/v1/validations", api.validations)

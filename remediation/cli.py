@@ -70,6 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from remediation import policy_check, topology
 
         lines, problems = policy_check.check(svc.policy, topology.load(s.topology))
+        if svc.engine.placement is not None and any("avoid" in r.allow for r in svc.policy.rules):
+            from remediation.placement import check as placement_check
+
+            more, stop = placement_check.check(
+                svc.engine.placement.projection, svc.policy.placement, not svc.policy.dry_run
+            )
+            lines, problems = [*lines, *more], [*problems, *stop]
         svc.journal.close()
         print("\n".join([mode, *warnings, *lines, *svc.policy.validation.describe()]))
         for problem in problems:

@@ -25,6 +25,7 @@ from remediation.journal import Journal
 from remediation.metrics import Metrics
 from remediation.model import DISRUPTIVE, REASON_PREFIX, Alert, Verdict, deny
 from remediation.pager import NoPager, Pager
+from remediation.placement.manager import Event, Placement
 from remediation.policy import Policy
 from remediation.silences import NoSilences, Silences
 
@@ -39,6 +40,7 @@ class Engine:
     silences: Silences = field(default_factory=NoSilences)
     pager: Pager = field(default_factory=NoPager)
     validator: Any = None  # remediation.validation.release.Validator: suites before release
+    placement: Placement | None = None  # soft tiers (avoid); None: avoid is recorded, denied
 
     # ------------------------------------------------------------------ pause / breaker
     @property
@@ -169,47 +171,107 @@ class Engine:
         self, alert: Alert, alert_started: float | None = None, min_occurrence: int = 0
     ) -> int | None:
         """Decide one accepted alert; returns the id of the action to execute, if any.
-        ``min_occurrence``: climb at least that far (a node failing validation too often)."""
+        ``min_occurrence``: climb at least that far (a node failing validation too often).
+
+        One function per kind of alert, tried in this order: storage, resolved (avoid's
+        own), invalid, hold, avoid (a placement tier), then a firing alert (redrive, same
+        incident, the ladder's climb)."""
+        recommended = alert.labels.get("action", "notify")
         if alert.labels.get("fault_class") == storage_mod.STORAGE_CLASS:
             self._storage_alert(alert)  # shared storage: recorded, never a node action
+            return None
+        if alert.status == "resolved" and recommended == "avoid":
+            self._avoid_resolved(alert)
             return None
         if alert.status == "resolved":
             self._resolved(alert)
             return None
-        node, fc = alert.node, alert.labels.get("fault_class", "")
         bad = guards.invalid_alert(alert, self.policy)
         if bad is not None:
             self._invalid(alert, *bad)
             return None
-        recommended = alert.labels.get("action", "notify")
         if recommended == "hold":
             self._hold(alert)
             return None
-        p, now = self.policy, self.clock.now()
+        if recommended == "avoid":
+            self._avoid(alert)
+            return None
+        return self._firing(alert, alert_started, min_occurrence)
+
+    # ------------------------------------------------------------------ placement (soft)
+    def _avoid(self, alert: Alert) -> None:
+        """De-prefer the node (a placement tier): its own budget; never the drain budgets,
+        the rate limit or the storm breaker; nothing taken out of service."""
+        node, fc = alert.node, alert.labels.get("fault_class", "")
+        rule = self.policy.rule_for(alert.labels)
+        events: list[Event] = []
+        ev: dict[str, Any] = {}
+        if self.placement is None:
+            v = deny("placement", "placement tiers are not configured")
+        elif self.paused:
+            v = deny("paused", "remediation is paused")
+        elif rule is None or "avoid" not in rule.allow:
+            v = deny("policy", "no policy rule allows avoid for these labels")
+        else:
+            v, ev, events = self.placement.avoid(alert)
+        self._record(alert, node, fc, "avoid", v, ev)
+        self._record_events(events)
+
+    def _avoid_resolved(self, alert: Alert) -> None:
+        v = self.placement.resolved(alert) if self.placement is not None else None
+        v = v or Verdict(True, "resolve", "avoid resolved; no placement tier of this alert")
+        self._record(alert, alert.node, alert.labels.get("fault_class", ""), "avoid", v, {})
+
+    def _record_events(self, events: list[Event]) -> None:
+        for e in events:
+            self._record(None, e.node, "", e.action, e.verdict, dict(e.evidence))
+
+    def _firing(self, alert: Alert, alert_started: float | None, min_occurrence: int) -> int | None:
+        """A valid firing alert: redrive a failed action, fold into an acted incident, or
+        climb the ladder."""
+        node, fc, now = alert.node, alert.labels.get("fault_class", ""), self.clock.now()
         rec = self.journal.node(node) or {}
-        if recommended != "notify" and rec.get("state") == "action_failed":
+        if alert.labels.get("action", "notify") == "notify":
+            return self._climb(alert, rec, now, None, alert_started, min_occurrence)
+        if rec.get("state") == "action_failed":
             redriven = self._redrive(alert, node, fc, rec)
             if redriven is not None:
                 return redriven
-        incident = None
-        if recommended != "notify":
-            incident = self.journal.incident(node, fc, now, p.incident_window_s)
-            if incident["acted"]:
-                v = Verdict(
-                    True,
-                    "incident",
-                    f"same incident #{incident['id']} as an earlier alert, which got "
-                    f"{incident['acted']}; the ladder climbs once per incident",
-                )
-                return self._record(alert, node, fc, "notify", v, {"incident": incident["id"]})
+        incident = self.journal.incident(node, fc, now, self.policy.incident_window_s)
+        if incident["acted"]:
+            return self._same_incident(alert, incident)
+        return self._climb(alert, rec, now, incident, alert_started, min_occurrence)
+
+    def _same_incident(self, alert: Alert, incident: dict[str, Any]) -> int | None:
+        """A second alert of an incident that already got an action: notify only."""
+        v = Verdict(
+            True,
+            "incident",
+            f"same incident #{incident['id']} as an earlier alert, which got "
+            f"{incident['acted']}; the ladder climbs once per incident",
+        )
+        fc = alert.labels.get("fault_class", "")
+        return self._record(alert, alert.node, fc, "notify", v, {"incident": incident["id"]})
+
+    def _climb(
+        self,
+        alert: Alert,
+        rec: dict[str, Any],
+        now: float,
+        incident: dict[str, Any] | None,
+        alert_started: float | None,
+        min_occurrence: int,
+    ) -> int | None:
+        """Pick the ladder's rung, run the guards, record the decision (and its intent)."""
+        p = self.policy
+        node, fc = alert.node, alert.labels.get("fault_class", "")
         occurrence = self.journal.occurrences(node, fc, now - p.recurrence_window_s) + 1
         occurrence = max(occurrence, min_occurrence)
-        action = guards.choose_action(p, alert, occurrence)
+        action = self._reset_rung(alert, guards.choose_action(p, alert, occurrence), now)
         s = self._situation(alert, action, now)
         held_back = self._checkpoint_held_back(s) if action == "checkpoint_restart" else None
         if held_back is not None and p.checkpoint.on_storage_unhealthy == "hold":
-            v = deny("storage", f"{held_back}; no action until it recovers (policy: hold)")
-            return self._record(alert, node, fc, action, v, {"checkpoint_held_back": held_back})
+            return self._storage_hold(alert, action, held_back)
         if held_back is not None:
             action = p.checkpoint.on_storage_unhealthy
             s = dataclasses.replace(s, action=action)
@@ -223,19 +285,7 @@ class Engine:
             why = f"{held_back}; {action} instead (policy checkpoint.on_storage_unhealthy)"
             verdict = dataclasses.replace(verdict, reason=f"{why}; {verdict.reason}")
         probation, flapped = guards.probation_for(p, rec.get("released_at"), now)
-        evidence = {
-            "occurrence": occurrence,
-            "incident": incident["id"] if incident else None,
-            "labels": dict(alert.labels),
-            "flapped": flapped,
-            "node": s.node.__dict__ if s.node else None,
-            "held": len(s.held),
-            "fleet": len(s.fleet),
-            "breaker_open": s.breaker_open,
-            "silenced": s.silenced,
-            "jobs": [j.job_id for j in s.jobs],
-            "recent_actions": s.recent_actions,
-        }
+        evidence = self._evidence(s, occurrence, incident, flapped)
         if held_back is not None:
             evidence["checkpoint_held_back"] = held_back
         if not verdict.allow or action not in DISRUPTIVE:
@@ -253,6 +303,47 @@ class Engine:
         }
         intent = {"alert_started": alert_started, "incident_id": incident and incident["id"]}
         return self._record(alert, node, fc, action, verdict, evidence, intent, state)
+
+    def _reset_rung(self, alert: Alert, action: str, now: float) -> str:
+        """reboot -> reset_gpu where a GPU reset suffices (the alert's ``reset_suffices``
+        label, from the XID catalogue's resolution), the alert names the GPU and a policy
+        rule allows it; after a reset of this node within the recurrence window the ladder
+        climbs to reboot."""
+        labels = alert.labels
+        if action != "reboot" or labels.get("reset_suffices") != "true":
+            return action
+        rule = self.policy.rule_for(labels)
+        if not labels.get("gpu", "").isdigit() or rule is None or "reset_gpu" not in rule.allow:
+            return action
+        tried = self.journal.scalar(
+            "SELECT COUNT(*) FROM actions WHERE node=? AND action='reset_gpu' AND started_at>=?",
+            (alert.node, now - self.policy.recurrence_window_s),
+        )
+        return action if tried else "reset_gpu"
+
+    def _storage_hold(self, alert: Alert, action: str, held_back: str) -> int | None:
+        """A checkpoint held back while its storage is unhealthy, and policy says hold."""
+        v = deny("storage", f"{held_back}; no action until it recovers (policy: hold)")
+        fc = alert.labels.get("fault_class", "")
+        return self._record(alert, alert.node, fc, action, v, {"checkpoint_held_back": held_back})
+
+    @staticmethod
+    def _evidence(
+        s: guards.Situation, occurrence: int, incident: dict[str, Any] | None, flapped: bool
+    ) -> dict[str, Any]:
+        return {
+            "occurrence": occurrence,
+            "incident": incident["id"] if incident else None,
+            "labels": dict(s.alert.labels),
+            "flapped": flapped,
+            "node": s.node.__dict__ if s.node else None,
+            "held": len(s.held),
+            "fleet": len(s.fleet),
+            "breaker_open": s.breaker_open,
+            "silenced": s.silenced,
+            "jobs": [j.job_id for j in s.jobs],
+            "recent_actions": s.recent_actions,
+        }
 
     def _storage_alert(self, alert: Alert) -> None:
         """A checkpoint-storage alert updates StorageHealth (kept in the journal) and is
@@ -378,6 +469,12 @@ class Engine:
         return None
 
     # ------------------------------------------------------------------ release
+    def release_placement(self, node: str, who: str) -> bool:
+        """End the node's placement tier now (an operator's release); True if it had one."""
+        events = self.placement.release(node, who) if self.placement is not None else []
+        self._record_events(events)
+        return bool(events)
+
     def release(self, node: str, manual: bool, who: str = "api") -> Verdict:
         try:
             view = self.backend.node(node)
@@ -441,6 +538,8 @@ class Engine:
         passed (if the policy allows); returns them. Inspection is left only by hand."""
         p, now, released = self.policy, self.clock.now(), []
         self.breaker_open()
+        if self.placement is not None:
+            self._record_events(self.placement.tick())  # expiry, drift repair, restores
         if self.validator is not None:
             self.validator.tick()  # running validations: pass -> release, fail -> escalate
         self.journal.prune_flags(now - 2 * max(p.storm_window_s, p.storm_quiet_s))

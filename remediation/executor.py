@@ -89,6 +89,9 @@ class Executor:
     ) -> None:
         self.journal, self.backend, self.policy = journal, backend, policy
         self.clock, self.paused = clock, paused
+        # runs the reset_gpu job on a node (a validation suite runner: SlurmValidation or
+        # KubernetesValidation); None: reset_gpu falls back to reboot (dry-run: recorded)
+        self.resetter: Any = None
         # set by the worker on SIGTERM: no new side effect, in-flight actions stay resumable
         self.stopping = ""
 
@@ -212,8 +215,33 @@ class Executor:
             return False
         raise Waiting(f"{name}: waiting until {deadline:.0f}")
 
+    def _gpu_only(self, a: dict[str, Any], node: str) -> str | None:
+        """Kubernetes with DRA: a GPU-scoped cordon/drain taints that one device (its pods
+        evicted) instead of the node; None where the node path applies."""
+        if not self.policy.dra_isolation or str(a["action"]) not in ("cordon", "drain"):
+            return None
+        if not hasattr(self.backend, "isolate_gpu"):
+            return None
+        from remediation.gpureset.saga import gpu_of
+
+        gpu = gpu_of(self, a)
+        if gpu is None or self.journal.step_state(int(a["id"]), "take_out") is not None:
+            return None
+        b, reason, effect = self.backend, str(a["reason"]), self.policy.dra_effect
+        self._check(a)
+        out = b.isolate_gpu(node, gpu, reason, effect)  # type: ignore[attr-defined]
+        if out is None:
+            return None
+        self.journal.set_step(int(a["id"]), "isolate_gpu", "done", out)
+        return f"GPU {gpu} only: {out}"
+
     def _plan(self, a: dict[str, Any]) -> str:
         node, act = str(a["node"]), str(a["action"])
+        if self.journal.step_state(int(a["id"]), "isolate_gpu") == "done":
+            return "GPU only: " + self.journal.step_detail(int(a["id"]), "isolate_gpu")
+        gpu_only = self._gpu_only(a, node)
+        if gpu_only is not None:
+            return gpu_only
         out = self._step(
             a,
             "take_out",
@@ -234,6 +262,10 @@ class Executor:
 
             self._step(a, "mark", mark, None)  # idempotent: repeated after a crash
             return out
+        if act == "reset_gpu":
+            from remediation.gpureset.saga import reset_gpu
+
+            return f"{out}; " + reset_gpu(self, a, node)
         if act == "reboot":
             busy = self.backend.jobs_on(node)  # read fresh: the reboot waits for an idle node
             if busy:  # the worker runs deferred actions again each tick

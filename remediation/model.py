@@ -19,9 +19,14 @@ ACTIONS = (
     "checkpoint_restart",
     "reboot",
     "inspect",
+    "avoid",
+    "reset_gpu",  # reset one GPU (the rung before reboot; remediation/gpureset/)
 )
-# Actions that take a node out of service (everything but notify and hold).
-DISRUPTIVE = frozenset(ACTIONS) - {"notify", "hold"}
+# Soft actions de-prefer a node (placement tiers) and never take capacity out: no drain
+# budget, rate limit or storm breaker applies to them (remediation/placement/).
+SOFT = frozenset({"avoid"})
+# Actions that take a node out of service (everything but notify, hold and the soft ones).
+DISRUPTIVE = frozenset(ACTIONS) - {"notify", "hold"} - SOFT
 # Reasons an alert is rejected as invalid (metric label values: a fixed set).
 INVALID_REASONS = ("no_node", "bad_node", "bad_action", "unknown_class", "unknown_node")
 # Guards whose denial is transient: a repeat notification of the same alert is decided again.

@@ -17,7 +17,11 @@ from typing import Any
 import yaml
 
 from common.settings import SettingsError
+from remediation.gpureset import config as reset_config
+from remediation.gpureset.config import ResetPolicy
 from remediation.model import ACTIONS
+from remediation.placement import config as placement_config
+from remediation.placement.config import PlacementPolicy
 from remediation.storage import FALLBACKS
 from remediation.validation import config as validation_config
 from remediation.validation.config import ValidationPolicy
@@ -84,11 +88,15 @@ class Policy:
     validate_command: tuple[str, ...] = ()
     checkpoint: Checkpoint = Checkpoint()
     taint_effect: str = "NoSchedule"
+    dra_isolation: bool = False  # Kubernetes: a GPU-scoped cordon/drain taints the device
+    dra_effect: str = "NoSchedule"  # NoExecute only where policy says so
 
     incident_window_s: float = 120.0
     action_retries: int = 3
     retry_backoff_s: float = 30.0
     validation: ValidationPolicy = field(default_factory=ValidationPolicy)
+    placement: PlacementPolicy = field(default_factory=PlacementPolicy)
+    reset_gpu: ResetPolicy = field(default_factory=ResetPolicy)
 
     def rule_for(self, labels: Mapping[str, str]) -> Rule | None:
         return next((r for r in self.rules if r.matches(labels)), None)
@@ -185,6 +193,8 @@ _KNOWN = {
     "incident_window_s",
     "retry",
     "validation",
+    "placement",
+    "reset_gpu",
 }
 
 
@@ -215,6 +225,13 @@ def parse(data: Mapping[str, Any]) -> Policy:
     if effect not in ("NoSchedule", "NoExecute"):
         raise SettingsError(
             f"policy kubernetes.taint_effect: NoSchedule or NoExecute, got {effect!r}"
+        )
+    dra = kube.get("dra_isolation", False)
+    dra_effect = kube.get("dra_effect", "NoSchedule")
+    if not isinstance(dra, bool) or dra_effect not in ("NoSchedule", "NoExecute"):
+        raise SettingsError(
+            "policy kubernetes.dra_isolation: true or false; kubernetes.dra_effect: "
+            f"NoSchedule or NoExecute, got {dra!r}, {dra_effect!r}"
         )
     validate = data.get("validate_command") or []
     if not isinstance(validate, list) or not all(isinstance(a, str) for a in validate):
@@ -252,10 +269,14 @@ def parse(data: Mapping[str, Any]) -> Policy:
             on_storage_unhealthy=on_storage,
         ),
         taint_effect=effect,
+        dra_isolation=dra,
+        dra_effect=dra_effect,
         incident_window_s=_num(data, "incident_window_s", 120.0, ""),
         action_retries=_int(retry, "max_attempts", 3, "retry", 1),
         retry_backoff_s=_num(retry, "backoff_s", 30.0, "retry"),
         validation=validation_config.parse(data.get("validation")),
+        placement=placement_config.parse(data.get("placement")),
+        reset_gpu=reset_config.parse(data.get("reset_gpu")),
     )
 
 

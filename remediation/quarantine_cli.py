@@ -1,4 +1,4 @@
-"""`gpuwarden quarantine list|show|release|validate|pause|resume|history|breaker reset`.
+"""`gpuwarden quarantine list|show|placement|release|validate|pause|resume|history|breaker reset`.
 
 The operator's CLI.
 
@@ -39,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     val.add_argument("--suite", help="a suite of the policy (default: the node's fault class's)")
     val.add_argument("--no-wait", action="store_true", help="start it and print its id")
     val.add_argument("--wait-s", type=float, default=7200.0, help="how long to wait for it")
+    sub.add_parser("placement", help="nodes (or GPUs) de-preferred by placement tiers")
     sub.add_parser("pause", help="stop acting (decisions are still recorded)")
     sub.add_parser("resume", help="act again")
     brk = sub.add_parser("breaker", help="the storm breaker")
@@ -102,6 +103,16 @@ def _verdict_lines(v: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _placement_line(n: dict[str, Any]) -> str:
+    ev = n.get("evidence") or {}
+    what = f"{ev.get('metric', '-')}={ev.get('value', '-')} p{ev.get('peer_percentile', '-')}"
+    where = n["node"] + (f"/gpu{n['gpu']}" if n.get("gpu") is not None else "")
+    return (
+        f"{where:<20} {n['tier']:<9} since {_when(n['since'])} until {_when(n['until'])} "
+        f"{what} (of {ev.get('group_size', '-')}): {n['reason']}"
+    )
+
+
 def render(command: str, body: Any) -> list[str]:
     if command == "validate":
         return _verdict_lines(body) if "state" in body else [str(body.get("error", body))]
@@ -115,6 +126,8 @@ def render(command: str, body: Any) -> list[str]:
             f"{n['action'] or '-':<18} since {_when(n['since'])}" + _validation(n.get("validation"))
             for n in body["nodes"]
         ]
+    if command == "placement":
+        return [_placement_line(n) for n in body["nodes"]] or ["no node de-preferred"]
     if command == "show":
         node = body["node"] or {}
         return [json.dumps(node, sort_keys=True), *_decision_lines(body["history"])]
@@ -137,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if c == "list":
             status, body = call(args, "GET", "nodes")
+        elif c == "placement":
+            status, body = call(args, "GET", "placement")
         elif c == "show":
             status, body = call(args, "GET", f"nodes/{urllib.parse.quote(args.node)}")
         elif c == "release":

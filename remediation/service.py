@@ -24,6 +24,8 @@ from remediation.executor import Executor
 from remediation.journal import HELD_STATES, Journal
 from remediation.metrics import Metrics
 from remediation.pager import AlertmanagerPager, NoPager
+from remediation.placement.manager import Placement
+from remediation.placement.projection import Projection, RecordOnly
 from remediation.policy import Policy
 from remediation.settings import Settings
 from remediation.silences import AlertmanagerSilences, NoSilences, Silences
@@ -64,6 +66,9 @@ class Service:
                          "reason": f"validation #{vid} runs; the node is released when it "
                          "passes (or ask again once it ended)"}  # fmt: skip
         held = rec is not None and rec["state"] not in ("released", None)
+        if self.engine.release_placement(node, who) and not held:
+            return 200, {"node": node, "released": True, "guard": "manual",
+                         "reason": f"placement tier ended by {who}"}  # fmt: skip
         if (
             vp.manual_release
             and held
@@ -157,6 +162,20 @@ def make_backend(
     raise SettingsError(f"--backend {s.backend}: no such backend")
 
 
+def make_projection(real: Backend | None, chosen: Backend) -> Projection:
+    """Where placement tiers show: Slurm Weight/Extra, Kubernetes taints/labels, or nowhere
+    (recorded only) without a scheduler."""
+    if isinstance(real, SlurmBackend):
+        from remediation.placement.slurm import SlurmPlacement
+
+        return SlurmPlacement(real.runner, real.timeout)
+    if real is not None and real.name == "kubernetes":
+        from remediation.placement.kubernetes import KubePlacement
+
+        return KubePlacement(real.api)  # type: ignore[attr-defined]
+    return RecordOnly(lambda: (n.name for n in chosen.fleet()))
+
+
 def make_suite_runner(pol: Policy, real: Backend | None) -> SuiteRunner | None:
     """Where validation suites run: a Slurm job in our reservation, or a Kubernetes Job
     pinned to the node. None under dry-run (the run is recorded, not made)."""
@@ -217,7 +236,20 @@ def build(
     pager = AlertmanagerPager(s.alertmanager) if s.alertmanager else NoPager()
     engine = Engine(journal, chosen, pol, clock, metrics, silences, pager)
     engine.validator = Validator(engine, suite_runner or make_suite_runner(pol, real))
+    engine.placement = Placement(
+        journal,
+        pol.placement,
+        make_projection(real, chosen),
+        clock.now,
+        metrics,
+        chosen.fleet,
+        dry_run=pol.dry_run or real is None,
+    )
     executor = Executor(journal, chosen, pol, clock.now, lambda: engine.paused)
+    if isinstance(real, SlurmBackend) and not pol.dry_run:  # reset_gpu runs like a suite
+        from remediation.validation.slurm import SlurmValidation
+
+        executor.resetter = SlurmValidation(real.runner, pol.validation.out_dir)
     worker = Worker(engine, executor, s.tick_s)
     return Service(
         s,

@@ -23,6 +23,7 @@ class Detector(Protocol):
 def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]:
     """The full detector set, configured from the analyzer config's ``detectors`` mapping."""
     from analyzer.detectors.infiniband import InfinibandDetector
+    from analyzer.detectors.marginal import MarginalDetector
     from analyzer.detectors.memory import MemoryDetector
     from analyzer.detectors.missing import MissingDetector
     from analyzer.detectors.nvlink import NvlinkDetector
@@ -48,4 +49,5 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
         PeerDetector(**peer_cfg),
         StragglerDetector(),
         StorageDetector.from_config(cfg.get("storage")),
+        MarginalDetector(**dict(cfg.get("marginal") or {})),
     ]

@@ -50,6 +50,13 @@ class KubeApi(Protocol):
         """DELETE a pod (gang restarts only); returns the HTTP status (404: already gone)."""
         ...
 
+    # cluster-scoped custom objects: DRA DeviceTaintRules (one GPU out, not the node)
+    def create_cluster_custom(self, group: str, version: str, plural: str, body: Obj) -> int:
+        """Create a cluster-scoped object; returns the HTTP status (409: it exists)."""
+        ...
+
+    def delete_cluster_custom(self, group: str, version: str, plural: str, name: str) -> None: ...
+
     # batch/v1 Jobs and pod logs: validation suites run as a Job pinned to the node.
     def create_job(self, namespace: str, body: Obj) -> int: ...
 
@@ -170,6 +177,24 @@ class OfficialKubeApi:
         try:
             self._raw(self._custom().delete_namespaced_custom_object, group, version, namespace,
                       plural, name)  # fmt: skip
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def create_cluster_custom(self, group: str, version: str, plural: str, body: Obj) -> int:
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(self._custom().create_cluster_custom_object, group, version, plural, body)
+        except ApiException as e:
+            return int(e.status)
+        return 201
+
+    def delete_cluster_custom(self, group: str, version: str, plural: str, name: str) -> None:
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(self._custom().delete_cluster_custom_object, group, version, plural, name)
         except ApiException as e:
             if e.status != 404:
                 raise

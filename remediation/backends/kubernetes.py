@@ -22,6 +22,7 @@ from typing import Any
 from common import fabric
 from remediation.backends import noderemediation
 from remediation.backends.base import BackendError
+from remediation.backends.dra import DraIsolation
 from remediation.backends.gangs import Gang, gang_of, members, restart_plan
 from remediation.backends.kubeapi import KubeApi, Obj, OfficialKubeApi
 from remediation.checkpoint import ANNOTATION as CHECKPOINT_ANNOTATION
@@ -50,6 +51,7 @@ class KubernetesBackend:
         self.owners: dict[str, str] = {}  # job id -> controller uid, to find its replacement
         self.gangs: dict[str, Gang] = {}  # gang job id -> gang
         self.restarted: dict[str, frozenset[str]] = {}  # gang job id -> member uids we replaced
+        self.dra = DraIsolation(api)  # one GPU out, not the node (policy kubernetes.dra_*)
 
     @classmethod
     def from_config(
@@ -112,10 +114,22 @@ class KubernetesBackend:
         v = self.node(node)
         return v is not None and v.ours
 
+    def isolate_gpu(self, node: str, gpu: str, reason: str, effect: str) -> str | None:
+        """Taint one GPU's DRA device; None where the node has no DRA device for it."""
+        try:
+            return self.dra.isolate(node, gpu, reason, effect)
+        except BackendError as e:
+            if "node path" in str(e):
+                return None
+            raise
+
     def release(self, node: str) -> str:
         view = self.node(node)
         if view is None:
             raise BackendError(f"node {node} not found")
+        gpus = self.dra.release_node(node)
+        if gpus and not view.ours:
+            return f"GPU(s) {', '.join(gpus)} back in service (DeviceTaintRules deleted)"
         if view.out_of_service and not view.ours:
             raise BackendError(f"refusing to uncordon {node}: cordon is not ours ({view.reason})")
         if not view.ours:

@@ -21,6 +21,9 @@ RUNBOOKS = ALERTS / "runbooks.md"
 
 # ARCHITECTURE.md decision 9 and docs/contracts.md.
 ACTIONS = ("notify", "cordon", "drain", "requeue", "checkpoint_restart", "reboot")
+# Soft actions (placement tiers, issue 26): set by a rule by name, never passed through from a
+# finding's action label (the findings selector admits only ACTIONS).
+SOFT_ACTIONS = ("avoid",)
 FAULT_CLASSES = (
     "xid_fatal",
     "xid_application_repeated",
@@ -34,6 +37,7 @@ FAULT_CLASSES = (
     "faulty_machine",
     "switch",
     "storage",
+    "marginal",  # placement tiers (issue 26): de-prefer, never drain
 )
 SEVERITIES = ("critical", "warning", "info")
 # The pipeline's own alerts (exporter or analyzer down) tell remediation "unknown", never

@@ -1,0 +1,155 @@
+"""One GPU out, not the node: Kubernetes Dynamic Resource Allocation device taints
+(KEP-5055). A GPU-scoped fault becomes a ``DeviceTaintRule`` selecting that one device of
+the node's ResourceSlice (driver ``gpu.nvidia.com``, pool = the node, the device whose
+``index`` attribute is the GPU): ``NoSchedule`` keeps new claims off it and gpuwarden evicts
+(Eviction API, PodDisruptionBudgets respected) only the pods whose ResourceClaims hold that
+device; ``NoExecute`` (only where policy says) lets the control plane evict them itself;
+``None`` is the dry-run preview (the rule is visible, nothing changes). The node's other
+GPUs keep serving. Release deletes the rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remediation.backends.base import BackendError
+from remediation.backends.kubeapi import KubeApi, Obj
+
+GROUP = "resource.k8s.io"
+SLICES = "v1"  # ResourceSlice / ResourceClaim (GA in Kubernetes 1.34)
+TAINT_RULES = "v1alpha3"  # DeviceTaintRule (alpha, feature gate DRADeviceTaints)
+DRIVER = "gpu.nvidia.com"
+TAINT_KEY = "gpuwarden.io/gpu-fault"
+EFFECTS = ("NoSchedule", "NoExecute", "None")
+
+
+def _epoch(ts: Any) -> float | None:
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def rule_name(node: str, gpu: str) -> str:
+    return f"gpuwarden-{node}-gpu{gpu}"
+
+
+def _index(device: Obj) -> int | None:
+    attrs = device.get("attributes") or (device.get("basic") or {}).get("attributes") or {}
+    raw = (attrs.get("index") or {}).get("int")
+    return int(raw) if isinstance(raw, int) else None
+
+
+def find_device(slices: list[Obj], node: str, gpu: str, driver: str = DRIVER) -> tuple[str, str]:
+    """(pool, device) of GPU ``gpu`` in the node's ResourceSlices; BackendError if none."""
+    for s in slices:
+        spec = s.get("spec") or {}
+        if spec.get("nodeName") != node or spec.get("driver") != driver:
+            continue
+        for d in spec.get("devices") or []:
+            if _index(d) == int(gpu):
+                return str((spec.get("pool") or {}).get("name", node)), str(d["name"])
+    raise BackendError(f"no DRA device for GPU {gpu} on {node} (driver {driver}): node path")
+
+
+def holders(claims: list[Obj], driver: str, pool: str, device: str) -> list[tuple[str, str]]:
+    """(namespace, pod) of every pod whose ResourceClaim is allocated this device."""
+    out = []
+    for c in claims:
+        st = c.get("status") or {}
+        results = ((st.get("allocation") or {}).get("devices") or {}).get("results") or []
+        if not any((r.get("driver"), r.get("pool"), r.get("device")) == (driver, pool, device)
+                   for r in results):  # fmt: skip
+            continue
+        ns = (c.get("metadata") or {}).get("namespace", "default")
+        out += [(ns, str(r["name"])) for r in st.get("reservedFor") or []
+                if r.get("resource") == "pods"]  # fmt: skip
+    return sorted(set(out))
+
+
+def taint_rule(node: str, gpu: str, pool: str, device: str, effect: str, reason: str,
+               driver: str = DRIVER) -> Obj:  # fmt: skip
+    if effect not in EFFECTS:
+        raise ValueError(f"DeviceTaintRule effect {effect!r}: one of {EFFECTS}")
+    return {
+        "apiVersion": f"{GROUP}/{TAINT_RULES}",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": rule_name(node, gpu), "labels": {"app.kubernetes.io/managed-by":
+                     "gpuwarden"}, "annotations": {"gpuwarden.io/reason": reason[:200]}},
+        "spec": {
+            "deviceSelector": {"driver": driver, "pool": pool, "device": device},
+            "taint": {"key": TAINT_KEY, "value": "true", "effect": effect},
+        },
+    }  # fmt: skip
+
+
+class DraIsolation:
+    def __init__(self, api: KubeApi, driver: str = DRIVER) -> None:
+        self.api, self.driver = api, driver
+
+    def isolate(self, node: str, gpu: str, reason: str, effect: str = "NoSchedule",
+                dry_run: bool = False) -> str:  # fmt: skip
+        """Taint one GPU; evict only its pods (NoSchedule). Dry-run: a None-effect preview."""
+        slices = self.api.list_custom(GROUP, SLICES, "resourceslices")
+        pool, device = find_device(slices, node, gpu, self.driver)
+        effect = "None" if dry_run else effect
+        status = self.api.create_cluster_custom(
+            GROUP, TAINT_RULES, "devicetaintrules",
+            taint_rule(node, gpu, pool, device, effect, reason, self.driver),
+        )  # fmt: skip
+        if status not in (200, 201, 409):
+            raise BackendError(f"DeviceTaintRule for {node} GPU {gpu}: HTTP {status}")
+        pods = holders(self.api.list_custom(GROUP, SLICES, "resourceclaims"), self.driver, pool,
+                       device)  # fmt: skip
+        if effect == "None":
+            return f"preview: {device} tainted with effect None; would evict {len(pods)} pod(s)"
+        if effect == "NoExecute":
+            return f"{device} tainted NoExecute; the control plane evicts {len(pods)} pod(s)"
+        return f"{device} tainted NoSchedule; " + self._evict(pods)
+
+    def _evict(self, pods: list[tuple[str, str]]) -> str:
+        blocked = [f"{ns}/{name}" for ns, name in pods
+                   if self.api.evict(ns, name) not in (200, 201, 404)]  # fmt: skip
+        if blocked:
+            raise BackendError(f"eviction of {', '.join(blocked)} refused (PodDisruptionBudget)")
+        return f"evicted {len(pods)} pod(s) using it: " + ", ".join(f"{n}/{p}" for n, p in pods)
+
+    def release(self, node: str, gpu: str) -> str:
+        self.api.delete_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", rule_name(node, gpu))
+        return f"DeviceTaintRule {rule_name(node, gpu)} deleted"
+
+    def release_node(self, node: str) -> list[str]:
+        """Delete every rule of ours on the node; the GPUs released."""
+        prefix, out = rule_name(node, ""), []
+        for r in self.active():
+            name = str((r.get("metadata") or {}).get("name", ""))
+            gpu = name.removeprefix(prefix)
+            if name.startswith(prefix) and gpu.isdigit():
+                self.release(node, gpu)
+                out.append(gpu)
+        return out
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Our rules as placement rows: node, gpu, tier ``isolated``, reason, since, until
+        (None: held until released), evidence (the rule's selector and effect)."""
+        out = []
+        for r in self.active():
+            meta, spec = r.get("metadata") or {}, r.get("spec") or {}
+            name = str(meta.get("name", "")).removeprefix("gpuwarden-")
+            node, _, gpu = name.rpartition("-gpu")
+            out.append({
+                "node": node, "gpu": gpu, "tier": "isolated",
+                "reason": (meta.get("annotations") or {}).get("gpuwarden.io/reason", ""),
+                "since": _epoch(meta.get("creationTimestamp")), "until": None,
+                "evidence": {"device": spec.get("deviceSelector"),
+                             "effect": (spec.get("taint") or {}).get("effect")},
+            })  # fmt: skip
+        return out
+
+    def active(self) -> list[dict[str, Any]]:
+        """Our rules (node/GPU from the name), for the placement listing and reconciliation."""
+        return [r for r in self.api.list_custom(GROUP, TAINT_RULES, "devicetaintrules")
+                if ((r.get("metadata") or {}).get("labels") or {}).get(
+                    "app.kubernetes.io/managed-by") == "gpuwarden"]  # fmt: skip

@@ -1,0 +1,118 @@
+"""The ``reset_gpu`` action as a saga of persisted steps, driven by the executor's tick.
+
+take_out (the node's drain, done by the executor) -> requeue the jobs on the node (Slurm
+shows no per-GPU allocation to the backend, so every job of the node moves; on Kubernetes
+the same) -> ``reset_start`` (the reset suite submitted in gpuwarden's reservation; its run
+recorded) -> ``reset_done`` (a persisted deadline: no thread waits) -> ``reset_verdict``
+(the evidence journaled) -> ``reset_finish`` (re-drained with the verdict) -> on success the
+node stays quarantined for the normal probation, validation and release; on failure or
+timeout the next rung (``reboot``) in the same action, the reset's evidence in its outcome.
+A restart finds every step where it was: a ``reset_start`` found ``started`` looks for the
+submitted job by name instead of submitting a second one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+
+from remediation.gpureset.job import suite
+from remediation.gpureset.verdict import judge
+from remediation.validation.slurm import ValidationRun, reservation_name
+
+if TYPE_CHECKING:
+    from remediation.executor import Executor
+
+
+def gpu_of(ex: Executor, a: dict[str, Any]) -> str | None:
+    """The GPU index from the deciding alert's labels (kept in the decision's evidence)."""
+    raw = ex.journal.scalar("SELECT evidence FROM decisions WHERE id=?", (a.get("decision_id"),))
+    labels = (json.loads(raw) if raw else {}).get("labels") or {}
+    gpu = str(labels.get("gpu", ""))
+    return gpu if gpu.isdigit() else None
+
+
+def _found(ex: Executor, node: str, run_id: str) -> ValidationRun | None:
+    """After a crash mid-submit: the job already submitted for this node, if any (Slurm)."""
+    runner = getattr(ex.resetter, "runner", None)
+    if runner is None:
+        return None
+    r = runner.run(["squeue", "-h", "-n", f"gpuwarden-validate-{node}", "-o", "%i"])
+    ids = r.stdout.split() if r.rc == 0 else []
+    out = ex.resetter.out_dir / run_id  # type: ignore[union-attr]
+    if not ids and not (out / "0.rc").exists():
+        return None  # never submitted (or nothing ran): submitting is safe
+    # running, or already ended: its results are on disk either way
+    return ValidationRun(node, run_id, ids[0] if ids else "", reservation_name(node), str(out), 2)
+
+
+def reset_gpu(ex: Executor, a: dict[str, Any], node: str) -> str:
+    aid, p = int(a["id"]), ex.policy.reset_gpu
+    notes = [ex._requeue(a, job, node) for job in ex._jobs(a, node)]
+    gpu = gpu_of(ex, a)
+    if ex.backend.name == "dry-run":
+        argv = " ".join(p.argv(p.command, gpu or "?"))
+        return "; ".join([*notes, f"dry-run: would reset GPU {gpu} on {node} ({argv})"])
+    if gpu is None or ex.resetter is None:
+        why = "no GPU index in the alert" if gpu is None else "no way to run a job on the node"
+        return fall_back(ex, a, node, notes, {"why": why})
+    run_id = f"reset-{aid}"
+    if ex.journal.step_state(aid, "reset_start") == "started":
+        found = _found(ex, node, run_id)
+        if found is not None:
+            ex.journal.set_step(aid, "reset_start", "done", json.dumps(dataclasses.asdict(found)))
+
+    def start() -> str:
+        run = ex.resetter.start(node, suite(p, gpu), run_id, str(a["reason"]))  # type: ignore[union-attr]
+        return json.dumps(dataclasses.asdict(run))
+
+    ex._step(a, "reset_start", start, None)
+    run = ValidationRun(**json.loads(ex.journal.step_detail(aid, "reset_start")))
+    got: dict[str, Any] = {}
+
+    def ended() -> bool:
+        got["runs"] = ex.resetter.poll(run)  # type: ignore[union-attr]
+        return got["runs"] is not None
+
+    if ex.journal.step_state(aid, "reset_verdict") != "done":
+        if ex._wait(a, "reset_done", ended, p.deadline_s):
+            runs = got.get("runs") or ex.resetter.poll(run) or []  # type: ignore[union-attr]
+            passed, ev = judge(runs)
+        else:
+            ex.resetter.cancel(run)  # type: ignore[union-attr]
+            passed, ev = False, {"why": f"no result within {p.deadline_s:.0f}s (job cancelled)"}
+        verdict = json.dumps({"passed": passed, "gpu": gpu, **ev}, sort_keys=True)
+        ex._step(a, "reset_verdict", lambda: verdict, None, gated=False)
+    ev = json.loads(ex.journal.step_detail(aid, "reset_verdict"))
+    word = "gpu reset passed" if ev["passed"] else "gpu reset failed"
+
+    def finish() -> str:
+        ex.resetter.finish(run, word)  # type: ignore[union-attr]
+        return f"re-drained: {word}"
+
+    ex._step(a, "reset_finish", finish, None, gated=False)
+    if ev["passed"]:
+        return "; ".join([*notes, f"GPU {gpu} reset and verified: {ev['why']}; validation and "
+                          "release follow through probation"])  # fmt: skip
+    return fall_back(ex, a, node, notes, ev)
+
+
+def fall_back(ex: Executor, a: dict[str, Any], node: str, notes: list[str],
+              ev: dict[str, Any]) -> str:  # fmt: skip
+    """The next rung (reboot) in the same action; deferred while the node is busy."""
+    from remediation.backends.base import BackendError
+    from remediation.executor import Deferred
+
+    head = f"GPU reset failed: {ev.get('why')}; fell back to reboot"
+    ex._step(a, "fallback", lambda: head, None, gated=False)  # the evidence, before the reboot
+    if ex.journal.step_state(int(a["id"]), "reboot") != "done":
+        busy = ex.backend.jobs_on(node)
+        if busy:
+            raise Deferred(f"{head}; reboot deferred: node busy ({len(busy)} jobs)")
+    try:
+        out = ex._step(a, "reboot", lambda: ex.backend.reboot(node, f"{a['reason']} (reset failed)"),
+                       None)  # fmt: skip
+    except BackendError as e:  # retried by the executor; the outcome keeps the reset's evidence
+        raise BackendError(f"{head}; reboot: {e}") from e
+    return "; ".join([*notes, f"{head}: {out}"])
