@@ -93,7 +93,8 @@ class XidInfo:
         XID-level fields apply then). A whole-name match wins over a half-name one."""
         rows = [r for r in self.subcodes if r.error_status == error_status and r.index == index]
         exact = [r for r in rows if r.unit == unit]
-        return (exact or [r for r in rows if r.names(unit)] or [None])[0]
+        named = exact or [r for r in rows if r.names(unit)]
+        return named[0] if named else None
 
 
 @dataclass(frozen=True)
