@@ -674,6 +674,14 @@ GPU_MIG_XID_ERRORS = _m(
     " is counted in its parent GPU's gpuwarden_gpu_xid_errors_total too.",
     (*GPU, "gpu_instance", "compute_instance", "xid"),
 )
+GPU_XID_NVLINK5_ERRORS = _m(
+    "gpu_xid_nvlink5_errors_total",
+    "counter",
+    "NVLink5 XIDs (144-150) per decoded line: the unit the driver names, the error status and the"
+    " sub-code (bits 20-25 of intrinfo) that NVIDIA's decode table keys on; each is counted in"
+    " gpuwarden_gpu_xid_errors_total too.",
+    (*GPU, "xid", "unit", "error_status", "subcode"),
+)
 GPU_POD_INFO = _m(
     "gpu_kubernetes_pod_info",
     "gauge",

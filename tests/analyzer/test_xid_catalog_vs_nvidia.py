@@ -163,3 +163,16 @@ def test_the_module_api_answers_nvidia_s_resolution_and_reset_suffices() -> None
     assert xidcat.resolution(145, "RLW_REMAP", 0x40).immediate == "RESET_GPU"
     assert xidcat.reset_suffices(144, "SAW_MVB", 0x4) is False
     assert xidcat.resolution(9999) == xidcat.Resolution()
+
+
+def test_every_recorded_nvlink5_line_decodes_to_a_catalogue_row() -> None:
+    from exporter.sources.xid_lines import nvlink5_detail, parse_xid, strip_envelope
+
+    cat = xidcat.load_catalog()
+    for line in (ROOT / "fixtures/xid/nvlink5_xid.log").read_text().splitlines():
+        event = parse_xid(strip_envelope(line))
+        assert event is not None
+        d = nvlink5_detail(event.xid, event.text)
+        assert d is not None
+        row = cat.get(event.xid).subcode(d.unit, d.error_status, d.subcode)
+        assert row is not None, line
