@@ -35,6 +35,9 @@ KINDS = frozenset(
         "workload_imbalance",
         "node_missing",
         "storage_degraded",
+        "power_brake",
+        "facility_power_brake",
+        "fabric_degraded",
     }
 )
 SEVERITIES = ("critical", "warning", "info")
@@ -64,10 +67,13 @@ FAULT_CLASS = {
     "workload_imbalance": "straggler",
     "node_missing": "gpu_lost",
     "storage_degraded": "storage",
+    "power_brake": "thermal",  # a clock slowdown, as throttling
+    "facility_power_brake": "thermal",
+    "fabric_degraded": "nvlink",
 }
 # Kinds about shared infrastructure, not a machine: never more than notify (draining nodes
 # for them is wrong), and ``node`` names the scope (``cluster``), not a node.
-NOTIFY_ONLY = frozenset({"workload_imbalance", "storage_degraded"})
+NOTIFY_ONLY = frozenset({"workload_imbalance", "storage_degraded", "facility_power_brake"})
 CLUSTER = "cluster"
 
 
@@ -140,4 +146,8 @@ def subject_labels(subject: str) -> dict[str, str]:
         return {"job_id": value}
     if kind == "mount":
         return {"mount": value}
+    if kind == "rack":
+        return {"rack": value}
+    if kind == "nvlink_domain":
+        return {"nvlink_domain": value}
     return {}

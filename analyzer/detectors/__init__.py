@@ -28,6 +28,7 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
     from analyzer.detectors.nvlink import NvlinkDetector
     from analyzer.detectors.pcie import PcieDetector
     from analyzer.detectors.peer import PeerDetector
+    from analyzer.detectors.power_brake import PowerBrakeDetector
     from analyzer.detectors.storage import StorageDetector
     from analyzer.detectors.straggler import StragglerDetector
     from analyzer.detectors.throttling import ThrottlingDetector
@@ -45,6 +46,7 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
         InfinibandDetector(expected_rate=cfg.get("ib_expected_rate_bytes")),
         PcieDetector(),
         ThrottlingDetector(),
+        PowerBrakeDetector(),
         PeerDetector(**peer_cfg),
         StragglerDetector(),
         StorageDetector.from_config(cfg.get("storage")),
