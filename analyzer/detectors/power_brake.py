@@ -18,6 +18,7 @@ One 288-node GB200 cluster had 9 nodes held this way for 36 hours unnoticed.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -64,18 +65,11 @@ class PowerBrakeDetector:
             if len(braked) < self.rack_fraction * len(reporting):
                 continue
             racked[braked] = True
-            positions = sorted({int(g) for n in braked for g in np.flatnonzero(held[n])})
-            out.append(
-                Finding(
-                    rack, f"rack={rack}", "facility_power_brake", "critical", "notify",
-                    self.name, len(braked) / len(reporting),
-                    float(np.nanmin([since[n][held[n]].min() for n in braked])),
-                    ev(nodes=len(reporting), braked=len(braked),
-                       gpus=int(held[braked].sum()), positions=len(positions)),
-                    "hardware power brake held on most of this rack: the facility's power,"
-                    " not the machines",
-                )  # fmt: skip
-            )
+            positions = {int(g) for n in braked for g in np.flatnonzero(held[n])}
+            start = float(np.nanmin([since[n][held[n]].min() for n in braked]))
+            evidence = ev(nodes=len(reporting), braked=len(braked),
+                          gpus=int(held[braked].sum()), positions=len(positions))  # fmt: skip
+            out.append(self._rack(rack, len(braked) / len(reporting), start, evidence))
         mask = held & ~racked[:, None]
 
         def make(node: str, subj: str, s: float, ix: tuple[int, ...]) -> Finding:
@@ -84,6 +78,22 @@ class PowerBrakeDetector:
                            "clocks held by the hardware power brake (not the power cap)")  # fmt: skip
 
         return out + mask_findings(window, mask, since, gpu_subject, make)
+
+    def _rack(
+        self, rack: str, share: float, since: float, evidence: Mapping[str, float]
+    ) -> Finding:
+        return Finding(
+            rack,
+            f"rack={rack}",
+            "facility_power_brake",
+            "critical",
+            "notify",
+            self.name,
+            share,
+            since,
+            evidence,
+            "hardware power brake held on most of this rack: the facility's power, not the machines",
+        )
 
 
 def _racks(w: Window) -> dict[str, list[int]]:

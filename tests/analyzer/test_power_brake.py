@@ -60,7 +60,12 @@ def test_a_rack_wide_brake_is_one_facility_finding_that_only_notifies() -> None:
     rack = [f for f in found if f.kind == "facility_power_brake"]
     assert len(rack) == 1
     (f,) = rack
-    assert (f.node, f.subject, f.action, f.severity) == ("rack-b", "rack=rack-b", "notify", "critical")
+    assert (f.node, f.subject, f.action, f.severity) == (
+        "rack-b",
+        "rack=rack-b",
+        "notify",
+        "critical",
+    )
     assert f.evidence["braked"] == 3 and f.evidence["gpus"] == 12 and f.evidence["positions"] == 4
     # no per-GPU finding for the rack's nodes; the lone brake on rack-a stays its own
     assert kinds([x for x in found if x.kind == "power_brake"]) == [
@@ -76,7 +81,9 @@ def test_an_nvl72_rack_is_its_nvlink_domain_when_no_rack_is_named() -> None:
     assert (f.kind, f.node) == ("facility_power_brake", "clique-7")
 
 
-def test_the_software_power_cap_is_not_a_brake_and_the_throttling_detector_leaves_brakes_alone() -> None:
+def test_the_software_power_cap_is_not_a_brake_and_the_throttling_detector_leaves_brakes_alone() -> (
+    None
+):
     assert PowerBrakeDetector().detect(window({}, cap=True)) == []
     w = window({(n, g): T for n in range(6) for g in range(GPUS)})
     assert ThrottlingDetector().detect(w) == []  # no per-GPU cordons for a facility brake
