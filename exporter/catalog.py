@@ -693,6 +693,15 @@ GPU_FABRIC_INFO = _m(
     " manager); status: the NVML return of that registration (success, or why it failed).",
     (*GPU, "state", "status", "cluster_uuid", "clique_id"),
 )
+# The checks of gpu_fabric_health, in the order the analyzer's arrays index them (last axis).
+FABRIC_HEALTH_CHECKS = (
+    "degraded_bandwidth",
+    "route_recovery",
+    "route_unhealthy",
+    "access_timeout_recovery",
+    "incorrect_configuration",
+    "gfm_disconnected",
+)
 GPU_FABRIC_HEALTH = _m(
     "gpu_fabric_health",
     "gauge",

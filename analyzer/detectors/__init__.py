@@ -22,6 +22,7 @@ class Detector(Protocol):
 
 def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]:
     """The full detector set, configured from the analyzer config's ``detectors`` mapping."""
+    from analyzer.detectors.fabric import FabricDetector
     from analyzer.detectors.infiniband import InfinibandDetector
     from analyzer.detectors.memory import MemoryDetector
     from analyzer.detectors.missing import MissingDetector
@@ -43,6 +44,7 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
         MissingDetector(),
         MemoryDetector(),
         NvlinkDetector(),
+        FabricDetector(),
         InfinibandDetector(expected_rate=cfg.get("ib_expected_rate_bytes")),
         PcieDetector(),
         ThrottlingDetector(),
