@@ -1,0 +1,131 @@
+"""GB200 NVL72 racks for the simulator: 18 compute trays x 4 GPUs in one NVLink domain.
+
+Each tray is a :class:`~simulator.nvml_fake.FakeNvml` of four GB200 GPUs (NVLink5, 18 links
+each) whose fabric info names the rack's cluster UUID and clique id, plus the tray's systemd
+units (:class:`~exporter.sources.systemd_units.FakeUnits`: IMEX runs on the trays; Fabric
+Manager does not, on GB200 it runs on the NVLink switch trays: gpud's product table,
+pkg/nvidia/product/capabilities.go). A tray is served by the exporter's own collectors
+(:func:`tray_collectors`), so what the simulator shows is what the real exporter would render.
+
+Faults (:class:`Nvl72Rack` methods) change the fakes as the hardware would show them:
+``route_unhealthy`` (one GPU's fabric route), ``switch_tray_down`` (every GPU of the rack
+loses bandwidth: a switch tray carries one ninth of every GPU's links), ``fabric_manager_stopped``
+(the global fabric manager unreachable: every GPU's GFM bit set, registration restarting),
+``imex_unhealthy`` (the IMEX unit failed on some trays) and ``power_brake`` (the rack's power
+brake asserted: clocks-event reason 0x80 on every GPU).
+
+Shapes not recorded on real hardware (no GB200 was lent to this work): GPU name and memory are
+NVIDIA's GB200 datasheet values as NVML would spell them; PCI domains 0x0008/0x0009/0x0018/
+0x0019 follow the addresses in gpud's GB200 log examples (``PCI:0018:01:00``).
+
+Not yet wired into ``gpuwarden simulate --skus gb200-nvl72:N``: the fleet simulator's frame has
+8 GPUs per node (simulator.topology.GPUS); this module is the tray-level model that wiring
+will use.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from dataclasses import dataclass, field
+
+import pynvml
+
+from exporter.catalog import Sample
+from exporter.collectors.fabric_services import SERVICES, FabricServicesCollector
+from exporter.collectors.gpu import GpuCollector
+from exporter.sources.systemd_units import FakeUnits
+from simulator.nvml_fake import FakeFabric, FakeGpuState, FakeNvml, fabric_mask
+
+TRAYS, GPUS_PER_TRAY, LINKS = 18, 4, 18
+PCI_DOMAINS = ("0008", "0009", "0018", "0019")
+HW_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown  # 0x80
+IMEX = SERVICES["imex"]
+
+
+def gb200(index: int, node: str, cluster: str, clique: int) -> FakeGpuState:
+    """One idle GB200 GPU of a compute tray, registered in its rack's NVLink domain."""
+    gpu = FakeGpuState.h100(index, node)
+    gpu.uuid = "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpuwarden/nvl72/{node}/{index}"))
+    gpu.name = "NVIDIA GB200"
+    gpu.pci_bus_id = f"0000{PCI_DOMAINS[index]}:01:00.0"
+    gpu.power_limit_mw, gpu.memory_total = 1_200_000, 198_642_237_440
+    gpu.nvlink_state = [1] * LINKS
+    gpu.nvlink_tx_bytes, gpu.nvlink_rx_bytes = [0] * LINKS, [0] * LINKS
+    gpu.fabric = FakeFabric(cluster_uuid=cluster, clique_id=clique, health_mask=fabric_mask())
+    return gpu
+
+
+@dataclass
+class Tray:
+    node: str
+    nvml: FakeNvml
+    units: FakeUnits = field(default_factory=FakeUnits)
+
+
+@dataclass
+class Nvl72Rack:
+    """One NVL72 rack: its trays, cluster UUID and clique id (its NVLink domain)."""
+
+    name: str
+    cluster_uuid: str
+    clique_id: int
+    trays: list[Tray]
+
+    @classmethod
+    def build(cls, rack: int, prefix: str = "gb200") -> Nvl72Rack:
+        cluster = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpuwarden/nvl72/cluster/{rack}"))
+        clique = 32766 - rack  # any id; unique per rack within the cluster
+        trays = []
+        for t in range(TRAYS):
+            node = f"{prefix}-r{rack + 1:02d}-t{t + 1:02d}"
+            gpus = [gb200(g, node, cluster, clique) for g in range(GPUS_PER_TRAY)]
+            tray = Tray(node, FakeNvml(gpus, driver_version="570.133.20"))
+            tray.units.set(IMEX, "active", "running")
+            trays.append(tray)
+        return cls(f"nvl72-{rack + 1:02d}", cluster, clique, trays)
+
+    @property
+    def domain(self) -> str:
+        """As common.fabric.fabric_domain and GFD's nvidia.com/gpu.clique spell it."""
+        return f"{self.cluster_uuid}.{self.clique_id}"
+
+    def gpus(self) -> list[FakeGpuState]:
+        return [g for t in self.trays for g in t.nvml.gpus]
+
+    # ------------------------------------------------------------------ faults
+    def route_unhealthy(self, tray: int, gpu: int) -> None:
+        fab = self.trays[tray].nvml.gpus[gpu].fabric
+        assert fab is not None
+        fab.health_mask = fabric_mask(ROUTE_UNHEALTHY=1)
+
+    def switch_tray_down(self) -> None:
+        for g in self.gpus():
+            assert g.fabric is not None
+            g.fabric.health_mask = fabric_mask(DEGRADED_BW=1)
+            g.nvlink_state = [0 if link % 9 == 0 else 1 for link in range(LINKS)]
+
+    def fabric_manager_stopped(self) -> None:
+        for g in self.gpus():
+            assert g.fabric is not None
+            g.fabric.health_mask = fabric_mask(GFM_STATE=2)
+
+    def imex_unhealthy(self, trays: range | list[int]) -> None:
+        for t in trays:
+            self.trays[t].units.set(IMEX, "failed", "failed", restarts=5)
+
+    def power_brake(self) -> None:
+        for g in self.gpus():
+            g.throttle_reasons |= HW_POWER_BRAKE
+
+
+def tray_collectors(tray: Tray) -> tuple[GpuCollector, FabricServicesCollector]:
+    return GpuCollector(tray.nvml, tray.node), FabricServicesCollector(tray.units, tray.node)
+
+
+def scrape(rack: Nvl72Rack) -> list[Sample]:
+    """One collection of every tray of the rack through the exporter's collectors."""
+    out: list[Sample] = []
+    for tray in rack.trays:
+        for col in tray_collectors(tray):
+            out += col.collect()
+    return out
