@@ -18,9 +18,11 @@ Shapes not recorded on real hardware (no GB200 was lent to this work): GPU name 
 NVIDIA's GB200 datasheet values as NVML would spell them; PCI domains 0x0008/0x0009/0x0018/
 0x0019 follow the addresses in gpud's GB200 log examples (``PCI:0018:01:00``).
 
-Not yet wired into ``gpuwarden simulate --skus gb200-nvl72:N``: the fleet simulator's frame has
-8 GPUs per node (simulator.topology.GPUS); this module is the tray-level model that wiring
-will use.
+``gpuwarden simulate --skus gb200-nvl72:N`` lays N racks of 18 trays out (simulator.cli.racks);
+each tray serves 4 of the frame's 8 GPU columns (simulator.topology.GPUS), with its rack's
+cluster UUID and clique id (:func:`attach`) and IMEX. The fleet's fault kinds reach these
+nodes as any other's (a rack-wide brake: ``power_throttle`` with ``brake: true`` on each tray);
+the fabric faults above act on the tray model, not yet on the fleet's frame.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from exporter.sources.systemd_units import FakeUnits
 from simulator.nvml_fake import FakeFabric, FakeGpuState, FakeNvml, fabric_mask
 
 TRAYS, GPUS_PER_TRAY, LINKS = 18, 4, 18
+SKU = "gb200-nvl72"  # simulator.model.SKUS key
+GPUS_PER_NODE = {SKU: GPUS_PER_TRAY}  # SKUs whose nodes have fewer GPUs than the frame's 8
 PCI_DOMAINS = ("0008", "0009", "0018", "0019")
 HW_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown  # 0x80
 IMEX = SERVICES["imex"]
@@ -73,8 +77,7 @@ class Nvl72Rack:
 
     @classmethod
     def build(cls, rack: int, prefix: str = "gb200") -> Nvl72Rack:
-        cluster = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpuwarden/nvl72/cluster/{rack}"))
-        clique = 32766 - rack  # any id; unique per rack within the cluster
+        cluster, clique = domain(rack)  # any clique id; unique per rack within the cluster
         trays = []
         for t in range(TRAYS):
             node = f"{prefix}-r{rack + 1:02d}-t{t + 1:02d}"
@@ -116,6 +119,37 @@ class Nvl72Rack:
     def power_brake(self) -> None:
         for g in self.gpus():
             g.throttle_reasons |= HW_POWER_BRAKE
+
+
+def rack_of(skus: tuple[str, ...] | list[str], i: int) -> int | None:
+    """The NVL72 rack (0, 1, ...) of fleet node ``i``: the fleet's GB200 nodes, in order, 18 to
+    a rack (``--skus gb200-nvl72:N`` lays them out so); None for other SKUs."""
+    if skus[i] != SKU:
+        return None
+    return sum(1 for s in skus[:i] if s == SKU) // TRAYS
+
+
+def domain(rack: int) -> tuple[str, int]:
+    """(cluster UUID, clique id) of NVL72 rack ``rack``, as :meth:`Nvl72Rack.build` gives it."""
+    return str(
+        uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpuwarden/nvl72/cluster/{rack}")
+    ), 32766 - rack
+
+
+def attach(nvml: FakeNvml, skus: tuple[str, ...] | list[str], i: int) -> FakeUnits | None:
+    """Give fleet node ``i``'s GPUs its rack's NVLink domain; the tray's systemd units (IMEX
+    active) for the exporter's fabric-services collector, or None for a node that is not a
+    GB200 tray."""
+    rack = rack_of(skus, i)
+    if rack is None:
+        return None
+    cluster, clique = domain(rack)
+    for g in nvml.gpus:
+        if g.fabric is not None:
+            g.fabric.cluster_uuid, g.fabric.clique_id = cluster, clique
+    units = FakeUnits()
+    units.set(IMEX, "active", "running")
+    return units
 
 
 def tray_collectors(tray: Tray) -> tuple[GpuCollector, FabricServicesCollector]:

@@ -837,9 +837,16 @@ def hgx_node(model: str = "h100", seed: str = "", gpus: int = 8, **kw: Any) -> F
     return FakeNvml([factory(i, seed) for i in range(gpus)], **kw)
 
 
+def _gb200(index: int, seed: str = "") -> FakeGpuState:
+    from simulator.nvl72 import gb200  # the tray model owns the GB200 shape
+
+    return gb200(index, seed, cluster="", clique=0)  # the node view sets the rack's domain
+
+
 FACTORIES = {
     "h100": FakeGpuState.h100,
     "h200": FakeGpuState.h200,
     "a100": FakeGpuState.a100,
     "l40s": FakeGpuState.l40s,
+    "gb200-nvl72": _gb200,
 }  # the simulator's SKUs (simulator.model.SKUS), by key

@@ -23,6 +23,7 @@ from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.jobs import JobsCollector
 from exporter.collectors.steps import StepsCollector
 from exporter.collectors.storage import StorageCollector
+from simulator import nvl72
 from simulator.faults import Fault, FaultError
 from simulator.fleet import Fleet
 from simulator.node_view import NodeView
@@ -133,7 +134,8 @@ class Simulator:
 
     def _serve(self, node: str, i: int) -> _Served:
         view = NodeView(node, i, self.fleet.sku_of[i])
-        cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg)
+        units = nvl72.attach(view.nvml, self.fleet.sku_of, i)  # NVL72 trays: domain, IMEX
+        cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg, fabric_units=units)
         gpu = next(x for x in cols if isinstance(x, GpuCollector))
         cols.append(JobsCollector(view.jobs, gpu.identities, node))  # the prolog's job map
         if "steps" in self.fleet.signals:  # the training side's published step times
