@@ -21,13 +21,14 @@ NVIDIA's GB200 datasheet values as NVML would spell them; PCI domains 0x0008/0x0
 ``gpuwarden simulate --skus gb200-nvl72:N`` lays N racks of 18 trays out (simulator.cli.racks);
 each tray serves 4 of the frame's 8 GPU columns (simulator.topology.GPUS), with its rack's
 cluster UUID and clique id (:func:`attach`) and IMEX. The fleet's fault kinds reach these
-nodes as any other's (a rack-wide brake: ``power_throttle`` with ``brake: true`` on each tray);
-the fabric faults above act on the tray model, not yet on the fleet's frame.
+nodes as any other's, and the fabric kinds of :mod:`simulator.faults.fabric` (``POST /inject``)
+are applied to a served tray's fakes by :func:`apply_faults`.
 """
 
 from __future__ import annotations
 
 import uuid as uuidlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pynvml
@@ -36,6 +37,8 @@ from exporter.catalog import Sample
 from exporter.collectors.fabric_services import SERVICES, FabricServicesCollector
 from exporter.collectors.gpu import GpuCollector
 from exporter.sources.systemd_units import FakeUnits
+from simulator.faults import fabric as fabric_faults
+from simulator.faults.base import Fault
 from simulator.nvml_fake import FakeFabric, FakeGpuState, FakeNvml, fabric_mask
 
 TRAYS, GPUS_PER_TRAY, LINKS = 18, 4, 18
@@ -44,6 +47,10 @@ GPUS_PER_NODE = {SKU: GPUS_PER_TRAY}  # SKUs whose nodes have fewer GPUs than th
 PCI_DOMAINS = ("0008", "0009", "0018", "0019")
 HW_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown  # 0x80
 IMEX = SERVICES["imex"]
+FABRIC_KINDS = frozenset(
+    {fabric_faults.ROUTE, fabric_faults.SWITCH_TRAY, fabric_faults.FABRIC_MANAGER,
+     fabric_faults.IMEX, fabric_faults.POWER_BRAKE}
+)  # fmt: skip
 
 
 def gb200(index: int, node: str, cluster: str, clique: int) -> FakeGpuState:
@@ -121,7 +128,7 @@ class Nvl72Rack:
             g.throttle_reasons |= HW_POWER_BRAKE
 
 
-def rack_of(skus: tuple[str, ...] | list[str], i: int) -> int | None:
+def rack_of(skus: Sequence[str], i: int) -> int | None:
     """The NVL72 rack (0, 1, ...) of fleet node ``i``: the fleet's GB200 nodes, in order, 18 to
     a rack (``--skus gb200-nvl72:N`` lays them out so); None for other SKUs."""
     if skus[i] != SKU:
@@ -136,7 +143,7 @@ def domain(rack: int) -> tuple[str, int]:
     ), 32766 - rack
 
 
-def attach(nvml: FakeNvml, skus: tuple[str, ...] | list[str], i: int) -> FakeUnits | None:
+def attach(nvml: FakeNvml, skus: Sequence[str], i: int) -> FakeUnits | None:
     """Give fleet node ``i``'s GPUs its rack's NVLink domain; the tray's systemd units (IMEX
     active) for the exporter's fabric-services collector, or None for a node that is not a
     GB200 tray."""
@@ -150,6 +157,52 @@ def attach(nvml: FakeNvml, skus: tuple[str, ...] | list[str], i: int) -> FakeUni
     units = FakeUnits()
     units.set(IMEX, "active", "running")
     return units
+
+
+def apply_faults(
+    nvml: FakeNvml,
+    units: FakeUnits | None,
+    faults: list[Fault],
+    skus: Sequence[str],
+    i: int,
+    t: float,
+) -> None:
+    """Fleet node ``i``'s fakes as the fabric faults active at ``t`` leave them (after the
+    node view copied the frame in): simulator.faults.fabric. A node that is no GB200 tray is
+    left alone."""
+    rack = rack_of(skus, i)
+    if rack is None:
+        return
+    bw, gfm = 2, 1  # degraded bandwidth FALSE, global fabric manager CONNECTED
+    route: set[int] = set()
+    imex_failed = brake = False
+    for f in faults:
+        if f.kind not in FABRIC_KINDS or not f.state_at(t) or not f.nodes:
+            continue
+        here, same_rack = f.nodes[0] == i, rack_of(skus, f.nodes[0]) == rack
+        if f.kind == fabric_faults.ROUTE and here:
+            route.add(f.gpu)
+        elif f.kind == fabric_faults.SWITCH_TRAY and same_rack:
+            bw = 1  # TRUE
+        elif f.kind == fabric_faults.FABRIC_MANAGER and same_rack:
+            gfm = 2  # DISCONNECTED
+        elif f.kind == fabric_faults.IMEX and here:
+            imex_failed = True
+        elif f.kind == fabric_faults.POWER_BRAKE and same_rack:
+            brake = True
+    for g, gpu in enumerate(nvml.gpus):
+        if gpu.fabric is not None:
+            unhealthy = 1 if g in route else 2  # ROUTE_UNHEALTHY TRUE / FALSE
+            gpu.fabric.health_mask = fabric_mask(
+                DEGRADED_BW=bw, GFM_STATE=gfm, ROUTE_UNHEALTHY=unhealthy
+            )
+        if brake:
+            gpu.throttle_reasons |= HW_POWER_BRAKE
+    if units is not None:
+        if imex_failed:
+            units.set(IMEX, "failed", "failed", restarts=5)
+        else:
+            units.set(IMEX, "active", "running")
 
 
 def tray_collectors(tray: Tray) -> tuple[GpuCollector, FabricServicesCollector]:

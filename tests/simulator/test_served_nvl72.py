@@ -9,6 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import catalog as c
 from simulator import nvl72
 from simulator.cli import SimulateSettings, make_simulator
+from simulator.simulator import Simulator
+from tests.simulator.test_server import Clock
 
 
 def samples(body: bytes, name: str) -> list[tuple[dict[str, str], float]]:
@@ -53,3 +55,32 @@ def test_a_rack_of_the_other_skus_still_has_eight_gpus_and_no_imex() -> None:
     assert len(_info(body)) == 8
     assert samples(body, c.FABRIC_SERVICE_UP.name) == []
     assert nvl72.rack_of(sim.fleet.sku_of, 2) == 0 and nvl72.rack_of(sim.fleet.sku_of, 0) is None
+
+
+def _health(body: bytes, check: str) -> list[float]:
+    return [v for labels, v in samples(body, c.GPU_FABRIC_HEALTH.name) if labels["check"] == check]
+
+
+def test_injected_fabric_faults_reach_the_served_trays_of_their_rack_only() -> None:
+    clock = Clock()
+    sim = Simulator(make_simulator(NVL72).fleet, clock=clock, wall=lambda: 1.8e9)
+    nodes = sim.fleet.nodes
+    sim.inject({"node": nodes[3], "kind": "nvlink_switch_tray_down"})  # rack 0
+    sim.inject({"node": nodes[20], "kind": "fabric_route_unhealthy", "target": "gpu2"})  # rack 1
+    sim.inject({"node": nodes[21], "kind": "imex_unhealthy"})
+    sim.inject({"node": nodes[30], "kind": "rack_power_brake"})  # rack 1
+    clock.t += 5.0  # past the faults' onset (one tick ahead)
+    rack0, other0 = sim.metrics(nodes[0]), sim.metrics(nodes[17])
+    assert (
+        _health(rack0, "degraded_bandwidth") == [1.0] * 4 == _health(other0, "degraded_bandwidth")
+    )
+    tray20 = sim.metrics(nodes[20])
+    assert _health(tray20, "route_unhealthy") == [0.0, 0.0, 1.0, 0.0]
+    assert _health(tray20, "degraded_bandwidth") == [0.0] * 4  # the other rack's switch
+    (imex,) = samples(sim.metrics(nodes[21]), c.FABRIC_SERVICE_UP.name)
+    assert imex[0]["state"] == "failed" and imex[1] == 0
+    brake = [v for labels, v in samples(sim.metrics(nodes[18]), c.GPU_THROTTLE.name)
+             if labels["reason"] == "hw_power_brake_slowdown"]  # fmt: skip
+    assert brake == [1.0] * 4
+    assert not [v for labels, v in samples(rack0, c.GPU_THROTTLE.name)
+                if labels["reason"] == "hw_power_brake_slowdown" and v]  # fmt: skip
