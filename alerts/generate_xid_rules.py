@@ -13,6 +13,14 @@ A site that overrides XIDs for the analyzer (``xid_overrides`` in its config) ge
 rules from the same file, so the alerts and the analyzer recommend the same action.
 
 tests/alerts/test_xid_generation.py fails when the committed file drifts from the catalogue.
+
+Every XID alert carries two labels from the catalogue for remediation, which never reads the
+catalogue itself: ``reset_suffices`` ("true" where NVIDIA's immediate resolution is a GPU
+reset, so the GPU-reset rung may try a reset before a reboot) and ``nvidia_resolution``
+(NVIDIA's immediate resolution, e.g. RESET_GPU, RESTART_BM; "none" where NVIDIA gives none).
+NVLink5 XIDs (144-150) whose line decodes to one of NVIDIA's rows alert as ``GpuXidNvlink5``
+with that row's severity, action and labels (plus ``unit``, ``error_status``, ``subcode``),
+and not through the per-XID rules; a line that decodes to no row alerts per XID as before.
 """
 
 from __future__ import annotations
@@ -27,7 +35,12 @@ from typing import Any
 import yaml
 
 from analyzer.xidcat import load_catalog
-from exporter.catalog import GPU_ALLOCATION_INFO, GPU_XID_ERRORS, XID_STATE_RESTORED
+from exporter.catalog import (
+    GPU_ALLOCATION_INFO,
+    GPU_XID_ERRORS,
+    GPU_XID_NVLINK5_ERRORS,
+    XID_STATE_RESTORED,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT / "analyzer" / "xid_catalog.yaml"
@@ -89,6 +102,7 @@ def site_overrides(path: Path) -> dict[Any, Any]:
 TOTAL = "gpuwarden:gpu_xid_errors_total:without_target"
 MEMORY = "1d"  # how far back a (node, GPU, XID) that reappears is remembered
 ALLOCATION = GPU_ALLOCATION_INFO.name
+NVL5_NAME = GPU_XID_NVLINK5_ERRORS.name
 
 
 def increase_record(window: str) -> str:
@@ -181,25 +195,153 @@ def runbook(alert: str) -> str:
     return RUNBOOK_BASE + alert.lower()
 
 
-def fatal_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One alert name per XID class with critical XIDs; one rule per (class, action)."""
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for xid, e in cat.items():
-        if e["severity"] == "critical":
-            groups[(e["class"], e["action"])].append(xid)
+def resolution_labels(e: dict[str, Any]) -> dict[str, str]:
+    """What remediation needs from the catalogue, as alert labels (it never reads the file)."""
+    immediate = str((e.get("nvidia") or {}).get("immediate") or "none")
+    return {
+        "reset_suffices": "true" if e.get("reset_suffices") else "false",
+        "nvidia_resolution": immediate,
+    }
+
+
+def _key(e: dict[str, Any]) -> tuple[str, str]:
+    labels = resolution_labels(e)
+    return labels["reset_suffices"], labels["nvidia_resolution"]
+
+
+NVL5_TOTAL = "gpuwarden:gpu_xid_nvlink_unit_errors_total:without_target"
+
+
+def nvl5_increase_record(window: str) -> str:
+    return f"gpuwarden:gpu_xid_nvlink_unit_errors:increase{window}"
+
+
+def nvl5_decoded_record(window: str) -> str:
+    return f"gpuwarden:gpu_xid_nvlink_unit_decoded:increase{window}"
+
+
+def nvl5_increase_expr(window: str) -> str:
+    """New decoded NVLink5 lines per (node, GPU, XID, unit, status, sub-code) in the window,
+    with a ``row`` label ``<xid>:<unit>:<error status>:<sub-code>`` that the rules below match
+    with one regex (one selector per rule: a chain of selectors costs each evaluation dearly).
+
+    The exporter does not carry these counts over a restart, so a series back after a gap or
+    seen for the first time holds only new events: its value (as case 4 of increase_expr).
+    """
+    t = NVL5_TOTAL
+    return (
+        f"label_join(\n  increase({t}[{window}]) and {t} offset {window}\n  or {t},\n"
+        '  "row", ":", "xid", "unit", "error_status", "subcode"\n)'
+    )
+
+
+def _unit_regex(unit: str) -> str:
+    names = [unit, *unit.split("/")] if "/" in unit else [unit]
+    return "|".join(dict.fromkeys(names))
+
+
+def row_regex(rows_by_xid: dict[int, list[dict[str, Any]]]) -> str:
+    """A regex on the ``row`` label matching exactly these decode rows: per (XID, unit) the
+    statuses and sub-codes as alternatives where their cross product is the rows (NVIDIA's
+    table varies one or the other per unit), else per (XID, unit, sub-code)."""
+    parts = []
+    for xid, rows in sorted(rows_by_xid.items()):
+        by: dict[str, set[tuple[str, int]]] = defaultdict(set)
+        for r in rows:
+            by[str(r["unit"])].add((str(r["error_status"]), int(r.get("index", 0))))
+        for unit, keys in sorted(by.items()):
+            statuses = sorted({k[0] for k in keys})
+            indexes = sorted({k[1] for k in keys})
+            if len(statuses) * len(indexes) == len(keys):
+                groups = [(statuses, indexes)]
+            else:
+                groups = [(sorted(st for st, i in keys if i == idx), [idx]) for idx in indexes]
+            parts += [
+                f"{xid}:(?:{_unit_regex(unit)}):(?:{'|'.join(st)}):(?:{'|'.join(map(str, ix))})"
+                for st, ix in groups
+            ]
+    return "|".join(parts)
+
+
+def nvl5_selector(rows_by_xid: dict[int, list[dict[str, Any]]]) -> str:
+    return f'{nvl5_increase_record(FATAL_WINDOW)}{{row=~"{row_regex(rows_by_xid)}"}}'
+
+
+def decoded_expr(cat: dict[int, dict[str, Any]]) -> str:
+    """Decoded lines that match one of NVIDIA's rows (the per-XID rules leave them out)."""
+    return nvl5_selector({x: e["subcodes"] for x, e in cat.items() if e.get("subcodes")})
+
+
+def _undecoded(expr: str, cat: dict[int, dict[str, Any]]) -> str:
+    if not any(e.get("subcodes") for e in cat.values()):
+        return expr
+    return f"({expr})\nunless on (node, gpu, xid) {nvl5_decoded_record(FATAL_WINDOW)} > 0"
+
+
+def nvlink5_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``GpuXidNvlink5`` rule per (severity, action, resolution) over the decode rows that
+    alert (rows of severity info are counted, and keep the per-XID rule quiet, but page no one)."""
+    groups: dict[tuple[str, str, str, str], dict[int, list[dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for xid, e in sorted(cat.items()):
+        for r in e.get("subcodes") or []:
+            if r["severity"] in ("critical", "warning"):
+                groups[(r["severity"], r["action"], *_key(r))][xid].append(r)
+    alert = "GpuXidNvlink5"
     rules = []
-    for (cls, action), xids in sorted(groups.items()):
-        alert = f"GpuXidFatal{cls.capitalize()}"
+    for (severity, action, reset, resolution), rows in sorted(groups.items()):
         rules.append(
             {
                 "alert": alert,
-                "expr": f'{increase_record(FATAL_WINDOW)}{{xid=~"{xid_regex(xids)}"}} > 0',
+                "expr": f"{nvl5_selector(rows)} > 0",
+                "keep_firing_for": KEEP_FIRING,
+                "labels": {
+                    "severity": severity,
+                    "action": action,
+                    "fault_class": "xid_fatal",
+                    "xid_class": "link",
+                    "reset_suffices": reset,
+                    "nvidia_resolution": resolution,
+                },
+                "annotations": {
+                    "summary": "NVLink5 XID {{ $labels.xid }} {{ $labels.unit }} on"
+                    " {{ $labels.node }} GPU {{ $labels.gpu }}",
+                    "description": "XID {{ $labels.xid }} (NVLink5 unit {{ $labels.unit }},"
+                    " error status {{ $labels.error_status }}, sub-code {{ $labels.subcode }})"
+                    ' was logged {{ printf "%.0f" $value }} time(s) in the last '
+                    f"{FATAL_WINDOW} on {{{{ $labels.node }}}} GPU {{{{ $labels.gpu }}}}."
+                    f" NVIDIA's resolution for this decode row: {resolution}. Recommended"
+                    f" action: {action}.",
+                    "runbook_url": runbook(alert),
+                },
+            }
+        )
+    return rules
+
+
+def fatal_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One alert name per XID class with critical XIDs; one rule per (class, action)."""
+    groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
+    for xid, e in cat.items():
+        if e["severity"] == "critical":
+            groups[(e["class"], e["action"], *_key(e))].append(xid)
+    rules = []
+    for (cls, action, reset, resolution), xids in sorted(groups.items()):
+        alert = f"GpuXidFatal{cls.capitalize()}"
+        expr = f'{increase_record(FATAL_WINDOW)}{{xid=~"{xid_regex(xids)}"}} > 0'
+        rules.append(
+            {
+                "alert": alert,
+                "expr": _undecoded(expr, {x: cat[x] for x in xids}),
                 "keep_firing_for": KEEP_FIRING,
                 "labels": {
                     "severity": "critical",
                     "action": action,
                     "fault_class": "xid_fatal",
                     "xid_class": cls,
+                    "reset_suffices": reset,
+                    "nvidia_resolution": resolution,
                 },
                 "annotations": {
                     "summary": f"Fatal {cls} XID {{{{ $labels.xid }}}} on {{{{ $labels.node }}}}"
@@ -218,17 +360,26 @@ def fatal_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
 
 def warning_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     """XIDs of severity warning: one alert name, one rule per recommended action."""
-    groups: dict[str, list[int]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     for xid, e in cat.items():
         if e["severity"] == "warning":
-            groups[e["action"]].append(xid)
+            groups[(e["action"], *_key(e))].append(xid)
     alert = "GpuXidError"
     return [
         {
             "alert": alert,
-            "expr": f'{increase_record(FATAL_WINDOW)}{{xid=~"{xid_regex(xids)}"}} > 0',
+            "expr": _undecoded(
+                f'{increase_record(FATAL_WINDOW)}{{xid=~"{xid_regex(xids)}"}} > 0',
+                {x: cat[x] for x in xids},
+            ),
             "keep_firing_for": KEEP_FIRING,
-            "labels": {"severity": "warning", "action": action, "fault_class": "xid_fatal"},
+            "labels": {
+                "severity": "warning",
+                "action": action,
+                "fault_class": "xid_fatal",
+                "reset_suffices": reset,
+                "nvidia_resolution": resolution,
+            },
             "annotations": {
                 "summary": "XID {{ $labels.xid }} on {{ $labels.node }} GPU {{ $labels.gpu }}",
                 "description": f"XID {{{{ $labels.xid }}}} ({meaning_template(cat, xids)})"
@@ -238,7 +389,7 @@ def warning_rules(cat: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
                 "runbook_url": runbook(alert),
             },
         }
-        for action, xids in sorted(groups.items())
+        for (action, reset, resolution), xids in sorted(groups.items())
     ]
 
 
@@ -300,7 +451,16 @@ def document(cat: dict[int, dict[str, Any]]) -> dict[str, Any]:
     recording += [
         {"record": incidents_record(w), "expr": incidents_expr(w)} for w in repeat_windows(cat)
     ]
-    alerting = fatal_rules(cat) + warning_rules(cat) + repeat_rules(cat)
+    if any(e.get("subcodes") for e in cat.values()):
+        recording += [
+            {"record": NVL5_TOTAL, "expr": f"max without (instance, pod) ({NVL5_NAME})"},
+            {
+                "record": nvl5_increase_record(FATAL_WINDOW),
+                "expr": nvl5_increase_expr(FATAL_WINDOW),
+            },
+            {"record": nvl5_decoded_record(FATAL_WINDOW), "expr": decoded_expr(cat)},
+        ]
+    alerting = fatal_rules(cat) + warning_rules(cat) + nvlink5_rules(cat) + repeat_rules(cat)
     return {
         "groups": [
             {"name": "gpuwarden-xid-recording", "rules": recording},

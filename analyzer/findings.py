@@ -37,6 +37,9 @@ KINDS = frozenset(
         "storage_degraded",
         "marginal",  # worst 1% of its peers, above a floor: de-prefer (action avoid)
         "fleet_shift",  # a whole peer group moved at once: one notice, nobody de-preferred
+        "power_brake",
+        "facility_power_brake",
+        "fabric_degraded",
     }
 )
 SEVERITIES = ("critical", "warning", "info")
@@ -68,10 +71,15 @@ FAULT_CLASS = {
     "storage_degraded": "storage",
     "marginal": "marginal",
     "fleet_shift": "marginal",
+    "power_brake": "thermal",  # a clock slowdown, as throttling
+    "facility_power_brake": "thermal",
+    "fabric_degraded": "nvlink",
 }
 # Kinds about shared infrastructure, not a machine: never more than notify (draining nodes
 # for them is wrong), and ``node`` names the scope (``cluster``), not a node.
-NOTIFY_ONLY = frozenset({"workload_imbalance", "storage_degraded", "fleet_shift"})
+NOTIFY_ONLY = frozenset(
+    {"workload_imbalance", "storage_degraded", "fleet_shift", "facility_power_brake"}
+)
 CLUSTER = "cluster"
 
 
@@ -144,4 +152,8 @@ def subject_labels(subject: str) -> dict[str, str]:
         return {"job_id": value}
     if kind == "mount":
         return {"mount": value}
+    if kind == "rack":
+        return {"rack": value}
+    if kind == "nvlink_domain":
+        return {"nvlink_domain": value}
     return {}

@@ -19,8 +19,8 @@ HCA port is cabled to, and which spine group each leaf uplinks to.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
-from collections.abc import Mapping
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,30 @@ LABEL_PREFIX = "topology.gpuwarden.io/"
 # GPU feature discovery (NVIDIA k8s-device-plugin) labels each GB200 node with its NVLink
 # clique, "<cluster UUID>.<clique id>": the nodes one NVL72 NVLink switch domain joins.
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
+
+
+def fabric_domain(cluster_uuid: str, clique_id: str) -> str:
+    """The NVLink domain a GPU's fabric info names (nvmlDeviceGetGpuFabricInfoV: cluster UUID
+    and clique id), spelt as GFD spells its ``nvidia.com/gpu.clique`` label,
+    ``<cluster UUID>.<clique id>``; "" for a GPU in no multi-node domain (no cluster UUID)."""
+    return f"{cluster_uuid}.{clique_id}" if cluster_uuid else ""
+
+
+def domains_from_fabric(gpus: Iterable[tuple[str, str, str]]) -> dict[str, str]:
+    """node -> NVLink domain from ``(node, cluster UUID, clique id)`` per GPU: the domain most
+    of the node's GPUs name (a GPU that lost its registration names none, and is outvoted)."""
+    votes: dict[str, Counter[str]] = defaultdict(Counter)
+    for node, cluster, clique in gpus:
+        dom = fabric_domain(cluster, clique)
+        if dom:
+            votes[node][dom] += 1
+    return {node: c.most_common(1)[0][0] for node, c in votes.items()}
+
+
+def nvlink_domains(fabric: Mapping[str, str], labels: Mapping[str, str]) -> dict[str, str]:
+    """node -> NVLink domain: what the GPUs' fabric info says first (the hardware's own view),
+    then node labels or the inventory for nodes whose GPUs report no fabric."""
+    return {**dict(labels), **dict(fabric)}
 
 
 def port_kind(kind: str, port: str) -> str:

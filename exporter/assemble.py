@@ -9,12 +9,14 @@ package (:mod:`simulator.exporter_source`), loaded only when asked for.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
 from exporter.collectors.base import Collector
+from exporter.collectors.fabric_services import FabricServicesCollector
 from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.infiniband import InfinibandCollector
 from exporter.collectors.jobs import JobsCollector
@@ -34,6 +36,7 @@ from exporter.sources.protocols import KernelLog, NvmlApi, SysfsRoot, XidEventSo
 from exporter.sources.steps import DirSteps
 from exporter.sources.storage_probe import StorageProber
 from exporter.sources.sysfs import DirSysfs
+from exporter.sources.systemd_units import SystemctlUnits, UnitReader
 
 
 @dataclass
@@ -63,6 +66,7 @@ def collectors_for(
     kmsg_backlog: float | None = None,
     storage: StorageProber | None = None,
     step_dir: str | None = None,
+    fabric_units: UnitReader | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
@@ -94,6 +98,8 @@ def collectors_for(
         out.append(PodsCollector(pod_resources, gpu.identities, node, mig=gpu.mig_devices))
     if storage is not None and storage.mounts:
         out.append(StorageCollector(storage, node))
+    if fabric_units is not None:  # Fabric Manager / IMEX units (systemd hosts only)
+        out.append(FabricServicesCollector(fabric_units, node))
     return out
 
 
@@ -148,5 +154,6 @@ def assemble(settings: ExporterSettings) -> Assembly:
         kmsg_backlog=settings.kmsg_backlog,
         storage=storage_prober(settings),
         step_dir=settings.step_dir,
+        fabric_units=SystemctlUnits() if shutil.which("systemctl") else None,
     )
     return Assembly(cols)

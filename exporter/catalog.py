@@ -674,6 +674,61 @@ GPU_MIG_XID_ERRORS = _m(
     " is counted in its parent GPU's gpuwarden_gpu_xid_errors_total too.",
     (*GPU, "gpu_instance", "compute_instance", "xid"),
 )
+GPU_XID_NVLINK5_ERRORS = _m(
+    "gpu_xid_nvlink5_errors_total",
+    "counter",
+    "NVLink5 XIDs (144-150) per decoded line: the unit the driver names, the error status and the"
+    " sub-code (bits 20-25 of intrinfo) that NVIDIA's decode table keys on; each is counted in"
+    " gpuwarden_gpu_xid_errors_total too.",
+    (*GPU, "xid", "unit", "error_status", "subcode"),
+)
+# NVLink fabric (NVSwitch systems: HGX H100/H200 with Fabric Manager, GB200/GB300 NVL72):
+# nvmlDeviceGetGpuFabricInfoV (nvml.h nvmlGpuFabricInfo_v2_t). GPUs with one cluster UUID and
+# clique id share one NVLink domain; the analyzer takes its NVLink domains from these labels.
+GPU_FABRIC_INFO = _m(
+    "gpu_fabric_info",
+    "gauge",
+    "This GPU's place in the NVLink fabric (nvmlDeviceGetGpuFabricInfoV); value is always 1."
+    " state: not_supported|not_started|in_progress|completed (registration with the fabric"
+    " manager); status: the NVML return of that registration (success, or why it failed).",
+    (*GPU, "state", "status", "cluster_uuid", "clique_id"),
+)
+# The checks of gpu_fabric_health, in the order the analyzer's arrays index them (last axis).
+FABRIC_HEALTH_CHECKS = (
+    "degraded_bandwidth",
+    "route_recovery",
+    "route_unhealthy",
+    "access_timeout_recovery",
+    "incorrect_configuration",
+    "gfm_disconnected",
+)
+GPU_FABRIC_HEALTH = _m(
+    "gpu_fabric_health",
+    "gauge",
+    "1 while the fabric health bit named by check is set for this GPU, 0 while clear"
+    " (nvmlGpuFabricInfo_v2_t healthMask: degraded_bandwidth, route_recovery,"
+    " route_unhealthy, access_timeout_recovery, incorrect_configuration,"
+    " gfm_disconnected); absent where the driver does not report that bit.",
+    (*GPU, "check"),
+)
+# The NVLink fabric's node services: NVIDIA Fabric Manager (HGX with NVSwitch; on GB200 NVL72
+# it runs on the switch trays, not the compute nodes) and the IMEX daemon (multi-node NVLink
+# memory export, GB200/GB300). Read from systemd (``systemctl show``); a unit not installed on
+# this node has no series.
+FABRIC_SERVICE_UP = _m(
+    "fabric_service_up",
+    "gauge",
+    "1 while this fabric service's systemd unit is active (ActiveState=active), else 0; state"
+    " carries the ActiveState (active, activating, failed, inactive, ...).",
+    ("node", "service", "state"),
+)
+FABRIC_SERVICE_RESTARTS = _m(
+    "fabric_service_restarts_total",
+    "counter",
+    "Restarts systemd made of this fabric service's unit (NRestarts; resets when the unit is"
+    " reloaded or the node reboots).",
+    ("node", "service"),
+)
 GPU_POD_INFO = _m(
     "gpu_kubernetes_pod_info",
     "gauge",

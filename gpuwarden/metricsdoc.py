@@ -14,7 +14,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 _P = catalog.PREFIX
 SECTIONS = (  # title, name prefixes after catalog.PREFIX
     ("GPU (NVML)", (_P + "gpu_",)),
-    ("NVLink", (_P + "nvlink_",)),
+    ("NVLink", (_P + "nvlink_", _P + "fabric_")),
     ("InfiniBand (sysfs)", (_P + "infiniband_",)),
     ("Checkpoint storage", (_P + "storage_", _P + "nfs_client_", _P + "lustre_client_")),
     ("Training jobs (published by the job)", (_P + "job_",)),

@@ -147,8 +147,11 @@ def racks(spec: str, per_rack: int) -> tuple[str, ...] | None:
         model_, _, count = part.strip().partition(":")
         if model_ not in SKUS or not count.isdigit() or int(count) < 1:
             raise ValueError(f"--skus: {part!r} is not MODEL:RACKS (models {', '.join(SKUS)})")
-        out += [model_] * (int(count) * per_rack)
+        out += [model_] * (int(count) * RACK_NODES.get(model_, per_rack))
     return tuple(out)
+
+
+RACK_NODES = {"gb200-nvl72": 18}  # an NVL72 rack: 18 compute trays (simulator.nvl72)
 
 
 def caps(spec: str) -> dict[str, float] | None:

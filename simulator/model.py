@@ -50,6 +50,9 @@ SKUS = {
                 catalog_specs.HCA_RATES["HDR"]),
     "l40s": Sku("NVIDIA L40S", _L40S.sm_clock_max_hz / 1e6, 210.0, 9001.0, 48_305_799_168.0,
                 _L40S.power_limit_w, 35.0, _L40S.nvlinks, NDR_BYTES_S),
+    # a GB200 NVL72 compute tray (4 GPUs of its 8 frame columns served: simulator.nvl72)
+    "gb200-nvl72": Sku("NVIDIA GB200", 2062.0, 345.0, 3996.0, 198_642_237_440.0, 1200.0, 120.0,
+                       LINKS),
 }  # fmt: skip
 
 

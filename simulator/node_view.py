@@ -20,6 +20,7 @@ from exporter.sources.sysfs import DictSysfs
 from simulator.effects import Event
 from simulator.frame import Frame
 from simulator.kernel_log import kmsg_lines
+from simulator.nvl72 import GPUS_PER_NODE
 from simulator.nvml_fake import FACTORIES, FakeGpuState, FakeNvml
 from simulator.state import IB_COUNTERS, IB_HW_COUNTERS
 from simulator.topology import GPUS, PORTS, gpu_uuid, pci_bus_id
@@ -81,9 +82,11 @@ class NodeView:
     ) -> None:
         self.name, self.index, self.sku = name, index, sku
         factory = FACTORIES.get(sku, FakeGpuState.h100)
-        gpus = [factory(g, seed=name) for g in range(GPUS)]
+        gpus = [factory(g, seed=name) for g in range(GPUS_PER_NODE.get(sku, GPUS))]
         for g, gpu in enumerate(gpus):
-            gpu.uuid, gpu.pci_bus_id = gpu_uuid(name, g), pci_bus_id(g)
+            gpu.uuid = gpu_uuid(name, g)
+            if sku not in GPUS_PER_NODE:  # an NVL72 tray keeps its own PCI domains
+                gpu.pci_bus_id = pci_bus_id(g)
             if mig_profile:  # a MIG node: every GPU split into instances of this profile
                 gpu.partition(mig_profile)
         self.nvml = FakeNvml(gpus, driver_version=DRIVER)

@@ -59,6 +59,7 @@ FIELDS: dict[str, str] = {
     "vgpu_license": "nvmlDeviceGetGridLicensableFeatures",
     "gpm": "nvmlGpmQueryDeviceSupport / nvmlGpmSampleGet / nvmlGpmMetricsGet",
     "mig": "nvmlDeviceGetMigMode / nvmlDeviceGetMigDeviceHandleByIndex",
+    "fabric": "nvmlDeviceGetGpuFabricInfoV",
 }
 MAX_MIG_DEVICES = 7  # an A100/H100 has at most 7 GPU instances (nvmlDeviceGetMaxMigDeviceCount)
 
@@ -100,6 +101,43 @@ NVLINK_COUNTERS = (
     pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
     pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
 )
+
+
+# Fabric health mask of a healthy NVSwitch GPU: every 2-bit check reported FALSE (2), no
+# incorrect configuration (NONE, 1), a partition assigned (TRUE, 1), the global fabric
+# manager connected (CONNECTED, 1). Shifts and values: nvml.h NVML_GPU_FABRIC_HEALTH_MASK_*
+# (as pynvml spells them); gpud decodes the same fields (pkg/nvidia/nvml/device/fabric_state.go).
+_M = "NVML_GPU_FABRIC_HEALTH_MASK_"
+
+
+def fabric_mask(**fields: int) -> int:
+    """A health mask from per-field values, e.g. ``fabric_mask(ROUTE_UNHEALTHY=1)``; fields
+    not named are those of a healthy GPU (see above)."""
+    values = {
+        "DEGRADED_BW": 2, "ROUTE_RECOVERY": 2, "ROUTE_UNHEALTHY": 2,
+        "ACCESS_TIMEOUT_RECOVERY": 2, "INCORRECT_CONFIGURATION": 1, "PARTITION_ASSIGNED": 1,
+        "GFM_STATE": 1,
+    } | fields  # fmt: skip
+    return sum(v << getattr(pynvml, f"{_M}SHIFT_{k}") for k, v in values.items())
+
+
+@dataclass
+class FakeFabric:
+    """What nvmlDeviceGetGpuFabricInfoV writes into the caller's nvmlGpuFabricInfo_v2_t.
+
+    Shapes: pynvml ``c_nvmlGpuFabricInfo_v2_t`` (clusterUuid: 16 bytes, status: nvmlReturn_t,
+    cliqueId: uint32, state: NVML_GPU_FABRIC_STATE_*, healthMask: uint32). An NVL72 rack's GPUs
+    share one cluster UUID and one clique id (the NVLink domain); gpud's tests record cluster
+    UUIDs as ordinary UUID strings and clique ids such as 4026 (components/accelerator/nvidia/
+    fabric-manager/fabric_state_test.go). Single-node HGX values (zero cluster UUID, clique 0,
+    a healthy mask) are an assumption: no GPU was lent to this work to record them.
+    """
+
+    state: int = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+    status: int = pynvml.NVML_SUCCESS
+    cluster_uuid: str = ""  # "": 16 zero bytes
+    clique_id: int = 0
+    health_mask: int = 0  # 0: every field NOT_SUPPORTED (set fabric_mask() where reported)
 
 
 def nvml_error(code: int) -> pynvml.NVMLError:
@@ -166,6 +204,7 @@ class FakeGpuState:
     unsupported: set[str] = field(default_factory=set)
     failing: dict[str, Exception] = field(default_factory=dict)
     lost: bool = False
+    fabric: FakeFabric | None = None  # None: the call answers NOT_SUPPORTED (no NVSwitch fabric)
 
     def __post_init__(self) -> None:
         unknown = (set(self.unsupported) | set(self.failing)) - FIELDS.keys()
@@ -186,6 +225,7 @@ class FakeGpuState:
             pci_bus_id=f"00000000:{HGX_BUSES[index % 8].upper()}:00.0",
             serial=f"{1654922000001 + index}",
             unsupported={"retired_pages", "retired_pages_pending"},  # Ampere+ remaps rows
+            fabric=FakeFabric(health_mask=fabric_mask()),  # HGX NVSwitch, Fabric Manager up
         )
 
     @classmethod
@@ -207,6 +247,7 @@ class FakeGpuState:
         gpu.uuid = _uuid("a100", seed, index)
         gpu.name = "NVIDIA A100-SXM4-80GB"
         gpu.gpm_supported = False
+        gpu.fabric = None  # fabric info is Hopper and newer
         gpu.power_limit_mw, gpu.memory_total = 400_000, 85_899_345_920
         gpu.mem_clock_mhz = gpu.mem_clock_max_mhz = 1593
         gpu.pcie_gen = gpu.pcie_gen_max = 4
@@ -220,6 +261,7 @@ class FakeGpuState:
         gpu = cls.h100(index, seed)
         gpu.uuid = _uuid("l40s", seed, index)
         gpu.name = "NVIDIA L40S"
+        gpu.fabric = None  # PCIe, no NVSwitch
         gpu.power_limit_mw, gpu.memory_total = 350_000, 48_305_799_168
         gpu.mem_clock_mhz = gpu.mem_clock_max_mhz = 9001
         gpu.pcie_gen = gpu.pcie_gen_max = 4
@@ -678,6 +720,24 @@ class FakeNvml:
             raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return gpu.nvlink_errors.get((link, counter), 0)
 
+    def nvmlDeviceGetGpuFabricInfoV(self, device: FakeGpuState, gpuFabricInfo: Any) -> int:
+        """Fills the caller's struct as libnvidia-ml does: the version must be one the
+        library knows (else ARGUMENT_VERSION_MISMATCH), the fields are written in place."""
+        self._require("nvmlDeviceGetGpuFabricInfoV")
+        gpu = self._read(device, "fabric")
+        info = getattr(gpuFabricInfo, "_obj", gpuFabricInfo)  # ctypes.byref(struct)
+        if info.version not in (pynvml.nvmlGpuFabricInfo_v2, pynvml.nvmlGpuFabricInfo_v3):
+            raise nvml_error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        fab = gpu.fabric
+        if fab is None:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        raw = uuidlib.UUID(fab.cluster_uuid).bytes if fab.cluster_uuid else bytes(16)
+        for i, b in enumerate(raw):
+            info.clusterUuid[i] = b
+        info.status, info.cliqueId = fab.status, fab.clique_id
+        info.state, info.healthMask = fab.state, fab.health_mask
+        return pynvml.NVML_SUCCESS
+
     # ------------------------------------------------------------------ field values
     def nvmlDeviceGetFieldValues(
         self, handle: FakeGpuState, fieldIds: Sequence[Any]
@@ -777,9 +837,16 @@ def hgx_node(model: str = "h100", seed: str = "", gpus: int = 8, **kw: Any) -> F
     return FakeNvml([factory(i, seed) for i in range(gpus)], **kw)
 
 
+def _gb200(index: int, seed: str = "") -> FakeGpuState:
+    from simulator.nvl72 import gb200  # the tray model owns the GB200 shape
+
+    return gb200(index, seed, cluster="", clique=0)  # the node view sets the rack's domain
+
+
 FACTORIES = {
     "h100": FakeGpuState.h100,
     "h200": FakeGpuState.h200,
     "a100": FakeGpuState.a100,
     "l40s": FakeGpuState.l40s,
+    "gb200-nvl72": _gb200,
 }  # the simulator's SKUs (simulator.model.SKUS), by key

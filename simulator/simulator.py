@@ -23,6 +23,8 @@ from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.jobs import JobsCollector
 from exporter.collectors.steps import StepsCollector
 from exporter.collectors.storage import StorageCollector
+from exporter.sources.systemd_units import FakeUnits
+from simulator import nvl72
 from simulator.faults import Fault, FaultError
 from simulator.fleet import Fleet
 from simulator.node_view import NodeView
@@ -41,6 +43,7 @@ class _Served:
     loop: CollectionLoop
     storage: SimStorage
     cols: list[Collector]
+    units: FakeUnits | None = None  # an NVL72 tray's systemd units (IMEX)
     steps: int = -1  # model step the body was rendered at
     t: float = -math.inf  # model time the body was rendered at
     wall: float = -math.inf  # wall time it was rendered at
@@ -109,6 +112,8 @@ class Simulator:
         if served.steps != self.steps and self._due(served, i):
             events = self.fleet.node_events.get(i, [])
             served.view.refresh(self.frame, events, self._allocation(i))
+            nvl72.apply_faults(served.view.nvml, served.units, self.fleet.faults(),
+                               self.fleet.sku_of, i, self.fleet.t)  # fmt: skip
             served.storage.advance(self.fleet.t, self.fleet.faults())
             self._probe_storage(served, node)
             served.body = served.loop.run_once().body
@@ -133,13 +138,14 @@ class Simulator:
 
     def _serve(self, node: str, i: int) -> _Served:
         view = NodeView(node, i, self.fleet.sku_of[i])
-        cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg)
+        units = nvl72.attach(view.nvml, self.fleet.sku_of, i)  # NVL72 trays: domain, IMEX
+        cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg, fabric_units=units)
         gpu = next(x for x in cols if isinstance(x, GpuCollector))
         cols.append(JobsCollector(view.jobs, gpu.identities, node))  # the prolog's job map
         if "steps" in self.fleet.signals:  # the training side's published step times
             cols.append(StepsCollector(view.steps, gpu.identities, node, view.jobs))
         storage = SimStorage(node, i, self.fleet.faults(), self.fleet.storage_mounts)
-        self._served[node] = served = _Served(view, self._loop(node, cols), storage, cols)
+        self._served[node] = served = _Served(view, self._loop(node, cols), storage, cols, units)
         return served
 
     def _probe_storage(self, served: _Served, node: str) -> None:

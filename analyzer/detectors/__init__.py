@@ -22,6 +22,7 @@ class Detector(Protocol):
 
 def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]:
     """The full detector set, configured from the analyzer config's ``detectors`` mapping."""
+    from analyzer.detectors.fabric import FabricDetector
     from analyzer.detectors.infiniband import InfinibandDetector
     from analyzer.detectors.marginal import MarginalDetector
     from analyzer.detectors.memory import MemoryDetector
@@ -29,6 +30,7 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
     from analyzer.detectors.nvlink import NvlinkDetector
     from analyzer.detectors.pcie import PcieDetector
     from analyzer.detectors.peer import PeerDetector
+    from analyzer.detectors.power_brake import PowerBrakeDetector
     from analyzer.detectors.storage import StorageDetector
     from analyzer.detectors.straggler import StragglerDetector
     from analyzer.detectors.throttling import ThrottlingDetector
@@ -43,9 +45,11 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
         MissingDetector(),
         MemoryDetector(),
         NvlinkDetector(),
+        FabricDetector(),
         InfinibandDetector(expected_rate=cfg.get("ib_expected_rate_bytes")),
         PcieDetector(),
         ThrottlingDetector(),
+        PowerBrakeDetector(),
         PeerDetector(**peer_cfg),
         StragglerDetector(),
         StorageDetector.from_config(cfg.get("storage")),

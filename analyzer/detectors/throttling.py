@@ -15,7 +15,9 @@ from analyzer.findings import Finding
 from analyzer.window import THROTTLE_REASONS, Window
 from exporter import catalog
 
-HARDWARE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+# hw_power_brake_slowdown is the power-brake detector's (analyzer.detectors.power_brake): the
+# brake is the rack's power feed, judged per rack, never one cordon per GPU.
+HARDWARE = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown")
 
 
 class ThrottlingDetector:

@@ -22,6 +22,7 @@ import pynvml
 from exporter import catalog as c
 from exporter.catalog import Sample
 from exporter.collectors.base import ReadErrors
+from exporter.collectors.gpu_fabric import read_fabric
 from exporter.collectors.gpu_fields import GpuRead, read_device
 from exporter.collectors.gpu_mig import MigProfiler, read_mig
 from exporter.collectors.gpu_nvlink import read_field_values, read_nvlink
@@ -182,6 +183,7 @@ class GpuCollector:
         g = GpuRead(self.nvml, handle, reader, lv, self.monotonic, [])
         read_device(g)
         read_field_values(g, read_nvlink(g))
+        read_fabric(g)
         self.profiler.read(g, gpu.identity.uuid)
         self._migs[index] = read_mig(g)
         self.mig_profiler.read(g, gpu.identity.uuid, self._migs[index])

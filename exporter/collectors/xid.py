@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from exporter.catalog import (
     GPU_MIG_XID_ERRORS,
     GPU_XID_ERRORS,
+    GPU_XID_NVLINK5_ERRORS,
     KMSG_LINES,
     KMSG_LOST,
     XID_STATE_RESTORED,
@@ -47,7 +48,7 @@ from exporter.sources.protocols import (
     XidEventSource,
     pci_key,
 )
-from exporter.sources.xid_lines import XidLineStream
+from exporter.sources.xid_lines import XidLineStream, nvlink5_detail
 
 FALLBACK_AFTER_CYCLES = 2
 SAVE_POSITION_EVERY = 30.0  # seconds: a position-only change is saved at most this often
@@ -77,6 +78,9 @@ class XidCollector:
         self._stream = XidLineStream()
         self._counts: Counter[tuple[str, int]] = Counter()  # (pci key, xid) -> events
         self._mig: Counter[tuple[str, str, str, int]] = Counter()  # (key, GPU-I, GPU-CI, xid)
+        # (key, xid, unit, error status, sub-code) of decoded NVLink5 lines; like the MIG
+        # counts, not carried over a restart by --kmsg-state (the rules treat them as fresh)
+        self._nvl5: Counter[tuple[str, int, str, str, str]] = Counter()
         self._last: dict[str, int] = {}  # pci key -> last xid, in log order
         self._lines = 0
         self._held: list[tuple[str, int]] = []  # fallback events of a first unreadable cycle
@@ -143,6 +147,9 @@ class XidCollector:
                 if event.gpu_instance is not None:  # MIG: the instance too, not instead
                     ci = "" if event.compute_instance is None else str(event.compute_instance)
                     self._mig[(event.pci_key, str(event.gpu_instance), ci, event.xid)] += 1
+                if (d := nvlink5_detail(event.xid, event.text)) is not None:
+                    status = f"0x{d.error_status:08x}"
+                    self._nvl5[(event.pci_key, event.xid, d.unit, status, str(d.subcode))] += 1
         healthy = bool(getattr(self._log, "healthy", True))
         if not healthy:
             self.read_errors.add("kmsg_read")
@@ -186,6 +193,12 @@ class XidCollector:
             ident = gpus.get(key)
             label, uuid = _gpu_label(key, ident), ident.uuid if ident else ""
             out.append(GPU_MIG_XID_ERRORS.make(n, self._node, label, uuid, gi, ci, str(xid)))
+        for (key, xid, unit, status, sub), n in sorted(self._nvl5.items()):
+            ident = gpus.get(key)
+            label, uuid = _gpu_label(key, ident), ident.uuid if ident else ""
+            out.append(
+                GPU_XID_NVLINK5_ERRORS.make(n, self._node, label, uuid, str(xid), unit, status, sub)
+            )
         out.append(KMSG_LOST.make(self._log.lost_records, self._node))
         out.append(KMSG_LINES.make(self._lines, self._node, self._log.source_name))
         out.append(XID_STATE_RESTORED.make(float(self._carried_over), self._node))

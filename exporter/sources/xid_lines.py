@@ -16,6 +16,14 @@ On a MIG GPU the parenthesis also names the instance, ``(PCI:dddd:bb:dd GPU-I:05
 ``"PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u"``); drivers before about 2010 printed a bare
 ``bus:device`` without domain or ``PCI:``, e.g. ``NVRM: Xid (0001:00): 8, Channel 00000002``.
 fixtures/kmsg/xid_corpus.yaml holds the shapes seen in public reports, each with its origin.
+
+NVLink5 XIDs (144-150, Blackwell) carry more after the number: ``<unit> Fatal|Nonfatal XC0|XC1
+i<n> Link <nn> (<intrinfo> <error status> ...)``, e.g. ``NVRM: Xid (PCI:0000:04:00): 145,
+RLW_REMAP Fatal XC0 i0 Link 00 (0x00000004 0x00000040 0x00000000 0x00000000)``
+(fixtures/kmsg/nvlink5_xid.log, with its origin). :func:`nvlink5_detail` reads the unit, the
+link, the error status and the sub-code NVIDIA's decode table keys on: bits 20-25 of intrinfo
+(NVIDIA, "XID 144-150 Decode"; gpud's kmsg parser reads the same bits). Its meaning is the
+analyzer's and the alerts' business.
 """
 
 from __future__ import annotations
@@ -30,6 +38,40 @@ XID_FALLEN_OFF_BUS = 79
 DEDUPE_SECONDS = 10.0
 DEDUPE_LINES = 50
 CONTEXT_LINES = 5
+
+
+NVLINK5_XIDS = range(144, 151)
+
+
+@dataclass(frozen=True)
+class Nvlink5Detail:
+    """The decode key of an NVLink5 XID line (XIDs 144-150)."""
+
+    unit: str
+    link: int
+    intrinfo: int
+    error_status: int
+
+    @property
+    def subcode(self) -> int:
+        return (self.intrinfo >> 20) & 0x3F
+
+
+_NVLINK5 = re.compile(
+    r"^(?P<unit>[A-Z0-9_]+(?:/[A-Z0-9_]+)?)\s+(?:Nonfatal|Fatal)\s+XC[01]\s+i\d+\s+"
+    r"Link\s+(?P<link>-?\d+)\s+\((?P<intr>0x[0-9a-fA-F]{1,8})\s+(?P<status>0x[0-9a-fA-F]{1,8})\b"
+)
+
+
+def nvlink5_detail(xid: int, text: str) -> Nvlink5Detail | None:
+    """The unit, link, intrinfo and error status of an NVLink5 XID's text, or None when the
+    XID is not one of 144-150 or the driver printed the short form."""
+    if xid not in NVLINK5_XIDS:
+        return None
+    m = _NVLINK5.match(text)
+    if m is None:
+        return None
+    return Nvlink5Detail(m["unit"], int(m["link"]), int(m["intr"], 16), int(m["status"], 16))
 
 
 @dataclass(frozen=True)

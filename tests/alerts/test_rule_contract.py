@@ -99,6 +99,8 @@ def test_every_alert_names_what_it_is_about(rule: Rule) -> None:
         assert "component" in rule.labels or 'component="' in rule.expr
     elif rule.labels.get("scope") == "cluster":  # a shared fault: named by what is shared
         assert "$labels.mount" in text
+    elif rule.labels.get("scope") == "domain":  # an NVLink domain's fault: named by the domain
+        assert "$labels.nvlink_domain" in text and "nvlink_domain" in rule.expr
     else:
         assert "$labels.node" in text
     per_node = ":by_node" in rule.expr  # a count of GPUs per node names no single GPU

@@ -130,3 +130,54 @@ def test_bad_site_overrides_exit_2_with_the_reason_and_write_nothing(
     assert GEN.main(["--site-config", str(site), "--output", str(out)]) == 2
     assert complaint in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_every_per_xid_alert_carries_nvidia_s_resolution_and_reset_suffices() -> None:
+    per_xid = [r for r in XID_RULES if r.alert in ("GpuXidError",) or
+               r.alert.startswith("GpuXidFatal")]  # fmt: skip
+    for rule in per_xid:
+        for xid in _xids(rule):
+            entry = CATALOGUE[xid]
+            assert rule.labels["reset_suffices"] == str(bool(entry.get("reset_suffices"))).lower()
+            assert rule.labels["nvidia_resolution"] == (entry["nvidia"]["immediate"] or "none")
+
+
+def test_reset_suffices_reaches_remediation_for_the_codes_nvidia_resets() -> None:
+    reset = {x for r in XID_RULES if r.labels.get("reset_suffices") == "true"
+             and r.alert != "GpuXidNvlink5" for x in _xids(r)}  # fmt: skip
+    assert {46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 150, 155, 158} <= reset
+    assert 79 not in reset and 48 not in reset
+
+
+def _nvl5_rows(rule: Rule) -> set[tuple[int, str, str, int]]:
+    """The decode rows (xid, unit, status, sub-code) of the catalogue a rule's regex matches."""
+    m = re.search(r'row=~"([^"]+)"', rule.expr)
+    assert m, rule.expr
+    pattern = re.compile(m.group(1))
+    return {
+        (x, r["unit"], r["error_status"], r["index"])
+        for x, e in CATALOGUE.items()
+        for r in e.get("subcodes", [])
+        for unit in (r["unit"], *r["unit"].split("/"))
+        if pattern.fullmatch(f"{x}:{unit}:{r['error_status']}:{r['index']}")
+    }
+
+
+def test_every_alerting_nvlink5_decode_row_is_in_one_rule_with_its_action() -> None:
+    rules = [r for r in XID_RULES if r.alert == "GpuXidNvlink5"]
+    for xid, entry in CATALOGUE.items():
+        for row in entry.get("subcodes", []):
+            key = (xid, row["unit"], row["error_status"], row["index"])
+            owners = [r for r in rules if key in _nvl5_rows(r)]
+            assert len(owners) == (row["severity"] != "info"), key
+            if owners:
+                assert owners[0].labels["action"] == row["action"]
+                assert owners[0].labels["severity"] == row["severity"]
+                assert owners[0].labels["nvidia_resolution"] == row["nvidia"]["immediate"]
+
+
+def test_the_per_xid_rules_leave_out_lines_that_decode_to_a_row() -> None:
+    link = [r for r in XID_RULES if r.alert == "GpuXidFatalLink" and 149 in _xids(r)]
+    assert link and all("unless on (node, gpu, xid)" in r.expr for r in link)
+    hardware = [r for r in XID_RULES if r.alert == "GpuXidFatalHardware"]
+    assert all("unless" not in r.expr for r in hardware)

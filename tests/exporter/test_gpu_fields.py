@@ -164,6 +164,7 @@ def test_every_gpu_and_nvlink_metric_of_the_catalogue_is_emitted_for_a_pre_amper
     assert gpu_section - emitted == {
         c.GPU_XID_ERRORS,
         c.GPU_MIG_XID_ERRORS,
+        c.GPU_XID_NVLINK5_ERRORS,
         c.GPU_ALLOCATION_INFO,
         c.GPU_POD_INFO,  # the kubelet's, not NVML's
     }

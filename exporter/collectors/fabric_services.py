@@ -1,0 +1,49 @@
+"""Fabric services collector: Fabric Manager and IMEX systemd units -> ``fabric_service_*``.
+
+Reads, once per cycle, the units of the services the NVLink fabric needs on this node:
+``nvidia-fabricmanager`` (HGX H100/H200 with NVSwitch: without it the GPUs never finish fabric
+registration) and ``nvidia-imex`` (GB200/GB300 NVL72: IMEX exports GPU memory across the
+trays of an NVLink domain; DCGM's DCGM_FR_IMEX_UNHEALTHY). A unit not installed on the node
+(Fabric Manager on a GB200 compute tray, where it runs on the switch trays) has no series; a
+``systemctl`` that cannot run costs a read error, not the scrape.
+Unit names: NVIDIA Fabric Manager User Guide and IMEX guide (docs.nvidia.com/datacenter/tesla/).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from exporter import catalog as c
+from exporter.catalog import Sample
+from exporter.collectors.base import ReadErrors
+from exporter.sources.systemd_units import UnitReader, parse_show
+
+SERVICES = {"fabricmanager": "nvidia-fabricmanager.service", "imex": "nvidia-imex.service"}
+
+
+class FabricServicesCollector:
+    name = "fabric_services"
+
+    def __init__(
+        self, units: UnitReader, node: str, services: dict[str, str] | None = None
+    ) -> None:
+        self._units = units
+        self._node = node
+        self._services = dict(SERVICES if services is None else services)
+        self.read_errors = ReadErrors()
+
+    def collect(self) -> Sequence[Sample]:
+        out: list[Sample] = []
+        for service, unit in sorted(self._services.items()):
+            try:
+                state = parse_show(self._units.show(unit))
+            except OSError:
+                self.read_errors.add("systemctl")
+                continue
+            if not state.installed:
+                continue
+            up = 1.0 if state.active == "active" else 0.0
+            out.append(c.FABRIC_SERVICE_UP.make(up, self._node, service, state.active))
+            if state.restarts is not None:
+                out.append(c.FABRIC_SERVICE_RESTARTS.make(state.restarts, self._node, service))
+        return out

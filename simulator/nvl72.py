@@ -1,0 +1,218 @@
+"""GB200 NVL72 racks for the simulator: 18 compute trays x 4 GPUs in one NVLink domain.
+
+Each tray is a :class:`~simulator.nvml_fake.FakeNvml` of four GB200 GPUs (NVLink5, 18 links
+each) whose fabric info names the rack's cluster UUID and clique id, plus the tray's systemd
+units (:class:`~exporter.sources.systemd_units.FakeUnits`: IMEX runs on the trays; Fabric
+Manager does not, on GB200 it runs on the NVLink switch trays: gpud's product table,
+pkg/nvidia/product/capabilities.go). A tray is served by the exporter's own collectors
+(:func:`tray_collectors`), so what the simulator shows is what the real exporter would render.
+
+Faults (:class:`Nvl72Rack` methods) change the fakes as the hardware would show them:
+``route_unhealthy`` (one GPU's fabric route), ``switch_tray_down`` (every GPU of the rack
+loses bandwidth: a switch tray carries one ninth of every GPU's links), ``fabric_manager_stopped``
+(the global fabric manager unreachable: every GPU's GFM bit set, registration restarting),
+``imex_unhealthy`` (the IMEX unit failed on some trays) and ``power_brake`` (the rack's power
+brake asserted: clocks-event reason 0x80 on every GPU).
+
+Shapes not recorded on real hardware (no GB200 was lent to this work): GPU name and memory are
+NVIDIA's GB200 datasheet values as NVML would spell them; PCI domains 0x0008/0x0009/0x0018/
+0x0019 follow the addresses in gpud's GB200 log examples (``PCI:0018:01:00``).
+
+``gpuwarden simulate --skus gb200-nvl72:N`` lays N racks of 18 trays out (simulator.cli.racks);
+each tray serves 4 of the frame's 8 GPU columns (simulator.topology.GPUS), with its rack's
+cluster UUID and clique id (:func:`attach`) and IMEX. The fleet's fault kinds reach these
+nodes as any other's, and the fabric kinds of :mod:`simulator.faults.fabric` (``POST /inject``)
+are applied to a served tray's fakes by :func:`apply_faults`.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pynvml
+
+from exporter.catalog import Sample
+from exporter.collectors.fabric_services import SERVICES, FabricServicesCollector
+from exporter.collectors.gpu import GpuCollector
+from exporter.sources.systemd_units import FakeUnits
+from simulator.faults import fabric as fabric_faults
+from simulator.faults.base import Fault
+from simulator.nvml_fake import FakeFabric, FakeGpuState, FakeNvml, fabric_mask
+
+TRAYS, GPUS_PER_TRAY, LINKS = 18, 4, 18
+SKU = "gb200-nvl72"  # simulator.model.SKUS key
+GPUS_PER_NODE = {SKU: GPUS_PER_TRAY}  # SKUs whose nodes have fewer GPUs than the frame's 8
+PCI_DOMAINS = ("0008", "0009", "0018", "0019")
+HW_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown  # 0x80
+IMEX = SERVICES["imex"]
+FABRIC_KINDS = frozenset(
+    {fabric_faults.ROUTE, fabric_faults.SWITCH_TRAY, fabric_faults.FABRIC_MANAGER,
+     fabric_faults.IMEX, fabric_faults.POWER_BRAKE}
+)  # fmt: skip
+
+
+def gb200(index: int, node: str, cluster: str, clique: int) -> FakeGpuState:
+    """One idle GB200 GPU of a compute tray, registered in its rack's NVLink domain."""
+    gpu = FakeGpuState.h100(index, node)
+    gpu.uuid = "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpuwarden/nvl72/{node}/{index}"))
+    gpu.name = "NVIDIA GB200"
+    gpu.pci_bus_id = f"0000{PCI_DOMAINS[index]}:01:00.0"
+    gpu.power_limit_mw, gpu.memory_total = 1_200_000, 198_642_237_440
+    gpu.nvlink_state = [1] * LINKS
+    gpu.nvlink_tx_bytes, gpu.nvlink_rx_bytes = [0] * LINKS, [0] * LINKS
+    gpu.fabric = FakeFabric(cluster_uuid=cluster, clique_id=clique, health_mask=fabric_mask())
+    return gpu
+
+
+@dataclass
+class Tray:
+    node: str
+    nvml: FakeNvml
+    units: FakeUnits = field(default_factory=FakeUnits)
+
+
+@dataclass
+class Nvl72Rack:
+    """One NVL72 rack: its trays, cluster UUID and clique id (its NVLink domain)."""
+
+    name: str
+    cluster_uuid: str
+    clique_id: int
+    trays: list[Tray]
+
+    @classmethod
+    def build(cls, rack: int, prefix: str = "gb200") -> Nvl72Rack:
+        cluster, clique = domain(rack)  # any clique id; unique per rack within the cluster
+        trays = []
+        for t in range(TRAYS):
+            node = f"{prefix}-r{rack + 1:02d}-t{t + 1:02d}"
+            gpus = [gb200(g, node, cluster, clique) for g in range(GPUS_PER_TRAY)]
+            tray = Tray(node, FakeNvml(gpus, driver_version="570.133.20"))
+            tray.units.set(IMEX, "active", "running")
+            trays.append(tray)
+        return cls(f"nvl72-{rack + 1:02d}", cluster, clique, trays)
+
+    @property
+    def domain(self) -> str:
+        """As common.fabric.fabric_domain and GFD's nvidia.com/gpu.clique spell it."""
+        return f"{self.cluster_uuid}.{self.clique_id}"
+
+    def gpus(self) -> list[FakeGpuState]:
+        return [g for t in self.trays for g in t.nvml.gpus]
+
+    # ------------------------------------------------------------------ faults
+    def route_unhealthy(self, tray: int, gpu: int) -> None:
+        fab = self.trays[tray].nvml.gpus[gpu].fabric
+        assert fab is not None
+        fab.health_mask = fabric_mask(ROUTE_UNHEALTHY=1)
+
+    def switch_tray_down(self) -> None:
+        for g in self.gpus():
+            assert g.fabric is not None
+            g.fabric.health_mask = fabric_mask(DEGRADED_BW=1)
+            g.nvlink_state = [0 if link % 9 == 0 else 1 for link in range(LINKS)]
+
+    def fabric_manager_stopped(self) -> None:
+        for g in self.gpus():
+            assert g.fabric is not None
+            g.fabric.health_mask = fabric_mask(GFM_STATE=2)
+
+    def imex_unhealthy(self, trays: range | list[int]) -> None:
+        for t in trays:
+            self.trays[t].units.set(IMEX, "failed", "failed", restarts=5)
+
+    def power_brake(self) -> None:
+        for g in self.gpus():
+            g.throttle_reasons |= HW_POWER_BRAKE
+
+
+def rack_of(skus: Sequence[str], i: int) -> int | None:
+    """The NVL72 rack (0, 1, ...) of fleet node ``i``: the fleet's GB200 nodes, in order, 18 to
+    a rack (``--skus gb200-nvl72:N`` lays them out so); None for other SKUs."""
+    if skus[i] != SKU:
+        return None
+    return sum(1 for s in skus[:i] if s == SKU) // TRAYS
+
+
+def domain(rack: int) -> tuple[str, int]:
+    """(cluster UUID, clique id) of NVL72 rack ``rack``, as :meth:`Nvl72Rack.build` gives it."""
+    return str(
+        uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpuwarden/nvl72/cluster/{rack}")
+    ), 32766 - rack
+
+
+def attach(nvml: FakeNvml, skus: Sequence[str], i: int) -> FakeUnits | None:
+    """Give fleet node ``i``'s GPUs its rack's NVLink domain; the tray's systemd units (IMEX
+    active) for the exporter's fabric-services collector, or None for a node that is not a
+    GB200 tray."""
+    rack = rack_of(skus, i)
+    if rack is None:
+        return None
+    cluster, clique = domain(rack)
+    for g in nvml.gpus:
+        if g.fabric is not None:
+            g.fabric.cluster_uuid, g.fabric.clique_id = cluster, clique
+    units = FakeUnits()
+    units.set(IMEX, "active", "running")
+    return units
+
+
+def apply_faults(
+    nvml: FakeNvml,
+    units: FakeUnits | None,
+    faults: list[Fault],
+    skus: Sequence[str],
+    i: int,
+    t: float,
+) -> None:
+    """Fleet node ``i``'s fakes as the fabric faults active at ``t`` leave them (after the
+    node view copied the frame in): simulator.faults.fabric. A node that is no GB200 tray is
+    left alone."""
+    rack = rack_of(skus, i)
+    if rack is None:
+        return
+    bw, gfm = 2, 1  # degraded bandwidth FALSE, global fabric manager CONNECTED
+    route: set[int] = set()
+    imex_failed = brake = False
+    for f in faults:
+        if f.kind not in FABRIC_KINDS or not f.state_at(t) or not f.nodes:
+            continue
+        here, same_rack = f.nodes[0] == i, rack_of(skus, f.nodes[0]) == rack
+        if f.kind == fabric_faults.ROUTE and here:
+            route.add(f.gpu)
+        elif f.kind == fabric_faults.SWITCH_TRAY and same_rack:
+            bw = 1  # TRUE
+        elif f.kind == fabric_faults.FABRIC_MANAGER and same_rack:
+            gfm = 2  # DISCONNECTED
+        elif f.kind == fabric_faults.IMEX and here:
+            imex_failed = True
+        elif f.kind == fabric_faults.POWER_BRAKE and same_rack:
+            brake = True
+    for g, gpu in enumerate(nvml.gpus):
+        if gpu.fabric is not None:
+            unhealthy = 1 if g in route else 2  # ROUTE_UNHEALTHY TRUE / FALSE
+            gpu.fabric.health_mask = fabric_mask(
+                DEGRADED_BW=bw, GFM_STATE=gfm, ROUTE_UNHEALTHY=unhealthy
+            )
+        if brake:
+            gpu.throttle_reasons |= HW_POWER_BRAKE
+    if units is not None:
+        if imex_failed:
+            units.set(IMEX, "failed", "failed", restarts=5)
+        else:
+            units.set(IMEX, "active", "running")
+
+
+def tray_collectors(tray: Tray) -> tuple[GpuCollector, FabricServicesCollector]:
+    return GpuCollector(tray.nvml, tray.node), FabricServicesCollector(tray.units, tray.node)
+
+
+def scrape(rack: Nvl72Rack) -> list[Sample]:
+    """One collection of every tray of the rack through the exporter's collectors."""
+    out: list[Sample] = []
+    for tray in rack.trays:
+        for col in tray_collectors(tray):
+            out += col.collect()
+    return out
