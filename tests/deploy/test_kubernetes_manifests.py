@@ -19,6 +19,7 @@ KUBERNETES_VERSION = "1.30.0"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
 IMAGE = "ghcr.io/gpuwarden/gpuwarden"
 SNR = "self-node-remediation.medik8s.io"
+DRA = "resource.k8s.io"
 
 
 @pytest.fixture(scope="module")
@@ -288,6 +289,10 @@ def test_remediation_rbac_grants_exactly_what_its_kubernetes_backend_needs(docs:
         (SNR, "selfnoderemediationtemplates", "list"),
         (SNR, "selfnoderemediations", "list"), (SNR, "selfnoderemediations", "create"),
         (SNR, "selfnoderemediations", "delete"),
+        # one-GPU isolation: DRA device taints (remediation/backends/dra.py)
+        (DRA, "resourceslices", "list"), (DRA, "resourceclaims", "list"),
+        (DRA, "devicetaintrules", "list"), (DRA, "devicetaintrules", "create"),
+        (DRA, "devicetaintrules", "delete"),
     }  # fmt: skip
     assert not any("resourceNames" in r or "nonResourceURLs" in r for r in role["rules"])
     # pod patch (the checkpoint annotation) only where a job namespace binds it
@@ -452,10 +457,14 @@ KUBEAPI_GRANTS: dict[str, set[tuple[str, str, str]]] = {
     "list_pods_by_label": {("", "pods", "list")},
     "read_pod_log": {("", "pods/log", "get")},
     "list_custom": {(SNR, "selfnoderemediationtemplates", "list"),
-                    (SNR, "selfnoderemediations", "list")},
+                    (SNR, "selfnoderemediations", "list"),
+                    (DRA, "resourceslices", "list"), (DRA, "resourceclaims", "list"),
+                    (DRA, "devicetaintrules", "list")},
     "create_custom": {(SNR, "selfnoderemediations", "create"),
                       ("bus.volcano.sh", "commands", "create")},
     "delete_custom": {(SNR, "selfnoderemediations", "delete")},
+    "create_cluster_custom": {(DRA, "devicetaintrules", "create")},
+    "delete_cluster_custom": {(DRA, "devicetaintrules", "delete")},
 }  # fmt: skip
 
 
@@ -479,3 +488,5 @@ def test_the_shipped_rbac_grants_exactly_the_calls_the_kubernetes_code_makes(doc
     assert "bus.volcano.sh" in gangs + kube and '"commands"' in gangs + kube
     snr = (ROOT / "remediation" / "backends" / "noderemediation.py").read_text()
     assert SNR in snr and "selfnoderemediationtemplates" in snr
+    dra = (ROOT / "remediation" / "backends" / "dra.py").read_text()
+    assert f'GROUP = "{DRA}"' in dra and '"devicetaintrules"' in dra

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter import catalog
+from exporter import catalog, catalog_dcgm
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
@@ -16,7 +16,15 @@ TOKEN = re.compile(
     r"(?<![\w:])(?:gpuwarden_(?:gpu|nvlink|infiniband|exporter|finding|analyzer|remediation|accounting)\w*"
     r"|DCGM_FI_\w+)"
 )
-KNOWN = catalog.names() | catalog.dcgm_names() | {catalog.DCGM_DRIVER_LABEL}
+# dcgm-exporter's later naming generations are names an operator's Prometheus holds too
+_LATER = {r.name for gen in catalog_dcgm.RENAMES.values() for r in gen.values()}
+KNOWN = (
+    catalog.names()
+    | catalog.dcgm_names()
+    | _LATER
+    | {*catalog_dcgm.DRIVER_LABEL.values()}
+    | {n for gen in catalog_dcgm.OMITTED.values() for n in gen.values()}
+)
 
 
 def _mentions(path: Path) -> list[str]:
