@@ -109,6 +109,8 @@ class Service:
         self.metrics.node_failed.clear()
         for r in failed:
             self.metrics.node_failed.labels(r["node"]).set(1)
+        for node in self.validator.stuck():  # a validation that could not be stopped pages too
+            self.metrics.node_failed.labels(node).set(1)
         self.metrics.paused.set(1 if self.engine.paused else 0)
         self.metrics.breaker.set(1 if self.status()["breaker_open"] else 0)
 
@@ -166,7 +168,7 @@ def make_suite_runner(pol: Policy, real: Backend | None) -> SuiteRunner | None:
         from remediation.validation.release import SlurmSuiteRunner
         from remediation.validation.slurm import SlurmValidation
 
-        return SlurmSuiteRunner(SlurmValidation(real.runner, vp.out_dir))
+        return SlurmSuiteRunner(SlurmValidation(real.runner, vp.out_dir), vp.deadline_s)
     if real.name == "kubernetes":
         from remediation.validation.kubernetes import KubernetesValidation
         from remediation.validation.release import KubernetesSuiteRunner
