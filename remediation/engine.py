@@ -453,7 +453,7 @@ class Engine:
                 self._record(
                     None, r["node"], r["fault_class"] or "", "probation", v, {}, None, probation
                 )
-        if not p.auto_release:
+        if not p.auto_release or self.paused:  # paused: no release, no validation starts
             return []
         for r in self.journal.rows("SELECT * FROM nodes WHERE state='probation'"):
             if now - (r["resolved_at"] or now) < (r["probation_s"] or 0):

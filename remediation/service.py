@@ -51,7 +51,10 @@ class Service:
         """The nodes table (read-only connection), each with its last validation."""
         rows = self.journal.read("SELECT * FROM nodes ORDER BY node")
         last = self.validator.latest()
-        return [{**r, "validation": last.get(r["node"])} for r in rows]
+        return [
+            {**r, "validation": last.get(r["node"]), "parked": self.validator.parked(r["node"])}
+            for r in rows
+        ]
 
     def request_release(self, node: str, who: str) -> tuple[int, dict[str, Any]]:
         """A manual release: validated first when the policy says so (202 and the run),
@@ -63,6 +66,11 @@ class Service:
                          "reason": f"validation #{vid} runs; the node is released when it "
                          "passes (or ask again once it ended)"}  # fmt: skip
         held = rec is not None and rec["state"] not in ("released", None)
+        needs = held and vp.suite_for(rec["fault_class"]) is not None  # type: ignore[index]
+        if vp.manual_release and needs and self.engine.paused:
+            return 409, {"node": node, "released": False, "guard": "paused",
+                         "reason": "remediation is paused: the validation this release needs "
+                         "starts after resume"}  # fmt: skip
         if (
             vp.manual_release
             and held

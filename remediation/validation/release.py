@@ -60,7 +60,8 @@ CREATE INDEX IF NOT EXISTS validations_node ON validations(node, id);
 CREATE INDEX IF NOT EXISTS validations_state ON validations(state);
 """
 # Added since the first schema: the verdict waiting for its stop, and the stop's retries.
-COLUMNS = ("final TEXT", "stop_as TEXT", "stop_tries INTEGER DEFAULT 0", "stop_error TEXT")
+COLUMNS = ("final TEXT", "stop_as TEXT", "stop_tries INTEGER DEFAULT 0", "stop_error TEXT",
+           "parked INTEGER DEFAULT 0")  # fmt: skip
 TRIGGERS = ("probation", "manual", "on_demand")
 log = logging.getLogger("gpuwarden.remediation")
 LIVE = ("running", "stopping")  # a run that still holds the node
@@ -254,8 +255,8 @@ class Validator:
         if suite is None:
             return False
         with self.lock:
-            if self._running(rec["node"]):
-                return True
+            if self._running(rec["node"]) or self.engine.paused:
+                return True  # (paused: nothing starts; the release waits for resume)
             e = self.engine
             if self.runner is None and (e.policy.dry_run or e.backend.name == "dry-run"):
                 v = Verdict(
@@ -279,6 +280,8 @@ class Validator:
                 raise ValidationError(f"node {node} is not held by gpuwarden{state}")
             if self._running(node):
                 raise ValidationError(f"a validation of {node} is already running")
+            if e.paused:  # a run lifts the drain into our reservation: a change of service
+                raise ValidationError("remediation is paused: no validation starts until resume")
             name = suite_name or (s.name if (s := self.vp.suite_for(rec["fault_class"])) else None)
             if name is None and len(self.vp.suites) == 1:
                 name = next(iter(self.vp.suites))
@@ -365,10 +368,16 @@ class Validator:
                 except Exception as ex:  # a bug or runner error: fail closed, never stuck
                     reason = f"runner error: {type(ex).__name__}: {ex}"
                     self._conclude(vid, _failed(rows[0]["suite"], reason), rows[0])
+        if not e.paused:  # the consequences parked by a pause, now that it is lifted
+            for r in e.journal.rows("SELECT * FROM validations WHERE parked=1 ORDER BY id"):
+                with self.lock:
+                    with e.journal.tx() as db:
+                        db.execute("UPDATE validations SET parked=0 WHERE id=?", (r["id"],))
+                    self._consequences(r, str(r["state"]))
         with self.lock:  # a crash between a verdict and its consequence: validate again
             for r in e.journal.rows(
                 "SELECT node FROM nodes WHERE state='validating' AND node NOT IN "
-                "(SELECT node FROM validations WHERE state IN ('running','stopping'))"
+                "(SELECT node FROM validations WHERE state IN ('running','stopping') OR parked=1)"
             ):
                 with e.journal.tx() as db:
                     db.execute("UPDATE nodes SET state='probation' WHERE node=?", (r["node"],))
@@ -483,6 +492,10 @@ class Validator:
         final = str(r["final"] or "failed")
         evidence = json.loads(r["evidence"]) if r["evidence"] else None
         self._finish(vid, final, str(r["reason"] or ""), evidence)
+        if e.paused and r["trigger"] != "on_demand" and (final != "cancelled" or r["stop_as"]):
+            with e.journal.tx() as db:  # the node is out again; what follows waits for resume
+                db.execute("UPDATE validations SET parked=1 WHERE id=?", (vid,))
+            return
         if int(r["stop_tries"] or 0) >= PAGE_AFTER:
             why = f"validation {vid} of {r['node']} stopped after {r['stop_tries']} tries"
             e._record(None, str(r["node"]), str(r["fault_class"] or ""), "validate",
@@ -506,6 +519,23 @@ class Validator:
                       deny("validation", why), {"validation": vid, "stop_error": err})  # fmt: skip
             e.metrics.actions.labels(e.backend.name, "validate_stop", "failed").inc()
             log.error("%s", why)  # the node's action-failed gauge pages (see module doc)
+
+    def parked(self, node: str) -> str | None:
+        """What a pause holds back for this node (None: nothing), for the API."""
+        if not self.engine.paused:
+            return None
+        rec = self.engine.journal.node(node) or {}
+        last = self.latest().get(node)
+        if last and last.get("parked"):
+            what = "release" if last["state"] == "passed" else "escalation"
+            return f"validation {last['id']} {last['state']}; its {what} waits for resume (paused)"
+        if last and last["state"] in LIVE:
+            return (
+                f"validation {last['id']} {last['state']}; what follows waits for resume (paused)"
+            )
+        if rec.get("state") == "probation":
+            return "probation: the validation and the release wait for resume (paused)"
+        return None
 
     def stuck(self) -> tuple[str, ...]:
         """Nodes whose concluded validation could not be stopped (they page)."""

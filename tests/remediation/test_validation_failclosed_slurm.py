@@ -192,3 +192,41 @@ def test_a_service_killed_while_starting_a_run_stops_it_and_drains_the_node_on_r
     done = last_run(svc, node)
     assert done["state"] == "failed" and "run lost" in done["reason"]
     assert_out_by_gpuwarden(sc, node)
+
+
+def parked(svc: Service, node: str) -> str:
+    [row] = [n for n in svc.nodes() if n["node"] == node]
+    return str(row["parked"] or "")
+
+
+def test_a_pause_starts_no_validation_and_parks_a_passed_runs_release_until_resume(
+    clean_slurm: SlurmCluster, readable_dir: Path, tmp_path: Path
+) -> None:
+    sc, node, clock = clean_slurm, clean_slurm.live[0], FakeClock()
+    svc = make(sc, tmp_path, readable_dir, clock, sleep=1)
+    quarantined_then_probation_over(svc, node, clock)
+    svc.engine.set_paused(True, "test")
+    svc.engine.tick()  # probation is over, but paused: no suite, no release
+    assert svc.validator.list(node, 5) == []
+    assert sc.node_state(node)["reason"].startswith("gpuwarden: drain nvlink")
+    assert "wait for resume" in parked(svc, node)
+    svc.engine.set_paused(False, "test")
+    svc.engine.tick()  # the suite starts
+    assert last_run(svc, node)["state"] == "running"
+    svc.engine.set_paused(True, "test")
+    deadline = time.monotonic() + 60
+    while last_run(svc, node)["state"] in ("running", "stopping"):
+        assert time.monotonic() < deadline, "the suite did not end"
+        time.sleep(0.5)
+        svc.engine.tick()
+    assert last_run(svc, node)["state"] == "passed"
+    st = sc.node_state(node)  # out again, not resumed while paused
+    assert "DRAIN" in st["flags"] and st["reason"] == "gpuwarden: validation passed"
+    assert "release waits for resume" in parked(svc, node)
+    svc.engine.tick()
+    assert "DRAIN" in sc.node_state(node)["flags"]
+    svc.engine.set_paused(False, "test")
+    svc.engine.tick()  # resumed: the parked release goes ahead
+    assert svc.journal.node(node)["state"] == "released"  # type: ignore[index]
+    assert "DRAIN" not in sc.node_state(node)["flags"]
+    assert parked(svc, node) == ""
