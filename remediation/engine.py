@@ -260,7 +260,7 @@ class Engine:
         health = storage_mod.load(self.journal)
         health.observe(alert.status, alert.labels, alert.annotations.get("summary", ""))
         storage_mod.save(self.journal, health)
-        mount, node = alert.labels.get("mount", ""), alert.node
+        mount, node = storage_mod.normalize(alert.labels.get("mount", "")), alert.node
         node = node if guards.NODE_NAME.fullmatch(node) else ""
         cluster = alert.labels.get("scope") == "cluster" or not node
         incident = None
