@@ -196,7 +196,9 @@ class Journal:
     def firing_fingerprints(self, node: str) -> set[str]:
         """The node's alerts still firing: by each alert's own startsAt, not arrival."""
         rows = self.rows(
-            "SELECT fingerprint, starts_at, status FROM alerts WHERE node=? AND stale=0", (node,)
+            "SELECT fingerprint, starts_at, status FROM alerts WHERE node=? AND stale=0 "
+            "ORDER BY seq",
+            (node,),
         )
         return ordering.firing((r["fingerprint"], r["starts_at"], r["status"]) for r in rows)
 

@@ -30,10 +30,6 @@ def ts(value: str | None) -> float:
         return math.nan
 
 
-def _later(a: float, b: float) -> bool:
-    return not math.isnan(a) and (math.isnan(b) or a > b)
-
-
 def stale(status: str, starts_at: str, resolved_starts: Iterable[str]) -> bool:
     """A firing notification older than (or as old as) a resolve already seen."""
     if status != "firing":
@@ -41,7 +37,7 @@ def stale(status: str, starts_at: str, resolved_starts: Iterable[str]) -> bool:
     mine = ts(starts_at)
     for other in resolved_starts:
         theirs = ts(other)
-        if not math.isnan(theirs) and not _later(mine, theirs):
+        if not math.isnan(theirs) and not math.isnan(mine) and mine <= theirs:
             return True
         if other == starts_at:  # unreadable times: the same instance by its text
             return True
@@ -49,18 +45,21 @@ def stale(status: str, starts_at: str, resolved_starts: Iterable[str]) -> bool:
 
 
 def firing(rows: Iterable[tuple[str, str, str]]) -> set[str]:
-    """Fingerprints still firing, from (fingerprint, startsAt, status) rows in any order:
-    the newest instance decides; a resolve wins a tie."""
-    newest_firing: dict[str, float] = {}
-    newest_resolved: dict[str, float] = {}
+    """Fingerprints still firing, from (fingerprint, startsAt, status) rows in arrival
+    order: a resolve ends its own instance (the same startsAt) whenever it arrives, and a
+    newer instance (a later startsAt) wins over an older one; where the times cannot be
+    compared (unreadable), the later arrival wins."""
+    state: dict[str, tuple[str, str]] = {}  # fingerprint -> (startsAt, status) now
     for fp, starts, status in rows:
-        t = ts(starts)
-        if math.isnan(t):  # unreadable: ordered by its text among its own kind
-            t = -math.inf
-        book = newest_firing if status == "firing" else newest_resolved
-        book[fp] = max(book.get(fp, -math.inf), t)
-    return {
-        fp
-        for fp, t in newest_firing.items()
-        if fp not in newest_resolved or t > newest_resolved[fp]
-    }
+        if fp not in state:
+            state[fp] = (starts, status)
+            continue
+        now_starts, now_status = state[fp]
+        if starts == now_starts:  # the same instance: resolved is final
+            if status == "resolved":
+                state[fp] = (starts, status)
+            continue
+        mine, theirs = ts(starts), ts(now_starts)
+        if math.isnan(mine) or math.isnan(theirs) or mine >= theirs:
+            state[fp] = (starts, status)
+    return {fp for fp, (_, status) in state.items() if status == "firing"}
