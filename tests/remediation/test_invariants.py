@@ -366,6 +366,15 @@ class Rails(RuleBasedStateMachine):
             assert self.journal.get("breaker_opened_at") is None, "breaker open after quiet_s"
 
     @rule()
+    def scheduler_silent_until_it_pages(self) -> None:
+        """The scheduler answers nothing for longer than a run's deadline and as many ticks
+        as an unconfirmed stop takes to page (``heal`` ends it)."""
+        self.suite.unknown = self.suite.stop_fails = True
+        for _ in range(PAGE_AFTER + 1):
+            self.clock.advance(31.0)
+            self.tick()
+
+    @rule()
     def run_actions(self) -> None:
         """One pass of the worker: every action that can move runs once."""
         j = self.journal
