@@ -54,7 +54,7 @@ def firing(rows: Iterable[tuple[str, str, str]]) -> set[str]:
         if fp not in state:
             state[fp] = (starts, status)
             continue
-        now_starts, now_status = state[fp]
+        now_starts = state[fp][0]
         if starts == now_starts:  # the same instance: resolved is final
             if status == "resolved":
                 state[fp] = (starts, status)

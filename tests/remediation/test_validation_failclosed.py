@@ -135,3 +135,19 @@ def test_a_run_whose_stop_is_never_confirmed_pages_once_and_keeps_retrying(
     assert svc.validator.list(NODE, 1)[0]["state"] == "failed"
     svc.refresh_gauges()
     assert NODE not in svc.validator.stuck()
+
+
+def test_a_kubernetes_job_read_that_fails_is_unknown_never_an_ended_job() -> None:
+    from remediation.validation.kubernetes import KubernetesValidation, KubeValidationRun
+
+    class Down:
+        def read_job(self, namespace: str, name: str) -> None:
+            raise ConnectionRefusedError("connection refused")
+
+    v = KubernetesValidation(Down(), "gpuwarden", "img")
+    try:
+        v.poll(KubeValidationRun("n1", "gpuwarden", "gpuwarden-validate-v1-n1", 1))
+    except SchedulerUnknown as e:
+        assert "connection refused" in str(e)
+    else:
+        raise AssertionError("a failed read was read as an answer")
