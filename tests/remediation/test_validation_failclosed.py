@@ -151,3 +151,16 @@ def test_a_kubernetes_job_read_that_fails_is_unknown_never_an_ended_job() -> Non
         assert "connection refused" in str(e)
     else:
         raise AssertionError("a failed read was read as an answer")
+
+
+def test_a_manual_release_that_needs_a_validation_waits_while_paused(tmp_path: Path) -> None:
+    clock = FakeClock()
+    svc = make(tmp_path, clock, ["all_reduce_perf-8gpu.txt"], more="manual_release: true")
+    fault_then_resolve(svc, clock)
+    svc.engine.set_paused(True, "op")
+    status, body = svc.request_release(NODE, "op")
+    assert status == 409 and body["guard"] == "paused"
+    assert svc.validator.list(NODE, 5) == []  # nothing started
+    svc.engine.set_paused(False, "op")
+    status, _ = svc.request_release(NODE, "op")
+    assert status == 202  # the suite first, as the policy says
