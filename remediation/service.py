@@ -60,17 +60,16 @@ class Service:
         """A manual release: validated first when the policy says so (202 and the run),
         else released now (200, or 409 with the denying guard)."""
         vp, rec = self.policy.validation, self.journal.node(node)
+        if self.engine.paused and vp.manual_release and _needs_validation(vp, rec):
+            return 409, {"node": node, "released": False, "guard": "paused",
+                         "reason": "remediation is paused: the validation this release needs "
+                         "starts after resume"}  # fmt: skip
         vid = self.validator.running(node, gating=True)
         if vid is not None:  # on Slurm the node sits in our reservation: nothing to resume yet
             return 409, {"node": node, "released": False, "guard": "validation",
                          "reason": f"validation #{vid} runs; the node is released when it "
                          "passes (or ask again once it ended)"}  # fmt: skip
         held = rec is not None and rec["state"] not in ("released", None)
-        needs = held and vp.suite_for(rec["fault_class"]) is not None  # type: ignore[index]
-        if vp.manual_release and needs and self.engine.paused:
-            return 409, {"node": node, "released": False, "guard": "paused",
-                         "reason": "remediation is paused: the validation this release needs "
-                         "starts after resume"}  # fmt: skip
         if (
             vp.manual_release
             and held
@@ -152,6 +151,12 @@ class Service:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(str(s.tls_cert_file), str(s.tls_key_file))
         return ctx
+
+
+def _needs_validation(vp: Any, rec: dict[str, Any] | None) -> bool:
+    """A node gpuwarden holds whose release the policy's suite must pass first."""
+    held = rec is not None and rec["state"] not in ("released", None)
+    return held and vp.suite_for(rec["fault_class"]) is not None  # type: ignore[index]
 
 
 def make_backend(
