@@ -207,6 +207,7 @@ def _run_stack(ns: argparse.Namespace, workdir: Path, slurm: slurmlab.SlurmClust
             slurm_env=slurm.env if slurm else None,
             scenario=Path(ns.scenario).resolve() if ns.scenario else None,
             policy={"checkpoint": checkpoint},
+            storage_mounts=(DEMO_MOUNT,),  # the "Checkpoint storage" dashboard row has data
         )
     )
     story = sorted(load_story(ns.story), key=lambda s: s.at)
@@ -276,6 +277,7 @@ DETECTED_BY = {
     "ib_port_down": ("ib_port_down",),
     "ib_symbol_errors": ("ib_errors",),
 }
+DEMO_MOUNT = "/mnt/ckpt"  # the checkpoint mount every demo node probes
 NEGATIVE_CONTROLS = ("app_xid", "pipeline_imbalance", "checkpoint_pause", "reboot", "job_stop")
 QUARANTINED = ("quarantined", "inspection", "draining", "drained")
 

@@ -42,6 +42,7 @@ class StackOptions:
     time_scale: float = 1.0
     analyzer_config: Mapping[str, Any] | None = None  # analyzer YAML settings (--config)
     analyzer_push: bool = False  # the analyzer also posts findings to Alertmanager directly
+    storage_mounts: tuple[str, ...] = ()  # checkpoint mounts the simulated nodes probe
 
     @property
     def backend(self) -> str:
@@ -135,6 +136,8 @@ class Stack:
         )
         if self.opts.scenario:
             argv += ["--scenario", str(self.opts.scenario)]
+        if self.opts.storage_mounts:
+            argv += ["--storage-mounts", ",".join(self.opts.storage_mounts)]
         self.sup.start("simulator", argv, ready_url=f"{self.urls.simulator}/healthz")
 
     def _write_topology(self, w: Path) -> None:

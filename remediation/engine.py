@@ -351,7 +351,7 @@ class Engine:
         health = storage_mod.load(self.journal)
         health.observe(alert.status, alert.labels, alert.annotations.get("summary", ""))
         storage_mod.save(self.journal, health)
-        mount, node = alert.labels.get("mount", ""), alert.node
+        mount, node = storage_mod.normalize(alert.labels.get("mount", "")), alert.node
         node = node if guards.NODE_NAME.fullmatch(node) else ""
         cluster = alert.labels.get("scope") == "cluster" or not node
         incident = None
@@ -552,7 +552,7 @@ class Engine:
                 self._record(
                     None, r["node"], r["fault_class"] or "", "probation", v, {}, None, probation
                 )
-        if not p.auto_release:
+        if not p.auto_release or self.paused:  # paused: no release, no validation starts
             return []
         for r in self.journal.rows("SELECT * FROM nodes WHERE state='probation'"):
             if now - (r["resolved_at"] or now) < (r["probation_s"] or 0):

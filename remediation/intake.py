@@ -7,6 +7,7 @@ is rejected here with a reason before anything is journaled.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from remediation.model import Alert
@@ -23,15 +24,41 @@ class IntakeError(ValueError):
         self.code = code
 
 
-def _str_map(v: Any, where: str) -> dict[str, str]:
+# Text that cannot be stored or shown as is: lone UTF-16 surrogates (valid JSON escapes,
+# not encodable as UTF-8), NUL and the other C0/C1 control characters.
+_LABEL_BAD = re.compile(r"[\ud800-\udfff\x00-\x1f\x7f-\x9f]")
+_TEXT_BAD = re.compile(r"[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # \t \n \r kept
+
+
+def _bad_text(text: str, pattern: re.Pattern[str]) -> str:
+    m = pattern.search(text)
+    return "" if m is None else f"U+{ord(m.group()):04X}"
+
+
+def _str_map(v: Any, where: str, annotations: bool = False) -> dict[str, str]:
+    """Labels are identity: one that cannot be stored exactly is a 400 with the reason.
+    Annotations are prose: bad characters become U+FFFD (stored safely, shown as such)."""
     if v is None:
         return {}
     if not isinstance(v, dict):
         raise IntakeError(f"{where}: expected an object")
+    out = {}
     for k, x in v.items():
         if not isinstance(x, str) or len(k) > MAX_LABEL or len(x) > 16 * MAX_LABEL:
-            raise IntakeError(f"{where}.{k[:40]}: expected a string value of sane length")
-    return dict(v)
+            raise IntakeError(f"{where}.{_safe(k)}: expected a string value of sane length")
+        bad = _bad_text(k, _LABEL_BAD)
+        if bad:
+            raise IntakeError(f"{where}: a name holds {bad}, which a label name cannot")
+        if annotations:
+            x = _TEXT_BAD.sub("\ufffd", x)
+        elif bad := _bad_text(x, _LABEL_BAD):
+            raise IntakeError(f"{where}.{_safe(k)}: the value holds {bad} (not storable text)")
+        out[k] = x
+    return out
+
+
+def _safe(k: str) -> str:
+    return _LABEL_BAD.sub("?", k[:40])
 
 
 def _alert(a: Any, i: int) -> Alert:
@@ -47,9 +74,11 @@ def _alert(a: Any, i: int) -> Alert:
     labels = _str_map(a.get("labels"), f"alerts[{i}].labels")
     if not labels:
         raise IntakeError(f"alerts[{i}].labels: missing")
-    return Alert(
-        fp, starts, status, labels, _str_map(a.get("annotations"), f"alerts[{i}].annotations")
-    )
+    for name, text in (("fingerprint", fp), ("startsAt", starts)):
+        if bad := _bad_text(text, _LABEL_BAD):
+            raise IntakeError(f"alerts[{i}].{name}: holds {bad}")
+    notes = _str_map(a.get("annotations"), f"alerts[{i}].annotations", annotations=True)
+    return Alert(fp, starts, status, labels, notes)
 
 
 def parse(body: bytes) -> list[Alert]:

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from remediation import ordering
 from remediation.model import TRANSIENT_GUARDS, Alert
 
 SCHEMA = """
@@ -44,6 +45,7 @@ CREATE INDEX IF NOT EXISTS flags_at ON flags(at);
 CREATE INDEX IF NOT EXISTS actions_started ON actions(started_at);
 CREATE INDEX IF NOT EXISTS actions_state ON actions(state);
 CREATE INDEX IF NOT EXISTS alerts_node ON alerts(node);
+CREATE INDEX IF NOT EXISTS alerts_fingerprint ON alerts(fingerprint, status);
 CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS dry_run_effects(id INTEGER PRIMARY KEY AUTOINCREMENT,
   action_id INTEGER, node TEXT, op TEXT, detail TEXT, at REAL);
@@ -61,6 +63,7 @@ MIGRATIONS = (
     ("nodes", "epoch", "INTEGER NOT NULL DEFAULT 0"),
     ("steps", "deadline", "REAL"),
     ("incidents", "subject", "TEXT"),  # what a cluster incident (node '') is about: a mount
+    ("alerts", "stale", "INTEGER NOT NULL DEFAULT 0"),  # a firing older than its resolve
 )
 # Nodes gpuwarden holds out of service (or may hold: a failed action may have half-drained).
 HELD_STATES = ("quarantined", "probation", "inspection", "action_failed", "validating")
@@ -135,6 +138,8 @@ class Journal:
         new = repeated = 0
         with self.tx() as db:
             for a in alerts:
+                if self._stale(db, a, now):
+                    continue
                 cur = db.execute(
                     "INSERT OR IGNORE INTO alerts(key,fingerprint,starts_at,status,node,labels,"
                     "received_at) VALUES(?,?,?,?,?,?,?)",
@@ -162,6 +167,11 @@ class Journal:
                     "SELECT 1 FROM nodes WHERE node=? AND state='action_failed'", (a.node,)
                 ).fetchone()
                 retry = retry or (failed is not None and a.status == "firing")
+                if a.status == "resolved":  # a repeated resolve still starts a probation due
+                    waiting = db.execute(
+                        "SELECT 1 FROM nodes WHERE node=? AND state='quarantined'", (a.node,)
+                    ).fetchone()
+                    retry = retry or waiting is not None
                 db.execute(
                     "UPDATE alerts SET repeats=repeats+1, processed=CASE WHEN ? THEN 0 ELSE "
                     "processed END WHERE key=?",
@@ -184,13 +194,44 @@ class Journal:
         ]
 
     def firing_fingerprints(self, node: str) -> set[str]:
+        """The node's alerts still firing: by each alert's own startsAt, not arrival."""
         rows = self.rows(
-            "SELECT fingerprint, status FROM alerts WHERE node=? ORDER BY seq", (node,)
+            "SELECT fingerprint, starts_at, status FROM alerts WHERE node=? AND stale=0 "
+            "ORDER BY seq",
+            (node,),
         )
-        state: dict[str, str] = {}
-        for r in rows:
-            state[r["fingerprint"]] = r["status"]
-        return {fp for fp, st in state.items() if st == "firing"}
+        return ordering.firing((r["fingerprint"], r["starts_at"], r["status"]) for r in rows)
+
+    def _stale(self, db: sqlite3.Connection, a: Alert, now: float) -> bool:
+        """A firing older than a resolve already seen for its fingerprint: journaled as
+        stale (a decision, processed), never decided on; True when it was."""
+        if a.status != "firing":
+            return False
+        resolved = [
+            r[0]
+            for r in db.execute(
+                "SELECT starts_at FROM alerts WHERE fingerprint=? AND status='resolved'",
+                (a.fingerprint,),
+            )
+        ]
+        if not ordering.stale(a.status, a.starts_at, resolved):
+            return False
+        cur = db.execute(
+            "INSERT OR IGNORE INTO alerts(key,fingerprint,starts_at,status,node,labels,"
+            "received_at,processed,stale) VALUES(?,?,?,?,?,?,?,1,1)",
+            (a.key + "|stale", a.fingerprint, a.starts_at, a.status, a.node,
+             json.dumps(dict(a.labels), sort_keys=True), now),
+        )  # fmt: skip
+        if not cur.rowcount:
+            return True  # its repeat: journaled once already
+        db.execute(
+            "INSERT INTO decisions(alert_key,node,fault_class,action,verdict,guard,reason,"
+            "evidence,at) VALUES(?,?,?,?,?,?,?,?,?)",
+            (a.key, a.node[:253], a.labels.get("fault_class", "")[:64], "notify", "allow",
+             "stale", f"stale firing (startsAt {a.starts_at[:40]}): a resolve of this alert "
+             "at or after it was already seen; ignored", "{}", now),
+        )  # fmt: skip
+        return True
 
     # ------------------------------------------------------------------ decisions/actions
     def occurrences(self, node: str, fault_class: str, since: float) -> int:

@@ -4,6 +4,12 @@ A budget is ``min(max_nodes, floor(max_fraction x size))``; on a small failure d
 can be 0, which silently denies every disruptive action on its nodes. The check prints each
 domain's effective limit and fails on a limit of 0 unless the budget says ``allow_zero:
 true``. Pure: policy and topology in, lines and problems out.
+
+:func:`fallback_problems` (run by ``--check`` and at start-up, preflight.py) rejects a
+policy that allows an action but not what that action falls back to or climbs to: the
+``checkpoint.on_storage_unhealthy`` fallback of a rule allowing ``checkpoint_restart``, and
+every rung (and ``inspect``) of the ladder of a fault class a rule allows to disrupt. Such
+a policy would deny, at the worst moment, the action its own settings chose.
 """
 
 from __future__ import annotations
@@ -12,7 +18,40 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from remediation.guards import budget_limit
-from remediation.policy import Policy
+from remediation.model import DISRUPTIVE
+from remediation.policy import Policy, Rule
+
+
+def _names_class(rule: Rule, fault_class: str) -> bool:
+    """Could this rule decide an alert of ``fault_class`` (other labels aside)?"""
+    want = rule.match.get("fault_class")
+    return want is None or Rule({"fault_class": want}, rule.allow).matches(
+        {"fault_class": fault_class}
+    )
+
+
+def fallback_problems(p: Policy) -> list[str]:
+    """Rules that allow an action but not the fallback or rung the policy can choose next."""
+    problems = []
+    fallback = p.checkpoint.on_storage_unhealthy
+    for i, rule in enumerate(p.rules):
+        allowed = set(rule.allow)
+        if "checkpoint_restart" in allowed and fallback != "hold" and fallback not in allowed:
+            problems.append(
+                f"rules[{i}] allows checkpoint_restart but not {fallback}, the fallback "
+                "checkpoint.on_storage_unhealthy chooses while checkpoint storage is unhealthy "
+                f"(allow {fallback}, or choose another fallback)"
+            )
+        for fc, ladder in sorted(p.ladders.items()):
+            if not _names_class(rule, fc) or not allowed & DISRUPTIVE & set(ladder):
+                continue
+            missing = sorted((set(ladder) | {"inspect"}) & DISRUPTIVE - allowed)
+            if missing:
+                problems.append(
+                    f"rules[{i}] allows {fc} to disrupt but not {', '.join(missing)}, which its "
+                    f"ladder {list(ladder)} (or inspect_after {p.inspect_after}) can choose"
+                )
+    return problems
 
 
 def domain_sizes(topology: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, int]]:

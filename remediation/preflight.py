@@ -56,6 +56,12 @@ def ack_dir_problem(ack_dir: str) -> str:
 def check(pol: Policy, backend_name: str) -> list[str]:
     """Start-up checks; raises SettingsError (live) or returns warnings (nothing can act:
     a dry-run policy, or the dry-run backend)."""
+    from remediation.policy_check import fallback_problems
+
+    problems = fallback_problems(pol)  # even a dry-run: its journal would show false denials
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise SettingsError(f"policy: {problems[0]}{more}")
     if not checkpoints_possible(pol):
         return []
     problem = ack_dir_problem(pol.checkpoint.ack_dir)

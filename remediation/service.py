@@ -54,12 +54,19 @@ class Service:
         """The nodes table (read-only connection), each with its last validation."""
         rows = self.journal.read("SELECT * FROM nodes ORDER BY node")
         last = self.validator.latest()
-        return [{**r, "validation": last.get(r["node"])} for r in rows]
+        return [
+            {**r, "validation": last.get(r["node"]), "parked": self.validator.parked(r["node"])}
+            for r in rows
+        ]
 
     def request_release(self, node: str, who: str) -> tuple[int, dict[str, Any]]:
         """A manual release: validated first when the policy says so (202 and the run),
         else released now (200, or 409 with the denying guard)."""
         vp, rec = self.policy.validation, self.journal.node(node)
+        if self.engine.paused and vp.manual_release and _needs_validation(vp, rec):
+            return 409, {"node": node, "released": False, "guard": "paused",
+                         "reason": "remediation is paused: the validation this release needs "
+                         "starts after resume"}  # fmt: skip
         vid = self.validator.running(node, gating=True)
         if vid is not None:  # on Slurm the node sits in our reservation: nothing to resume yet
             return 409, {"node": node, "released": False, "guard": "validation",
@@ -115,6 +122,8 @@ class Service:
         self.metrics.node_failed.clear()
         for r in failed:
             self.metrics.node_failed.labels(r["node"]).set(1)
+        for node in self.validator.stuck():  # a validation that could not be stopped pages too
+            self.metrics.node_failed.labels(node).set(1)
         self.metrics.paused.set(1 if self.engine.paused else 0)
         self.metrics.breaker.set(1 if self.status()["breaker_open"] else 0)
 
@@ -148,6 +157,12 @@ class Service:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(str(s.tls_cert_file), str(s.tls_key_file))
         return ctx
+
+
+def _needs_validation(vp: Any, rec: dict[str, Any] | None) -> bool:
+    """A node gpuwarden holds whose release the policy's suite must pass first."""
+    held = rec is not None and rec["state"] not in ("released", None)
+    return held and vp.suite_for(rec["fault_class"]) is not None  # type: ignore[index]
 
 
 def make_backend(
@@ -186,7 +201,7 @@ def make_suite_runner(pol: Policy, real: Backend | None) -> SuiteRunner | None:
         from remediation.validation.release import SlurmSuiteRunner
         from remediation.validation.slurm import SlurmValidation
 
-        return SlurmSuiteRunner(SlurmValidation(real.runner, vp.out_dir))
+        return SlurmSuiteRunner(SlurmValidation(real.runner, vp.out_dir), vp.deadline_s)
     if real.name == "kubernetes":
         from remediation.validation.kubernetes import KubernetesValidation
         from remediation.validation.release import KubernetesSuiteRunner

@@ -19,6 +19,8 @@ receiver that already accepted it with the same key). Pure otherwise: no I/O her
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -38,7 +40,16 @@ class KV(Protocol):
     def put(self, key: str, value: str | None) -> None: ...
 
 
+def normalize(mount: str) -> str:
+    """One spelling per mount: ``/mnt/ckpt/``, ``/mnt//ckpt`` and ``/mnt/./ckpt`` are all
+    ``/mnt/ckpt`` (labels come from probes and humans; health is looked up by this)."""
+    if not mount:
+        return ""
+    return posixpath.normpath(re.sub(r"/+", "/", mount.strip()))
+
+
 def _covers(unhealthy: str, mount: str) -> bool:
+    unhealthy, mount = normalize(unhealthy), normalize(mount)
     return mount == unhealthy or mount.startswith(unhealthy.rstrip("/") + "/")
 
 
@@ -54,7 +65,7 @@ class StorageHealth:
         A mount stays unhealthy while any storage alert about it fires."""
         if labels.get("fault_class") != STORAGE_CLASS:
             return False
-        mount, node = labels.get("mount", ""), labels.get("node", "")
+        mount, node = normalize(labels.get("mount", "")), labels.get("node", "")
         if not mount:
             return True
         cluster = labels.get("scope") == "cluster" or not node
@@ -72,7 +83,7 @@ class StorageHealth:
         return True
 
     def unhealthy_mount(self, mount: str, node: str = "") -> bool:
-        return mount in (self.on_node.get(node, {}) if node else self.unhealthy)
+        return normalize(mount) in (self.on_node.get(node, {}) if node else self.unhealthy)
 
     def checkpoint_blocked(self, mount: str | None, nodes: Iterable[str] = ()) -> str | None:
         """Why a checkpoint into ``mount`` (by a job on ``nodes``) must not be asked for now,
@@ -100,10 +111,15 @@ class StorageHealth:
         if not isinstance(data, dict):
             data = {}
         cluster, nodes = data.get("cluster") or {}, data.get("nodes") or {}
-        return cls(
-            {m: dict(a) for m, a in cluster.items()},
-            {n: {m: dict(a) for m, a in t.items()} for n, t in nodes.items()},
-        )
+        return cls(_merged(cluster), {n: _merged(t) for n, t in nodes.items()})
+
+
+def _merged(table: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    """A stored table with its mounts normalized (a journal written before they were)."""
+    out: dict[str, dict[str, str]] = {}
+    for m, alerts in table.items():
+        out.setdefault(normalize(m), {}).update(alerts)
+    return out
 
 
 def load(kv: KV) -> StorageHealth:

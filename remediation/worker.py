@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from remediation.engine import Engine
-from remediation.executor import Executor
+from remediation.executor import TERMINAL, Executor
 
 log = logging.getLogger("gpuwarden.remediation")
 
@@ -118,11 +118,14 @@ class Worker:
         try:
             async with lock:
                 loop = asyncio.get_running_loop()
+                before = await asyncio.to_thread(
+                    self.engine.journal.scalar, "SELECT state FROM actions WHERE id=?", (row["id"],)
+                )
                 state, outcome = await loop.run_in_executor(self.pool, self.executor.run, row)
         finally:
             self.running.discard(row["id"])
-        if state in ("waiting", "paused", "deferred"):
-            return  # not an outcome yet: the next tick runs it again
+        if state in ("waiting", "paused", "deferred") or before in TERMINAL:
+            return  # not an outcome yet, or one counted already (a stale row run again)
         m, now = self.engine.metrics, self.engine.clock.now()
         m.actions.labels(self.engine.backend.name, row["action"], state).inc()
         if state == "failed":

@@ -57,6 +57,7 @@ class SimulateSettings:
     skus: str | None = None  # "h100:4,a100:2": racks (leaves) of each model, in order
     power_caps: str | None = None  # "leaf-06:500": an administrator's cap per rack, watts
     signals: str | None = None  # "activity,steps": profiling activity, published step times
+    storage_mounts: str | None = None  # "/mnt/ckpt,...": checkpoint mounts every node probes
     duration: float = 0.0  # 0: until SIGINT/SIGTERM
     max_staleness: float = 0.0  # serve a node's last body for up to this long (load shedding)
     workers: int = 1  # processes; node i is served by worker i % workers on port + i % workers
@@ -108,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--signals", help="straggler signals beyond NVML: activity (SM/tensor profiling), steps "
       "(per-rank step times the jobs publish); comma-separated")  # fmt: skip
     a("--duration", help="stop after this many wall seconds (default: run until Ctrl-C)")
+    a("--storage-mounts", help="checkpoint mounts every node probes: PATH,... (default: the "
+      "scenario's, else none; a storage fault names its own)")  # fmt: skip
     a(
         "--max-staleness",
         help="serve a node's last body for up to this many seconds unless a "
@@ -179,7 +182,9 @@ def make_simulator(s: SimulateSettings) -> Simulator:
     nodes = len(skus) if skus is not None else s.nodes
     fleet = scenarios.build(sc, nodes=nodes, seed=s.seed, nodes_per_leaf=s.nodes_per_leaf,
                             sku=s.sku, skus=skus, power_caps=caps(s.power_caps or ""),
-                            signals=tuple(x for x in (s.signals or "").split(",") if x) or None)  # fmt: skip
+                            signals=tuple(x for x in (s.signals or "").split(",") if x) or None,
+                            storage_mounts=tuple(m for m in (s.storage_mounts or "").split(",")
+                                                 if m) or None)  # fmt: skip
     return Simulator(fleet, dcgm=s.compat == "dcgm", time_scale=s.time_scale, tick_s=s.tick,
                      epoch=s.epoch, shard=(s.shard or 0, s.workers),
                      max_stale_s=s.max_staleness)  # fmt: skip

@@ -4,6 +4,11 @@ Drains carry the reason prefix ``gpuwarden:`` and are only ever resumed while th
 carry it (Node Health Check's rule). State is read back after every change: RESUME on a
 never-registered node exits 1 yet clears the drain (real-components.md §3), so exit codes
 are not trusted.
+
+A node in gpuwarden's own validation reservation (``gpuwarden-validate-<node>``, MAINT) is
+out of service by gpuwarden, not by someone else: ``sinfo --json`` names the reservation
+from 23.02; 22.05 shows neither the reservation nor the MAINT flag there, and a node shown
+MAINT without a reason or reservation is looked up in ``scontrol show reservation``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from remediation.backends.base import BackendError
 from remediation.backends.hostlist import expand
 from remediation.backends.runner import Runner, checked
 from remediation.model import REASON_PREFIX, Job, NodeView
+
+RESERVATION_PREFIX = "gpuwarden-validate-"  # the validation runner's reservations
+MAINT = {"MAINT", "MAINTENANCE"}
 
 
 class SlurmBackend:
@@ -44,15 +52,31 @@ class SlurmBackend:
             raise BackendError(f"{argv[0]} --json: unexpected output")
         return data
 
-    def _view(self, n: Mapping[str, Any]) -> NodeView:
+    def _view(self, n: Mapping[str, Any], reserved: frozenset[str] = frozenset()) -> NodeView:
         reason = str(n.get("reason") or "")
         out = slurmstate.out_of_service(n)
-        ours = out and reason.startswith(REASON_PREFIX)  # a drain, or a reboot we asked for
         name = str(n["name"])
+        ours = out and (
+            reason.startswith(REASON_PREFIX)  # a drain, or a reboot we asked for
+            or str(n.get("reservation") or "").startswith(RESERVATION_PREFIX)
+            or name in reserved
+        )
         return NodeView(name, out, ours, reason, dict(self.topology.get(name, {})))
 
     def fleet(self) -> tuple[NodeView, ...]:
-        return tuple(self._view(n) for n in self._json("sinfo", "--json").get("nodes", []))
+        nodes = self._json("sinfo", "--json").get("nodes", [])
+        maint = [n for n in nodes if _maint_unexplained(n)]
+        reserved = self._our_reservations() if maint else frozenset()
+        return tuple(self._view(n, reserved) for n in nodes)
+
+    def _our_reservations(self) -> frozenset[str]:
+        """Nodes in a gpuwarden-validate-* reservation (``scontrol show -o reservation``)."""
+        out: set[str] = set()
+        for line in self._run("scontrol", "show", "-o", "reservation").splitlines():
+            words = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            if words.get("ReservationName", "").startswith(RESERVATION_PREFIX):
+                out.update(expand(words.get("Nodes", "")))
+        return frozenset(out)
 
     def node(self, name: str) -> NodeView | None:
         return next((n for n in self.fleet() if n.name == name), None)
@@ -85,8 +109,8 @@ class SlurmBackend:
             raise BackendError(f"node {node} unknown to slurm")
         if before.out_of_service and not before.ours:
             raise BackendError(f"node {node} is out of service by someone else: {before.reason!r}")
-        if before.ours:
-            return "already drained by gpuwarden"
+        if before.ours and before.reason.startswith(REASON_PREFIX):
+            return "already drained by gpuwarden"  # (our reservation alone is no drain)
         self.runner.run(
             ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"],
             self.timeout,
@@ -97,8 +121,8 @@ class SlurmBackend:
         return "drained"
 
     def is_taken_out(self, node: str) -> bool:
-        n = self.node(node)
-        return n is not None and n.ours
+        n = self.node(node)  # a drain we wrote (our reservation alone is no drain)
+        return n is not None and n.ours and n.reason.startswith(REASON_PREFIX)
 
     def release(self, node: str) -> str:
         before = self.node(node)
@@ -108,6 +132,10 @@ class SlurmBackend:
             return "already in service"
         if not before.ours:
             raise BackendError(f"refusing to resume {node}: reason {before.reason!r} is not ours")
+        if not before.reason.startswith(REASON_PREFIX):  # out only by our reservation
+            self.runner.run(
+                ["scontrol", "delete", f"ReservationName={RESERVATION_PREFIX}{node}"], self.timeout
+            )
         # rc is not trusted (see module docstring); the state read back decides.
         self.runner.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], self.timeout)
         after = self.node(node)
@@ -187,3 +215,11 @@ class SlurmBackend:
 
     def mark(self, node: str, state: str) -> None:
         return None  # the drain reason already carries the state
+
+
+def _maint_unexplained(n: Mapping[str, Any]) -> bool:
+    """Shown in maintenance with no reason and no reservation name (22.05's sinfo --json)."""
+    if n.get("reason") or n.get("reservation"):
+        return False
+    base, flags = slurmstate.node_state(n)
+    return base == "maint" or bool(flags & MAINT)

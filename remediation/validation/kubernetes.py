@@ -23,6 +23,7 @@ from typing import Any
 
 from remediation.backends.base import BackendError
 from remediation.backends.kubernetes import TAINT_KEY
+from remediation.validation.slurm import SchedulerUnknown
 from remediation.validation.suite import StepRun, Suite
 
 _BEGIN = re.compile(r"^===gpuwarden-step (\d+) begin===$")
@@ -122,7 +123,11 @@ class KubernetesValidation:
         return KubeValidationRun(node, self.namespace, name, len(suite.steps))
 
     def poll(self, run: KubeValidationRun) -> list[StepRun] | None:
-        job = self.api.read_job(run.namespace, run.job_name)
+        """SchedulerUnknown when the API server does not answer (never "the Job ended")."""
+        try:
+            job = self.api.read_job(run.namespace, run.job_name)
+        except Exception as e:  # a read that failed is unknown; the deadline concludes it
+            raise SchedulerUnknown(f"reading Job {run.job_name}: {type(e).__name__}: {e}") from e
         if job is None:
             return [StepRun(None, "")] * run.steps  # deleted behind our back: no result
         st = job.get("status") or {}

@@ -16,7 +16,11 @@ fail, skip, with the GPUs they concern and the warning text) and numeric measure
   row (MB/sec is 10^6 bytes/s).
 
 Anything unreadable raises :class:`ParseError` with the reason: an output we cannot read is
-never a pass.
+never a pass. So does an output that ends early (the tool was killed, the pod log or the
+file was cut): each format's end marker must be there (nccl-tests' ``# Avg bus bandwidth``
+after a table reaching ``maxBytes``; nvbandwidth's ``SUM`` of every case it started;
+ib_write_bw's closing rule after its rows; dcgmi's closing ``+---+`` border), so a
+measurement taken at a smaller size than the thresholds name is never judged.
 """
 
 from __future__ import annotations
@@ -136,6 +140,9 @@ def parse_dcgmi_diag_text(text: str) -> ToolResult:
     flush_warning()
     if not checks:
         raise ParseError("dcgmi diag table has no test results")
+    tail = [line.strip() for line in text.splitlines() if line.strip()]
+    if not tail or not re.fullmatch(r"\+[-+]+\+", tail[-1]):
+        raise ParseError(f"dcgmi diag table cut off after {checks[-1].name!r} (no closing border)")
     return ToolResult("dcgmi-diag", tuple(_merge(checks)), meta)
 
 
@@ -201,6 +208,25 @@ def parse_dcgmi_diag(text: str) -> ToolResult:
 # -- nccl-tests ----------------------------------------------------------------------------
 
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>[0-9.]+)", re.M)
+_MAX_BYTES = re.compile(
+    r"maxBytes\s+(?P<max>\d+)\s+step:\s*(?P<step>\d+)\((?P<kind>factor|bytes)\)"
+)
+
+
+def _nccl_complete(text: str, rows: list[list[str]], avg: re.Match[str] | None) -> None:
+    """Raise when the table ends before the header's maxBytes or has no closing line."""
+    largest = max(int(r[0]) for r in rows)
+    if avg is None:
+        raise ParseError(
+            f"nccl-tests output cut off after size {largest} (no '# Avg bus bandwidth' line)"
+        )
+    m = _MAX_BYTES.search(text)
+    if m is None:
+        return
+    top, step = int(m.group("max")), max(1, int(m.group("step")))
+    following = largest * step if m.group("kind") == "factor" and step > 1 else largest + step
+    if following <= top:
+        raise ParseError(f"nccl-tests table ends at size {largest}, before maxBytes {top}")
 
 
 def parse_nccl_tests(text: str) -> ToolResult:
@@ -226,6 +252,8 @@ def parse_nccl_tests(text: str) -> ToolResult:
             ]
         except (ValueError, IndexError) as e:
             raise ParseError(f"nccl-tests row not understood: {e}") from None
+    if rows:
+        _nccl_complete(text, rows, avg)
     if avg:
         out["avg_busbw_gbps"] = float(avg.group("v"))
     check = Check("data correctness", "fail" if wrong else "pass", (), f"#wrong={wrong}")
@@ -268,6 +296,8 @@ def parse_nvbandwidth(text: str) -> ToolResult:
                         cells.append(float(p))
                     except ValueError:
                         raise ParseError(f"nvbandwidth matrix cell {p!r} in {case}") from None
+    if case is not None:
+        raise ParseError(f"nvbandwidth output cut off in {case} (no SUM line)")
     if not out:
         raise ParseError("no 'SUM <testcase> <GB/s>' line in nvbandwidth output")
     return ToolResult("nvbandwidth", (), out)
@@ -279,24 +309,37 @@ _IB_HEAD = re.compile(r"BW peak\[(?P<unit>MB/sec|Gb/sec)\]\s+BW average\[(?P=uni
 
 
 def parse_ib_write_bw(text: str) -> ToolResult:
-    """``bw_peak_gbps`` and ``bw_average_gbps`` in GB/s (bytes), whatever unit was printed;
-    ``device`` is not numeric and stays out."""
+    """``bw_peak_gbps`` and ``bw_average_gbps`` in GB/s (bytes), whatever unit was printed,
+    at the largest message size (``-a`` prints one row per size); ``device`` is not numeric
+    and stays out. The rows must end with perftest's closing rule (else: cut off)."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
         m = _IB_HEAD.search(line)
         if not m:
             continue
+        rows, closed = [], False
         for row in lines[i + 1 :]:
             parts = row.split()
             if len(parts) >= 4 and parts[0].isdigit():
-                peak, avg = float(parts[2]), float(parts[3])
-                scale = 1e-3 if m.group("unit") == "MB/sec" else 1 / 8
-                return ToolResult(
-                    "ib_write_bw",
-                    (),
-                    {"bw_peak_gbps": peak * scale, "bw_average_gbps": avg * scale},
-                )
-        break
+                rows.append(parts)
+            elif row.strip().startswith("---"):
+                closed = True
+                break
+        if not rows:
+            break
+        if not closed:
+            raise ParseError(
+                f"ib_write_bw output cut off after size {rows[-1][0]} (no closing rule)"
+            )
+        last = max(rows, key=lambda r: int(r[0]))
+        try:
+            peak, avg = float(last[2]), float(last[3])
+        except ValueError:
+            raise ParseError(f"ib_write_bw row not understood: {' '.join(last)}") from None
+        scale = 1e-3 if m.group("unit") == "MB/sec" else 1 / 8
+        return ToolResult(
+            "ib_write_bw", (), {"bw_peak_gbps": peak * scale, "bw_average_gbps": avg * scale}
+        )
     raise ParseError("no ib_write_bw result row (#bytes #iterations BW peak ...)")
 
 

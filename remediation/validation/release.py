@@ -18,16 +18,25 @@ the running ones:
   state left as it was.
 
 A new alert for the node, or a release by hand, while the suite runs cancels the run.
+
+Every conclusion (pass, fail, timeout, runner error, a lost handle, a cancel) first moves
+the run to ``stopping``: the suite stopped and the node out of service by gpuwarden again,
+retried each tick until the scheduler confirms (a scheduler that does not answer is never a
+run that ended); only then is the verdict acted on (release, escalation). A run that cannot
+be stopped after ``PAGE_AFTER`` tries pages (``GpuwardenRemediationActionFailed`` reads
+the node's action-failed gauge) and keeps being retried, journaled once, never in a loop.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +45,7 @@ from remediation.backends.base import BackendError
 from remediation.journal import HELD_STATES
 from remediation.model import Alert, NodeView, Verdict, deny
 from remediation.validation import slurm as vslurm
+from remediation.validation.slurm import SchedulerUnknown, SuiteCancelled
 from remediation.validation.suite import StepRun, StepVerdict, Suite, SuiteVerdict, judge_suite
 
 if TYPE_CHECKING:
@@ -49,7 +59,13 @@ CREATE TABLE IF NOT EXISTS validations(id INTEGER PRIMARY KEY AUTOINCREMENT, nod
 CREATE INDEX IF NOT EXISTS validations_node ON validations(node, id);
 CREATE INDEX IF NOT EXISTS validations_state ON validations(state);
 """
+# Added since the first schema: the verdict waiting for its stop, and the stop's retries.
+COLUMNS = ("final TEXT", "stop_as TEXT", "stop_tries INTEGER DEFAULT 0", "stop_error TEXT",
+           "parked INTEGER DEFAULT 0")  # fmt: skip
 TRIGGERS = ("probation", "manual", "on_demand")
+log = logging.getLogger("gpuwarden.remediation")
+LIVE = ("running", "stopping")  # a run that still holds the node
+PAGE_AFTER = 5  # failed tries to stop a concluded run before it pages a human
 
 
 class ValidationError(Exception):
@@ -67,27 +83,33 @@ class SuiteRunner(Protocol):
 
     def stop(self, handle: dict[str, Any], verdict: str | None) -> None:
         """Cancel it if running and clean up; ``verdict`` None: the node was released, so it
-        is not taken out again."""
+        is not taken out again. Raises until the scheduler confirmed it (retried)."""
+        ...
+
+    def stop_lost(self, node: str, run_id: str, verdict: str) -> None:
+        """A run whose handle was never saved (a crash while starting): stop what it may
+        have left, found by name, and take the node out again."""
         ...
 
 
 class SlurmSuiteRunner:
-    def __init__(self, v: vslurm.SlurmValidation) -> None:
-        self.v = v
+    def __init__(
+        self, v: vslurm.SlurmValidation, deadline_s: Callable[[Suite], float] | None = None
+    ) -> None:
+        self.v, self.deadline_s = v, deadline_s
 
     def start(self, node: str, suite: Suite, run_id: str, view: NodeView) -> dict[str, Any]:
-        return asdict(self.v.start(node, suite, run_id, view.reason))
+        deadline = self.deadline_s(suite) if self.deadline_s else 0.0
+        return asdict(self.v.start(node, suite, run_id, view.reason, deadline))
 
     def poll(self, handle: dict[str, Any]) -> list[StepRun] | None:
         return self.v.poll(vslurm.ValidationRun(**handle))
 
     def stop(self, handle: dict[str, Any], verdict: str | None) -> None:
-        run = vslurm.ValidationRun(**handle)
-        self.v.cancel(run)
-        if verdict is None:
-            self.v.runner.run(["scontrol", "delete", f"ReservationName={run.reservation}"])
-        else:
-            self.v.finish(run, verdict)
+        self.v.finish(vslurm.ValidationRun(**handle), verdict)
+
+    def stop_lost(self, node: str, run_id: str, verdict: str) -> None:
+        self.v.finish_lost(node, verdict)
 
 
 class KubernetesSuiteRunner:
@@ -108,6 +130,12 @@ class KubernetesSuiteRunner:
         from remediation.validation.kubernetes import KubeValidationRun
 
         self.v.finish(KubeValidationRun(**handle))  # the cordon stays: release decides
+
+    def stop_lost(self, node: str, run_id: str, verdict: str) -> None:
+        from remediation.validation.kubernetes import KubeValidationRun
+
+        name = f"gpuwarden-validate-{run_id}"[:63].rstrip("-")
+        self.v.finish(KubeValidationRun(node, self.v.namespace, name, 0))
 
 
 class LocalSuiteRunner:
@@ -159,6 +187,9 @@ class LocalSuiteRunner:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(5)
 
+    def stop_lost(self, node: str, run_id: str, verdict: str) -> None:
+        return None  # nothing of a run on this host outlives the process that started it
+
 
 def run_id(vid: int, node: str) -> str:
     """A name Slurm and Kubernetes both accept (DNS label characters)."""
@@ -184,6 +215,10 @@ class Validator:
             for stmt in SCHEMA.strip().split(";"):
                 if stmt.strip():
                     db.execute(stmt)
+            have = {r[1] for r in db.execute("PRAGMA table_info(validations)")}
+            for col in COLUMNS:
+                if col.split()[0] not in have:
+                    db.execute(f"ALTER TABLE validations ADD COLUMN {col}")
 
     @property
     def vp(self) -> Any:
@@ -220,8 +255,8 @@ class Validator:
         if suite is None:
             return False
         with self.lock:
-            if self._running(rec["node"]):
-                return True
+            if self._running(rec["node"]) or self.engine.paused:
+                return True  # (paused: nothing starts; the release waits for resume)
             e = self.engine
             if self.runner is None and (e.policy.dry_run or e.backend.name == "dry-run"):
                 v = Verdict(
@@ -245,6 +280,8 @@ class Validator:
                 raise ValidationError(f"node {node} is not held by gpuwarden{state}")
             if self._running(node):
                 raise ValidationError(f"a validation of {node} is already running")
+            if e.paused:  # a run lifts the drain into our reservation: a change of service
+                raise ValidationError("remediation is paused: no validation starts until resume")
             name = suite_name or (s.name if (s := self.vp.suite_for(rec["fault_class"])) else None)
             if name is None and len(self.vp.suites) == 1:
                 name = next(iter(self.vp.suites))
@@ -305,31 +342,42 @@ class Validator:
         """The id of the node's running validation (``gating``: one a release waits for)."""
         extra = " AND trigger!='on_demand'" if gating else ""
         got = self.engine.journal.scalar(
-            f"SELECT id FROM validations WHERE node=? AND state='running'{extra}", (node,)
+            f"SELECT id FROM validations WHERE node=? AND state IN ('running','stopping'){extra}",
+            (node,),
         )
         return None if got is None else int(got)
 
     # ------------------------------------------------------------------ the tick
     def tick(self) -> None:
-        """Poll every running validation; conclude the finished and the overdue ones."""
+        """Poll every running validation; conclude the finished and the overdue ones; retry
+        the stop of every concluded one the scheduler has not confirmed yet."""
         e = self.engine
-        for row in e.journal.rows("SELECT id FROM validations WHERE state='running'"):
+        for row in e.journal.rows(
+            "SELECT id FROM validations WHERE state IN ('running','stopping')"
+        ):
             vid = int(row["id"])
             with self.lock:  # read inside the lock: a start may have just saved its handle
-                rows = e.journal.rows(
-                    "SELECT * FROM validations WHERE id=? AND state='running'", (vid,)
-                )
-                if not rows:
+                rows = e.journal.rows("SELECT * FROM validations WHERE id=?", (vid,))
+                if not rows or rows[0]["state"] not in LIVE:
+                    continue
+                if rows[0]["state"] == "stopping":
+                    self._settle(vid)
                     continue
                 try:
                     self._poll(rows[0])
                 except Exception as ex:  # a bug or runner error: fail closed, never stuck
                     reason = f"runner error: {type(ex).__name__}: {ex}"
                     self._conclude(vid, _failed(rows[0]["suite"], reason), rows[0])
+        if not e.paused:  # the consequences parked by a pause, now that it is lifted
+            for r in e.journal.rows("SELECT * FROM validations WHERE parked=1 ORDER BY id"):
+                with self.lock:
+                    with e.journal.tx() as db:
+                        db.execute("UPDATE validations SET parked=0 WHERE id=?", (r["id"],))
+                    self._consequences(r, str(r["state"]))
         with self.lock:  # a crash between a verdict and its consequence: validate again
             for r in e.journal.rows(
                 "SELECT node FROM nodes WHERE state='validating' AND node NOT IN "
-                "(SELECT node FROM validations WHERE state='running')"
+                "(SELECT node FROM validations WHERE state IN ('running','stopping') OR parked=1)"
             ):
                 with e.journal.tx() as db:
                     db.execute("UPDATE nodes SET state='probation' WHERE node=?", (r["node"],))
@@ -342,10 +390,7 @@ class Validator:
         firing = bool(e.journal.firing_fingerprints(r["node"]))
         moved_on = r["trigger"] != "on_demand" and (rec.get("state") != "validating" or firing)
         if released or moved_on:
-            if handle is not None and self.runner is not None:
-                self.runner.stop(handle, None if released else "cancelled")
             why = "node released" if released else "a new alert fires for the node"
-            self._finish(vid, "cancelled", f"cancelled: {why}", None)
             with e.journal.tx() as db:  # out again; the alert's resolve starts probation
                 db.execute(
                     "UPDATE nodes SET state='quarantined', resolved_at=NULL WHERE node=? AND "
@@ -355,34 +400,40 @@ class Validator:
             e._record(None, r["node"], r["fault_class"] or "", "validate",
                       Verdict(True, "validation", f"validation {vid} cancelled: {why}"),
                       {"validation": vid})  # fmt: skip
+            e.metrics.actions.labels(e.backend.name, "validate", "cancelled").inc()
+            self._stopping(vid, "cancelled", None if released else "cancelled",
+                           f"cancelled: {why}", None)  # fmt: skip
+            self._settle(vid)
             return
         if handle is None:  # started by a process that died before saving the handle
             self._conclude(vid, _failed(r["suite"], "run lost (no handle recorded)"), r)
             return
         suite = self.vp.suites.get(r["suite"])
         if self.runner is None or suite is None:
-            if self.runner is not None:
-                self.runner.stop(handle, "failed")
             why = "no validation runner now" if suite else "suite no longer in the policy"
             self._conclude(vid, _failed(r["suite"], why), r)
             return
-        runs = self.runner.poll(handle)
+        try:
+            runs = self.runner.poll(handle)
+        except SchedulerUnknown as ex:  # never "ended": wait for an answer, up to the deadline
+            if now < float(r["deadline"]):
+                return
+            limit = float(r["deadline"]) - float(r["started_at"])
+            why = f"timed out after {limit:g} s (the scheduler does not answer: {ex})"
+            self._conclude(vid, _failed(suite.name, why), r)
+            return
+        except SuiteCancelled as ex:
+            self._conclude(vid, _failed(suite.name, f"cancelled: {ex}"), r, final="cancelled")
+            return
         if runs is None:
             if now < float(r["deadline"]):
                 return
-            self.runner.stop(handle, "failed")
             limit = float(r["deadline"]) - float(r["started_at"])
             self._conclude(vid, _failed(suite.name, f"timed out after {limit:g} s"), r)
             return
         view = e.backend.node(r["node"])
         gpu_model = view.domains.get("gpu_model") if view is not None else None
-        verdict = judge_suite(suite, runs, gpu_model)
-        try:
-            self.runner.stop(handle, "passed" if verdict.passed else "failed")
-        except Exception as ex:  # the node could not be taken out again: not a pass
-            if verdict.passed:
-                verdict = _failed(suite.name, f"passed, but the node was not taken out again: {ex}")
-        self._conclude(vid, verdict, r)
+        self._conclude(vid, judge_suite(suite, runs, gpu_model), r)
 
     # ------------------------------------------------------------------ concluding
     def _finish(self, vid: int, state: str, reason: str, evidence: dict[str, Any] | None) -> None:
@@ -393,27 +444,123 @@ class Validator:
                  self.engine.clock.now(), vid),
             )  # fmt: skip
 
-    def _conclude(self, vid: int, verdict: SuiteVerdict, r: dict[str, Any] | None) -> None:
+    def _stopping(
+        self, vid: int, final: str, stop_as: str | None, reason: str, ev: dict[str, Any] | None
+    ) -> None:
+        """The verdict is in; the run waits for its stop to be confirmed before it counts."""
+        with self.engine.journal.tx() as db:
+            db.execute(
+                "UPDATE validations SET state='stopping', final=?, stop_as=?, reason=?, "
+                "evidence=?, stop_tries=0 WHERE id=?",
+                (final, stop_as, reason, json.dumps(ev) if ev else None, vid),
+            )
+
+    def _conclude(
+        self, vid: int, verdict: SuiteVerdict, r: dict[str, Any] | None, final: str = ""
+    ) -> None:
+        """Journal and count the verdict (once), then stop the run (see :meth:`_settle`)."""
         e = self.engine
         if r is None:
             r = e.journal.rows("SELECT * FROM validations WHERE id=?", (vid,))[0]
         node, fc, trigger = str(r["node"]), str(r["fault_class"] or ""), str(r["trigger"])
         why = summary(verdict)
         evidence = {**verdict.evidence(), "validation": vid, "trigger": trigger}
-        self._finish(vid, "passed" if verdict.passed else "failed", why, evidence)
+        final = final or ("passed" if verdict.passed else "failed")
         v = Verdict(True, "validation", why) if verdict.passed else deny("validation", why)
         e._record(None, node, fc, "validate", v, evidence)
-        e.metrics.actions.labels(
-            e.backend.name, "validate", "done" if verdict.passed else "failed"
-        ).inc()
-        if trigger == "on_demand":
-            return  # the operator asked for a verdict, not for a change
-        if verdict.passed:
+        outcome = {"passed": "done"}.get(final, final)
+        e.metrics.actions.labels(e.backend.name, "validate", outcome).inc()
+        self._stopping(vid, final, "passed" if verdict.passed else final, why, evidence)
+        self._settle(vid)
+
+    def _settle(self, vid: int) -> None:
+        """Stop a concluded run; once the scheduler confirmed it, act on the verdict."""
+        e = self.engine
+        r = e.journal.rows("SELECT * FROM validations WHERE id=?", (vid,))[0]
+        handle = json.loads(r["handle"]) if r["handle"] else None
+        stop_as = r["stop_as"]
+        try:
+            if self.runner is None:
+                pass  # nothing was started through a runner
+            elif handle is not None:
+                self.runner.stop(handle, stop_as)
+            elif stop_as is not None:
+                self.runner.stop_lost(str(r["node"]), run_id(vid, str(r["node"])), stop_as)
+        except Exception as ex:  # the scheduler has not confirmed: again next tick
+            self._stop_failed(r, f"{type(ex).__name__}: {ex}")
+            return
+        final = str(r["final"] or "failed")
+        evidence = json.loads(r["evidence"]) if r["evidence"] else None
+        self._finish(vid, final, str(r["reason"] or ""), evidence)
+        if e.paused and r["trigger"] != "on_demand" and (final != "cancelled" or r["stop_as"]):
+            with e.journal.tx() as db:  # the node is out again; what follows waits for resume
+                db.execute("UPDATE validations SET parked=1 WHERE id=?", (vid,))
+            return
+        if int(r["stop_tries"] or 0) >= PAGE_AFTER:
+            why = f"validation {vid} of {r['node']} stopped after {r['stop_tries']} tries"
+            e._record(None, str(r["node"]), str(r["fault_class"] or ""), "validate",
+                      Verdict(True, "validation", why), {"validation": vid})  # fmt: skip
+        self._consequences(r, final)
+
+    def _stop_failed(self, r: dict[str, Any], err: str) -> None:
+        vid, tries = int(r["id"]), int(r["stop_tries"] or 0) + 1
+        with self.engine.journal.tx() as db:
+            db.execute(
+                "UPDATE validations SET stop_tries=?, stop_error=? WHERE id=?",
+                (tries, err[:500], vid),
+            )
+        if tries == PAGE_AFTER:  # once: a human must look; the retries go on
+            e, node = self.engine, str(r["node"])
+            why = (
+                f"validation {vid} of {node} could not be stopped after {tries} tries (the "
+                f"node may be in service with a fault): {err}"
+            )
+            e._record(None, node, str(r["fault_class"] or ""), "validate",
+                      deny("validation", why), {"validation": vid, "stop_error": err})  # fmt: skip
+            e.metrics.actions.labels(e.backend.name, "validate_stop", "failed").inc()
+            log.error("%s", why)  # the node's action-failed gauge pages (see module doc)
+
+    def parked(self, node: str) -> str | None:
+        """What a pause holds back for this node (None: nothing), for the API."""
+        if not self.engine.paused:
+            return None
+        rec = self.engine.journal.node(node) or {}
+        last = self.latest().get(node)
+        if last and last.get("parked"):
+            what = "release" if last["state"] == "passed" else "escalation"
+            return f"validation {last['id']} {last['state']}; its {what} waits for resume (paused)"
+        if last and last["state"] in LIVE:
+            return (
+                f"validation {last['id']} {last['state']}; what follows waits for resume (paused)"
+            )
+        if rec.get("state") == "probation":
+            return "probation: the validation and the release wait for resume (paused)"
+        return None
+
+    def stuck(self) -> tuple[str, ...]:
+        """Nodes whose concluded validation could not be stopped (they page)."""
+        rows = self.engine.journal.read(
+            "SELECT DISTINCT node FROM validations WHERE state='stopping' AND stop_tries>=?",
+            (PAGE_AFTER,),
+        )
+        return tuple(str(r["node"]) for r in rows)
+
+    def _consequences(self, r: dict[str, Any], final: str) -> None:
+        e, vid = self.engine, int(r["id"])
+        node, fc, trigger = str(r["node"]), str(r["fault_class"] or ""), str(r["trigger"])
+        if trigger == "on_demand" or (final == "cancelled" and r["stop_as"] != "cancelled"):
+            return  # the operator asked for a verdict, not for a change; or a cancel
+        if final == "cancelled":
+            rec = e.journal.node(node) or {}
+            if rec.get("state") == "validating":  # an admin's scancel: out, probation again
+                self._again(node, "quarantined")
+            return
+        if final == "passed":
             who = f"validation {vid}" + (f" ({r['who']})" if trigger == "manual" else "")
             if not e.release(node, manual=trigger == "manual", who=who).allow:
                 self._again(node, "quarantined")
             return
-        self._escalate(node, fc, vid, why)
+        self._escalate(node, fc, vid, str(r["reason"] or ""))
 
     def _again(self, node: str, state: str) -> None:
         """Probation starts over (the node's alerts have resolved): validated again after it."""
@@ -442,11 +589,12 @@ class Validator:
         a = Alert(f"validation-{vid}", f"validation-{vid}", "firing", labels, {"summary": why})
         with e.journal.tx() as db:
             e.journal.close_incidents(db, node)  # the failed validation is a new incident
+        floor = e.policy.inspect_after if failures >= self.vp.max_attempts else 0
+        e.decide(a, e.clock.now(), min_occurrence=floor)  # the worker runs the action
+        with e.journal.tx() as db:  # only now: "validating" until the action is queued
             db.execute(
                 "UPDATE nodes SET state='quarantined' WHERE node=? AND state='validating'", (node,)
             )
-        floor = e.policy.inspect_after if failures >= self.vp.max_attempts else 0
-        e.decide(a, e.clock.now(), min_occurrence=floor)  # the worker runs the action
         self._again(node, "quarantined")
 
     def _labels(self, node: str, fc: str) -> dict[str, str]:

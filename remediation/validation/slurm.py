@@ -10,24 +10,43 @@ releasing it is the normal release path's business (budgets, probation), never t
 
 Non-blocking: :meth:`start` submits and returns, :meth:`poll` reads the job's state and the
 step outputs (``<out_dir>/<run>/<i>.out`` and ``.rc``, which the job writes), :meth:`finish`
-re-drains and removes the reservation. The caller drives them from its tick loop.
+re-drains, cancels the job and removes the reservation, and reads all three back (raising
+while the scheduler has not confirmed them: the caller retries every tick). The caller
+drives them from its tick loop.
+
+Fail closed: a ``squeue`` that fails is :class:`SchedulerUnknown` (the job may well still
+run), never "the job ended"; only an answer from slurmctld ends a run. The reservation
+lasts as long as the run may (its deadline) plus a margin, so it never ends under a run
+that is still allowed to go on.
 """
 
 from __future__ import annotations
 
 import getpass
+import math
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from remediation.backends.base import BackendError
 from remediation.backends.runner import Runner, checked
+from remediation.backends.slurm import RESERVATION_PREFIX
 from remediation.model import REASON_PREFIX
 from remediation.validation.suite import StepRun, Suite
 
-PREFIX = "gpuwarden-validate-"
+PREFIX = RESERVATION_PREFIX
 RESERVATION_MARGIN_S = 600.0
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "")
+LIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
+GONE = ("Invalid job id", "already completing or completed")  # slurmctld's answers: ended
+
+
+class SchedulerUnknown(BackendError):
+    """slurmctld did not answer: the run's state is unknown (never read as ended)."""
+
+
+class SuiteCancelled(BackendError):
+    """The suite job was cancelled outside gpuwarden (an admin's scancel)."""
 
 
 @dataclass(frozen=True)
@@ -66,12 +85,15 @@ class SlurmValidation:
     def _ok(self, *argv: str) -> str:
         return checked(self.runner, argv, 15.0)
 
-    def start(self, node: str, suite: Suite, run_id: str, drain_reason: str) -> ValidationRun:
-        """Reserve the node, lift our drain into the reservation, submit the suite."""
+    def start(
+        self, node: str, suite: Suite, run_id: str, drain_reason: str, deadline_s: float = 0.0
+    ) -> ValidationRun:
+        """Reserve the node, lift our drain into the reservation, submit the suite.
+        ``deadline_s``: how long the caller lets the run go on (the reservation outlasts it)."""
         if not drain_reason.startswith(REASON_PREFIX):
             raise BackendError(f"node {node} is not drained by gpuwarden ({drain_reason!r})")
         res = reservation_name(node)
-        minutes = max(1, int((sum(s.timeout_s for s in suite.steps) + RESERVATION_MARGIN_S) // 60))
+        minutes = reservation_minutes(suite, deadline_s)
         self.runner.run(["scontrol", "delete", f"ReservationName={res}"])  # a stale one
         self._ok("scontrol", "create", "reservation", f"ReservationName={res}", f"Nodes={node}",
                  "StartTime=now", f"Duration={minutes}", f"Users={self.user}",
@@ -93,10 +115,21 @@ class SlurmValidation:
             raise BackendError(f"validation of {node} not started: {e}") from e
         return ValidationRun(node, run_id, job, res, str(out), len(suite.steps))
 
+    def job_state(self, job_id: str) -> str:
+        """The job's state as slurmctld tells it ("" once it left the queue); raises
+        SchedulerUnknown when slurmctld did not answer."""
+        r = self.runner.run(["squeue", "-h", "-j", job_id, "-o", "%T"], 15.0)
+        if r.rc == 0:
+            return r.stdout.strip().split("\n")[0].strip()
+        if any(g in r.stderr for g in GONE):
+            return ""
+        raise SchedulerUnknown(f"squeue -j {job_id}: rc {r.rc}: {r.stderr.strip()[:200]}")
+
     def poll(self, run: ValidationRun) -> list[StepRun] | None:
-        """None while the job runs; then one StepRun per step (None exit code: no result)."""
-        r = self.runner.run(["squeue", "-h", "-j", run.job_id, "-o", "%T"])
-        if r.rc == 0 and r.stdout.strip() not in ENDED:
+        """None while the job runs; then one StepRun per step (None exit code: no result).
+        SchedulerUnknown when slurmctld does not answer; SuiteCancelled for an admin's scancel."""
+        state = self.job_state(run.job_id)
+        if state not in ENDED:
             return None
         out, runs = Path(run.out_dir), []
         for i in range(run.steps):
@@ -107,15 +140,53 @@ class SlurmValidation:
                 runs.append(StepRun(None, ""))  # never ran or no result: not a pass
                 continue
             runs.append(StepRun.exited(rc, stdout))
+        if state == "CANCELLED" and any(r.exit_code is None for r in runs):
+            raise SuiteCancelled(f"suite job {run.job_id} was cancelled outside gpuwarden")
         return runs
 
     def cancel(self, run: ValidationRun) -> None:
-        self.runner.run(["scancel", run.job_id])
+        self._scancel(["scancel", run.job_id])
 
-    def finish(self, run: ValidationRun, verdict: str) -> None:
-        """Drain the node again (the verdict in the reason) and drop the reservation."""
-        self._redrain(run.node, f"{REASON_PREFIX} validation {verdict}"[:200])
-        self.runner.run(["scontrol", "delete", f"ReservationName={run.reservation}"])
+    def finish(self, run: ValidationRun, verdict: str | None) -> None:
+        """Drain the node again (the verdict in the reason; ``None``: the node was released,
+        so no drain), cancel the job, drop the reservation; each read back. Raises
+        BackendError until slurmctld confirmed all three (the caller retries)."""
+        self.stop(run.node, run.reservation, ["scancel", run.job_id], verdict)
+
+    def finish_lost(self, node: str, verdict: str) -> None:
+        """A run whose handle was never saved (a crash after ``State=RESUME``): whatever it
+        may have left is found by name: the job, the reservation; the node drained again."""
+        job = ["scancel", "-u", self.user, f"--name=gpuwarden-validate-{node}"]
+        self.stop(node, reservation_name(node), job, verdict)
+
+    def stop(self, node: str, res: str, scancel: list[str], verdict: str | None) -> None:
+        if verdict is not None:  # first: no job may land once the reservation is gone
+            self._redrain(node, f"{REASON_PREFIX} validation {verdict}"[:200])
+        self._scancel(scancel)
+        r = self.runner.run(["scontrol", "delete", f"ReservationName={res}"], 15.0)
+        if r.rc != 0 and "invalid" not in r.stderr.lower():
+            raise BackendError(f"reservation {res} not deleted: rc {r.rc}: {r.stderr[:200]}")
+        shown = self.runner.run(["scontrol", "show", "reservation", res], 15.0)
+        if shown.rc == 0 or "not found" not in (shown.stdout + shown.stderr):
+            raise BackendError(f"reservation {res} still there (or unknown): {shown.stderr[:200]}")
+        if verdict is not None and not self._drained(node):
+            raise BackendError(f"node {node} not drained by gpuwarden after the validation")
+
+    def _scancel(self, argv: list[str]) -> None:
+        r = self.runner.run(argv, 15.0)
+        if r.rc != 0 and not any(g in r.stderr for g in GONE):
+            raise BackendError(f"{' '.join(argv)}: rc {r.rc}: {r.stderr.strip()[:200]}")
+
+    def _drained(self, node: str) -> bool:
+        text = self._ok("scontrol", "show", "-o", "node", node)
+        state = next((w[6:] for w in text.split() if w.startswith("State=")), "")
+        return "DRAIN" in state.split("+") and f"Reason={REASON_PREFIX}" in text
 
     def _redrain(self, node: str, reason: str) -> None:
         self._ok("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
+
+
+def reservation_minutes(suite: Suite, deadline_s: float) -> int:
+    """As long as the run may go on (its deadline, or its steps' timeouts) plus a margin."""
+    longest = max(deadline_s, sum(s.timeout_s for s in suite.steps))
+    return max(1, math.ceil((longest + RESERVATION_MARGIN_S) / 60))

@@ -1,7 +1,10 @@
 """The rails hold under any interleaving: a hypothesis state machine drives the engine and
 executor (with the real Slurm backend code over a fault-injecting fake slurmctld) through
 valid and garbage alerts, resolutions, manual releases, pauses, breaker resets, clock
-jumps, restarts rebuilt from the journal, acks, faults and operators acting behind our back.
+jumps, restarts rebuilt from the journal, acks, faults and operators acting behind our back;
+validation runs before release (a fake suite runner that passes, fails, hangs, cannot be
+stopped or whose scheduler does not answer), checkpoint-storage alerts (any spelling of
+the mount) and out-of-order webhook deliveries (a firing replayed after its resolve).
 
 CI runs ``GPUWARDEN_SOAK_EXAMPLES`` (default 200) examples; ``make soak`` runs 20,000.
 """
@@ -25,7 +28,16 @@ from remediation.executor import Executor
 from remediation.journal import HELD_STATES, Journal
 from remediation.metrics import Metrics
 from remediation.model import Alert
+from remediation.validation.release import PAGE_AFTER, Validator
+from remediation.validation.slurm import SchedulerUnknown
+from remediation.validation.suite import StepRun
 from tests.remediation.fakeslurm import FakeJob, FakeSlurm
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "validation"
+PASSING, FAILING = (
+    (FIX / "all_reduce_perf-8gpu.txt").read_text(),
+    (FIX / "all_reduce_perf-slow.txt").read_text(),
+)
 
 NODES = [f"gpu-node-{i:03d}" for i in range(1, 13)]
 TOPOLOGY = {n: {"leaf": f"leaf-{i // 4}"} for i, n in enumerate(NODES)}
@@ -54,8 +66,52 @@ storm: {max_nodes: 3, window_s: 60, quiet_s: 120}
 probation_s: 60
 incident_window_s: 120
 retry: {max_attempts: 2, backoff_s: 5}
-checkpoint: {ack_dir: ACKS, deadline_s: 30, on_timeout: requeue, restart_deadline_s: 60}
+checkpoint: {ack_dir: ACKS, deadline_s: 30, on_timeout: requeue, restart_deadline_s: 60,
+             mount: /mnt/ckpt}
+validation:
+  suites:
+    check:
+      - {name: nccl, command: [all_reduce_perf], timeout_s: 100, parser: nccl-tests,
+         min: {busbw_at_max_size_gbps: 400}}
+  fault_classes: {xid_fatal: check}
+  max_attempts: 2
 """
+
+
+class FakeSuite:
+    """A suite runner whose runs end when the test says: pass, fail or never; its stop can
+    fail (the scheduler does not confirm) and its reads can be unanswered."""
+
+    def __init__(self) -> None:
+        self.outcome = "pass"  # pass | fail | hang: what a run started now does
+        self.unknown = False  # poll: the scheduler does not answer
+        self.stop_fails = False
+        self.runs: dict[int, str] = {}
+        self.stopped: set[int] = set()
+
+    def start(self, node: str, suite: object, run_id: str, view: object) -> dict[str, int]:
+        n = len(self.runs) + 1
+        self.runs[n] = self.outcome
+        return {"n": n}
+
+    def poll(self, handle: dict[str, int]) -> list[StepRun] | None:
+        if self.unknown:
+            raise SchedulerUnknown("squeue: Unable to contact slurm controller (injected)")
+        outcome = self.runs[handle["n"]]
+        if outcome == "hang":
+            return None
+        return [StepRun(0, PASSING if outcome == "pass" else FAILING)]
+
+    def stop(self, handle: dict[str, int], verdict: str | None) -> None:
+        if self.stop_fails:
+            raise OSError("scontrol: Socket timed out on send/recv (injected)")
+        self.stopped.add(handle["n"])
+
+    def stop_lost(self, node: str, run_id: str, verdict: str) -> None:
+        if self.stop_fails:
+            raise OSError("scontrol: Socket timed out on send/recv (injected)")
+
+
 VERBS = ["sinfo", "squeue", "drain", "resume", "requeuehold", "job_update", "release", "scancel"]
 LIVE = ("pending", "waiting", "paused", "retry", "deferred")
 
@@ -70,6 +126,8 @@ class Rails(RuleBasedStateMachine):
         self.slurm = FakeSlurm(NODES)
         self.foreign: dict[str, str] = {}  # node -> reason an operator drained it with
         self.firing: dict[str, Alert] = {}
+        self.resolved: list[Alert] = []  # for out-of-order replays of their firing
+        self.suite = FakeSuite()
         self.seq = 0
         self._build()
 
@@ -77,6 +135,7 @@ class Rails(RuleBasedStateMachine):
         self.journal = Journal(self.dir / "state.db")
         self.backend = SlurmBackend(self.slurm, TOPOLOGY, requeue_wait_s=10)
         self.engine = Engine(self.journal, self.backend, self.policy, self.clock, Metrics())
+        self.engine.validator = Validator(self.engine, self.suite)
         self.executor = Executor(
             self.journal, self.backend, self.policy, self.clock.now, lambda: self.engine.paused
         )
@@ -151,6 +210,53 @@ class Rails(RuleBasedStateMachine):
         fp = data.draw(st.sampled_from(sorted(self.firing)))
         a = self.firing.pop(fp)
         self._send(Alert(a.fingerprint, a.starts_at, "resolved", a.labels))
+        self.resolved.append(a)
+
+    @precondition(lambda self: bool(self.resolved))
+    @rule(data=st.data(), resolve_again=st.booleans())
+    def replay_out_of_order(self, data: st.DataObject, resolve_again: bool) -> None:
+        """Alertmanager's retry of a firing delivered after its resolve (and maybe the
+        resolve repeated): the node's state and its actions do not move."""
+        a = data.draw(st.sampled_from(self.resolved))
+        if a.fingerprint in self.firing:
+            return  # fired again since (a new instance): not a replay
+        before = self.journal.node(a.node), self.journal.scalar("SELECT COUNT(*) FROM actions")
+        self._send(a)
+        after = self.journal.node(a.node), self.journal.scalar("SELECT COUNT(*) FROM actions")
+        assert after == before, f"a stale firing of {a.fingerprint} moved {a.node}"
+        if resolve_again:
+            self._send(Alert(a.fingerprint, a.starts_at, "resolved", a.labels))
+
+    @rule(
+        mount=st.sampled_from(["/mnt/ckpt", "/mnt/ckpt/", "/mnt//ckpt", "/scratch"]),
+        firing=st.booleans(),
+    )
+    def storage_alert(self, mount: str, firing: bool) -> None:
+        labels = {"alertname": "CheckpointStorageDegraded", "fault_class": "storage",
+                  "scope": "cluster", "mount": mount, "action": "notify"}  # fmt: skip
+        fp = f"storage-{mount}"
+        self._send(Alert(fp, "2026-01-01T00:00:00Z", "firing" if firing else "resolved", labels))
+
+    @rule(node=st.sampled_from(NODES))
+    def through_probation(self, node: str) -> None:
+        """A fault, its action, its resolve and the probation's end in one step: the tick
+        starts a validation run (the other rules then interleave with it)."""
+        self.fire(node, "xid_fatal", 0, "drain", True)
+        fp = f"{node}-xid_fatal-0"
+        if fp in self.firing:
+            a = self.firing.pop(fp)
+            self._send(Alert(a.fingerprint, a.starts_at, "resolved", a.labels))
+            self.resolved.append(a)
+        self.clock.advance(61)
+        self.tick()
+
+    @rule(
+        outcome=st.sampled_from(["pass", "pass", "fail", "hang"]),
+        unknown=st.sampled_from([False, False, True]),
+        stop_fails=st.sampled_from([False, False, True]),
+    )
+    def suite_behaviour(self, outcome: str, unknown: bool, stop_fails: bool) -> None:
+        self.suite.outcome, self.suite.unknown, self.suite.stop_fails = outcome, unknown, stop_fails
 
     # ------------------------------------------------------------------ operators
     @rule(node=st.sampled_from(NODES))
@@ -192,6 +298,7 @@ class Rails(RuleBasedStateMachine):
     @rule()
     def heal(self) -> None:
         self.slurm.fail, self.slurm.partial, self.slurm.raise_on = set(), set(), set()
+        self.suite.unknown = self.suite.stop_fails = False
 
     @rule()
     def ack_all(self) -> None:
@@ -253,9 +360,19 @@ class Rails(RuleBasedStateMachine):
     def tick(self) -> None:
         self.engine.tick()
         self.slurm.schedule()
+        self.every_run_ends_with_a_verdict_or_a_page()
         last = self.journal.flag_summary(0)[1]
         if last is None or self.clock.now() - last >= QUIET_S:
             assert self.journal.get("breaker_opened_at") is None, "breaker open after quiet_s"
+
+    @rule()
+    def scheduler_silent_until_it_pages(self) -> None:
+        """The scheduler answers nothing for longer than a run's deadline and as many ticks
+        as an unconfirmed stop takes to page (``heal`` ends it)."""
+        self.suite.unknown = self.suite.stop_fails = True
+        for _ in range(PAGE_AFTER + 1):
+            self.clock.advance(31.0)
+            self.tick()
 
     @rule()
     def run_actions(self) -> None:
@@ -276,7 +393,44 @@ class Rails(RuleBasedStateMachine):
         )
         assert not late, f"steps past their deadline after a pass: {late}"
 
+    def every_run_ends_with_a_verdict_or_a_page(self) -> None:
+        """After a tick: no run is still running past its deadline (it was concluded, even
+        with the scheduler silent), and a concluded run whose stop the scheduler has not
+        confirmed after PAGE_AFTER tries pages (and was journaled as such)."""
+        now = self.clock.now()
+        for r in self.journal.rows(
+            "SELECT * FROM validations WHERE state IN ('running','stopping')"
+        ):
+            if r["state"] == "running":
+                assert now < r["deadline"], f"validation {r['id']} past its deadline, running"
+            elif (r["stop_tries"] or 0) >= PAGE_AFTER:
+                assert r["node"] in self.engine.validator.stuck()
+                paged = self.journal.rows(
+                    "SELECT id FROM decisions WHERE action='validate' AND reason LIKE ?",
+                    (f"validation {r['id']} of % could not be stopped%",),
+                )
+                assert paged, f"validation {r['id']} unstoppable and not paged"
+
     # ------------------------------------------------------------------ invariants
+    @invariant()
+    def a_node_with_an_open_fault_is_never_schedulable_unless_policy_allowed_it(self) -> None:
+        """A node the journal holds out for a fault (its drain done, not superseded) is out of
+        service in Slurm by gpuwarden; the only way back in is a release (or its validation
+        run, which the fake runner does off the scheduler, so the drain stays)."""
+        for n in NODES:
+            rec = self.journal.node(n)
+            if rec is None or rec["state"] not in ("quarantined", "inspection", "probation",
+                                                   "validating"):  # fmt: skip
+                continue
+            latest = self.journal.rows(
+                "SELECT a.state, s.state AS take_out FROM actions a LEFT JOIN steps s "
+                "ON s.action_id=a.id AND s.step='take_out' WHERE a.node=? ORDER BY a.id DESC "
+                "LIMIT 1",
+                (n,),
+            )
+            if latest and latest[0]["take_out"] == "done" and latest[0]["state"] == "done":
+                assert self.slurm.ours(n) or n in self.foreign, f"{n} held but schedulable"
+
     @invariant()
     def never_above_any_budget(self) -> None:
         ours = [n for n in NODES if self.slurm.ours(n)]

@@ -38,3 +38,25 @@ def test_other_alerts_are_not_storage_alerts() -> None:
     assert not h.observe("firing", {"alertname": "GpuLost", "fault_class": "gpu_lost",
                                     "node": "n1", "mount": "/x"})  # fmt: skip
     assert h.unhealthy == {}
+
+
+def test_mount_labels_are_one_mount_whatever_their_spelling() -> None:
+    from remediation.storage import normalize
+
+    assert {normalize(m) for m in ("/mnt/ckpt/", "/mnt//ckpt", "/mnt/./ckpt", "/mnt/ckpt")} == {
+        "/mnt/ckpt"
+    }
+    assert normalize("/") == "/" and normalize("") == ""
+    h = StorageHealth()
+    h.observe("firing", {**DEGRADED, "mount": "/mnt/ckpt/"})
+    assert h.checkpoint_blocked("/mnt/ckpt") is not None  # the policy's spelling
+    assert h.checkpoint_blocked("/mnt//ckpt/job-1") is not None
+    assert h.unhealthy_mount("/mnt/ckpt")
+    h.observe("resolved", {**DEGRADED, "mount": "/mnt/./ckpt"})  # its resolve, spelled otherwise
+    assert h.checkpoint_blocked("/mnt/ckpt") is None
+
+
+def test_a_journal_written_with_unnormalized_mounts_is_read_normalized() -> None:
+    stored = '{"cluster": {"/mnt/ckpt/": {"A": "x"}, "/mnt/ckpt": {"B": "y"}}, "nodes": {}}'
+    h = StorageHealth.from_json(stored)
+    assert h.unhealthy == {"/mnt/ckpt": {"A": "x", "B": "y"}}

@@ -100,3 +100,53 @@ def test_an_unknown_dcgmi_status_is_an_error() -> None:
     text = read("dcgmi-diag-r3-pass.txt").replace("| Pass - All      ", "| Maybe - All     ", 1)
     with pytest.raises(ParseError, match="Maybe"):
         parse_dcgmi_diag(text)
+
+
+def cut(text: str, keep: int) -> str:
+    """The output as a killed tool or a cut log leaves it: its first ``keep`` lines."""
+    return "\n".join(text.splitlines()[:keep]) + "\n"
+
+
+def test_nccl_tests_output_cut_before_its_largest_size_fails_the_suite_not_passes() -> None:
+    from remediation.validation.suite import Step, StepRun, judge
+
+    step = Step("nccl", ("all_reduce_perf",), 60, "nccl-tests",
+                {"busbw_at_max_size_gbps": {"default": 400}})  # fmt: skip
+    full = read("all_reduce_perf-slow.txt")
+    assert not judge(step, StepRun(0, full)).passed
+    lines = full.splitlines()
+    last_row = max(i for i, line in enumerate(lines) if line.strip()[:1].isdigit())
+    verdict = judge(step, StepRun(0, cut(full, last_row)))  # exit code 0, largest row gone
+    assert not verdict.passed and "cut off" in verdict.reasons[0]
+    with pytest.raises(ParseError, match="cut off"):
+        parse_nccl_tests(cut(read("all_reduce_perf-8gpu.txt"), 25))
+
+
+def test_nccl_tests_table_ending_before_max_bytes_is_a_failure_even_with_its_summary() -> None:
+    text = read("all_reduce_perf-8gpu.txt").splitlines()
+    without_last = [line for line in text if not line.lstrip().startswith("8589934592")]
+    with pytest.raises(ParseError, match="before maxBytes"):
+        parse_nccl_tests("\n".join(without_last))
+
+
+def test_nvbandwidth_cut_inside_a_case_fails() -> None:
+    text = read("nvbandwidth-h100.txt")
+    lines = text.splitlines()
+    last_sum = max(i for i, line in enumerate(lines) if line.startswith("SUM "))
+    with pytest.raises(ParseError, match="cut off"):
+        parse_nvbandwidth(cut(text, last_sum))
+
+
+def test_ib_write_bw_without_its_closing_rule_fails() -> None:
+    text = read("ib_write_bw.txt")
+    lines = text.splitlines()
+    with pytest.raises(ParseError, match="cut off"):
+        parse_ib_write_bw(cut(text, len(lines) - 1))
+    assert parse_ib_write_bw(text).measurements["bw_peak_gbps"] > 0
+
+
+@pytest.mark.parametrize("name", ["dcgmi-diag-r3-pass.txt", "dcgmi-diag-r3-pass.json"])
+def test_dcgmi_diag_cut_before_its_end_fails(name: str) -> None:
+    text = read(name)
+    with pytest.raises(ParseError):
+        parse_dcgmi_diag(cut(text, len(text.splitlines()) - 3))

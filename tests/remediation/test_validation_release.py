@@ -35,7 +35,7 @@ dry_run: false
 auto_release: true
 rules:
   - match: {fault_class: "~nvlink|xid_fatal"}
-    allow: [notify, drain, checkpoint_restart, reboot, inspect]
+    allow: [notify, drain, checkpoint_restart, requeue, reboot, inspect]
 ladders:
   nvlink: [drain, checkpoint_restart, reboot, inspect]
 inspect_after: 5

@@ -1,0 +1,166 @@
+"""Validation rails that fail closed, on fakes: gpuwarden's own reservation is gpuwarden's,
+the reservation outlasts the run's deadline, and a run whose stop the scheduler never
+confirms pages once (the action-failed gauge) and is retried, never looped on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from remediation.backends.runner import Result
+from remediation.backends.slurm import SlurmBackend
+from remediation.clock import FakeClock
+from remediation.validation.release import PAGE_AFTER, LocalSuiteRunner
+from remediation.validation.slurm import (
+    SchedulerUnknown,
+    SlurmValidation,
+    ValidationRun,
+    reservation_minutes,
+)
+from remediation.validation.suite import load_suites
+from tests.remediation.test_validation_release import NODE, fault_then_resolve, make, state
+
+
+class Replay:
+    """Answers sinfo --json with the given nodes; records every other command (rc 0)."""
+
+    def __init__(self, nodes: list[dict[str, Any]], reservations: str = "") -> None:
+        self.nodes, self.reservations = nodes, reservations
+        self.calls: list[list[str]] = []
+        self.squeue = Result(0, "", "")
+
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> Result:
+        argv = list(argv)
+        self.calls.append(argv)
+        if argv[:2] == ["sinfo", "--json"]:
+            return Result(0, json.dumps({"nodes": self.nodes}), "")
+        if argv[:4] == ["scontrol", "show", "-o", "reservation"]:
+            return Result(0, self.reservations, "")
+        if argv[0] == "squeue":
+            return self.squeue
+        if argv[:3] == ["scontrol", "update", "NodeName=n1"] and "State=DRAIN" in argv:
+            self.nodes[0] = {**self.nodes[0], "state": ["IDLE", "DRAIN"],
+                             "reason": argv[-1].split("=", 1)[1]}  # fmt: skip
+        return Result(0, "", "")
+
+
+def test_a_node_in_gpuwardens_validation_reservation_is_out_of_service_by_gpuwarden() -> None:
+    r = Replay([{"name": "n1", "state": ["IDLE", "MAINTENANCE", "RESERVED"], "reason": "",
+                 "reservation": "gpuwarden-validate-n1"}])  # fmt: skip
+    view = SlurmBackend(r).node("n1")
+    assert view is not None and view.out_of_service and view.ours
+
+
+def test_a_maint_node_without_a_reservation_name_is_looked_up_in_scontrol() -> None:
+    line = "ReservationName=gpuwarden-validate-n1 Nodes=n1 Flags=MAINT,IGNORE_JOBS State=ACTIVE"
+    r = Replay([{"name": "n1", "state": "idle", "state_flags": ["MAINT"], "reason": ""}], line)
+    assert SlurmBackend(r).node("n1").ours  # type: ignore[union-attr]
+    other = Replay([{"name": "n1", "state": "idle", "state_flags": ["MAINT"], "reason": ""}],
+                   "ReservationName=admin-window Nodes=n1 Flags=MAINT")  # fmt: skip
+    assert not SlurmBackend(other).node("n1").ours  # type: ignore[union-attr]
+
+
+def test_a_node_only_in_our_reservation_is_drained_for_real_by_a_new_fault() -> None:
+    r = Replay([{"name": "n1", "state": ["IDLE", "MAINTENANCE"], "reason": "",
+                 "reservation": "gpuwarden-validate-n1"}])  # fmt: skip
+    assert SlurmBackend(r).take_out("n1", "gpuwarden: drain nvlink d9", False) == "drained"
+    assert [
+        "scontrol",
+        "update",
+        "NodeName=n1",
+        "State=DRAIN",
+        "Reason=gpuwarden: drain nvlink d9",
+    ] in r.calls
+
+
+def test_the_reservation_lasts_at_least_the_runs_deadline_plus_a_margin() -> None:
+    suite = load_suites({"s": [{"name": "a", "command": ["x"], "timeout_s": 600,
+                                "parser": "nccl-tests"}]})["s"]  # fmt: skip
+    assert reservation_minutes(suite, 3600) * 60 >= 3600 + 600
+    assert reservation_minutes(suite, 0) * 60 >= 600 + 600
+
+
+def test_a_failed_squeue_is_unknown_never_an_ended_job(tmp_path: Path) -> None:
+    r = Replay([])
+    r.squeue = Result(1, "", "squeue: error: Unable to contact slurm controller (connect failure)")
+    v = SlurmValidation(r, str(tmp_path))
+    run = ValidationRun("n1", "r1", "42", "gpuwarden-validate-n1", str(tmp_path), 1)
+    try:
+        v.poll(run)
+    except SchedulerUnknown as e:
+        assert "Unable to contact" in str(e)
+    else:
+        raise AssertionError("a failed squeue was read as an answer")
+    r.squeue = Result(1, "", "slurm_load_jobs error: Invalid job id specified")
+    assert v.poll(run) is not None  # slurmctld's own answer: the job is gone
+
+
+def test_a_run_whose_stop_is_never_confirmed_pages_once_and_keeps_retrying(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    svc = make(tmp_path, clock, ["all_reduce_perf-slow.txt"])
+
+    class StopFails(LocalSuiteRunner):
+        tries = 0
+
+        def stop(self, handle: dict[str, Any], verdict: str | None) -> None:
+            StopFails.tries += 1
+            if StopFails.tries <= PAGE_AFTER + 2:
+                raise OSError("scontrol: Socket timed out on send/recv")
+            super().stop(handle, verdict)
+
+    svc.validator.runner = StopFails(str(tmp_path / "runs"))
+    fault_then_resolve(svc, clock)
+    clock.advance(61)
+    svc.engine.tick()
+    for _ in range(200):
+        svc.engine.tick()
+        [last] = svc.validator.list(NODE, 1)
+        if last["state"] != "running":
+            break
+    for _ in range(PAGE_AFTER + 1):
+        svc.engine.tick()
+    assert svc.validator.list(NODE, 1)[0]["state"] == "stopping"
+    assert state(svc) == "validating"  # not escalated, not released, while unconfirmed
+    svc.refresh_gauges()
+    assert svc.metrics.node_failed.labels(NODE)._value.get() == 1  # pages
+    pages = svc.journal.rows(
+        "SELECT reason FROM decisions WHERE action='validate' AND reason LIKE '%could not be stopped%'"
+    )
+    assert len(pages) == 1  # journaled once, not each tick
+    svc.engine.tick()  # the scheduler confirms at last
+    assert svc.validator.list(NODE, 1)[0]["state"] == "failed"
+    svc.refresh_gauges()
+    assert NODE not in svc.validator.stuck()
+
+
+def test_a_kubernetes_job_read_that_fails_is_unknown_never_an_ended_job() -> None:
+    from remediation.validation.kubernetes import KubernetesValidation, KubeValidationRun
+
+    class Down:
+        def read_job(self, namespace: str, name: str) -> None:
+            raise ConnectionRefusedError("connection refused")
+
+    v = KubernetesValidation(Down(), "gpuwarden", "img")
+    try:
+        v.poll(KubeValidationRun("n1", "gpuwarden", "gpuwarden-validate-v1-n1", 1))
+    except SchedulerUnknown as e:
+        assert "connection refused" in str(e)
+    else:
+        raise AssertionError("a failed read was read as an answer")
+
+
+def test_a_manual_release_that_needs_a_validation_waits_while_paused(tmp_path: Path) -> None:
+    clock = FakeClock()
+    svc = make(tmp_path, clock, ["all_reduce_perf-8gpu.txt"], more="manual_release: true")
+    fault_then_resolve(svc, clock)
+    svc.engine.set_paused(True, "op")
+    status, body = svc.request_release(NODE, "op")
+    assert status == 409 and body["guard"] == "paused"
+    assert svc.validator.list(NODE, 5) == []  # nothing started
+    svc.engine.set_paused(False, "op")
+    status, _ = svc.request_release(NODE, "op")
+    assert status == 202  # the suite first, as the policy says
