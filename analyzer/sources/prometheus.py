@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from analyzer.sources import SourceError
+from analyzer.sources.dialects.discover import RECHECK, Discovered, discovery_expr, parse, query_set
+from analyzer.sources.dialects.identity import NodeMap
 from analyzer.sources.matrix import Key, SeriesMatrix
 from analyzer.sources.place import assemble
 from analyzer.sources.promhttp import (
@@ -55,6 +57,8 @@ class PrometheusSource:
         settle: float = 5.0,
         timer: Callable[[], float] = time.perf_counter,
         gzip: bool = False,
+        discover: bool = False,
+        node_map: NodeMap | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.span, self.step = window, step
@@ -68,6 +72,11 @@ class PrometheusSource:
         self.parallel = max(parallel, 1)
         self.mats = {q: SeriesMatrix(self.T) for q in self.queries}
         self.end: float | None = None
+        # dialects (analyzer.sources.dialects): which exporters' names the server holds,
+        # looked up at the first cycle and every RECHECK seconds after
+        self.discover, self.node_map = discover, node_map or NodeMap()
+        self.found: Discovered | None = None
+        self._found_at = -math.inf
         self.stats = QueryStats()
         self.errors: dict[str, str] = {}
         self.gated: dict[str, set[Key]] = {}
@@ -89,6 +98,8 @@ class PrometheusSource:
         self.end = end
         self.stats.cycle_bytes = self.stats.cycle_samples = 0.0
         self._gate_reads = {}
+        if self.discover and not 0 <= end - self._found_at < RECHECK:
+            await self._discover(end)
         sem = asyncio.Semaphore(self.parallel)
 
         async def one(q: Query) -> str | None:
@@ -111,6 +122,32 @@ class PrometheusSource:
         self.stats.cycle_seconds = self.timer() - t0
         self.stats.cycles += 1
         return w
+
+    async def _discover(self, at: float) -> None:
+        """Which dialects hold series now; the query set follows (rows of queries that stay
+        are kept; a query new to the set backfills its window like a cold start)."""
+
+        async def go() -> Parsed:
+            form = {"query": discovery_expr(), "time": f"{at:.3f}"}
+            raw = await self.http.post("/api/v1/query", form)
+            self.stats.add("discovery", len(raw), 0, 0.0)
+            return decode(raw, "discovery")
+
+        try:
+            got = await with_retries(go, self.retries)
+        except SourceError as e:
+            self.errors["discovery"] = str(e)
+            return
+        found = parse(lab.get("__name__", "") for lab in got.labels)
+        self._found_at = at
+        if found == self.found:
+            return
+        self.found = found
+        old = {q.name: q for q in self.queries}
+        queries = tuple(old.get(q.name, q) for q in query_set(found, self.node_map))
+        mats = {q: self.mats.get(q) for q in queries}
+        self.queries = queries
+        self.mats = {q: SeriesMatrix(self.T) if m is None else m for q, m in mats.items()}
 
     # ------------------------------------------------------------------ one query
     async def _fetch(self, q: Query, end: float) -> None:
@@ -275,6 +312,8 @@ class PrometheusSource:
             t0 = self.timer()
             raw = await self.http.post(path, form)
             got = decode(raw, q.name)  # on the loop: a thread only adds GIL hand-offs
+            if q.relabel is not None:  # a foreign dialect's labels -> the catalogue's
+                got.labels = [q.relabel(lab) for lab in got.labels]
             self.stats.add(q.name, len(raw), got.samples, self.timer() - t0)
             return got
 

@@ -20,8 +20,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Protocol
 
 from exporter import catalog
+
+class Relabel(Protocol):
+    """Foreign labels -> the catalogue's (``node``, ``gpu``, ...); hashable by identity."""
+
+    def __call__(self, labels: dict[str, str]) -> dict[str, str]: ...
+
 
 IDENTITY = frozenset({"uuid", "scheduler"})  # labels no detector reads
 IB_USED = "|".join(catalog.IB_ERROR_COUNTERS)  # the detector's RATE_LIMITS + ANY_INCREASE
@@ -73,10 +80,20 @@ class Query:
     anchored: bool = False  # counters whose increases become events: fetch a value before
     moved_shards: int = 1  # check 1/k of the GPUs for moved series per cycle (1, 2, 5 or 10)
     gate: Gate | None = None  # read only the rows of the GPUs it names (and of uncovered nodes)
+    # a foreign dialect's reading of ``metric`` (analyzer.sources.dialects): ``source`` is the
+    # PromQL over the foreign names, grouped ``by`` the foreign labels, divided by ``divide``
+    # into the catalogue's unit; ``relabel`` turns each answer's labels into the catalogue's
+    dialect: str = ""
+    source: str = ""
+    by: tuple[str, ...] = ()
+    divide: float = 1.0
+    relabel: Relabel | None = None
 
     def __post_init__(self) -> None:
         if self.moved_shards not in (1, 2, 5, 10):
             raise ValueError(f"{self.name}: moved_shards must be 1, 2, 5 or 10")
+        if self.dialect and (self.moved_only or self.gate is not None or not self.source):
+            raise ValueError(f"{self.name}: a dialect query is a plain read of its source")
 
     def shard_matcher(self, cycle: int) -> str:
         """GPUs whose index ends in a digit of this cycle's shard (all when unsharded)."""
@@ -88,6 +105,10 @@ class Query:
 
     @property
     def name(self) -> str:
+        """The query's key in the source's state and stats: the metric's name, or
+        ``dialect:metric:source`` for a foreign reading of it."""
+        if self.dialect:
+            return f"{self.dialect}:{self.metric.name}:{self.source}"
         return self.metric.name
 
     @functools.cached_property  # read per series of every response
@@ -101,6 +122,11 @@ class Query:
     def expr(self, extra: str = "") -> str:
         """The PromQL for a range read (of a moved-only query: of the series chosen by
         ``extra``, the matchers of the rows that moved)."""
+        if self.dialect:
+            div = "" if self.divide == 1.0 else (
+                f" * {1 / self.divide:g}" if self.divide < 1.0 else f" / {self.divide:g}"
+            )
+            return f"max by ({','.join(self.by)}) ({self.source}){div}"
         by = ",".join(self.labels)
         sel = self.selector(extra)
         if self.absent_means is not None:
