@@ -1183,7 +1183,9 @@ DCGM_PRESENCE_FIELDS = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", DCGM_
 DCGM_JOB_LABEL = "hpc_job"  # dcgm-exporter --hpc-job-mapping-dir (Slurm job id per GPU)
 # a bitmask of clock event reasons (commented out in dcgm-exporter's CSVs; no per-link NVLink
 # state field exists there at all)
-DCGM_CLOCK_EVENTS = DcgmField("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", help="Current clock event reasons.")
+DCGM_CLOCK_EVENTS = DcgmField(
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", help="Current clock event reasons."
+)
 # node_exporter's infiniband collector (collector/infiniband_linux.go at commit a7dcc3a):
 # labels device and port; counters from the same sysfs files as IB_COUNTER / IB_HW_COUNTER.
 NODE_IB_PREFIX = "node_infiniband_"

@@ -113,9 +113,11 @@ def assemble(
         elif q.metric is catalog.GPU_ALLOCATION_INFO:
             alloc_qs.append((q, m))
         elif q.metric.name in _IB_COUNTER_FAMILIES:
+            assert port_col is not None
             _place_ib(ib, q, m, n_ix, np.searchsorted(ports_a, port_col), T, N, P)
         elif "device" in q.labels:
             a = _array(arrays, q.metric.name, (T, N, P))
+            assert port_col is not None
             a[:, n_ix, np.searchsorted(ports_a, port_col)] = m.vals.T
         elif "mount" in q.labels:  # (T, nodes, mounts)
             a = _array(arrays, q.metric.name, (T, N, len(mounts)))

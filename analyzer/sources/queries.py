@@ -24,6 +24,7 @@ from typing import Protocol
 
 from exporter import catalog
 
+
 class Relabel(Protocol):
     """Foreign labels -> the catalogue's (``node``, ``gpu``, ...); hashable by identity."""
 
@@ -123,8 +124,10 @@ class Query:
         """The PromQL for a range read (of a moved-only query: of the series chosen by
         ``extra``, the matchers of the rows that moved)."""
         if self.dialect:
-            div = "" if self.divide == 1.0 else (
-                f" * {1 / self.divide:g}" if self.divide < 1.0 else f" / {self.divide:g}"
+            div = (
+                ""
+                if self.divide == 1.0
+                else (f" * {1 / self.divide:g}" if self.divide < 1.0 else f" / {self.divide:g}")
             )
             return f"max by ({','.join(self.by)}) ({self.source}){div}"
         by = ",".join(self.labels)

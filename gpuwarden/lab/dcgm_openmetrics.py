@@ -102,7 +102,7 @@ class DcgmScrapeRecorder:
         node = self.nodes[n]
         lab = (f'gpu="{g}",UUID="{self.uuid(node, g)}",device="nvidia{g}",'
                f'modelName="{self.gpu_names[n]}",{self.host}="{node}",'
-               f'DCGM_FI_DRIVER_VERSION="{DRIVER}",instance="{node}:9400",job="dcgm-exporter"')  # fmt: skip
+               f'{c.DCGM_DRIVER_LABEL}="{DRIVER}",instance="{node}:9400",job="dcgm-exporter"')  # fmt: skip
         return lab + (f',hpc_job="{job}"' if job else "")
 
     def push(

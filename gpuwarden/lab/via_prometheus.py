@@ -167,7 +167,8 @@ def run_seed_via_prometheus(seed: int, nodes: int, horizon: float, step: float =
             t1 = time.perf_counter()
             with prometheus(work / f"tsdb-{path}", step, work) as url:
                 paths[path], degraded[path] = asyncio.run(
-                    _cycles(url, rec.fleet, epoch, times, step, 2 * cycle))
+                    _cycles(url, rec.fleet, epoch, times, step, 2 * cycle)
+                )
             seconds[f"cycles_{path}"] = time.perf_counter() - t1
     truth = [Truth.from_json(d, horizon) for d in rec.fleet.truth()]
     node_days = nodes * horizon / 86400.0

@@ -67,7 +67,7 @@ NEEDS: Mapping[str, tuple[Need, ...]] = {
 
 _ENABLE_ONLY_NATIVE = {
     c.NVLINK_UP.name: "dcgm-exporter has no per-link NVLink state field",
-    c.GPU_THROTTLE.name: "dcgm's DCGM_FI_DEV_CLOCKS_EVENT_REASONS is one bitmask; gpuwarden "
+    c.GPU_THROTTLE.name: f"dcgm's {c.DCGM_CLOCK_EVENTS.name} is one bitmask; gpuwarden "
     "reads a series per reason",
     c.GPU_PCIE_GENERATION_MAX.name: "dcgm-exporter has no maximum-link field",
     c.GPU_PCIE_WIDTH_MAX.name: "dcgm-exporter has no maximum-link field",

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyzer.sources.counters import counter_increases
 from analyzer.sources.dialects import DCGM
 from analyzer.sources.dialects.generations import names_of
 from analyzer.sources.dialects.identity import IDENTITY_LABELS, NodeMap, raw_identity
@@ -44,7 +43,7 @@ REDUCED: Mapping[str, str] = {
     catalog.NVLINK_ERRORS.name: "dcgm-exporter sums NVLink errors over the GPU's links:"
     " localized to the GPU, not to a link",
 }
-_BY = IDENTITY_LABELS + ("gpu",)
+_BY = (*IDENTITY_LABELS, "gpu")
 
 
 @dataclass(frozen=True, eq=False)
