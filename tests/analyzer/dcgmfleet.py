@@ -16,11 +16,11 @@ from analyzer.sources.prometheus import PrometheusSource
 from analyzer.window import Window
 from gpuwarden.lab.dcgm_openmetrics import DcgmScrapeRecorder
 from gpuwarden.lab.openmetrics import ScrapeRecorder
-from gpuwarden.lab.via_prometheus import backfill
+from gpuwarden.lab.via_prometheus import backfill, prometheus
 from simulator.fleet import Fleet
 from simulator.model import SKUS
 from simulator.topology import gpu_uuid
-from tests.realcomp import run_prometheus
+from tests.realcomp import require_binary
 
 STEP = 15.0
 HORIZON = 900.0  # virtual seconds simulated (the analyzer's window is the last 600)
@@ -37,6 +37,8 @@ def served(tmp: Path, nodes: int, faults: Callable[[Fleet], None], native_nodes:
     """Simulate ``nodes`` for HORIZON seconds with ``faults`` injected; the first
     ``native_nodes`` are recorded as gpuwarden's exporter serves them, the rest as dcgm-exporter
     + node_exporter; yields (Prometheus URL, fleet, Unix time of the last scrape)."""
+    require_binary("promtool")
+    require_binary("prometheus")
     fleet = Fleet(nodes, seed=3)
     faults(fleet)
     names = [SKUS[k].name for k in fleet.sku_of]
@@ -59,10 +61,10 @@ def served(tmp: Path, nodes: int, faults: Callable[[Fleet], None], native_nodes:
         om = rec.write(tmp / f"{name}.om")
         rec.close()
         backfill(om, data)
-    data.chmod(0o777)
-    cfg = "global: {scrape_interval: 15s}\nscrape_configs: []\n"
-    with run_prometheus(cfg, data_dir=data) as prom:
-        yield prom.url, fleet, t0 + t - STEP
+    # a live Prometheus marks a vanished series stale at once; backfilled blocks cannot carry
+    # the markers, so this one looks back half a scrape (gpuwarden.lab.via_prometheus)
+    with prometheus(data, STEP, tmp) as url:
+        yield url, fleet, t0 + t - STEP
 
 
 def read(url: str, end: float, node_map: NodeMap | None = None) -> tuple[Window, Any]:
