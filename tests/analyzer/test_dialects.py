@@ -124,7 +124,7 @@ def test_a_node_map_file_reads_as_yaml_or_as_lines(tmp_path):
     (tmp_path / "b.txt").write_text("# host node\ngpu-09.dc n09\ngpu-10.dc   n10\n")
     assert load_node_map(str(tmp_path / "a.yaml")) == load_node_map(str(tmp_path / "b.txt"))
     (tmp_path / "bad.txt").write_text("only-one-name\n")
-    with pytest.raises(ValueError, match="bad.txt:1"):
+    with pytest.raises(ValueError, match=r"bad\.txt:1"):
         load_node_map(str(tmp_path / "bad.txt"))
 
 
