@@ -42,6 +42,9 @@ class StackOptions:
     time_scale: float = 1.0
     analyzer_config: Mapping[str, Any] | None = None  # analyzer YAML settings (--config)
     analyzer_push: bool = False  # the analyzer also posts findings to Alertmanager directly
+    # dcgm-exporter: the simulator serves every node as dcgm-exporter + node_exporter would (the
+    # analyzer reads that dialect through Prometheus; the embedded scrape reads only gpuwarden's)
+    telemetry: str = "gpuwarden"
 
     @property
     def backend(self) -> str:
@@ -135,6 +138,8 @@ class Stack:
         )
         if self.opts.scenario:
             argv += ["--scenario", str(self.opts.scenario)]
+        if self.opts.telemetry != "gpuwarden":
+            argv += ["--telemetry", self.opts.telemetry]
         self.sup.start("simulator", argv, ready_url=f"{self.urls.simulator}/healthz")
 
     def _write_topology(self, w: Path) -> None:

@@ -77,6 +77,7 @@ class PrometheusSource:
         self.discover, self.node_map = discover, node_map or NodeMap()
         self.found: Discovered | None = None
         self._found_at = -math.inf
+        self._blank = True  # no node in the last window: look again next cycle (a new server)
         self.stats = QueryStats()
         self.errors: dict[str, str] = {}
         self.gated: dict[str, set[Key]] = {}
@@ -98,7 +99,7 @@ class PrometheusSource:
         self.end = end
         self.stats.cycle_bytes = self.stats.cycle_samples = 0.0
         self._gate_reads = {}
-        if self.discover and not 0 <= end - self._found_at < RECHECK:
+        if self.discover and (self._blank or not 0 <= end - self._found_at < RECHECK):
             await self._discover(end)
         sem = asyncio.Semaphore(self.parallel)
 
@@ -118,6 +119,7 @@ class PrometheusSource:
         grid = end - self.step * np.arange(self.T - 1, -1, -1)
         items = [(q, self.mats[q]) for q in self.queries]
         w = await asyncio.to_thread(assemble, items, grid, self.step, self.leaf_of, failed)
+        self._blank = not w.nodes
         self.stats.series = {q.name: float(len(m)) for q, m in items}
         self.stats.cycle_seconds = self.timer() - t0
         self.stats.cycles += 1
