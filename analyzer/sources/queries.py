@@ -93,8 +93,8 @@ class Query:
     def __post_init__(self) -> None:
         if self.moved_shards not in (1, 2, 5, 10):
             raise ValueError(f"{self.name}: moved_shards must be 1, 2, 5 or 10")
-        if self.dialect and (self.moved_only or self.gate is not None or not self.source):
-            raise ValueError(f"{self.name}: a dialect query is a plain read of its source")
+        if self.dialect and (self.gate is not None or not self.source):
+            raise ValueError(f"{self.name}: a dialect query reads its source, without a gate")
 
     def shard_matcher(self, cycle: int) -> str:
         """GPUs whose index ends in a digit of this cycle's shard (all when unsharded)."""
@@ -120,6 +120,14 @@ class Query:
         m = ",".join(x for x in (self.matchers, extra) if x)
         return f"{self.name}{{{m}}}" if m else self.name
 
+    def source_selector(self, extra: str = "") -> str:
+        """A dialect's source narrowed by ``extra``, matchers on its own (foreign) labels."""
+        if not extra:
+            return self.source
+        if self.source.endswith("}"):
+            return f"{self.source[:-1]},{extra}}}"
+        return f"{self.source}{{{extra}}}"
+
     def expr(self, extra: str = "") -> str:
         """The PromQL for a range read (of a moved-only query: of the series chosen by
         ``extra``, the matchers of the rows that moved)."""
@@ -129,7 +137,7 @@ class Query:
                 if self.divide == 1.0
                 else (f" * {1 / self.divide:g}" if self.divide < 1.0 else f" / {self.divide:g}")
             )
-            return f"max by ({','.join(self.by)}) ({self.source}){div}"
+            return f"max by ({','.join(self.by)}) ({self.source_selector(extra)}){div}"
         by = ",".join(self.labels)
         sel = self.selector(extra)
         if self.absent_means is not None:
@@ -141,6 +149,9 @@ class Query:
         counter that moved. ``changes()`` over the range, measured 3-6x cheaper for Prometheus
         than comparing each series with itself one window earlier (``offset``: two instant
         selections, each decoding the chunk up to its point, and a vector match)."""
+        if self.dialect:  # grouped by the foreign labels: they select the rows to read
+            sel = self.source_selector(extra)
+            return f"max by ({','.join(self.by)}) (changes({sel}[{int(window)}s]) > 0)"
         by = ",".join(self.labels)
         return f"max by ({by}) (changes({self.selector(extra)}[{int(window)}s]) > 0)"
 
@@ -205,25 +216,25 @@ def rows_matchers(labels: tuple[str, ...], keys: list[tuple[str, ...]]) -> list[
         for rest, nodes in sorted(by_rest.items()):
             parts = [f'node=~"{"|".join(regex_literal(x) for x in sorted(nodes))}"']
             others = [x for i, x in enumerate(labels) if i != n]
-            parts += [f'{label}="{_quote(v)}"' for label, v in zip(others, rest, strict=True)]
+            parts += [f'{label}="{quote_value(v)}"' for label, v in zip(others, rest, strict=True)]
             out.append(",".join(parts))
         return out
     out = []
     for node, group in sorted(by_node.items()):
-        parts = [f'node="{_quote(node)}"']
+        parts = [f'node="{quote_value(node)}"']
         for i, label in enumerate(labels):
             if i == n:
                 continue
             values = sorted({k[i] for k in group})
             if len(values) == 1:
-                parts.append(f'{label}="{_quote(values[0])}"')
+                parts.append(f'{label}="{quote_value(values[0])}"')
             else:
                 parts.append(f'{label}=~"{"|".join(regex_literal(v) for v in values)}"')
         out.append(",".join(parts))
     return out
 
 
-def _quote(s: str) -> str:
+def quote_value(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"')
 
 

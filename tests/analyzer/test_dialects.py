@@ -225,7 +225,23 @@ def test_discovery_reads_only_the_dcgm_fields_present_and_node_exporters_ib():
     assert c.GPU_SM_CLOCK.dcgm[0].name in sources
     assert c.GPU_TEMPERATURE.dcgm[0].name not in sources  # absent: not asked for
     assert c.NODE_IB_STATE in sources and c.NODE_IB_RATE not in sources
-    assert all(q.dialect and not q.moved_only for q in extra)
+    assert all(q.dialect and q.gate is None for q in extra)
+    moved = {q.metric for q in extra if q.moved_only}
+    assert moved == {c.IB_COUNTER}  # counters: only the series that moved are read
+
+
+def test_dcgm_counters_are_read_moved_only_and_without_instance_where_hosts_are_named():
+    qs = dcgm.queries(hostname=True)
+    ecc = [q for q in qs if q.metric is c.GPU_ECC_ERRORS]
+    assert ecc and all(q.moved_only for q in ecc)
+    assert all("instance" not in q.by for q in qs)
+    assert all("instance" in q.by for q in dcgm.queries(hostname=False))
+    q = ecc[0]
+    sel = 'Hostname="h",gpu="1"'
+    assert q.expr(sel) == f"max by (node,Hostname,hostname,gpu) ({q.source}{{{sel}}})"
+    assert (
+        q.moved_expr(600) == f"max by (node,Hostname,hostname,gpu) (changes({q.source}[600s]) > 0)"
+    )
 
 
 def test_the_discovery_query_names_every_field_a_reader_knows():

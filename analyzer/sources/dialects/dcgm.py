@@ -44,6 +44,9 @@ REDUCED: Mapping[str, str] = {
     " localized to the GPU, not to a link",
 }
 _BY = (*IDENTITY_LABELS, "gpu")
+# dcgm-exporter names its host in every series (unless started with --no-hostname): then
+# Prometheus's instance label is not read (a third of each answer's bytes)
+_BY_HOSTNAME = tuple(x for x in _BY if x != "instance")
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,28 +79,32 @@ def _presence(name: str, extra: str = "") -> str:
     return f"{name}{{{extra}}} * 0 + 1" if extra else f"{name} * 0 + 1"
 
 
-def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = None
-            ) -> tuple[Query, ...]:  # fmt: skip
+def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = None,
+            hostname: bool = False) -> tuple[Query, ...]:  # fmt: skip
     """The dcgm-exporter reading of every catalogue series the analyzer reads; ``present``:
-    the dcgm names the Prometheus holds (None: every one), so absent fields cost nothing."""
+    the dcgm names the Prometheus holds (None: every one), so absent fields cost nothing;
+    ``hostname``: every dcgm series names its host (``instance`` is then not read).
+    Counters the native reader reads moved-only (ECC, NVLink errors) are read moved-only
+    here too: only the series that changed within the window."""
     nm = node_map or NodeMap()
+    by = _BY_HOSTNAME if hostname else _BY
     plain = DcgmRelabel(nm)
     # one field every GPU reports stands for its presence (each one more costs a series/GPU)
     at = [x for x in catalog.DCGM_PRESENCE_FIELDS if present is None or x in present]
     seen = at[0] if at else catalog.DCGM_PRESENCE_FIELDS[0]
     out = [
         Query(catalog.GPU_UP, keep=("node", "gpu"), dialect=DCGM, source=_presence(seen),
-              by=_BY, relabel=plain),
+              by=by, relabel=plain),
         Query(catalog.GPU_INFO, keep=("node", "gpu", "name"), dialect=DCGM, source=_presence(seen),
-              by=(*_BY, "modelName"), relabel=DcgmRelabel(nm, renames=(("modelName", "name"),))),
+              by=(*by, "modelName"), relabel=DcgmRelabel(nm, renames=(("modelName", "name"),))),
         Query(catalog.DCGM_LAST_XID, keep=("node", "gpu"), dialect=DCGM,
-              source=catalog.DCGM_LAST_XID.name, by=_BY, relabel=plain, anchored=True),
+              source=catalog.DCGM_LAST_XID.name, by=by, relabel=plain, anchored=True),
         Query(catalog.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id"), dialect=DCGM,
               source=_presence(seen, f'{catalog.DCGM_JOB_LABEL}!=""'),
-              by=(*_BY, catalog.DCGM_JOB_LABEL),
+              by=(*by, catalog.DCGM_JOB_LABEL),
               relabel=DcgmRelabel(nm, renames=((catalog.DCGM_JOB_LABEL, "job_id"),))),
         Query(catalog.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id"), dialect=DCGM + "/pod",
-              source=_presence(seen, 'pod!=""'), by=(*_BY, "pod", "namespace"),
+              source=_presence(seen, 'pod!=""'), by=(*by, "pod", "namespace"),
               relabel=DcgmRelabel(nm, renames=(("pod", "job_id"),))),
     ]  # fmt: skip
     for q in QUERIES:
@@ -111,8 +118,9 @@ def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = No
             for name, divide in names_of(f):
                 if present is not None and name not in present:
                     continue
-                out.append(Query(q.metric, keep=keep, dialect=DCGM, source=name, by=_BY,
-                                 divide=divide, relabel=DcgmRelabel(nm, fixed=fixed)))  # fmt: skip
+                out.append(Query(q.metric, keep=keep, dialect=DCGM, source=name, by=by,
+                                 divide=divide, relabel=DcgmRelabel(nm, fixed=fixed),
+                                 moved_only=q.moved_only))  # fmt: skip
     return tuple(out)
 
 

@@ -41,6 +41,7 @@ class Discovered:
     """The foreign names present, and what they say about the fleet."""
 
     names: frozenset[str] = frozenset()
+    dcgm_hostname: bool = False  # every dcgm series names its host (instance need not be read)
 
     @property
     def dialects(self) -> tuple[str, ...]:
@@ -58,18 +59,35 @@ class Discovered:
         return tuple(sorted({generation_of(n) for n in dcgm_names}))
 
 
-def parse(names: Iterable[str]) -> Discovered:
-    return Discovered(frozenset(names) & known_names())
+def parse(names: Iterable[str], dcgm_hostname: bool = False) -> Discovered:
+    return Discovered(frozenset(names) & known_names(), dcgm_hostname)
+
+
+def hostless_expr(found: Discovered) -> str | None:
+    """The dcgm series that name no host (dcgm-exporter --no-hostname): none means the
+    ``instance`` label is not needed to tell their nodes apart."""
+    at = [x for x in catalog.DCGM_PRESENCE_FIELDS if x in found.names]
+    if not at:
+        return None
+    return f'count({{__name__="{at[0]}",Hostname="",hostname="",node=""}})'
 
 
 def query_set(found: Discovered, node_map: NodeMap | None = None) -> tuple[Query, ...]:
     """gpuwarden's queries plus each discovered dialect's reading of what is present."""
     out = list(QUERIES)
     if DCGM in found.dialects:
-        out += dcgm.queries(node_map, found.names)
+        out += dcgm.queries(node_map, found.names, found.dcgm_hostname)
     if NODE_EXPORTER in found.dialects:
         out += node_exporter.queries(node_map, found.names)
     return tuple(out)
 
 
-__all__ = ["RECHECK", "RENAMED", "Discovered", "discovery_expr", "parse", "query_set"]
+__all__ = [
+    "RECHECK",
+    "RENAMED",
+    "Discovered",
+    "discovery_expr",
+    "hostless_expr",
+    "parse",
+    "query_set",
+]

@@ -55,5 +55,6 @@ def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = No
     if errors:
         out.append(Query(catalog.IB_COUNTER, keep=(*_PORT, "counter"), dialect=NODE_EXPORTER,
                          source=f'{{__name__=~"{"|".join(errors)}"}}',
-                         by=("__name__", *_BY), relabel=IbRelabel(nm, counters=True)))  # fmt: skip
+                         by=("__name__", *_BY), relabel=IbRelabel(nm, counters=True),
+                         moved_only=True))  # fmt: skip
     return tuple(out)
