@@ -149,9 +149,14 @@ class Query:
         counter that moved. ``changes()`` over the range, measured 3-6x cheaper for Prometheus
         than comparing each series with itself one window earlier (``offset``: two instant
         selections, each decoding the chunk up to its point, and a vector match)."""
-        if self.dialect:  # grouped by the foreign labels: they select the rows to read
-            sel = self.source_selector(extra)
-            return f"max by ({','.join(self.by)}) (changes({sel}[{int(window)}s]) > 0)"
+        if self.dialect:
+            # grouped by the foreign labels (they select the rows to read), across the series
+            # a row is made of: dcgm's hpc_job and pod labels start a new series with each job,
+            # and a fault that ends a job moves its counter exactly there, where changes() of
+            # either series sees nothing. The row's highest value against its lowest does.
+            sel, by, w = self.source_selector(extra), ",".join(self.by), int(window)
+            return (f"max by ({by}) (max_over_time({sel}[{w}s]))"
+                    f" - min by ({by}) (min_over_time({sel}[{w}s])) > 0")  # fmt: skip
         by = ",".join(self.labels)
         return f"max by ({by}) (changes({self.selector(extra)}[{int(window)}s]) > 0)"
 

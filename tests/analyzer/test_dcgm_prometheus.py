@@ -56,6 +56,8 @@ def test_the_detectors_find_the_faults_on_both_halves_and_say_where_the_signal_i
     found = {(f.node, f.subject, f.kind): f for f in Engine(default_detectors()).cycle(w)}
     assert ("gpu-node-001", "gpu=3", "xid_fatal") in found
     assert ("gpu-node-003", "gpu=1", "xid_fatal") in found
+    # the fault ended the GPU's job, so its ECC counter moved where hpc_job starts a new series
+    assert ("gpu-node-003", "gpu=1", "ecc_uncorrectable") in found
     lost = found[("gpu-node-003", "gpu=5", "gpu_lost")]  # its series vanished, siblings stay
     assert lost.action == "drain"
     nvl = found[("gpu-node-004", "link=gpu2/0", "nvlink_errors")]

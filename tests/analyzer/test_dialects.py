@@ -228,6 +228,7 @@ def test_discovery_reads_only_the_dcgm_fields_present_and_node_exporters_ib():
     assert all(q.dialect and q.gate is None for q in extra)
     moved = {q.metric for q in extra if q.moved_only}
     assert moved == {c.IB_COUNTER}  # counters: only the series that moved are read
+    assert {q.source for q in extra if q.moved_only} == {c.NODE_IB_ERRORS["symbol_error"]}
 
 
 def test_dcgm_counters_are_read_moved_only_and_without_instance_where_hosts_are_named():
@@ -239,8 +240,10 @@ def test_dcgm_counters_are_read_moved_only_and_without_instance_where_hosts_are_
     q = ecc[0]
     sel = 'Hostname="h",gpu="1"'
     assert q.expr(sel) == f"max by (node,Hostname,hostname,gpu) ({q.source}{{{sel}}})"
-    assert (
-        q.moved_expr(600) == f"max by (node,Hostname,hostname,gpu) (changes({q.source}[600s]) > 0)"
+    by = "node,Hostname,hostname,gpu"
+    assert q.moved_expr(600) == (
+        f"max by ({by}) (max_over_time({q.source}[600s]))"
+        f" - min by ({by}) (min_over_time({q.source}[600s])) > 0"
     )
 
 

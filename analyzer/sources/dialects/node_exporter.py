@@ -4,10 +4,11 @@ Edge of the analyzer (declarations). node_exporter's infiniband collector
 (collector/infiniband_linux.go) reads the same sysfs files as gpuwarden's exporter and labels
 each series ``device`` and ``port``; it sets no node label (Prometheus adds ``instance``).
 State and rate map one to one (same numbering, bytes per second); the error counters the
-infiniband detector judges (``catalog.IB_ERROR_COUNTERS``) are one counter each, read in one
-query grouped by name and relabelled to ``counter=<sysfs file>`` so that they land in
+infiniband detector judges (``catalog.IB_ERROR_COUNTERS``) are one counter each, each read by
+a query of its own relabelled ``counter=<sysfs file>`` so that they land in
 ``Window.ib_counters`` exactly as the native ones do. There is no per-port error sum to gate
-on, so every port's counters are read each cycle (plainly: only new points).
+on: each counter is read moved-only (an instant ``changes()`` query, then only the series
+that moved).
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ from exporter import catalog
 
 _PORT = ("node", "device", "port")
 _BY = (*IDENTITY_LABELS, "device", "port")
-_COUNTER_OF = {v: k for k, v in catalog.NODE_IB_ERRORS.items()}
 
 
 @dataclass(frozen=True, eq=False)
 class IbRelabel:
     node_map: NodeMap = field(default_factory=NodeMap)
-    counters: bool = False
+    counter: str = ""  # the sysfs file an error counter family stands for
 
     def __call__(self, labels: dict[str, str]) -> dict[str, str]:
         out = {
@@ -35,8 +35,8 @@ class IbRelabel:
             "device": labels.get("device", ""),
             "port": labels.get("port", ""),
         }
-        if self.counters:
-            out["counter"] = _COUNTER_OF.get(labels.get("__name__", ""), "")
+        if self.counter:
+            out["counter"] = self.counter
         return out
 
 
@@ -51,10 +51,9 @@ def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = No
         if present is None or name in present:
             out.append(Query(metric, keep=_PORT, dialect=NODE_EXPORTER, source=name, by=_BY,
                              relabel=plain))  # fmt: skip
-    errors = [n for n in catalog.NODE_IB_ERRORS.values() if present is None or n in present]
-    if errors:
-        out.append(Query(catalog.IB_COUNTER, keep=(*_PORT, "counter"), dialect=NODE_EXPORTER,
-                         source=f'{{__name__=~"{"|".join(errors)}"}}',
-                         by=("__name__", *_BY), relabel=IbRelabel(nm, counters=True),
-                         moved_only=True))  # fmt: skip
+    for counter, name in catalog.NODE_IB_ERRORS.items():  # one query each: changes() drops
+        if present is None or name in present:  # the name, so names cannot share a query
+            out.append(Query(catalog.IB_COUNTER, keep=(*_PORT, "counter"), dialect=NODE_EXPORTER,
+                             source=name, by=_BY, relabel=IbRelabel(nm, counter),
+                             moved_only=True))  # fmt: skip
     return tuple(out)
