@@ -1186,6 +1186,24 @@ DCGM_JOB_LABEL = "hpc_job"  # dcgm-exporter --hpc-job-mapping-dir (Slurm job id 
 DCGM_CLOCK_EVENTS = DcgmField(
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", help="Current clock event reasons."
 )
+# dcgm-exporter's own per-reason view of it (commented out in etc/default-counters.csv): how
+# often each reason was reported within a sliding window, label clock_event
+# (internal/pkg/collector/clock_events_collector.go), -> the catalogue's THROTTLE_REASONS
+DCGM_CLOCK_EVENTS_COUNT = DcgmField(
+    "DCGM_EXP_CLOCK_EVENTS_COUNT", "counter", help="reported clock events"
+)
+DCGM_CLOCK_EVENT_LABEL = "clock_event"
+DCGM_CLOCK_EVENT_REASONS: Mapping[str, str] = {
+    "gpu_idle": "gpu_idle",
+    "clocks_setting": "applications_clocks_setting",
+    "power_cap": "sw_power_cap",
+    "hw_slowdown": "hw_slowdown",
+    "sync_boost": "sync_boost",
+    "sw_thermal": "sw_thermal_slowdown",
+    "hw_thermal": "hw_thermal_slowdown",
+    "hw_power_brake": "hw_power_brake_slowdown",
+    "display_clocks": "display_clock_setting",
+}
 # node_exporter's infiniband collector (collector/infiniband_linux.go at commit a7dcc3a):
 # labels device and port; counters from the same sysfs files as IB_COUNTER / IB_HW_COUNTER.
 NODE_IB_PREFIX = "node_infiniband_"

@@ -17,13 +17,17 @@ label anywhere:
   label as dcgm-exporter prints it; a repeat of the same code changes nothing;
 - a GPU that fell off the bus (``gpu_up`` 0) is simply absent, as dcgm-exporter drops it;
 - node_exporter's ``node_infiniband_*`` state, rate and error counters, labelled
-  ``device``/``port`` and ``instance="<node>:9100"``.
+  ``device``/``port`` and ``instance="<node>:9100"``;
+- with ``clock_events`` (a field dcgm-exporter ships commented out): its
+  ``DCGM_EXP_CLOCK_EVENTS_COUNT{clock_event=...}``, how often each reason was reported within
+  its 5-minute window, a series only for reasons reported.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +39,9 @@ from exporter import catalog as c
 from gpuwarden.lab.openmetrics import _AXES
 
 DRIVER = "550.90.07"
+CLOCK_EVENTS_WINDOW = 300.0  # dcgm-exporter's clock-events-count window (default 300000 ms)
+THROTTLE = tuple(c.THROTTLE_REASONS)
+_EVENT_OF = {v: k for k, v in c.DCGM_CLOCK_EVENT_REASONS.items()}
 _IB = {c.IB_PORT_STATE.name: c.NODE_IB_STATE, c.IB_PORT_RATE.name: c.NODE_IB_RATE}
 
 
@@ -82,6 +89,7 @@ class DcgmScrapeRecorder:
         part: tuple[int, int] | None = None,
         collect: float = 30.0,
         hostname_label: str = "Hostname",
+        clock_events: bool = False,
     ) -> None:
         lo, hi = part or (0, len(nodes))
         self.rows = slice(lo, hi)
@@ -95,6 +103,8 @@ class DcgmScrapeRecorder:
         self._held: dict[str, np.ndarray] = {}  # last collected value per field
         self._tick = -1  # the collect interval the held values are from
         self._last_xid: dict[tuple[int, int], int] = {}
+        self.clock_events = clock_events
+        self._events: deque[tuple[float, np.ndarray]] = deque()  # (t, reasons held) per step
         self.samples = 0
         self.steps = 0
 
@@ -135,6 +145,8 @@ class DcgmScrapeRecorder:
                    for n, g in zip(*np.nonzero(gpu_ok & ~np.isnan(v)), strict=True)]  # fmt: skip
             self._emit(f.name, out)
         self._xids(frame, lo, N, G, gpu_ok, labels, ts)
+        if self.clock_events:
+            self._clock_events(frame, rows, gpu_ok, labels, ts)
         self._ib(frame, rows, present, ts)
         self.steps += 1
 
@@ -154,6 +166,25 @@ class DcgmScrapeRecorder:
                 if gpu_ok[n, g]:
                     x = self._last_xid.get((n, g), 0)
                     out.append(f'{name}{{{labels[n][g]},err_code="{x}"}} {x}{ts}')
+        self._emit(name, out)
+
+    def _clock_events(self, frame: Any, rows: slice, gpu_ok: np.ndarray,
+                      labels: list[list[str]], ts: str) -> None:  # fmt: skip
+        a = frame.metrics.get(c.GPU_THROTTLE.name)
+        if a is None:
+            return
+        self._events.append((frame.t, np.nan_to_num(np.asarray(a[rows], dtype=float)) > 0.5))
+        while self._events and self._events[0][0] <= frame.t - CLOCK_EVENTS_WINDOW:
+            self._events.popleft()
+        counts = np.sum([e for _, e in self._events], axis=0)
+        name = c.DCGM_CLOCK_EVENTS_COUNT.name
+        self._types[name] = "gauge"
+        out = []
+        for n, g, r in zip(*np.nonzero(counts * gpu_ok[:, :, None]), strict=True):
+            ev = _EVENT_OF[THROTTLE[r]]
+            out.append(f'{name}{{{labels[n][g]},{c.DCGM_CLOCK_EVENT_LABEL}="{ev}",'
+                       f'window_size_in_ms="{int(CLOCK_EVENTS_WINDOW * 1000)}"}} '
+                       f"{int(counts[n, g, r])}{ts}")  # fmt: skip
         self._emit(name, out)
 
     def _ib(self, frame: Any, rows: slice, present: np.ndarray, ts: str) -> None:

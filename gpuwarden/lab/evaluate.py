@@ -446,9 +446,11 @@ def _parser() -> argparse.ArgumentParser:
                    "both paths side by side with the F1 gap per fault class")  # fmt: skip
     p.add_argument("--missed-scrapes", type=float, default=0.01,
                    help="--via prometheus: share of node scrapes lost (both paths)")  # fmt: skip
-    p.add_argument("--telemetry", choices=("gpuwarden", "dcgm-exporter"), default="gpuwarden",
+    p.add_argument("--telemetry", default="gpuwarden",
+                   choices=("gpuwarden", "dcgm-exporter", "dcgm-exporter+clock-events"),
                    help="--via prometheus: dcgm-exporter also scrapes the fleet as dcgm-exporter "
-                   "+ node_exporter would serve it, a third path beside gpuwarden's")  # fmt: skip
+                   "+ node_exporter would serve it (default fields; +clock-events: with "
+                   "DCGM_EXP_CLOCK_EVENTS_COUNT enabled), a third path beside gpuwarden's")  # fmt: skip
     p.add_argument("--out", default="out/evaluation")
     return p
 

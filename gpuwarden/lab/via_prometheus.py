@@ -45,7 +45,8 @@ from simulator.topology import gpu_uuid
 BLOCK = 7200.0
 
 
-TELEMETRIES = ("gpuwarden", "dcgm-exporter")
+# dcgm-exporter+clock-events: with the one commented-out CSV line the throttling detector needs
+TELEMETRIES = ("gpuwarden", "dcgm-exporter", "dcgm-exporter+clock-events")
 
 
 class Recorder:
@@ -53,8 +54,10 @@ class Recorder:
     and records every frame as scraped, in gpuwarden's telemetry (``om``) and, when asked, as
     a dcgm-exporter + node_exporter fleet would have served it (``dcgm``)."""
 
-    def __init__(self, epoch: float, workdir: Path, dcgm: bool = False) -> None:
+    def __init__(self, epoch: float, workdir: Path, dcgm: bool = False,
+                 clock_events: bool = False) -> None:  # fmt: skip
         self.epoch, self.workdir, self.want_dcgm = epoch, workdir, dcgm
+        self.clock_events = clock_events
         self.om: ScrapeRecorder | None = None
         self.dcgm: DcgmScrapeRecorder | None = None
         self.fleet: Any = None
@@ -66,7 +69,7 @@ class Recorder:
             self.om = ScrapeRecorder(fleet.nodes, gpu_uuid, names, self.epoch, self.workdir)
             if self.want_dcgm:
                 self.dcgm = DcgmScrapeRecorder(fleet.nodes, gpu_uuid, names, self.epoch,
-                                               self.workdir)  # fmt: skip
+                                               self.workdir, clock_events=self.clock_events)  # fmt: skip
         self.om.push(frame, jobs, missed)
         if self.dcgm is not None:
             self.dcgm.push(frame, jobs, missed)
@@ -145,7 +148,8 @@ def run_seed_via_prometheus(seed: int, nodes: int, horizon: float, step: float =
     epoch = epoch_for(horizon)
     with tempfile.TemporaryDirectory(prefix="gpuwarden-eval-prom-") as tmp:
         work = Path(tmp)
-        rec = Recorder(epoch, work, dcgm=telemetry == "dcgm-exporter")
+        rec = Recorder(epoch, work, dcgm=telemetry != "gpuwarden",
+                       clock_events=telemetry.endswith("+clock-events"))  # fmt: skip
         t0 = time.perf_counter()
         direct = run_seed(seed, nodes, horizon, step, cycle, per_kind, controls, compare=False,
                           missed_scrapes=missed_scrapes, tap=rec)  # fmt: skip

@@ -4,6 +4,7 @@ own, and the detectors judge both halves (tests/analyzer/dcgmfleet.py builds the
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from analyzer.cli import main as cli_main
@@ -87,3 +88,20 @@ def test_coverage_on_the_command_line_prints_each_node_group(mixed, capsys):
     rep = coverage.report(w)
     native = next(g for g in rep["groups"] if g["dialect"] == "gpuwarden")
     assert {d["detector"]: d["state"] for d in native["detectors"]}["pcie"] == "full"
+
+
+@pytest.mark.real
+def test_with_dcgms_clock_events_enabled_a_throttled_gpu_is_judged_and_says_how(tmp_path):
+    def throttle(f):
+        f.inject("power_throttle", f.nodes[1], "gpu4", onset=300)
+
+    with dcgmfleet.served(tmp_path, 2, throttle, clock_events=True) as (url, _fleet, end):
+        w, _ = dcgmfleet.read(url, end)
+    found = {(f.node, f.subject, f.kind): f for f in Engine(default_detectors()).cycle(w)}
+    got = found[("gpu-node-002", "gpu=4", "throttling")]
+    assert got.evidence["reduced_signal"] == 1.0 and "5 min" in got.summary
+    reasons = w.get(c.GPU_THROTTLE)
+    assert reasons is not None and np.nanmax(reasons[:, 1, 4]) == 1.0
+    rep = coverage.report(w)
+    states = {d["detector"]: d["state"] for d in rep["groups"][0]["detectors"]}
+    assert states["throttling"] == "full"

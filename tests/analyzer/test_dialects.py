@@ -211,7 +211,7 @@ def test_a_gpu_never_seen_in_the_window_is_not_lost():
 
 # ------------------------------------------------------------------ discovery
 def test_a_prometheus_without_foreign_names_gets_only_gpuwardens_queries():
-    found = discover.parse(["gpuwarden_gpu_up", "up"])
+    found = discover.parse([c.GPU_UP.name, "up"])
     assert found.dialects == () and discover.query_set(found) == QUERIES
 
 
@@ -272,7 +272,7 @@ def test_coverage_names_the_csv_lines_that_would_enable_what_a_dcgm_group_cannot
     f = c.GPU_SM_ACTIVE.dcgm[0]
     assert f"{f.name}, gauge, {f.help}" in enable  # the exact line for the CSV
     assert by["memory"]["state"] == "cannot"
-    assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter" in "\n".join(
+    assert f"{c.GPU_ECC_ERRORS.dcgm[1].name}, counter" in "\n".join(
         x["enable"] for x in by["memory"]["cannot"])  # fmt: skip
     assert any("not to a link" in n for n in by["nvlink"]["notes"])
     text = coverage.text(rep)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from exporter import catalog as c
 from gpuwarden.processes import free_port_block
 from gpuwarden.stack import Stack, StackOptions
 from tests.realcomp import require_binary, wait_until, world_readable_tmpdir
@@ -64,9 +65,10 @@ def test_prometheus_holds_no_gpuwarden_node_series_only_dcgm_and_node_exporter_o
     prom = stack.urls.prometheus
     node = stack.get_json(f"{stack.urls.simulator}/nodes")[0]["node"]
     assert b"gpuwarden_" not in _get(f"{stack.urls.simulator}/nodes/{node}/metrics").encode()
-    wait_until(lambda: stack.get_json(f"{prom}/api/v1/query?query=DCGM_FI_DEV_GPU_TEMP")[
-        "data"]["result"], 30, 0.5, "dcgm series in Prometheus")  # fmt: skip
-    native = stack.get_json(f"{prom}/api/v1/query?query=gpuwarden_gpu_up")["data"]["result"]
+    temp = c.GPU_TEMPERATURE.dcgm[0].name
+    wait_until(lambda: stack.get_json(f"{prom}/api/v1/query?query={temp}")["data"]["result"],
+               30, 0.5, "dcgm series in Prometheus")  # fmt: skip
+    native = stack.get_json(f"{prom}/api/v1/query?query={c.GPU_UP.name}")["data"]["result"]
     assert native == []
 
 

@@ -67,8 +67,6 @@ NEEDS: Mapping[str, tuple[Need, ...]] = {
 
 _ENABLE_ONLY_NATIVE = {
     c.NVLINK_UP.name: "dcgm-exporter has no per-link NVLink state field",
-    c.GPU_THROTTLE.name: f"dcgm's {c.DCGM_CLOCK_EVENTS.name} is one bitmask; gpuwarden "
-    "reads a series per reason",
     c.GPU_PCIE_GENERATION_MAX.name: "dcgm-exporter has no maximum-link field",
     c.GPU_PCIE_WIDTH_MAX.name: "dcgm-exporter has no maximum-link field",
     c.JOB_STEP_SECONDS.name: "published by the training job (gpuwarden-exporter --step-dir)",
@@ -93,6 +91,9 @@ def enable(need: Need, dialect: str) -> str:
         return "gpuwarden-exporter --job-map-dir (Slurm prolog/epilog map)"
     if need.what == XID:
         return f"{c.DCGM_LAST_XID.name}, gauge, {c.DCGM_LAST_XID_HELP}"
+    if DCGM in dialect and need.what == c.GPU_THROTTLE.name:
+        f = c.DCGM_CLOCK_EVENTS_COUNT
+        return f"add to dcgm-exporter's counters CSV:\n{f.name}, {f.type}, {f.help}"
     if DCGM in dialect and need.what not in _ENABLE_ONLY_NATIVE:
         lines = csv_lines(need.what)
         if lines:
@@ -176,6 +177,8 @@ def annotate(found: Sequence[Finding], w: Window) -> list[Finding]:
         note = ""
         if f.node in foreign and f.kind.startswith("nvlink"):
             note = REDUCED[c.NVLINK_ERRORS.name]
+        elif f.node in foreign and f.kind == "throttling":
+            note = REDUCED[c.GPU_THROTTLE.name]
         elif f.node in foreign and f.kind.startswith("xid"):
             note = "dcgm-exporter's last-XID gauge: repeats of one code are invisible"
         if note:

@@ -42,6 +42,8 @@ from exporter import catalog
 REDUCED: Mapping[str, str] = {
     catalog.NVLINK_ERRORS.name: "dcgm-exporter sums NVLink errors over the GPU's links:"
     " localized to the GPU, not to a link",
+    catalog.GPU_THROTTLE.name: "dcgm-exporter counts clock events over its window"
+    " (5 min by default): a reason reads as held until it leaves that window",
 }
 _BY = (*IDENTITY_LABELS, "gpu")
 # dcgm-exporter names its host in every series (unless started with --no-hostname): then
@@ -60,7 +62,12 @@ class DcgmRelabel:
     def __call__(self, labels: dict[str, str]) -> dict[str, str]:
         out = {"node": self.node_map(raw_identity(labels)), "gpu": labels.get("gpu", "")}
         for src, dst in self.renames:
-            out[dst] = _job(labels) if src == "pod" else labels.get(src, "")
+            v = labels.get(src, "")
+            if src == "pod":
+                v = _job(labels)
+            elif src == catalog.DCGM_CLOCK_EVENT_LABEL:
+                v = catalog.DCGM_CLOCK_EVENT_REASONS.get(v, "")
+            out[dst] = v
         out.update(self.fixed)
         return out
 
@@ -107,6 +114,12 @@ def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = No
               source=_presence(seen, 'pod!=""'), by=(*by, "pod", "namespace"),
               relabel=DcgmRelabel(nm, renames=(("pod", "job_id"),))),
     ]  # fmt: skip
+    ev = catalog.DCGM_CLOCK_EVENTS_COUNT.name
+    if present is None or ev in present:  # reasons reported within dcgm's window: held
+        out.append(Query(catalog.GPU_THROTTLE, keep=("node", "gpu", "reason"), dialect=DCGM,
+                         source=f"{ev} > bool 0", by=(*by, catalog.DCGM_CLOCK_EVENT_LABEL),
+                         relabel=DcgmRelabel(nm, renames=((catalog.DCGM_CLOCK_EVENT_LABEL,
+                                                           "reason"),))))  # fmt: skip
     for q in QUERIES:
         if q.dialect:
             continue

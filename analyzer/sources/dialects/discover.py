@@ -25,7 +25,11 @@ RECHECK = 3600.0  # seconds between discoveries
 def known_names() -> frozenset[str]:
     """Every foreign name some reader can translate."""
     dc = {n for f in catalog.dcgm_fields().values() for n, _ in names_of(f)}
-    dc |= {catalog.DCGM_LAST_XID.name, *catalog.DCGM_PRESENCE_FIELDS}
+    dc |= {
+        catalog.DCGM_LAST_XID.name,
+        *catalog.DCGM_PRESENCE_FIELDS,
+        catalog.DCGM_CLOCK_EVENTS_COUNT.name,
+    }
     ib = {catalog.NODE_IB_STATE, catalog.NODE_IB_RATE, *catalog.NODE_IB_ERRORS.values()}
     return frozenset(dc | ib)
 
