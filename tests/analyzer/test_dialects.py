@@ -4,13 +4,17 @@ test_dcgm_prometheus.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from analyzer.detectors import default_detectors
+from analyzer.engine import Engine
 from analyzer.findings import Finding
+from analyzer.service import AnalyzerService
 from analyzer.settings import AnalyzerSettings
 from analyzer.sources.dialects import DCGM, NODE_EXPORTER, coverage, dcgm, discover
 from analyzer.sources.dialects.generations import names_of
@@ -288,3 +292,21 @@ def test_a_finding_from_a_reduced_signal_says_so():
     got, native = coverage.annotate([f, same_on_native], w)
     assert got.evidence["reduced_signal"] == 1.0 and "not to a link" in got.summary
     assert native == same_on_native
+
+
+class _WindowSource:
+    name = "fake"
+
+    def __init__(self, w: Window) -> None:
+        self.w = w
+
+    async def read(self, now: float) -> Window:
+        return self.w
+
+
+def test_the_service_serves_coverage_of_its_last_cycle_and_says_when_it_has_none():
+    svc = AnalyzerService(_WindowSource(_window(DCGM)), Engine(default_detectors()), 15.0)
+    assert svc.coverage()["groups"] == [] and "no cycle" in svc.coverage()["error"]
+    asyncio.run(svc.run_cycle(100.0))
+    got = {g["dialect"]: g["nodes"] for g in svc.coverage()["groups"]}
+    assert got == {DCGM: ["a"], "gpuwarden": ["b"]}
