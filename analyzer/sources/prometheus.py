@@ -27,9 +27,11 @@ from analyzer.sources.dialects.discover import (
     RECHECK,
     Discovered,
     discovery_expr,
+    foreign_only_exprs,
     hostless_expr,
     parse,
     query_set,
+    without,
 )
 from analyzer.sources.dialects.identity import NodeMap
 from analyzer.sources.matrix import Key, SeriesMatrix
@@ -151,6 +153,9 @@ class PrometheusSource:
             hostless = hostless_expr(found)
             if hostless is not None:  # no answer: every dcgm series names its host
                 found = replace(found, dcgm_hostname=not (await ask(hostless)).labels)
+            for dialect, expr in foreign_only_exprs(found).items():
+                if not (await ask(expr)).labels:  # every node of it is read natively
+                    found = without(found, dialect)
         except SourceError as e:
             self.errors["discovery"] = str(e)
             return

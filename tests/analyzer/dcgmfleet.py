@@ -33,18 +33,20 @@ def epoch() -> float:
 
 @contextmanager
 def served(tmp: Path, nodes: int, faults: Callable[[Fleet], None], native_nodes: int = 0,
-           **dcgm_kw: Any) -> Iterator[tuple[str, Fleet, float]]:  # fmt: skip
+           overlap: bool = False, **dcgm_kw: Any) -> Iterator[tuple[str, Fleet, float]]:  # fmt: skip
     """Simulate ``nodes`` for HORIZON seconds with ``faults`` injected; the first
     ``native_nodes`` are recorded as gpuwarden's exporter serves them, the rest as dcgm-exporter
-    + node_exporter; yields (Prometheus URL, fleet, Unix time of the last scrape)."""
+    + node_exporter (``overlap``: every node as dcgm-exporter + node_exporter too, as a
+    gpuwarden fleet with ``--compat dcgm`` and node_exporter serves it); yields (Prometheus
+    URL, fleet, Unix time of the last scrape)."""
     require_binary("promtool")
     require_binary("prometheus")
     fleet = Fleet(nodes, seed=3)
     faults(fleet)
     names = [SKUS[k].name for k in fleet.sku_of]
     t0 = epoch()
-    dcgm = DcgmScrapeRecorder(fleet.nodes, gpu_uuid, names, t0, tmp, part=(native_nodes, nodes),
-                              **dcgm_kw)  # fmt: skip
+    dcgm = DcgmScrapeRecorder(fleet.nodes, gpu_uuid, names, t0, tmp,
+                              part=(0 if overlap else native_nodes, nodes), **dcgm_kw)  # fmt: skip
     native = ScrapeRecorder(fleet.nodes, gpu_uuid, names, t0, tmp, part=(0, native_nodes))
     t = 0.0
     while t <= HORIZON + 1e-9:

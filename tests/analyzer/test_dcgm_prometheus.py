@@ -12,6 +12,7 @@ from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.sources.dialects import coverage
 from analyzer.sources.dialects.identity import NodeMap
+from analyzer.sources.queries import QUERIES
 from exporter import catalog as c
 
 from . import dcgmfleet
@@ -105,3 +106,15 @@ def test_with_dcgms_clock_events_enabled_a_throttled_gpu_is_judged_and_says_how(
     rep = coverage.report(w)
     states = {d["detector"]: d["state"] for d in rep["groups"][0]["detectors"]}
     assert states["throttling"] == "full"
+
+
+@pytest.mark.real
+def test_a_gpuwarden_fleet_that_also_serves_dcgm_and_node_exporter_names_is_read_once(tmp_path):
+    def xid(f):
+        f.inject("xid", f.nodes[1], "gpu2", {"xid": 95}, onset=500)
+
+    with dcgmfleet.served(tmp_path, 2, xid, native_nodes=2, overlap=True) as (url, _f, end):
+        w, src = dcgmfleet.read(url, end)
+    assert src.queries == QUERIES  # both dialects found, both shadowed: nothing read twice
+    assert set(w.dialect_of.values()) == {"gpuwarden"}
+    assert [(e.node, e.gpu, e.xid) for e in w.xids if e.xid == 95] == [(1, 2, 95)]

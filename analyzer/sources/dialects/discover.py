@@ -76,6 +76,38 @@ def hostless_expr(found: Discovered) -> str | None:
     return f'count({{__name__="{at[0]}",Hostname="",hostname="",node=""}})'
 
 
+def _as_node(sel: str, dialect: str) -> str:
+    """``sel`` with a ``node`` label as its identity gives it (before any site mapping)."""
+    if dialect == NODE_EXPORTER:
+        return f'label_replace({sel}, "node", "$1", "instance", "(.+):[0-9]+")'
+    inner = f'label_replace({sel}, "node", "$1", "hostname", "(.+)")'
+    return f'label_replace({inner}, "node", "$1", "Hostname", "(.+)")'
+
+
+def foreign_only_exprs(found: Discovered) -> dict[str, str]:
+    """Per dialect found, the PromQL counting its series on nodes gpuwarden's exporter does
+    not serve. No answer: every such node is served natively (gpuwarden's ``--compat dcgm``,
+    or node_exporter beside gpuwarden's exporter), and reading the dialect too would only
+    double the read."""
+    out = {}
+    at = [x for x in catalog.DCGM_PRESENCE_FIELDS if x in found.names]
+    if DCGM in found.dialects and at:
+        out[DCGM] = f"count({_as_node(at[0], DCGM)} unless on (node) {catalog.GPU_UP.name})"
+    if NODE_EXPORTER in found.dialects and catalog.NODE_IB_STATE in found.names:
+        sel = _as_node(catalog.NODE_IB_STATE, NODE_EXPORTER)
+        out[NODE_EXPORTER] = f"count({sel} unless on (node) {catalog.IB_PORT_STATE.name})"
+    return out
+
+
+def without(found: Discovered, dialect: str) -> Discovered:
+    """``found`` less one dialect's names (its nodes are all read natively)."""
+    if dialect == NODE_EXPORTER:
+        keep = {n for n in found.names if not n.startswith(catalog.NODE_IB_PREFIX)}
+    else:
+        keep = {n for n in found.names if n.startswith(catalog.NODE_IB_PREFIX)}
+    return Discovered(frozenset(keep), found.dcgm_hostname)
+
+
 def query_set(found: Discovered, node_map: NodeMap | None = None) -> tuple[Query, ...]:
     """gpuwarden's queries plus each discovered dialect's reading of what is present."""
     out = list(QUERIES)
@@ -91,7 +123,9 @@ __all__ = [
     "RENAMED",
     "Discovered",
     "discovery_expr",
+    "foreign_only_exprs",
     "hostless_expr",
     "parse",
     "query_set",
+    "without",
 ]
