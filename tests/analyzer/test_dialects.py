@@ -5,6 +5,7 @@ test_dcgm_prometheus.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -16,9 +17,11 @@ from analyzer.engine import Engine
 from analyzer.findings import Finding
 from analyzer.service import AnalyzerService
 from analyzer.settings import AnalyzerSettings
+from analyzer.sources import SourceError
 from analyzer.sources.dialects import DCGM, NODE_EXPORTER, coverage, dcgm, discover
 from analyzer.sources.dialects.generations import names_of
 from analyzer.sources.dialects.identity import NodeMap, host_of, load_node_map, raw_identity
+from analyzer.sources.prometheus import PrometheusSource
 from analyzer.sources.queries import QUERIES
 from analyzer.window import Window
 from common.settings import SettingsError
@@ -310,3 +313,66 @@ def test_the_service_serves_coverage_of_its_last_cycle_and_says_when_it_has_none
     asyncio.run(svc.run_cycle(100.0))
     got = {g["dialect"]: g["nodes"] for g in svc.coverage()["groups"]}
     assert got == {DCGM: ["a"], "gpuwarden": ["b"]}
+
+
+class _Prom:
+    """Answers discovery with ``names`` (on nodes of their own), the ``gpu_up`` read with one
+    series, everything else with nothing."""
+
+    def __init__(self, names: list[str], fail_first: bool = False) -> None:
+        self.names, self.fail_first = names, fail_first
+        self.discoveries = 0
+
+    async def post(self, path, form):
+        q = form["query"]
+        if q == discover.discovery_expr():
+            self.discoveries += 1
+            if self.fail_first and self.discoveries == 1:
+                raise SourceError("HTTP 503")
+            result = [{"metric": {"__name__": n}, "value": [0, "1"]} for n in self.names]
+            return json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                              "result": result}}).encode()  # fmt: skip
+        if q.startswith("count(label_replace("):  # nodes only the dialect serves: some
+            result = [{"metric": {}, "value": [0, "8"]}]
+            return json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                              "result": result}}).encode()  # fmt: skip
+        if path.endswith("query_range") and q.startswith(f"max by (node,gpu) ({c.GPU_UP.name})"):
+            t0, t1 = float(form["start"]), float(form["end"])
+            vals = [[t, "1"] for t in np.arange(t0, t1 + 1, 15.0)]
+            result = [{"metric": {"node": "n1", "gpu": "0"}, "values": vals}]
+            return json.dumps({"status": "success", "data": {"resultType": "matrix",
+                                                              "result": result}}).encode()  # fmt: skip
+        kind = "matrix" if path.endswith("query_range") else "vector"
+        return json.dumps(
+            {"status": "success", "data": {"resultType": kind, "result": []}}
+        ).encode()
+
+
+def _cycles(prom: _Prom, times: list[float]) -> PrometheusSource:
+    src = PrometheusSource("http://p", window=600, step=15, http=prom, discover=True, retries=0)
+
+    async def go() -> None:
+        for t in times:
+            await src.read(t)
+
+    asyncio.run(go())
+    return src
+
+
+def test_dialects_are_looked_up_at_start_and_again_after_an_hour_not_every_cycle():
+    prom = _Prom([c.GPU_TEMPERATURE.dcgm[0].name])
+    t0 = 1_700_000_000.0
+    src = _cycles(prom, [t0 + 15 * k for k in range(5)] + [t0 + 3700])
+    assert prom.discoveries == 2
+    assert src.found is not None and src.found.dialects == (DCGM,)
+    assert any(q.dialect == DCGM for q in src.queries)
+
+
+def test_a_failed_discovery_keeps_gpuwardens_queries_and_the_cycle_and_tries_again():
+    prom = _Prom([c.GPU_TEMPERATURE.dcgm[0].name], fail_first=True)
+    t0 = 1_700_000_000.0
+    src = PrometheusSource("http://p", window=600, step=15, http=prom, discover=True, retries=0)
+    w = asyncio.run(src.read(t0))
+    assert w.nodes == ("n1",) and src.queries == QUERIES and "discovery" in src.errors
+    _ = asyncio.run(src.read(t0 + 15))
+    assert prom.discoveries == 2 and any(q.dialect for q in src.queries)
