@@ -9,7 +9,7 @@ gauges only where the GPU reported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -84,6 +84,7 @@ def assemble(
     models: dict[int, list[str]] = {}
     native = _native_nodes(items, node_cols)
     dialect_of: dict[int, str] = {}
+    read_in_dialect: dict[str, np.ndarray] = {}  # per family: the nodes a dialect served it on
     for q, m in items:
         if not len(m):
             continue
@@ -99,6 +100,8 @@ def assemble(
                 gpu_col = None if gpu_col is None else gpu_col[keep]
                 port_col = None if port_col is None else port_col[keep]
         n_ix = np.searchsorted(nodes_a, node_col)
+        if q.dialect:
+            read_in_dialect.setdefault(q.metric.name, np.zeros(N, bool))[n_ix] = True
         if q.dialect and q.metric in (catalog.GPU_UP, catalog.IB_PORT_STATE):
             for i in np.unique(n_ix):
                 dialect_of[int(i)] = _join(dialect_of.get(int(i), ""), q.dialect)
@@ -129,7 +132,9 @@ def assemble(
     if catalog.GPU_UP.name in arrays:
         vanished_as_lost(arrays[catalog.GPU_UP.name], foreign)
     present = node_presence(arrays.get(catalog.GPU_UP.name), (T, N))
-    _fill_sparse(arrays, items)
+    natively = np.isin(nodes_a, list(native["gpu"]))
+    none = np.zeros(N, bool)
+    _fill_sparse(arrays, items, lambda name: natively | read_in_dialect.get(name, none))
     xids = [e for qm in xid_qs for e in _xids(qm, nodes_a, grid, present)]
     for q, m in last_xid:
         n_ix = np.searchsorted(nodes_a, _col(m, q, "node"))
@@ -232,16 +237,21 @@ def _place_ib(ib: dict[str, np.ndarray], q: Query, m: SeriesMatrix, n_ix: np.nda
 
 
 def _fill_sparse(
-    arrays: dict[str, np.ndarray], items: Sequence[tuple[Query, SeriesMatrix]]
+    arrays: dict[str, np.ndarray],
+    items: Sequence[tuple[Query, SeriesMatrix]],
+    served: Callable[[str], np.ndarray],
 ) -> None:
+    """Sparse gauges' absent value where the GPU reported, on the nodes whose exporter serves
+    the family (``served``: gpuwarden's, or a dialect that has it). A dialect without the
+    family (dcgm has no per-link NVLink state) stays NaN there: unknown, not "all links up"."""
     up = arrays.get(catalog.GPU_UP.name)
     if up is None:
         return
-    seen = ~np.isnan(up)
     for q, _ in items:
         a = arrays.get(q.metric.name)
         if q.absent_means is None or a is None or a.shape[:3] != up.shape:
             continue
+        seen = ~np.isnan(up) & served(q.metric.name)[None, :, None]
         where = seen.reshape(seen.shape + (1,) * (a.ndim - 3)) & np.isnan(a)
         a[where] = q.absent_means
 

@@ -19,7 +19,8 @@ from . import dcgmfleet
 
 
 def _faults(f):
-    f.inject("xid", f.nodes[0], "gpu3", {"xid": 48}, onset=500)  # native node
+    f.inject("xid", f.nodes[0], "gpu3", {"xid": 48}, onset=500)  # native nodes
+    f.inject("nvlink_down", f.nodes[1], "gpu0/2", onset=500)
     f.inject("xid", f.nodes[2], "gpu1", {"xid": 95}, onset=500)  # dcgm nodes from here
     f.inject("gpu_fallen_off_bus", f.nodes[2], "gpu5", onset=600)
     f.inject("nvlink_errors", f.nodes[3], "gpu2/4", onset=500)
@@ -49,6 +50,9 @@ def test_each_node_of_a_mixed_fleet_is_read_in_its_own_exporters_dialect(mixed):
     assert (2, 1, 95) in {(e.node, e.gpu, e.xid) for e in w.xids}  # the last-XID gauge
     assert (0, 3, 48) in {(e.node, e.gpu, e.xid) for e in w.xids}  # the native counter
     assert len(w.ib_counters["symbol_error"][0]) == 4  # node_exporter's ports, as native ones
+    links = w.get(c.NVLINK_UP)  # sparse on gpuwarden's nodes: absent means up; dcgm has none
+    assert links is not None and links[-1, 1, 0, 2] == 0.0 and links[-1, 1, 0, 3] == 1.0
+    assert np.isnan(links[:, 2:]).all()  # not "every link up": unknown
 
 
 @pytest.mark.real
