@@ -22,6 +22,7 @@ from analyzer.output import findings_json
 from analyzer.service import AnalyzerService
 from analyzer.settings import AnalyzerSettings
 from analyzer.sources import SeriesSource, SourceError
+from analyzer.sources.dialects import coverage
 from analyzer.sources.prometheus import PrometheusSource
 from analyzer.sources.scrape import ScrapeSource, load_targets
 from common.settings import SettingsError, load
@@ -42,7 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--query-parallel", dest="query_parallel", help="queries in flight at once")
     p.add_argument("--query-gzip", dest="query_gzip", help="ask for gzip answers (true/false)")
     p.add_argument("--resolution", help="query step in seconds (default: the interval)")
+    p.add_argument("--node-pattern", dest="node_pattern",
+                   help="regex on foreign host names (dcgm-exporter Hostname, node_exporter "
+                   "instance); group 1 is the node name")  # fmt: skip
+    p.add_argument("--node-map", dest="node_map", help="file of 'host node' lines")
     p.add_argument("--once", action="store_true", help="run one cycle, print findings, exit")
+    p.add_argument("--coverage", action="store_true",
+                   help="run one cycle, print what each detector can judge per node group "
+                   "(and what would enable the rest), exit")  # fmt: skip
     p.add_argument(
         "--at",
         type=_when,
@@ -86,13 +94,15 @@ def build_source(s: AnalyzerSettings) -> SeriesSource:
             parallel=s.query_parallel,
             lookback=s.counter_lookback,
             gzip=s.query_gzip,
+            discover=True,
+            node_map=s.nodes(),
         )
     return ScrapeSource(load_targets(s.targets), s.window, s.interval, leaf_of=s.leaf_of)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    local = ("config", "once", "at", "replay", "step")
+    local = ("config", "once", "at", "replay", "step", "coverage")
     flags = {k: v for k, v in vars(args).items() if k not in local}
     try:
         settings = load(AnalyzerSettings, flags, config_file=args.config)
@@ -108,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replay:
         start, stop = args.replay
         return asyncio.run(_replay(service, start, stop, args.step or settings.interval))
+    if args.coverage:
+        return asyncio.run(_coverage(service, args.at))
     if args.once or args.at is not None:
         return asyncio.run(_once(service, args.at))
     from aiohttp import web
@@ -142,6 +154,16 @@ async def _once(service: AnalyzerService, at: float | None = None) -> int:
     when = time.time() if at is None else at
     print(json.dumps(findings_json(service.engine.findings, when, service.missing), indent=2))
     return 0 if service.last_ok is not None else 1
+
+
+async def _coverage(service: AnalyzerService, at: float | None = None) -> int:
+    await service.run_cycle(at)
+    await _close(service)
+    if service.last_ok is None:
+        print(f"gpuwarden-analyzer: no cycle: {service.last_error}", file=sys.stderr)
+        return 1
+    print(coverage.text(service.coverage()), end="")
+    return 0
 
 
 async def _replay(service: AnalyzerService, start: float, stop: float, step: float) -> int:

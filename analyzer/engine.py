@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from analyzer.detectors import Detector
 from analyzer.findings import Finding
 from analyzer.inventory import Inventory
+from analyzer.sources.dialects.coverage import annotate
 from analyzer.window import Window
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class Engine:
                 log.exception("detector %s failed; cycle continues", d.name)
             self.stats.durations[d.name] = self.timer() - t0
         found = _fold_switches(found, window)
-        found = self._keep_since(_dedupe(found))
+        found = self._keep_since(annotate(_dedupe(found), window))
         self.stats.cycles += 1
         self.stats.series_read += window.series_count()
         self.stats.last_cycle = window.now

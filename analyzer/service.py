@@ -20,6 +20,8 @@ from aiohttp import ClientSession, ClientTimeout, web
 from analyzer.engine import Engine
 from analyzer.output import alertmanager_alerts, findings_json, render_metrics
 from analyzer.sources import SeriesSource
+from analyzer.sources.dialects import coverage
+from analyzer.window import Window
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class AnalyzerService:
         self.last_ok: float | None = None
         self.last_error = ""
         self.missing: tuple[str, ...] = ()  # what the last cycle could not read
+        self.window: Window | None = None  # the last cycle's (for /coverage)
         self._session: ClientSession | None = None
 
     async def run_cycle(self, at: float | None = None) -> None:
@@ -53,6 +56,7 @@ class AnalyzerService:
             log.warning("source %s failed: %s", self.source.name, self.last_error)
             return
         findings = await asyncio.to_thread(self.engine.cycle, window)
+        self.window = window
         self.missing = window.missing
         if window.missing:
             self.last_error = "degraded cycle, missing: " + ", ".join(window.missing)
@@ -104,11 +108,29 @@ class AnalyzerService:
             )
         return web.Response(text="ok\n")
 
+    def coverage(self) -> dict[str, Any]:
+        """What each detector can judge per node group in the last cycle's window."""
+        if self.window is None:
+            return {"groups": [], "error": f"no cycle completed yet {self.last_error}".strip()}
+        rep = coverage.report(self.window)
+        found = getattr(self.source, "found", None)
+        if found is not None:
+            rep["dialects"] = list(found.dialects)
+            rep["dcgm_generations"] = list(found.generations)
+        return rep
+
+    async def coverage_page(self, request: web.Request) -> web.Response:
+        rep = self.coverage()
+        if "json" in request.headers.get("Accept", "") or request.query.get("format") == "json":
+            return web.json_response(rep)
+        return web.Response(text=coverage.text(rep), content_type="text/plain", charset="utf-8")
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/findings", self.findings)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/coverage", self.coverage_page)
         app.cleanup_ctx.append(self._background)
         return app
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from analyzer.sources.dialects.identity import NodeMap, load_node_map
 from common.settings import SettingsError
 
 
@@ -33,6 +34,10 @@ class AnalyzerSettings:
     xid_overrides: dict[str, Any] = field(default_factory=dict)
     leaf_of: dict[str, str] = field(default_factory=dict)
     detectors: dict[str, Any] = field(default_factory=dict)
+    # foreign dialects (dcgm-exporter, node_exporter: analyzer.sources.dialects): found by
+    # themselves; these only say how their host names become node names, where they differ
+    node_pattern: str = ""  # regex matched in full on the host name; group 1 is the node
+    node_map: str = ""  # file of "host node" lines (or a YAML mapping), looked up first
 
     def __post_init__(self) -> None:
         if not self.interval > 0:
@@ -70,6 +75,15 @@ class AnalyzerSettings:
         for k in self.xid_overrides:
             if not str(k).isdigit():
                 raise SettingsError(f"xid_overrides: {k!r} is not an XID number")
+        self.nodes()  # a bad pattern or map stops the start, not the first foreign series
+
+    def nodes(self) -> NodeMap:
+        """The site's host name -> node name mapping for foreign dialects."""
+        try:
+            names = load_node_map(self.node_map) if self.node_map else {}
+            return NodeMap(self.node_pattern, names)
+        except (OSError, ValueError) as e:
+            raise SettingsError(f"node identity: {e}") from None
 
     @property
     def step(self) -> float:

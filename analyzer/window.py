@@ -63,6 +63,9 @@ class Window:
     step: float = 15.0
     missing: tuple[str, ...] = ()  # series families the source could not read this cycle
     mounts: tuple[str, ...] = ()  # checkpoint mounts the storage arrays are indexed by
+    # per node: the dialect its series were read in ("gpuwarden", "dcgm-exporter",
+    # "dcgm-exporter+node_exporter", ...: analyzer.sources.dialects); empty: all gpuwarden
+    dialect_of: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def now(self) -> float:

@@ -11,6 +11,8 @@ under ``.bench-cache/`` (``BENCH_FRESH=1`` rebuilds it). ``BENCH_NODES=128,1024,
 sizes (default 128 and 1,024; ``make bench-prometheus`` runs all three). promtool holds a
 block's series in memory (about 10 GB per 1,024 nodes), so the history is backfilled in
 ranges of ``BENCH_PART`` nodes (512) and Prometheus merges the overlapping blocks once.
+``BENCH_TELEMETRY=dcgm-exporter`` records the same fleet as dcgm-exporter + node_exporter serve
+it (rows ``prom_dcgm_<n>_*``): the analyzer reads it through its dialect readers.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ from benchmarks.fleet_openmetrics import write
 from tests.realcomp import require_binary, run_prometheus
 
 STEP, WINDOW, CYCLES = 15.0, 600.0, 8
+TELEMETRY = os.environ.get("BENCH_TELEMETRY", "gpuwarden")
 # a cached TSDB holds the families the recorder wrote: a change to them starts a new cache
 _FAMILIES = ",".join(sorted(q.name + (f"+{q.gate.metric.name}" if q.gate else "") for q in QUERIES))
 CACHE = (
     Path(__file__).resolve().parents[1] / ".bench-cache" / "analyzer-prometheus"
-    / hashlib.sha256(_FAMILIES.encode()).hexdigest()[:10]
+    / (hashlib.sha256(_FAMILIES.encode()).hexdigest()[:10]
+       + ("" if TELEMETRY == "gpuwarden" else f"-{TELEMETRY}"))
 )  # fmt: skip
 
 
@@ -68,7 +72,7 @@ def _tsdb(nodes: int, t0: float, steps: int) -> Path:
     size = int(os.environ.get("BENCH_PART", "512"))
     for lo in range(0, nodes, size):
         om = out.parent / f"{nodes}-{int(t0)}-{lo}.om"
-        write(om, nodes, t0, steps, STEP, part=(lo, min(lo + size, nodes)))
+        write(om, nodes, t0, steps, STEP, part=(lo, min(lo + size, nodes)), telemetry=TELEMETRY)
         argv = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(part)]
         r = subprocess.run(argv, capture_output=True, timeout=3 * 3600, check=False)
         om.unlink()
@@ -112,7 +116,7 @@ def _hwm_mib(pid: int) -> float:
 
 
 async def _cycles(url: str, t_cold: float) -> dict[str, Any]:
-    src = PrometheusSource(url, window=WINDOW, step=STEP, timeout=120.0)
+    src = PrometheusSource(url, window=WINDOW, step=STEP, timeout=120.0, discover=True)
     engine = Engine(default_detectors())
     try:
         w0, c0 = time.perf_counter(), time.process_time()
@@ -161,33 +165,34 @@ def run(quick: bool) -> list[dict[str, Any]]:
             with multiprocessing.get_context("spawn").Pool(1) as pool:
                 r = pool.apply(_child, (p.url, t_cold))
             prom_rss = _hwm_mib(p.proc.pid)
-        n = nodes
+        n, tag = nodes, (nodes if TELEMETRY == "gpuwarden" else f"dcgm_{nodes}")
         note = f"median of {CYCLES}; max {r['wall_max']:.2f} s; engine-only {r['engine']:.3f} s"
         rows += [
-            {"name": f"prom_{n}_cold_start", "value": round(r["cold_wall"], 2), "unit": "s",
+            {"name": f"prom_{tag}_cold_start", "value": round(r["cold_wall"], 2), "unit": "s",
              "note": f"first read, full window: {r['cold_mb']:.1f} MB, CPU {r['cold_cpu']:.2f} s"},
-            {"name": f"prom_{n}_cycle_wall", "value": round(r["wall"], 3), "unit": "s",
+            {"name": f"prom_{tag}_cycle_wall", "value": round(r["wall"], 3), "unit": "s",
              "note": f"{note} (read/engine {r['wall'] / max(r['engine'], 1e-9):.1f}x)"},
-            {"name": f"prom_{n}_cycle_cpu", "value": round(r["cpu"], 3), "unit": "s",
+            {"name": f"prom_{tag}_cycle_cpu", "value": round(r["cpu"], 3), "unit": "s",
              "note": "analyzer process CPU per steady-state cycle (read + engine)"},
-            {"name": f"prom_{n}_cycle_read", "value": round(r["mb"], 3), "unit": "MB",
+            {"name": f"prom_{tag}_cycle_read", "value": round(r["mb"], 3), "unit": "MB",
              "note": f"response bytes per steady-state cycle; window holds {r['series']:.0f} series"},
-            {"name": f"prom_{n}_bytes_per_node", "value": round(r["mb"] * 1e6 / n), "unit": "B",
+            {"name": f"prom_{tag}_bytes_per_node", "value": round(r["mb"] * 1e6 / n), "unit": "B",
              "note": "per node per cycle"},
-            {"name": f"prom_{n}_cpu_per_node", "value": round(r["cpu"] * 1e6 / n), "unit": "us",
+            {"name": f"prom_{tag}_cpu_per_node", "value": round(r["cpu"] * 1e6 / n), "unit": "us",
              "note": "analyzer CPU per node per cycle"},
-            {"name": f"prom_{n}_peak_rss", "value": round(r["rss"]), "unit": "MiB",
+            {"name": f"prom_{tag}_peak_rss", "value": round(r["rss"]), "unit": "MiB",
              "note": f"analyzer process peak RSS; findings: {', '.join(r['kinds'])}"},
-            {"name": f"prom_{n}_prometheus_rss", "value": round(prom_rss), "unit": "MiB",
+            {"name": f"prom_{tag}_prometheus_rss", "value": round(prom_rss), "unit": "MiB",
              "note": "Prometheus peak RSS (serving the window's history)"},
-            {"name": f"prom_{n}_slowest_queries", "value": round(r["slowest"][-1][0], 3), "unit": "s",
+            {"name": f"prom_{tag}_slowest_queries", "value": round(r["slowest"][-1][0], 3), "unit": "s",
              "note": "; ".join(f"{k.removeprefix('gpuwarden_')} {v:.2f}" for v, k in reversed(r["slowest"]))},
-            {"name": f"prom_{n}_tsdb_fill", "value": round(fill, 1), "unit": "s",
+            {"name": f"prom_{tag}_tsdb_fill", "value": round(fill, 1), "unit": "s",
              "note": "simulate + promtool backfill (0 when cached)"
              + (f"; MISSING {r['missing']}" if r["missing"] else "")},
         ]  # fmt: skip
     per_node = {r["name"]: r["value"] for r in rows if r["name"].endswith("_per_node")}
-    ns = [int(x) for x in sizes.split(",")]
+    ns: list[int | str] = [int(x) if TELEMETRY == "gpuwarden" else f"dcgm_{x}"
+                           for x in sizes.split(",")]  # fmt: skip
     if len(ns) > 1:
         lo, hi = ns[0], ns[-1]
         for what, unit in (("bytes", "B"), ("cpu", "us")):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuwarden.lab.dcgm_openmetrics import DcgmScrapeRecorder
 from gpuwarden.lab.openmetrics import ScrapeRecorder
 from simulator.fleet import Fleet
 from simulator.model import SKUS
@@ -24,10 +25,12 @@ def write(
     step: float = 15.0,
     seed: int = 0,
     part: tuple[int, int] | None = None,
+    telemetry: str = "gpuwarden",
 ) -> dict[str, int]:
     """History of ``steps`` samples ending at ``t0 + step * (steps - 1)``; returns counts.
     ``part=(lo, hi)``: only nodes ``lo..hi-1`` of the whole fleet (simulated whole each time:
-    stepping is cheap next to writing and backfilling the text)."""  # fmt: skip
+    stepping is cheap next to writing and backfilling the text). ``telemetry="dcgm-exporter"``:
+    the same fleet as dcgm-exporter + node_exporter serve it (gpuwarden.lab.dcgm_openmetrics)."""  # fmt: skip
     fleet = Fleet(nodes, seed=seed, start=t0 - step)
     late = t0 + step * (steps - 12)  # a few faults that start inside the analysed span
     fleet.schedule([
@@ -36,8 +39,9 @@ def write(
         {"kind": "ib_symbol_errors", "node": fleet.nodes[3], "target": "mlx5_1/1", "onset": late},
         {"kind": "straggler", "node": fleet.nodes[4], "target": "gpu5", "onset": late},
     ])  # fmt: skip
-    rec = ScrapeRecorder(fleet.nodes, gpu_uuid, [SKUS[k].name for k in fleet.sku_of], 0.0,
-                         path.parent, part)  # fmt: skip
+    make = DcgmScrapeRecorder if telemetry == "dcgm-exporter" else ScrapeRecorder
+    rec = make(fleet.nodes, gpu_uuid, [SKUS[k].name for k in fleet.sku_of], 0.0,
+               path.parent, part)  # fmt: skip
     try:
         for frame in fleet.run(t0 + step * (steps - 1), step):
             rec.push(frame, fleet.jobs_at(frame.t))

@@ -1310,3 +1310,54 @@ THROTTLE_REASONS: Mapping[str, int] = {
 }
 
 NVLINK_ERROR_TYPES = ("crc_flit", "crc_data", "replay", "recovery")
+
+# --------------------------------------------------------------------------- foreign dialects
+# Series other exporters serve, as the analyzer reads them (analyzer.sources.dialects,
+# architecture decision 16). dcgm-exporter's fields come from the ``dcgm`` entries above;
+# these are the few the analyzer reads beyond them.
+# Every GPU dcgm-exporter reports has these (etc/default-counters.csv): its presence.
+DCGM_PRESENCE_FIELDS = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", DCGM_LAST_XID.name)
+DCGM_JOB_LABEL = "hpc_job"  # dcgm-exporter --hpc-job-mapping-dir (Slurm job id per GPU)
+# a bitmask of clock event reasons (commented out in dcgm-exporter's CSVs; no per-link NVLink
+# state field exists there at all)
+DCGM_CLOCK_EVENTS = DcgmField(
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", help="Current clock event reasons."
+)
+# dcgm-exporter's own per-reason view of it (commented out in etc/default-counters.csv): how
+# often each reason was reported within a sliding window, label clock_event
+# (internal/pkg/collector/clock_events_collector.go), -> the catalogue's THROTTLE_REASONS
+DCGM_CLOCK_EVENTS_COUNT = DcgmField(
+    "DCGM_EXP_CLOCK_EVENTS_COUNT", "counter", help="reported clock events"
+)
+DCGM_CLOCK_EVENT_LABEL = "clock_event"
+DCGM_CLOCK_EVENT_REASONS: Mapping[str, str] = {
+    "gpu_idle": "gpu_idle",
+    "clocks_setting": "applications_clocks_setting",
+    "power_cap": "sw_power_cap",
+    "hw_slowdown": "hw_slowdown",
+    "sync_boost": "sync_boost",
+    "sw_thermal": "sw_thermal_slowdown",
+    "hw_thermal": "hw_thermal_slowdown",
+    "hw_power_brake": "hw_power_brake_slowdown",
+    "display_clocks": "display_clock_setting",
+}
+# node_exporter's infiniband collector (collector/infiniband_linux.go at commit a7dcc3a):
+# labels device and port; counters from the same sysfs files as IB_COUNTER / IB_HW_COUNTER.
+NODE_IB_PREFIX = "node_infiniband_"
+NODE_IB_STATE = NODE_IB_PREFIX + "state_id"  # same numbering as IB_PORT_STATE
+NODE_IB_RATE = NODE_IB_PREFIX + "rate_bytes_per_second"  # as IB_PORT_RATE
+NODE_IB_ERRORS: Mapping[str, str] = {  # sysfs file (IB_ERROR_COUNTERS) -> node_exporter name
+    "symbol_error": NODE_IB_PREFIX + "symbol_error_total",
+    "link_error_recovery": NODE_IB_PREFIX + "link_error_recovery_total",
+    "port_rcv_errors": NODE_IB_PREFIX + "port_errors_received_total",
+    "port_xmit_discards": NODE_IB_PREFIX + "port_discards_transmitted_total",
+    "local_ack_timeout_err": NODE_IB_PREFIX + "local_ack_timeout_errors_total",
+    "link_downed": NODE_IB_PREFIX + "link_downed_total",
+    "local_link_integrity_errors": NODE_IB_PREFIX + "local_link_integrity_errors_total",
+    "excessive_buffer_overrun_errors": NODE_IB_PREFIX + "excessive_buffer_overrun_errors_total",
+    "rnr_nak_retry_err": NODE_IB_PREFIX + "rnr_nak_retry_packets_received_total",
+}
+NODE_IB_DATA = {  # port data counters: node_exporter converts sysfs words to bytes as we do
+    "port_xmit_data": NODE_IB_PREFIX + "port_data_transmitted_bytes_total",
+    "port_rcv_data": NODE_IB_PREFIX + "port_data_received_bytes_total",
+}

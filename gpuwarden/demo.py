@@ -140,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         "negative control was acted on (needs --duration; `make demo-check`)",
     )
     p.add_argument(
+        "--telemetry",
+        choices=("gpuwarden", "dcgm-exporter"),
+        default="gpuwarden",
+        help="dcgm-exporter: the fleet serves only what dcgm-exporter + node_exporter would "
+        "(no gpuwarden exporter anywhere); needs the real Prometheus",
+    )
+    p.add_argument(
         "--no-slurm",
         action="store_true",
         help="dry-run remediation even when Slurm is installed (Slurm needs root)",
@@ -208,6 +215,7 @@ def _run_stack(ns: argparse.Namespace, workdir: Path, slurm: slurmlab.SlurmClust
             scenario=Path(ns.scenario).resolve() if ns.scenario else None,
             policy={"checkpoint": checkpoint},
             storage_mounts=(DEMO_MOUNT,),  # the "Checkpoint storage" dashboard row has data
+            telemetry=ns.telemetry,
         )
     )
     story = sorted(load_story(ns.story), key=lambda s: s.at)
@@ -400,6 +408,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             "gpuwarden demo: --nodes must be >= 21 for the built-in story (it uses "
             "gpu-node-021); pass --story for a smaller fleet",
+            file=sys.stderr,
+        )
+        return 2
+    if ns.telemetry != "gpuwarden" and (ns.no_servers or not servers_installed()):
+        print(
+            "gpuwarden demo: --telemetry dcgm-exporter is read through Prometheus: it needs "
+            "the real servers (Debian prometheus, prometheus-alertmanager)",
             file=sys.stderr,
         )
         return 2

@@ -43,6 +43,9 @@ class StackOptions:
     analyzer_config: Mapping[str, Any] | None = None  # analyzer YAML settings (--config)
     analyzer_push: bool = False  # the analyzer also posts findings to Alertmanager directly
     storage_mounts: tuple[str, ...] = ()  # checkpoint mounts the simulated nodes probe
+    # dcgm-exporter: the simulator serves every node as dcgm-exporter + node_exporter would (the
+    # analyzer reads that dialect through Prometheus; the embedded scrape reads only gpuwarden's)
+    telemetry: str = "gpuwarden"
 
     @property
     def backend(self) -> str:
@@ -138,6 +141,8 @@ class Stack:
             argv += ["--scenario", str(self.opts.scenario)]
         if self.opts.storage_mounts:
             argv += ["--storage-mounts", ",".join(self.opts.storage_mounts)]
+        if self.opts.telemetry != "gpuwarden":
+            argv += ["--telemetry", self.opts.telemetry]
         self.sup.start("simulator", argv, ready_url=f"{self.urls.simulator}/healthz")
 
     def _write_topology(self, w: Path) -> None:

@@ -30,6 +30,7 @@ from simulator.fleet import Fleet
 from simulator.model import SKUS
 from simulator.server import make_app
 from simulator.simulator import Simulator
+from simulator.telemetry import TELEMETRIES
 from simulator.topology import ibnetdiscover
 
 log = logging.getLogger("gpuwarden.simulate")
@@ -50,6 +51,7 @@ class SimulateSettings:
     file_sd: str | None = None
     ibnetdiscover: str | None = None  # write the fabric as ibnetdiscover prints it
     compat: str | None = None
+    telemetry: str = "gpuwarden"  # dcgm-exporter: every node as dcgm-exporter + node_exporter
     time_scale: float = 1.0
     tick: float = 1.0
     nodes_per_leaf: int | None = None
@@ -70,6 +72,8 @@ class SimulateSettings:
             raise ValueError(f"--nodes: {self.nodes} is outside 1..100000")
         if self.compat not in (None, "", "dcgm"):
             raise ValueError(f"--compat: {self.compat!r} is not dcgm")
+        if self.telemetry not in TELEMETRIES:
+            raise ValueError(f"--telemetry: {self.telemetry!r} is not one of {TELEMETRIES}")
         if not 0 < self.time_scale <= 1e6:
             raise ValueError(f"--time-scale: {self.time_scale} is outside (0, 1e6]")
         if not 0.01 <= self.tick <= 3600:
@@ -96,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--file-sd", help="write Prometheus file_sd targets (one per node) to this path")
     a("--ibnetdiscover", help="write the fleet's fabric in ibnetdiscover's format to this path")
     a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
+    a("--telemetry", choices=TELEMETRIES,
+      help="gpuwarden (default), or dcgm-exporter: serve every node as dcgm-exporter + "
+      "node_exporter would (no gpuwarden_* series, no node label)")  # fmt: skip
     a("--time-scale", help="virtual seconds per wall second (default 1)")
     a("--tick", help="wall seconds between model steps at most (default 1)")
     a("--nodes-per-leaf", help="nodes under one leaf switch (default 32)")
@@ -125,11 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def file_sd(sim: Simulator, addresses: list[str]) -> list[dict[str, object]]:
-    """One target group per node: its worker's address, its path, and a ``node`` label."""
+    """One target group per node: its worker's address, its path, and a ``node`` label; on
+    dcgm-exporter telemetry no ``node`` label but an ``instance`` naming the node's host, as
+    a real fleet's per-node exporters would have."""
+    dcgm = sim.telemetry == "dcgm-exporter"
     return [
         {
             "targets": [addresses[i % len(addresses)]],
-            "labels": {"__metrics_path__": n["metrics_path"], "node": n["node"]},
+            "labels": {
+                "__metrics_path__": n["metrics_path"],
+                **({"instance": f"{n['node']}:9400"} if dcgm else {"node": n["node"]}),
+            },
         }
         for i, n in enumerate(sim.nodes())
     ]
@@ -187,7 +200,7 @@ def make_simulator(s: SimulateSettings) -> Simulator:
                                                  if m) or None)  # fmt: skip
     return Simulator(fleet, dcgm=s.compat == "dcgm", time_scale=s.time_scale, tick_s=s.tick,
                      epoch=s.epoch, shard=(s.shard or 0, s.workers),
-                     max_stale_s=s.max_staleness)  # fmt: skip
+                     max_stale_s=s.max_staleness, telemetry=s.telemetry)  # fmt: skip
 
 
 async def serve(sim: Simulator, s: SimulateSettings, stop: asyncio.Event) -> None:

@@ -29,6 +29,7 @@ from simulator.faults import Fault, FaultError
 from simulator.fleet import Fleet
 from simulator.node_view import NodeView
 from simulator.storage import SimStorage
+from simulator.telemetry import TELEMETRIES, as_dcgm_exporter
 
 INJECT_KEYS = {"node", "kind", "target", "parameters", "duration", "onset"}
 
@@ -68,9 +69,14 @@ class Simulator:
         epoch: float | None = None,
         shard: tuple[int, int] = (0, 1),
         max_stale_s: float = 0.0,
+        telemetry: str = "gpuwarden",
     ) -> None:
         if not time_scale > 0 or not tick_s > 0:
             raise ValueError(f"time_scale and tick must be > 0, got {time_scale}, {tick_s}")
+        if telemetry not in TELEMETRIES:
+            raise ValueError(f"telemetry {telemetry!r} is not one of {', '.join(TELEMETRIES)}")
+        self.telemetry = telemetry  # dcgm-exporter: serve what dcgm-exporter + node_exporter would
+        dcgm = dcgm or telemetry == "dcgm-exporter"
         self.fleet, self.dcgm, self.time_scale, self.tick_s = fleet, dcgm, time_scale, tick_s
         self.shard, self.max_stale_s = shard, max_stale_s
         self._clock, self._wall = clock, wall
@@ -117,6 +123,8 @@ class Simulator:
             served.storage.advance(self.fleet.t, self.fleet.faults())
             self._probe_storage(served, node)
             served.body = served.loop.run_once().body
+            if self.telemetry == "dcgm-exporter":
+                served.body = as_dcgm_exporter(served.body, self._allocation(i))
             served.steps, served.t, served.wall = self.steps, self.fleet.t, self._clock()
         return served.body
 

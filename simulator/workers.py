@@ -29,7 +29,8 @@ def worker_argv(s: Any, i: int) -> list[str]:
     argv = [sys.executable, "-m", "gpuwarden", "simulate", "--listen", f"{host}:{port + i}",
             "--shard", str(i), "--epoch", repr(s.epoch), "--log-level", "warning"]  # fmt: skip
     for name in ("nodes", "seed", "scenario", "compat", "time_scale", "tick", "nodes_per_leaf",
-                 "sku", "skus", "power_caps", "signals", "duration", "workers", "max_staleness"):  # fmt: skip
+                 "sku", "skus", "power_caps", "signals", "duration", "workers", "max_staleness",
+                 "telemetry"):  # fmt: skip
         value = getattr(s, name)
         if value is not None:
             argv += [f"--{name.replace('_', '-')}", str(value)]

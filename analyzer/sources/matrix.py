@@ -68,6 +68,14 @@ class SeriesMatrix:
         if empty.any():
             self.keep_only({k for k, e in zip(self.keys, empty, strict=True) if not e})
 
+    def subset(self, rows: np.ndarray) -> SeriesMatrix:
+        """A copy holding only the rows where ``rows`` (bool) is True."""
+        out = SeriesMatrix(self.T)
+        out.keys = [k for k, ok in zip(self.keys, rows, strict=True) if ok]
+        out.index = {k: i for i, k in enumerate(out.keys)}
+        out.vals, out.anchor, out.end = self.vals[rows], self.anchor[rows], self.end
+        return out
+
     def keep_only(self, keys: set[Key]) -> None:
         """Drop every row whose key is not in ``keys``."""
         keep = [i for i, k in enumerate(self.keys) if k in keys]

@@ -9,13 +9,15 @@ gauges only where the GPU reported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from analyzer.sources.build import _GPU_FAMILY_AXES, _IB_COUNTER_FAMILIES, NVLINKS, node_models
 from analyzer.sources.counters import counter_increases, node_presence
+from analyzer.sources.dialects import DCGM, NATIVE
+from analyzer.sources.dialects.dcgm import last_xid_events, vanished_as_lost
 from analyzer.sources.matrix import SeriesMatrix
 from analyzer.sources.queries import Query
 from analyzer.window import Window, XidEvent
@@ -76,48 +78,133 @@ def assemble(
     nodes_a, ports_a = np.array(nodes), np.array(ports)
     arrays: dict[str, np.ndarray] = {}
     ib: dict[str, np.ndarray] = {}
-    xid_q: tuple[Query, SeriesMatrix] | None = None
-    alloc_q: tuple[Query, SeriesMatrix] | None = None
+    xid_qs: list[tuple[Query, SeriesMatrix]] = []
+    last_xid: list[tuple[Query, SeriesMatrix]] = []
+    alloc_qs: list[tuple[Query, SeriesMatrix]] = []
     models: dict[int, list[str]] = {}
+    native = _native_nodes(items, node_cols)
+    dialect_of: dict[int, str] = {}
+    read_in_dialect: dict[str, np.ndarray] = {}  # per family: the nodes a dialect served it on
     for q, m in items:
         if not len(m):
             continue
-        n_ix = np.searchsorted(nodes_a, node_cols[q.name])
+        node_col, gpu_col, port_col = node_cols[q.name], gpu_cols.get(q.name), port_cols.get(q.name)
+        if q.dialect:  # a node gpuwarden's exporter serves is read in gpuwarden's names only
+            own = native["ib" if _is_ib(q) else "gpu"]
+            keep = ~np.isin(node_col, list(own)) if own else np.ones(len(m), bool)
+            if not keep.any():
+                continue
+            if not keep.all():
+                m = m.subset(keep)
+                node_col = node_col[keep]
+                gpu_col = None if gpu_col is None else gpu_col[keep]
+                port_col = None if port_col is None else port_col[keep]
+        n_ix = np.searchsorted(nodes_a, node_col)
+        if q.dialect:
+            read_in_dialect.setdefault(q.metric.name, np.zeros(N, bool))[n_ix] = True
+        if q.dialect and q.metric in (catalog.GPU_UP, catalog.IB_PORT_STATE):
+            for i in np.unique(n_ix):
+                dialect_of[int(i)] = _join(dialect_of.get(int(i), ""), q.dialect)
         if q.metric is catalog.GPU_INFO:
             seen = ~np.isnan(m.vals).all(axis=1)
             for i, name in zip(n_ix[seen], _col(m, q, "name")[seen], strict=True):
                 models.setdefault(int(i), []).append(str(name))
         elif q.metric is catalog.GPU_XID_ERRORS:
-            xid_q = (q, m)
+            xid_qs.append((q, m))
+        elif q.metric is catalog.DCGM_LAST_XID:
+            last_xid.append((q, m))
         elif q.metric is catalog.GPU_ALLOCATION_INFO:
-            alloc_q = (q, m)
-        elif q.name in _IB_COUNTER_FAMILIES:
-            _place_ib(ib, q, m, n_ix, np.searchsorted(ports_a, port_cols[q.name]), T, N, P)
+            alloc_qs.append((q, m))
+        elif q.metric.name in _IB_COUNTER_FAMILIES:
+            assert port_col is not None
+            _place_ib(ib, q, m, n_ix, np.searchsorted(ports_a, port_col), T, N, P)
         elif "device" in q.labels:
-            a = arrays[q.name] = np.full((T, N, P), np.nan)
-            a[:, n_ix, np.searchsorted(ports_a, port_cols[q.name])] = m.vals.T
+            a = _array(arrays, q.metric.name, (T, N, P))
+            assert port_col is not None
+            a[:, n_ix, np.searchsorted(ports_a, port_col)] = m.vals.T
         elif "mount" in q.labels:  # (T, nodes, mounts)
-            a = arrays[q.name] = np.full((T, N, len(mounts)), np.nan)
+            a = _array(arrays, q.metric.name, (T, N, len(mounts)))
             a[:, n_ix, np.searchsorted(np.array(mounts), mount_cols[q.name])] = m.vals.T
         else:
-            _place_gpu(arrays, q, m, n_ix, gpu_cols[q.name], T, N, gpus)
+            assert gpu_col is not None
+            _place_gpu(arrays, q, m, n_ix, gpu_col, T, N, gpus)
+    foreign = np.array(sorted(i for i, d in dialect_of.items() if DCGM in d.split("+")), int)
+    if catalog.GPU_UP.name in arrays:
+        vanished_as_lost(arrays[catalog.GPU_UP.name], foreign)
     present = node_presence(arrays.get(catalog.GPU_UP.name), (T, N))
-    _fill_sparse(arrays, items)
+    natively = np.isin(nodes_a, list(native["gpu"]))
+    none = np.zeros(N, bool)
+    _fill_sparse(arrays, items, lambda name: natively | read_in_dialect.get(name, none))
+    xids = [e for qm in xid_qs for e in _xids(qm, nodes_a, grid, present)]
+    for q, m in last_xid:
+        n_ix = np.searchsorted(nodes_a, _col(m, q, "node"))
+        xids += last_xid_events(m.vals, m.anchor, n_ix, _ints_of(m, q, "gpu"), grid, present)
+    jobs: dict[str, set[int]] = {}
+    for qm in alloc_qs:
+        for j, ns in _jobs(qm, nodes_a).items():
+            jobs.setdefault(j, set()).update(ns)
     return Window(
         t=np.asarray(grid, dtype=float),
         nodes=nodes,
         metrics=arrays,
         ib_counters=ib,
         ports=ports,
-        xids=tuple(_xids(xid_q, nodes_a, grid, present)) if xid_q else (),
-        jobs=_jobs(alloc_q, nodes_a) if alloc_q else {},
+        xids=tuple(sorted(xids, key=lambda e: e.t)),
+        jobs={j: tuple(sorted(v)) for j, v in jobs.items()},
         leaf_of={i: leaf[n] for i, n in enumerate(nodes) if n in (leaf := leaf_of_name or {})},
         sku=node_models(models, N),
         gpus=gpus,
         step=step,
         missing=missing,
         mounts=mounts,
+        dialect_of=_dialects(dialect_of, native["gpu"], nodes),
     )
+
+
+def _dialects(found: Mapping[int, str], native_gpu: set[str], nodes: Sequence[str]
+              ) -> dict[int, str]:  # fmt: skip
+    """Per node, the dialects its series came in: gpuwarden unless dcgm-exporter served its
+    GPUs, with node_exporter beside it where node_exporter served its ports."""
+    out = {}
+    for i, n in enumerate(nodes):
+        d = found.get(i, "")
+        if DCGM not in d.split("+") and (n in native_gpu or not d):
+            d = _join(d, NATIVE) if d else NATIVE
+        out[i] = d
+    return out
+
+
+def _join(have: str, dialect: str) -> str:
+    d = dialect.split("/")[0]
+    return d if not have or have == d else "+".join(sorted({*have.split("+"), d}))
+
+
+def _is_ib(q: Query) -> bool:
+    return "port" in q.labels
+
+
+def _native_nodes(items: Sequence[tuple[Query, SeriesMatrix]],
+                  node_cols: Mapping[str, np.ndarray]) -> dict[str, set[str]]:  # fmt: skip
+    """The nodes gpuwarden's own exporter serves: GPU families (``gpu_up``) and IB families
+    (port state), each read in gpuwarden's names wherever they exist."""
+    out: dict[str, set[str]] = {"gpu": set(), "ib": set()}
+    for q, m in items:
+        if q.dialect or not len(m):
+            continue
+        if q.metric is catalog.GPU_UP:
+            out["gpu"] |= set(node_cols[q.name].tolist())
+        elif q.metric is catalog.IB_PORT_STATE:
+            out["ib"] |= set(node_cols[q.name].tolist())
+    return out
+
+
+def _array(arrays: dict[str, np.ndarray], name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The window array of ``name``, allocated by the first query that places rows in it
+    (a family read in several dialects fills one array: the rows are different nodes)."""
+    a = arrays.get(name)
+    if a is None or a.shape != shape:
+        a = arrays[name] = np.full(shape, np.nan)
+    return a
 
 
 def _place_gpu(arrays: dict[str, np.ndarray], q: Query, m: SeriesMatrix, n_ix: np.ndarray,
@@ -128,12 +215,12 @@ def _place_gpu(arrays: dict[str, np.ndarray], q: Query, m: SeriesMatrix, n_ix: n
         k = _ints_of(m, q, "link")
         pos.append(k)
         dims.append(max(NVLINKS, int(k.max()) + 1))
-    for label, values in _GPU_FAMILY_AXES.get(q.name, ()):
+    for label, values in _GPU_FAMILY_AXES.get(q.metric.name, ()):
         lut = {v: i for i, v in enumerate(values)}
         pos.append(np.array([lut.get(x, -1) for x in _col(m, q, label)]))
         dims.append(len(values))
     ok = np.all([p >= 0 for p in pos], axis=0)
-    a = arrays[q.name] = np.full((T, *dims), np.nan)
+    a = _array(arrays, q.metric.name, (T, *dims))
     idx: tuple[Any, ...] = (slice(None), *[p[ok] for p in pos])
     a[idx] = m.vals[ok].T
 
@@ -150,16 +237,21 @@ def _place_ib(ib: dict[str, np.ndarray], q: Query, m: SeriesMatrix, n_ix: np.nda
 
 
 def _fill_sparse(
-    arrays: dict[str, np.ndarray], items: Sequence[tuple[Query, SeriesMatrix]]
+    arrays: dict[str, np.ndarray],
+    items: Sequence[tuple[Query, SeriesMatrix]],
+    served: Callable[[str], np.ndarray],
 ) -> None:
+    """Sparse gauges' absent value where the GPU reported, on the nodes whose exporter serves
+    the family (``served``: gpuwarden's, or a dialect that has it). A dialect without the
+    family (dcgm has no per-link NVLink state) stays NaN there: unknown, not "all links up"."""
     up = arrays.get(catalog.GPU_UP.name)
     if up is None:
         return
-    seen = ~np.isnan(up)
     for q, _ in items:
-        a = arrays.get(q.name)
+        a = arrays.get(q.metric.name)
         if q.absent_means is None or a is None or a.shape[:3] != up.shape:
             continue
+        seen = ~np.isnan(up) & served(q.metric.name)[None, :, None]
         where = seen.reshape(seen.shape + (1,) * (a.ndim - 3)) & np.isnan(a)
         a[where] = q.absent_means
 

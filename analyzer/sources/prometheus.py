@@ -18,10 +18,22 @@ import operator
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from analyzer.sources import SourceError
+from analyzer.sources.dialects.discover import (
+    RECHECK,
+    Discovered,
+    discovery_expr,
+    foreign_only_exprs,
+    hostless_expr,
+    parse,
+    query_set,
+    without,
+)
+from analyzer.sources.dialects.identity import NodeMap
 from analyzer.sources.matrix import Key, SeriesMatrix
 from analyzer.sources.place import assemble
 from analyzer.sources.promhttp import (
@@ -32,7 +44,7 @@ from analyzer.sources.promhttp import (
     decode,
     with_retries,
 )
-from analyzer.sources.queries import QUERIES, Gate, Query, rows_matchers
+from analyzer.sources.queries import QUERIES, Gate, Query, quote_value, rows_matchers
 from analyzer.window import Window
 
 
@@ -55,6 +67,8 @@ class PrometheusSource:
         settle: float = 5.0,
         timer: Callable[[], float] = time.perf_counter,
         gzip: bool = False,
+        discover: bool = False,
+        node_map: NodeMap | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.span, self.step = window, step
@@ -68,6 +82,12 @@ class PrometheusSource:
         self.parallel = max(parallel, 1)
         self.mats = {q: SeriesMatrix(self.T) for q in self.queries}
         self.end: float | None = None
+        # dialects (analyzer.sources.dialects): which exporters' names the server holds,
+        # looked up at the first cycle and every RECHECK seconds after
+        self.discover, self.node_map = discover, node_map or NodeMap()
+        self.found: Discovered | None = None
+        self._found_at = -math.inf
+        self._blank = True  # no node in the last window: look again next cycle (a new server)
         self.stats = QueryStats()
         self.errors: dict[str, str] = {}
         self.gated: dict[str, set[Key]] = {}
@@ -89,6 +109,8 @@ class PrometheusSource:
         self.end = end
         self.stats.cycle_bytes = self.stats.cycle_samples = 0.0
         self._gate_reads = {}
+        if self.discover and (self._blank or not 0 <= end - self._found_at < RECHECK):
+            await self._discover(end)
         sem = asyncio.Semaphore(self.parallel)
 
         async def one(q: Query) -> str | None:
@@ -107,10 +129,45 @@ class PrometheusSource:
         grid = end - self.step * np.arange(self.T - 1, -1, -1)
         items = [(q, self.mats[q]) for q in self.queries]
         w = await asyncio.to_thread(assemble, items, grid, self.step, self.leaf_of, failed)
+        self._blank = not w.nodes
         self.stats.series = {q.name: float(len(m)) for q, m in items}
         self.stats.cycle_seconds = self.timer() - t0
         self.stats.cycles += 1
         return w
+
+    async def _discover(self, at: float) -> None:
+        """Which dialects hold series now; the query set follows (rows of queries that stay
+        are kept; a query new to the set backfills its window like a cold start)."""
+
+        async def ask(expr: str) -> Parsed:
+            async def go() -> Parsed:
+                raw = await self.http.post("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+                self.stats.add("discovery", len(raw), 0, 0.0)
+                return decode(raw, "discovery")
+
+            return await with_retries(go, self.retries)
+
+        try:
+            got = await ask(discovery_expr())
+            found = parse(lab.get("__name__", "") for lab in got.labels)
+            hostless = hostless_expr(found)
+            if hostless is not None:  # no answer: every dcgm series names its host
+                found = replace(found, dcgm_hostname=not (await ask(hostless)).labels)
+            for dialect, expr in foreign_only_exprs(found).items():
+                if not (await ask(expr)).labels:  # every node of it is read natively
+                    found = without(found, dialect)
+        except SourceError as e:
+            self.errors["discovery"] = str(e)
+            return
+        self._found_at = at
+        if found == self.found:
+            return
+        self.found = found
+        old = {q.name: q for q in self.queries}
+        queries = tuple(old.get(q.name, q) for q in query_set(found, self.node_map))
+        mats = {q: self.mats.get(q) for q in queries}
+        self.queries = queries
+        self.mats = {q: SeriesMatrix(self.T) if m is None else m for q, m in mats.items()}
 
     # ------------------------------------------------------------------ one query
     async def _fetch(self, q: Query, end: float) -> None:
@@ -122,6 +179,11 @@ class PrometheusSource:
         first = 0 if cold else max(self.T - round(behind / self.step) - self.overlap, 0)
         if q.gate is not None:
             await self._gated(q, m, start, end, cold, first)
+        elif q.moved_only and q.dialect:
+            if cold:
+                m.keep_only(set())
+            m.clear(first)
+            m.keep_only(await self._moved_foreign(q, m, start, end, first))
         elif q.moved_only:
             if cold:
                 m.keep_only(set())
@@ -200,6 +262,29 @@ class PrometheusSource:
         await self._refresh(q, m, keys, start, end, first)
         return keys
 
+    async def _moved_foreign(self, q: Query, m: SeriesMatrix, start: float, end: float,
+                             first: int) -> set[Key]:  # fmt: skip
+        """A foreign counter family: the series that moved within the window (one instant
+        query, answered in the foreign labels), then the new points of those already held and
+        the whole window of the others, each selected by its own foreign labels (the
+        catalogue's ``node`` exists only after relabelling, so it cannot select)."""
+        assert q.relabel is not None
+        moved = await self._call(q, "/api/v1/query",
+                                 {"query": q.moved_expr(self.span), "time": f"{end:.3f}"},
+                                 relabel=False)  # fmt: skip
+        raw: dict[Key, str] = {}
+        for lab, k in zip(moved.labels, _keys(q.labels, [q.relabel(dict(x)) for x in moved.labels]),
+                          strict=True):  # fmt: skip
+            raw[k] = ",".join(f'{n}="{quote_value(v)}"' for n, v in sorted(lab.items()))
+        have = set(m.keys)
+        for rows, since in ((sorted(raw.keys() & have), first), (sorted(raw.keys() - have), 0)):
+            if not rows or since >= self.T:
+                continue
+            for i in range(0, len(rows), 200):
+                expr = " or ".join(q.expr(raw[k]) for k in rows[i : i + 200])
+                self._merge(q, m, await self._range(q, expr, start + since * self.step, end), start)
+        return set(raw)
+
     async def _moved_keys(self, q: Query, exprs: list[str], at: float) -> set[Key]:
         """The rows that the moved-checks ``exprs`` return (or-ed, 200 per instant query)."""
         keys: set[Key] = set()
@@ -270,11 +355,14 @@ class PrometheusSource:
     async def _instant(self, q: Query, expr: str, at: float) -> Parsed:
         return await self._call(q, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
 
-    async def _call(self, q: Query, path: str, form: Mapping[str, str]) -> Parsed:
+    async def _call(self, q: Query, path: str, form: Mapping[str, str],
+                    relabel: bool = True) -> Parsed:  # fmt: skip
         async def go() -> Parsed:
             t0 = self.timer()
             raw = await self.http.post(path, form)
             got = decode(raw, q.name)  # on the loop: a thread only adds GIL hand-offs
+            if relabel and q.relabel is not None:  # a foreign dialect's labels -> the catalogue's
+                got.labels = [q.relabel(lab) for lab in got.labels]
             self.stats.add(q.name, len(raw), got.samples, self.timer() - t0)
             return got
 

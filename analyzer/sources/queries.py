@@ -20,8 +20,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Protocol
 
 from exporter import catalog
+
+
+class Relabel(Protocol):
+    """Foreign labels -> the catalogue's (``node``, ``gpu``, ...); hashable by identity."""
+
+    def __call__(self, labels: dict[str, str]) -> dict[str, str]: ...
+
 
 IDENTITY = frozenset({"uuid", "scheduler"})  # labels no detector reads
 IB_USED = "|".join(catalog.IB_ERROR_COUNTERS)  # the detector's RATE_LIMITS + ANY_INCREASE
@@ -73,10 +81,20 @@ class Query:
     anchored: bool = False  # counters whose increases become events: fetch a value before
     moved_shards: int = 1  # check 1/k of the GPUs for moved series per cycle (1, 2, 5 or 10)
     gate: Gate | None = None  # read only the rows of the GPUs it names (and of uncovered nodes)
+    # a foreign dialect's reading of ``metric`` (analyzer.sources.dialects): ``source`` is the
+    # PromQL over the foreign names, grouped ``by`` the foreign labels, divided by ``divide``
+    # into the catalogue's unit; ``relabel`` turns each answer's labels into the catalogue's
+    dialect: str = ""
+    source: str = ""
+    by: tuple[str, ...] = ()
+    divide: float = 1.0
+    relabel: Relabel | None = None
 
     def __post_init__(self) -> None:
         if self.moved_shards not in (1, 2, 5, 10):
             raise ValueError(f"{self.name}: moved_shards must be 1, 2, 5 or 10")
+        if self.dialect and (self.gate is not None or not self.source):
+            raise ValueError(f"{self.name}: a dialect query reads its source, without a gate")
 
     def shard_matcher(self, cycle: int) -> str:
         """GPUs whose index ends in a digit of this cycle's shard (all when unsharded)."""
@@ -88,6 +106,10 @@ class Query:
 
     @property
     def name(self) -> str:
+        """The query's key in the source's state and stats: the metric's name, or
+        ``dialect:metric:source`` for a foreign reading of it."""
+        if self.dialect:
+            return f"{self.dialect}:{self.metric.name}:{self.source}"
         return self.metric.name
 
     @functools.cached_property  # read per series of every response
@@ -98,9 +120,24 @@ class Query:
         m = ",".join(x for x in (self.matchers, extra) if x)
         return f"{self.name}{{{m}}}" if m else self.name
 
+    def source_selector(self, extra: str = "") -> str:
+        """A dialect's source narrowed by ``extra``, matchers on its own (foreign) labels."""
+        if not extra:
+            return self.source
+        if self.source.endswith("}"):
+            return f"{self.source[:-1]},{extra}}}"
+        return f"{self.source}{{{extra}}}"
+
     def expr(self, extra: str = "") -> str:
         """The PromQL for a range read (of a moved-only query: of the series chosen by
         ``extra``, the matchers of the rows that moved)."""
+        if self.dialect:
+            div = (
+                ""
+                if self.divide == 1.0
+                else (f" * {1 / self.divide:g}" if self.divide < 1.0 else f" / {self.divide:g}")
+            )
+            return f"max by ({','.join(self.by)}) ({self.source_selector(extra)}){div}"
         by = ",".join(self.labels)
         sel = self.selector(extra)
         if self.absent_means is not None:
@@ -112,6 +149,14 @@ class Query:
         counter that moved. ``changes()`` over the range, measured 3-6x cheaper for Prometheus
         than comparing each series with itself one window earlier (``offset``: two instant
         selections, each decoding the chunk up to its point, and a vector match)."""
+        if self.dialect:
+            # grouped by the foreign labels (they select the rows to read), across the series
+            # a row is made of: dcgm's hpc_job and pod labels start a new series with each job,
+            # and a fault that ends a job moves its counter exactly there, where changes() of
+            # either series sees nothing. The row's highest value against its lowest does.
+            sel, by, w = self.source_selector(extra), ",".join(self.by), int(window)
+            return (f"max by ({by}) (max_over_time({sel}[{w}s]))"
+                    f" - min by ({by}) (min_over_time({sel}[{w}s])) > 0")  # fmt: skip
         by = ",".join(self.labels)
         return f"max by ({by}) (changes({self.selector(extra)}[{int(window)}s]) > 0)"
 
@@ -176,25 +221,25 @@ def rows_matchers(labels: tuple[str, ...], keys: list[tuple[str, ...]]) -> list[
         for rest, nodes in sorted(by_rest.items()):
             parts = [f'node=~"{"|".join(regex_literal(x) for x in sorted(nodes))}"']
             others = [x for i, x in enumerate(labels) if i != n]
-            parts += [f'{label}="{_quote(v)}"' for label, v in zip(others, rest, strict=True)]
+            parts += [f'{label}="{quote_value(v)}"' for label, v in zip(others, rest, strict=True)]
             out.append(",".join(parts))
         return out
     out = []
     for node, group in sorted(by_node.items()):
-        parts = [f'node="{_quote(node)}"']
+        parts = [f'node="{quote_value(node)}"']
         for i, label in enumerate(labels):
             if i == n:
                 continue
             values = sorted({k[i] for k in group})
             if len(values) == 1:
-                parts.append(f'{label}="{_quote(values[0])}"')
+                parts.append(f'{label}="{quote_value(values[0])}"')
             else:
                 parts.append(f'{label}=~"{"|".join(regex_literal(v) for v in values)}"')
         out.append(",".join(parts))
     return out
 
 
-def _quote(s: str) -> str:
+def quote_value(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"')
 
 

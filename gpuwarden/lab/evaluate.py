@@ -446,6 +446,11 @@ def _parser() -> argparse.ArgumentParser:
                    "both paths side by side with the F1 gap per fault class")  # fmt: skip
     p.add_argument("--missed-scrapes", type=float, default=0.01,
                    help="--via prometheus: share of node scrapes lost (both paths)")  # fmt: skip
+    p.add_argument("--telemetry", default="gpuwarden",
+                   choices=("gpuwarden", "dcgm-exporter", "dcgm-exporter+clock-events"),
+                   help="--via prometheus: dcgm-exporter also scrapes the fleet as dcgm-exporter "
+                   "+ node_exporter would serve it (default fields; +clock-events: with "
+                   "DCGM_EXP_CLOCK_EVENTS_COUNT enabled), a third path beside gpuwarden's")  # fmt: skip
     p.add_argument("--out", default="out/evaluation")
     return p
 
@@ -503,6 +508,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.telemetry != "gpuwarden" and a.via != "prometheus":
+        print("gpuwarden evaluate: --telemetry goes with --via prometheus", file=sys.stderr)
+        return 2
     if a.via == "prometheus":
         if a.mixed or not 0 <= a.missed_scrapes < 1:
             print("gpuwarden evaluate: --via prometheus runs the homogeneous fleet (no --mixed) "
@@ -548,7 +556,8 @@ def _via_prometheus(a: argparse.Namespace, out: Path) -> int:
     runs = []
     for seed in range(a.seeds):
         r = vp.run_seed_via_prometheus(seed, a.nodes, a.hours * 3600.0, a.step, a.cycle,
-                                       a.per_kind, a.controls, a.missed_scrapes)  # fmt: skip
+                                       a.per_kind, a.controls, a.missed_scrapes,
+                                       a.telemetry)  # fmt: skip
         print(f"seed {seed}: " + ", ".join(f"{k} {v:.0f}s" for k, v in r["seconds"].items()),
               file=sys.stderr)  # fmt: skip
         runs.append(r)

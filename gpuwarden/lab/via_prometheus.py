@@ -35,6 +35,7 @@ import numpy as np
 from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.sources.prometheus import PrometheusSource
+from gpuwarden.lab.dcgm_openmetrics import DcgmScrapeRecorder
 from gpuwarden.lab.evaluation_metrics import Episode, EpisodeTracker, Truth, score
 from gpuwarden.lab.openmetrics import ScrapeRecorder
 from gpuwarden.processes import Supervisor, free_port
@@ -44,13 +45,21 @@ from simulator.topology import gpu_uuid
 BLOCK = 7200.0
 
 
+# dcgm-exporter+clock-events: with the one commented-out CSV line the throttling detector needs
+TELEMETRIES = ("gpuwarden", "dcgm-exporter", "dcgm-exporter+clock-events")
+
+
 class Recorder:
     """The ``tap`` of :func:`gpuwarden.lab.evaluate.run_seed`: keeps the fleet (for its truth)
-    and records every frame as scraped."""
+    and records every frame as scraped, in gpuwarden's telemetry (``om``) and, when asked, as
+    a dcgm-exporter + node_exporter fleet would have served it (``dcgm``)."""
 
-    def __init__(self, epoch: float, workdir: Path) -> None:
-        self.epoch, self.workdir = epoch, workdir
+    def __init__(self, epoch: float, workdir: Path, dcgm: bool = False,
+                 clock_events: bool = False) -> None:  # fmt: skip
+        self.epoch, self.workdir, self.want_dcgm = epoch, workdir, dcgm
+        self.clock_events = clock_events
         self.om: ScrapeRecorder | None = None
+        self.dcgm: DcgmScrapeRecorder | None = None
         self.fleet: Any = None
 
     def __call__(self, fleet: Any, frame: Any, jobs: Any, missed: np.ndarray) -> None:
@@ -58,7 +67,12 @@ class Recorder:
             self.fleet = fleet
             names = [SKUS[k].name for k in fleet.sku_of]
             self.om = ScrapeRecorder(fleet.nodes, gpu_uuid, names, self.epoch, self.workdir)
+            if self.want_dcgm:
+                self.dcgm = DcgmScrapeRecorder(fleet.nodes, gpu_uuid, names, self.epoch,
+                                               self.workdir, clock_events=self.clock_events)  # fmt: skip
         self.om.push(frame, jobs, missed)
+        if self.dcgm is not None:
+            self.dcgm.push(frame, jobs, missed)
 
 
 def epoch_for(horizon: float) -> float:
@@ -104,7 +118,8 @@ def prometheus(tsdb: Path, step: float, workdir: Path) -> Iterator[str]:
 async def _cycles(url: str, fleet: Any, epoch: float, times: Sequence[float], step: float,
                   gap: float) -> tuple[list[Episode], int]:  # fmt: skip
     leaf = {n: fleet.leaf_of[i] for i, n in enumerate(fleet.nodes)}
-    src = PrometheusSource(url, window=600.0, step=step, leaf_of=leaf, timeout=60.0)
+    src = PrometheusSource(url, window=600.0, step=step, leaf_of=leaf, timeout=60.0,
+                           discover=True)  # fmt: skip
     engine = Engine(default_detectors())
     tracker = EpisodeTracker(gap=gap)
     degraded = 0
@@ -121,44 +136,60 @@ async def _cycles(url: str, fleet: Any, epoch: float, times: Sequence[float], st
 
 def run_seed_via_prometheus(seed: int, nodes: int, horizon: float, step: float = 15.0,
                             cycle: float = 30.0, per_kind: int = 2, controls: int = 2,
-                            missed_scrapes: float = 0.01) -> dict[str, Any]:  # fmt: skip
+                            missed_scrapes: float = 0.01, telemetry: str = "gpuwarden"
+                            ) -> dict[str, Any]:  # fmt: skip
     """One seed through both paths: the direct run's results and the Prometheus run's, each
-    with per-class figures (:func:`per_class`)."""
+    with per-class figures (:func:`per_class`). ``telemetry="dcgm-exporter"``: a third path,
+    the same fleet scraped as dcgm-exporter + node_exporter would serve it (``dcgm``)."""
     from gpuwarden.lab.evaluate import run_seed
 
+    if telemetry not in TELEMETRIES:
+        raise ValueError(f"telemetry {telemetry!r} is not one of {TELEMETRIES}")
     epoch = epoch_for(horizon)
     with tempfile.TemporaryDirectory(prefix="gpuwarden-eval-prom-") as tmp:
         work = Path(tmp)
-        rec = Recorder(epoch, work)
+        rec = Recorder(epoch, work, dcgm=telemetry != "gpuwarden",
+                       clock_events=telemetry.endswith("+clock-events"))  # fmt: skip
         t0 = time.perf_counter()
         direct = run_seed(seed, nodes, horizon, step, cycle, per_kind, controls, compare=False,
                           missed_scrapes=missed_scrapes, tap=rec)  # fmt: skip
         eps_direct = direct.pop("episodes")
         assert rec.om is not None
-        om = rec.om.write(work / "history.om")
-        samples = rec.om.samples
-        rec.om.close()
         sim_s = time.perf_counter() - t0
-        fill_s = backfill(om, work / "tsdb")
-        om.unlink()
         times = [cycle * k for k in range(1, int(horizon / cycle + 1e-9) + 1)]
-        t1 = time.perf_counter()
-        with prometheus(work / "tsdb", step, work) as url:
-            eps_prom, degraded = asyncio.run(_cycles(url, rec.fleet, epoch, times, step, 2 * cycle))
-        read_s = time.perf_counter() - t1
+        paths: dict[str, list[Episode]] = {"direct": eps_direct}
+        seconds = {"simulate_and_record": sim_s}
+        samples, degraded = 0, {}
+        for path, om_rec in (("prometheus", rec.om), ("dcgm", rec.dcgm)):
+            if om_rec is None:
+                continue
+            om = om_rec.write(work / f"{path}.om")
+            samples += om_rec.samples
+            om_rec.close()
+            seconds[f"promtool_backfill_{path}"] = backfill(om, work / f"tsdb-{path}")
+            om.unlink()
+            t1 = time.perf_counter()
+            with prometheus(work / f"tsdb-{path}", step, work) as url:
+                paths[path], degraded[path] = asyncio.run(
+                    _cycles(url, rec.fleet, epoch, times, step, 2 * cycle)
+                )
+            seconds[f"cycles_{path}"] = time.perf_counter() - t1
     truth = [Truth.from_json(d, horizon) for d in rec.fleet.truth()]
     node_days = nodes * horizon / 86400.0
-    s = score(eps_prom, truth, node_days)
-    prom = {"summary": s.summary(), "per_kind": s.per_kind(), "faults": s.faults,
-            "false_positives": s.fp_kinds}  # fmt: skip
-    classes = per_class({"direct": eps_direct, "prometheus": eps_prom}, truth, node_days)
-    return {
+    out: dict[str, Any] = {
         "seed": seed, "nodes": nodes, "horizon_s": horizon, "missed_scrapes": missed_scrapes,
-        "direct": direct["results"]["gpuwarden"], "prometheus": prom, "classes": classes,
-        "samples": samples, "degraded_cycles": degraded, "cycles": len(times),
-        "seconds": {"simulate_and_record": sim_s, "promtool_backfill": fill_s,
-                    "prometheus_cycles": read_s},
+        "telemetry": telemetry, "direct": direct["results"]["gpuwarden"],
+        "samples": samples, "degraded_cycles": sum(degraded.values()), "cycles": len(times),
+        "seconds": seconds,
     }  # fmt: skip
+    for path in paths:
+        if path == "direct":
+            continue
+        s = score(paths[path], truth, node_days)
+        out[path] = {"summary": s.summary(), "per_kind": s.per_kind(), "faults": s.faults,
+                     "false_positives": s.fp_kinds}  # fmt: skip
+    out["classes"] = per_class(paths, truth, node_days)
+    return out
 
 
 def per_class(paths: dict[str, list[Episode]], truth: Sequence[Truth],
@@ -244,7 +275,46 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
               f"samples backfilled {sum(r['samples'] for r in runs):,}; "
               f"degraded cycles {deg} of {sum(r['cycles'] for r in runs)}; "
               f"missed scrapes {runs[0]['missed_scrapes']:.1%}"]  # fmt: skip
+    if all("dcgm" in r for r in runs):
+        lines += ["", *telemetry_table(runs)]
     return "\n".join(lines)
+
+
+def _mean(vals: Sequence[float]) -> float:
+    v = [x for x in vals if x is not None and not math.isnan(x)]
+    return float(np.mean(v)) if v else math.nan
+
+
+def telemetry_table(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """gpuwarden's telemetry vs dcgm-exporter + node_exporter's, both through Prometheus:
+    the summary, then recall and F1 per fault class."""
+    lines = ["| telemetry (through Prometheus) | precision | recall | F1 | TTD median s | "
+             "false drains |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for path, label in (("prometheus", "gpuwarden-exporter"),
+                        ("dcgm", "dcgm-exporter + node_exporter")):  # fmt: skip
+        summ = [r[path]["summary"] for r in runs]
+        lines.append(f"| {label} | {_f(_mean([x['precision'] for x in summ]))} | "
+                     f"{_f(_mean([x['recall'] for x in summ]))} | "
+                     f"{_f(_mean([x['f1'] for x in summ]))} | "
+                     f"{_s(_mean([x['ttd_median_s'] for x in summ]))} | "
+                     f"{sum(int(x['false_drains']) for x in summ)} |")  # fmt: skip
+    lines += ["", "| fault class | recall gpuwarden | recall dcgm | F1 gpuwarden | F1 dcgm | "
+              "TTD gpuwarden s | TTD dcgm s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for k in sorted({k for r in runs for k in r["classes"]}):
+        cls = [r["classes"][k] for r in runs if k in r["classes"]]
+
+        def ttd(path: str, k: str = k) -> float:
+            return _mean([f["ttd"] for r in runs for f in r[path]["faults"]
+                          if f["kind"] == k and f["detected"]])  # fmt: skip
+
+        lines.append(
+            f"| {k} | {_f(_mean([c['prometheus']['recall'] for c in cls]))} | "
+            f"{_f(_mean([c['dcgm']['recall'] for c in cls]))} | "
+            f"{_f(_mean([c['prometheus']['f1'] for c in cls]))} | "
+            f"{_f(_mean([c['dcgm']['f1'] for c in cls]))} | {_s(ttd('prometheus'))} | "
+            f"{_s(ttd('dcgm'))} |"
+        )
+    return lines
 
 
 def _s(x: float) -> str:

@@ -1,0 +1,188 @@
+"""Coverage: per detector and node group, what the analyzer can judge with the data present.
+
+Pure (a :class:`~analyzer.window.Window` in, a report out). Nodes are grouped by the dialect
+their series were read in (``Window.dialect_of``); for each group and detector the report
+says which of the detector's inputs hold data on those nodes, what it therefore cannot
+judge and why, and what would enable the rest: the exact dcgm-exporter CSV lines
+(``etc/default-counters.csv`` format: ``field, type, help``) from the catalogue's field
+table, or that only gpuwarden's exporter serves it. Nothing degrades silently: the same
+notes travel on the findings a reduced signal produced (:func:`annotate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from analyzer.findings import Finding
+from analyzer.sources.dialects import DCGM, NATIVE
+from analyzer.sources.dialects.dcgm import REDUCED
+from analyzer.window import Window
+from exporter import catalog as c
+
+XID = "xid events"  # a pseudo input: events, not an array
+JOBS = "job attribution"
+
+
+@dataclass(frozen=True)
+class Need:
+    what: str  # catalogue name, or XID / JOBS
+    role: str
+    essential: bool = True
+
+
+def _n(m: c.MetricDef, role: str, essential: bool = True) -> Need:
+    return Need(m.name, role, essential)
+
+
+NEEDS: Mapping[str, tuple[Need, ...]] = {
+    "xid": (Need(XID, "XID events per GPU"),),
+    "missing": (_n(c.GPU_UP, "GPU presence / lost GPUs"),),
+    "memory": (_n(c.GPU_ECC_ERRORS, "ECC errors"),
+               _n(c.GPU_ROW_REMAP_PENDING, "row remaps pending", False),
+               _n(c.GPU_ROW_REMAP_FAILED, "row remap failures", False)),
+    "nvlink": (_n(c.NVLINK_ERRORS, "NVLink error counters"),
+               _n(c.NVLINK_UP, "NVLink state per link", False)),
+    "infiniband": (_n(c.IB_PORT_STATE, "IB port state"),
+                   _n(c.IB_PORT_RATE, "IB port rate", False),
+                   Need(c.IB_COUNTER.name, "IB error counters", False)),
+    "pcie": (_n(c.GPU_PCIE_GENERATION, "PCIe link generation"),
+             _n(c.GPU_PCIE_WIDTH, "PCIe link width"),
+             _n(c.GPU_PCIE_GENERATION_MAX, "PCIe maximum generation"),
+             _n(c.GPU_PCIE_WIDTH_MAX, "PCIe maximum width")),
+    "throttling": (_n(c.GPU_THROTTLE, "clock event reasons"),
+                   _n(c.GPU_POWER_LIMIT, "power limit", False)),
+    "peer": (_n(c.GPU_UTILIZATION, "utilization"), _n(c.GPU_SM_CLOCK, "SM clock"),
+             _n(c.GPU_POWER, "power", False), _n(c.GPU_TEMPERATURE, "temperature", False)),
+    "straggler": (_n(c.GPU_UTILIZATION, "utilization"), Need(JOBS, "which GPUs run one job"),
+                  _n(c.GPU_SM_CLOCK, "SM clock", False),
+                  _n(c.GPU_SM_ACTIVE, "SM activity (survives collective waits)", False),
+                  _n(c.GPU_TENSOR_ACTIVE, "tensor activity", False),
+                  _n(c.JOB_STEP_SECONDS, "published step times", False)),
+    "storage": (_n(c.STORAGE_PROBE_UP, "checkpoint storage probes"),),
+}  # fmt: skip
+
+_ENABLE_ONLY_NATIVE = {
+    c.NVLINK_UP.name: "dcgm-exporter has no per-link NVLink state field",
+    c.GPU_PCIE_GENERATION_MAX.name: "dcgm-exporter has no maximum-link field",
+    c.GPU_PCIE_WIDTH_MAX.name: "dcgm-exporter has no maximum-link field",
+    c.JOB_STEP_SECONDS.name: "published by the training job (gpuwarden-exporter --step-dir)",
+    c.STORAGE_PROBE_UP.name: "gpuwarden-exporter's storage probes",
+}
+
+
+def csv_lines(family: str) -> list[str]:
+    """The dcgm-exporter CSV lines that make ``family`` readable (default-counters.csv)."""
+    try:
+        m = c.by_name(family)
+    except KeyError:
+        return []
+    return [f"{f.name}, {f.type}, {f.help or m.help}" for f in m.dcgm]
+
+
+def enable(need: Need, dialect: str) -> str:
+    if need.what == JOBS:
+        if DCGM in dialect:
+            return ("dcgm-exporter --hpc-job-mapping-dir (label hpc_job) or its Kubernetes pod "
+                    "labels; or gpuwarden-exporter --job-map-dir")  # fmt: skip
+        return "gpuwarden-exporter --job-map-dir (Slurm prolog/epilog map)"
+    if need.what == XID:
+        return f"{c.DCGM_LAST_XID.name}, gauge, {c.DCGM_LAST_XID_HELP}"
+    if DCGM in dialect and need.what == c.GPU_THROTTLE.name:
+        f = c.DCGM_CLOCK_EVENTS_COUNT
+        return f"add to dcgm-exporter's counters CSV:\n{f.name}, {f.type}, {f.help}"
+    if DCGM in dialect and need.what not in _ENABLE_ONLY_NATIVE:
+        lines = csv_lines(need.what)
+        if lines:
+            return "add to dcgm-exporter's counters CSV:\n" + "\n".join(lines)
+    why = _ENABLE_ONLY_NATIVE.get(need.what, "not served by this dialect")
+    return f"{why}: gpuwarden-exporter serves it (with --compat dcgm beside dcgm's names)"
+
+
+def _has(w: Window, need: Need, nodes: np.ndarray, xid_read: bool) -> bool:
+    if need.what == XID:
+        return xid_read
+    if need.what == JOBS:
+        on = {n for members in w.jobs.values() for n in members}
+        return bool(on & set(nodes.tolist()))
+    if need.what == c.IB_COUNTER.name:
+        return any(not np.isnan(a[:, nodes]).all() for a in w.ib_counters.values())
+    a = w.metrics.get(need.what)
+    return a is not None and a.shape[0] == len(w.t) and not np.isnan(a[:, nodes]).all()
+
+
+def groups(w: Window) -> dict[str, np.ndarray]:
+    out: dict[str, list[int]] = {}
+    for i in range(len(w.nodes)):
+        out.setdefault(w.dialect_of.get(i, NATIVE), []).append(i)
+    return {k: np.array(v, dtype=int) for k, v in sorted(out.items())}
+
+
+def report(w: Window, xid_dialects: Sequence[str] = (NATIVE, DCGM)) -> dict[str, Any]:
+    """The coverage of every detector on every node group, as JSON-ready data."""
+    out: dict[str, Any] = {"groups": []}
+    for dialect, nodes in groups(w).items():
+        xid_read = any(d in dialect for d in xid_dialects)
+        dets = []
+        for det, needs in NEEDS.items():
+            have = [n for n in needs if _has(w, n, nodes, xid_read)]
+            lack = [n for n in needs if n not in have]
+            state = ("cannot" if any(n.essential for n in lack)
+                     else "partial" if lack else "full")  # fmt: skip
+            notes = [v for k, v in REDUCED.items() if DCGM in dialect and any(
+                n.what == k for n in have)]  # fmt: skip
+            if det == "xid" and DCGM in dialect:
+                notes.append("dcgm's XID field is the last code: a repeat of it is invisible")
+            dets.append({
+                "detector": det, "state": state,
+                "judges": [n.role for n in have],
+                "cannot": [{"input": n.role, "why": "no data on these nodes",
+                            "enable": enable(n, dialect)} for n in lack],
+                "notes": notes,
+            })  # fmt: skip
+        out["groups"].append({"dialect": dialect, "nodes": [w.nodes[i] for i in nodes],
+                              "detectors": dets})  # fmt: skip
+    return out
+
+
+def text(rep: Mapping[str, Any]) -> str:
+    """The report as an SRE reads it in a terminal."""
+    lines = []
+    for g in rep["groups"]:
+        names = g["nodes"]
+        span = f"{names[0]} .. {names[-1]}" if len(names) > 2 else ", ".join(names)
+        lines.append(f"== {g['dialect']}: {len(names)} node(s) ({span})")
+        for d in g["detectors"]:
+            judges = ", ".join(d["judges"]) or "nothing"
+            lines.append(f"  {d['detector']:<11} {d['state']:<8} judges: {judges}")
+            for note in d["notes"]:
+                lines.append(f"  {'':<20} note: {note}")
+            for miss in d["cannot"]:
+                lines.append(f"  {'':<20} cannot: {miss['input']} ({miss['why']})")
+                for ln in miss["enable"].splitlines():
+                    lines.append(f"  {'':<22} {ln}")
+    return "\n".join(lines) + "\n"
+
+
+def annotate(found: Sequence[Finding], w: Window) -> list[Finding]:
+    """Findings on nodes read through a reduced dialect say so (evidence and summary)."""
+    if not any(DCGM in d for d in w.dialect_of.values()):
+        return list(found)
+    foreign = {w.nodes[i] for i, d in w.dialect_of.items() if DCGM in d}
+    out = []
+    for f in found:
+        note = ""
+        if f.node in foreign and f.kind.startswith("nvlink"):
+            note = REDUCED[c.NVLINK_ERRORS.name]
+        elif f.node in foreign and f.kind == "throttling":
+            note = REDUCED[c.GPU_THROTTLE.name]
+        elif f.node in foreign and f.kind.startswith("xid"):
+            note = "dcgm-exporter's last-XID gauge: repeats of one code are invisible"
+        if note:
+            f = replace(f, evidence={**f.evidence, "reduced_signal": 1.0},
+                        summary=f"{f.summary} [{note}]" if f.summary else f"[{note}]")  # fmt: skip
+        out.append(f)
+    return out

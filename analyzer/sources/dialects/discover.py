@@ -1,0 +1,131 @@
+"""Which dialects a Prometheus holds, and so which queries the analyzer runs.
+
+Edge of the analyzer: one small instant query (``group by (__name__)`` over the names any
+reader knows) at start and again every :data:`RECHECK` seconds. The answer picks the query
+set: gpuwarden's own queries always (they cost nothing where no such series exist), plus a
+dialect's reading of each field that exists. Nothing to configure: a dcgm-exporter fleet is
+read as one the moment its names show up, a half-upgraded one in both naming generations.
+A failed discovery keeps the last query set (at start: gpuwarden's own, re-tried next cycle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from analyzer.sources.dialects import DCGM, NODE_EXPORTER, dcgm, node_exporter
+from analyzer.sources.dialects.generations import RENAMED, generation_of, names_of
+from analyzer.sources.dialects.identity import NodeMap
+from analyzer.sources.queries import QUERIES, Query
+from exporter import catalog
+
+RECHECK = 3600.0  # seconds between discoveries
+
+
+def known_names() -> frozenset[str]:
+    """Every foreign name some reader can translate."""
+    dc = {n for f in catalog.dcgm_fields().values() for n, _ in names_of(f)}
+    dc |= {
+        catalog.DCGM_LAST_XID.name,
+        *catalog.DCGM_PRESENCE_FIELDS,
+        catalog.DCGM_CLOCK_EVENTS_COUNT.name,
+    }
+    ib = {catalog.NODE_IB_STATE, catalog.NODE_IB_RATE, *catalog.NODE_IB_ERRORS.values()}
+    return frozenset(dc | ib)
+
+
+def discovery_expr() -> str:
+    """The instant query: which of the known foreign names hold a series now."""
+    names = "|".join(sorted(known_names()))
+    return f'group by (__name__) ({{__name__=~"{names}"}})'
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """The foreign names present, and what they say about the fleet."""
+
+    names: frozenset[str] = frozenset()
+    dcgm_hostname: bool = False  # every dcgm series names its host (instance need not be read)
+
+    @property
+    def dialects(self) -> tuple[str, ...]:
+        out = []
+        if self.names & {catalog.DCGM_LAST_XID.name, *catalog.DCGM_PRESENCE_FIELDS}:
+            out.append(DCGM)
+        if any(n.startswith(catalog.NODE_IB_PREFIX) for n in self.names):
+            out.append(NODE_EXPORTER)
+        return tuple(out)
+
+    @property
+    def generations(self) -> tuple[str, ...]:
+        """The dcgm-exporter naming generations present (a fleet mid-upgrade has two)."""
+        dcgm_names = {n for n in self.names if not n.startswith(catalog.NODE_IB_PREFIX)}
+        return tuple(sorted({generation_of(n) for n in dcgm_names}))
+
+
+def parse(names: Iterable[str], dcgm_hostname: bool = False) -> Discovered:
+    return Discovered(frozenset(names) & known_names(), dcgm_hostname)
+
+
+def hostless_expr(found: Discovered) -> str | None:
+    """The dcgm series that name no host (dcgm-exporter --no-hostname): none means the
+    ``instance`` label is not needed to tell their nodes apart."""
+    at = [x for x in catalog.DCGM_PRESENCE_FIELDS if x in found.names]
+    if not at:
+        return None
+    return f'count({{__name__="{at[0]}",Hostname="",hostname="",node=""}})'
+
+
+def _as_node(sel: str, dialect: str) -> str:
+    """``sel`` with a ``node`` label as its identity gives it (before any site mapping)."""
+    if dialect == NODE_EXPORTER:
+        return f'label_replace({sel}, "node", "$1", "instance", "(.+):[0-9]+")'
+    inner = f'label_replace({sel}, "node", "$1", "hostname", "(.+)")'
+    return f'label_replace({inner}, "node", "$1", "Hostname", "(.+)")'
+
+
+def foreign_only_exprs(found: Discovered) -> dict[str, str]:
+    """Per dialect found, the PromQL counting its series on nodes gpuwarden's exporter does
+    not serve. No answer: every such node is served natively (gpuwarden's ``--compat dcgm``,
+    or node_exporter beside gpuwarden's exporter), and reading the dialect too would only
+    double the read."""
+    out = {}
+    at = [x for x in catalog.DCGM_PRESENCE_FIELDS if x in found.names]
+    if DCGM in found.dialects and at:
+        out[DCGM] = f"count({_as_node(at[0], DCGM)} unless on (node) {catalog.GPU_UP.name})"
+    if NODE_EXPORTER in found.dialects and catalog.NODE_IB_STATE in found.names:
+        sel = _as_node(catalog.NODE_IB_STATE, NODE_EXPORTER)
+        out[NODE_EXPORTER] = f"count({sel} unless on (node) {catalog.IB_PORT_STATE.name})"
+    return out
+
+
+def without(found: Discovered, dialect: str) -> Discovered:
+    """``found`` less one dialect's names (its nodes are all read natively)."""
+    if dialect == NODE_EXPORTER:
+        keep = {n for n in found.names if not n.startswith(catalog.NODE_IB_PREFIX)}
+    else:
+        keep = {n for n in found.names if n.startswith(catalog.NODE_IB_PREFIX)}
+    return Discovered(frozenset(keep), found.dcgm_hostname)
+
+
+def query_set(found: Discovered, node_map: NodeMap | None = None) -> tuple[Query, ...]:
+    """gpuwarden's queries plus each discovered dialect's reading of what is present."""
+    out = list(QUERIES)
+    if DCGM in found.dialects:
+        out += dcgm.queries(node_map, found.names, found.dcgm_hostname)
+    if NODE_EXPORTER in found.dialects:
+        out += node_exporter.queries(node_map, found.names)
+    return tuple(out)
+
+
+__all__ = [
+    "RECHECK",
+    "RENAMED",
+    "Discovered",
+    "discovery_expr",
+    "foreign_only_exprs",
+    "hostless_expr",
+    "parse",
+    "query_set",
+    "without",
+]

@@ -1,0 +1,92 @@
+"""Which node a foreign series belongs to: the analyzer's ``node`` identity for other exporters.
+
+Pure. dcgm-exporter labels its series ``Hostname`` (3.x, 4.0 to 4.8) or ``hostname`` (from
+NVIDIA/dcgm-exporter commit d5e5f51, "Rename Hostname label to hostname"); node_exporter sets
+none (Prometheus adds ``instance``, ``host:port``). The first of ``node``, ``Hostname``,
+``hostname`` and the host part of ``instance`` that is set names the node; a site whose host
+names differ from its scheduler's node names gives a mapping, checked at start-up
+(:class:`NodeMap`): a regex whose first group is the node, and/or a file of ``name: node``
+lines. Names the mapping does not cover pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# the labels, in order of precedence, that may name a foreign series' node
+IDENTITY_LABELS = ("node", "Hostname", "hostname", "instance")
+
+
+def host_of(instance: str) -> str:
+    """``gpu-07.example:9400`` -> ``gpu-07.example``; ``[fe80::1]:9100`` -> ``fe80::1``."""
+    if instance.startswith("["):
+        return instance[1 : instance.find("]")] if "]" in instance else instance
+    host, sep, port = instance.rpartition(":")
+    return host if sep and port.isdigit() else instance
+
+
+def raw_identity(labels: Mapping[str, str]) -> str:
+    """The node name a series' own labels give (before any site mapping); "" when none."""
+    for name in IDENTITY_LABELS[:3]:
+        v = labels.get(name)
+        if v:
+            return v
+    inst = labels.get("instance", "")
+    return host_of(inst) if inst else ""
+
+
+@dataclass(frozen=True, eq=False)
+class NodeMap:
+    """A site's mapping from foreign host names to node names: ``names`` first (exact), then
+    ``pattern`` (a regex matched in full whose first group is the node)."""
+
+    pattern: str = ""
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.pattern:
+            try:
+                rx = re.compile(self.pattern)
+            except re.error as e:
+                raise ValueError(f"node_pattern {self.pattern!r}: {e}") from None
+            if rx.groups < 1:
+                raise ValueError(f"node_pattern {self.pattern!r} needs a group: the node name")
+            object.__setattr__(self, "_rx", rx)
+        for k, v in self.names.items():
+            if not isinstance(k, str) or not isinstance(v, str) or not k or not v:
+                raise ValueError(f"node_map: {k!r}: {v!r} is not a pair of non-empty names")
+
+    def __call__(self, name: str) -> str:
+        got = self.names.get(name)
+        if got is not None:
+            return got
+        rx: re.Pattern[str] | None = getattr(self, "_rx", None)
+        if rx is not None and (m := rx.fullmatch(name)) and m.group(1):
+            return m.group(1)
+        return name
+
+
+def load_node_map(path: str) -> dict[str, str]:
+    """A ``name: node`` file (YAML mapping, or one ``name node`` / ``name: node`` per line)."""
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if isinstance(data, dict):
+        return {str(k): str(v) for k, v in data.items()}
+    out: dict[str, str] = {}
+    for i, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.replace(":", " ").split()
+        if len(parts) != 2:
+            raise ValueError(f"{path}:{i}: want 'name node', got {line!r}")
+        out[parts[0]] = parts[1]
+    return out

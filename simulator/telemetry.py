@@ -1,0 +1,69 @@
+"""A node's scrape as dcgm-exporter + node_exporter would serve it (``--telemetry dcgm-exporter``).
+
+Pure text transform of the exporter's own ``--compat dcgm`` output (rendered by the same
+collectors as always): dcgm-exporter's families are kept as they are (its names, units and
+labels: ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``,
+the last-XID gauge), with dcgm-exporter's ``hpc_job`` label on the GPUs of a job (its HPC job
+mapping); gpuwarden's InfiniBand series become node_exporter's ``node_infiniband_*``
+(``device``, ``port``; the error counters by their node_exporter names); every other
+``gpuwarden_*`` series is dropped. No ``node`` label is left: Prometheus's ``instance`` and
+dcgm's ``Hostname`` are all the analyzer gets, as on a real fleet.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from exporter import catalog as c
+
+TELEMETRIES = ("gpuwarden", "dcgm-exporter")
+_SERIES = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_GPU = re.compile(r'(?:^|,)gpu="(\d+)"')
+_IB_PLAIN = {c.IB_PORT_STATE.name: c.NODE_IB_STATE, c.IB_PORT_RATE.name: c.NODE_IB_RATE}
+_IB_COUNTERS = (c.IB_COUNTER.name, c.IB_HW_COUNTER.name)
+
+
+def _ib_line(name: str, labels: str, value: str) -> tuple[str, str] | None:
+    """One gpuwarden IB series -> (node_exporter family, line), or None if it has no twin."""
+    lab = dict(_LABEL.findall(labels))
+    if name in _IB_PLAIN:
+        fam = _IB_PLAIN[name]
+    elif name in _IB_COUNTERS and lab.get("counter") in c.NODE_IB_ERRORS:
+        fam = c.NODE_IB_ERRORS[lab["counter"]]
+    else:
+        return None
+    return fam, f'{fam}{{device="{lab.get("device", "")}",port="{lab.get("port", "")}"}} {value}'
+
+
+def as_dcgm_exporter(body: bytes, jobs: Mapping[str, str] | None = None) -> bytes:
+    """``body`` (the exporter's text with ``--compat dcgm``) as dcgm-exporter + node_exporter
+    serve it; ``jobs``: GPU index -> job id (dcgm-exporter's ``hpc_job`` label)."""
+    jobs = jobs or {}
+    out: list[str] = []
+    ib: dict[str, list[str]] = {}
+    keep = False
+    for line in body.decode().splitlines():
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            keep = len(parts) > 2 and parts[2].startswith("DCGM_")
+            if keep:
+                out.append(line)
+            continue
+        m = _SERIES.match(line)
+        if m is None:
+            continue
+        name, labels, value = m.groups()
+        if name.startswith("DCGM_") and keep:
+            g = _GPU.search(labels)
+            job = jobs.get(g.group(1), "") if g else ""
+            extra = f',{c.DCGM_JOB_LABEL}="{job}"' if job else ""
+            out.append(f"{name}{{{labels}{extra}}} {value}")
+        elif (got := _ib_line(name, labels, value)) is not None:
+            ib.setdefault(got[0], []).append(got[1])
+    for fam, lines in ib.items():
+        kind = "counter" if fam.endswith("_total") else "gauge"
+        out += [f"# HELP {fam} node_exporter infiniband collector", f"# TYPE {fam} {kind}"]
+        out += lines
+    return ("\n".join(out) + "\n").encode()

@@ -1,0 +1,124 @@
+"""A fleet half on gpuwarden's exporter, half on dcgm-exporter + node_exporter, through a real
+Prometheus (backfilled with promtool): discovery finds the dialects, every node is read in its
+own, and the detectors judge both halves (tests/analyzer/dcgmfleet.py builds the history)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyzer.cli import main as cli_main
+from analyzer.detectors import default_detectors
+from analyzer.engine import Engine
+from analyzer.sources.dialects import coverage
+from analyzer.sources.dialects.identity import NodeMap
+from analyzer.sources.queries import QUERIES
+from exporter import catalog as c
+
+from . import dcgmfleet
+
+
+def _faults(f):
+    f.inject("xid", f.nodes[0], "gpu3", {"xid": 48}, onset=500)  # native nodes
+    f.inject("nvlink_down", f.nodes[1], "gpu0/2", onset=500)
+    f.inject("xid", f.nodes[2], "gpu1", {"xid": 95}, onset=500)  # dcgm nodes from here
+    f.inject("gpu_fallen_off_bus", f.nodes[2], "gpu5", onset=600)
+    f.inject("nvlink_errors", f.nodes[3], "gpu2/4", onset=500)
+    f.inject("ib_port_down", f.nodes[3], "mlx5_1/1", onset=500)
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    with dcgmfleet.served(tmp_path_factory.mktemp("mixed"), 4, _faults, native_nodes=2) as got:
+        yield got
+
+
+@pytest.mark.real
+def test_each_node_of_a_mixed_fleet_is_read_in_its_own_exporters_dialect(mixed):
+    url, fleet, end = mixed
+    w, src = dcgmfleet.read(url, end)
+    assert w.nodes == tuple(fleet.nodes)
+    assert [w.dialect_of[i] for i in range(4)] == ["gpuwarden"] * 2 + [
+        "dcgm-exporter+node_exporter"
+    ] * 2
+    assert src.found is not None and src.found.generations == ("4.0-4.8",)
+    clock = w.get(c.GPU_SM_CLOCK)
+    assert clock is not None and 1e8 < float(clock[-1, 3, 0]) < 3e9  # dcgm MHz read as Hz
+    util = w.get(c.GPU_UTILIZATION)
+    assert util is not None and 0.0 <= float(util[-1, 3, 0]) <= 1.0  # dcgm % read as a ratio
+    assert w.sku[2] == w.sku[0] == "h100-sxm"  # modelName gives the peer group
+    assert (2, 1, 95) in {(e.node, e.gpu, e.xid) for e in w.xids}  # the last-XID gauge
+    assert (0, 3, 48) in {(e.node, e.gpu, e.xid) for e in w.xids}  # the native counter
+    assert len(w.ib_counters["symbol_error"][0]) == 4  # node_exporter's ports, as native ones
+    links = w.get(c.NVLINK_UP)  # sparse on gpuwarden's nodes: absent means up; dcgm has none
+    assert links is not None and links[-1, 1, 0, 2] == 0.0 and links[-1, 1, 0, 3] == 1.0
+    assert np.isnan(links[:, 2:]).all()  # not "every link up": unknown
+
+
+@pytest.mark.real
+def test_the_detectors_find_the_faults_on_both_halves_and_say_where_the_signal_is_reduced(mixed):
+    url, _fleet, end = mixed
+    w, _ = dcgmfleet.read(url, end)
+    found = {(f.node, f.subject, f.kind): f for f in Engine(default_detectors()).cycle(w)}
+    assert ("gpu-node-001", "gpu=3", "xid_fatal") in found
+    assert ("gpu-node-003", "gpu=1", "xid_fatal") in found
+    # the fault ended the GPU's job, so its ECC counter moved where hpc_job starts a new series
+    assert ("gpu-node-003", "gpu=1", "ecc_uncorrectable") in found
+    lost = found[("gpu-node-003", "gpu=5", "gpu_lost")]  # its series vanished, siblings stay
+    assert lost.action == "drain"
+    nvl = found[("gpu-node-004", "link=gpu2/0", "nvlink_errors")]
+    assert nvl.evidence["reduced_signal"] == 1.0 and "not to a link" in nvl.summary
+    assert ("gpu-node-004", "port=mlx5_1/1", "ib_port_down") in found
+    xid = found[("gpu-node-003", "gpu=1", "xid_fatal")]
+    assert "repeats of one code are invisible" in xid.summary
+
+
+@pytest.mark.real
+def test_a_node_mapping_renames_dcgm_hosts_and_leaves_native_nodes_alone(mixed):
+    url, _fleet, end = mixed
+    w, _ = dcgmfleet.read(url, end, NodeMap(r"gpu-node-(\d+)", {}))
+    assert w.nodes == ("003", "004", "gpu-node-001", "gpu-node-002")
+
+
+@pytest.mark.real
+def test_coverage_on_the_command_line_prints_each_node_group(mixed, capsys):
+    url, _fleet, end = mixed
+    assert cli_main(["--prometheus", url, "--coverage", "--at", str(end + 5)]) == 0
+    out = capsys.readouterr().out
+    assert "== dcgm-exporter+node_exporter: 2 node(s) (gpu-node-003, gpu-node-004)" in out
+    assert "== gpuwarden: 2 node(s) (gpu-node-001, gpu-node-002)" in out
+    f = c.GPU_SM_ACTIVE.dcgm[0]
+    assert f"{f.name}, gauge, {f.help}" in out
+    w, _ = dcgmfleet.read(url, end)
+    rep = coverage.report(w)
+    native = next(g for g in rep["groups"] if g["dialect"] == "gpuwarden")
+    assert {d["detector"]: d["state"] for d in native["detectors"]}["pcie"] == "full"
+
+
+@pytest.mark.real
+def test_with_dcgms_clock_events_enabled_a_throttled_gpu_is_judged_and_says_how(tmp_path):
+    def throttle(f):
+        f.inject("power_throttle", f.nodes[1], "gpu4", onset=300)
+
+    with dcgmfleet.served(tmp_path, 2, throttle, clock_events=True) as (url, _fleet, end):
+        w, _ = dcgmfleet.read(url, end)
+    found = {(f.node, f.subject, f.kind): f for f in Engine(default_detectors()).cycle(w)}
+    got = found[("gpu-node-002", "gpu=4", "throttling")]
+    assert got.evidence["reduced_signal"] == 1.0 and "5 min" in got.summary
+    reasons = w.get(c.GPU_THROTTLE)
+    assert reasons is not None and np.nanmax(reasons[:, 1, 4]) == 1.0
+    rep = coverage.report(w)
+    states = {d["detector"]: d["state"] for d in rep["groups"][0]["detectors"]}
+    assert states["throttling"] == "full"
+
+
+@pytest.mark.real
+def test_a_gpuwarden_fleet_that_also_serves_dcgm_and_node_exporter_names_is_read_once(tmp_path):
+    def xid(f):
+        f.inject("xid", f.nodes[1], "gpu2", {"xid": 95}, onset=500)
+
+    with dcgmfleet.served(tmp_path, 2, xid, native_nodes=2, overlap=True) as (url, _f, end):
+        w, src = dcgmfleet.read(url, end)
+    assert src.queries == QUERIES  # both dialects found, both shadowed: nothing read twice
+    assert set(w.dialect_of.values()) == {"gpuwarden"}
+    assert [(e.node, e.gpu, e.xid) for e in w.xids if e.xid == 95] == [(1, 2, 95)]
