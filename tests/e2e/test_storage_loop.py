@@ -62,8 +62,10 @@ def stack() -> Iterator[Stack]:
                     {
                         "match": {"fault_class": "xid_fatal"},
                         # the ladder's rungs too (--check and start-up require them)
-                        "allow": ["notify", "checkpoint_restart", "requeue", "drain", "reboot",
-                                  "inspect"],  # fmt: skip
+                        "allow": [
+                            *("notify", "checkpoint_restart", "requeue"),
+                            *("drain", "reboot", "inspect"),
+                        ],
                     },
                     {"match": {}, "allow": ["notify"]},
                 ],
