@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediation import guards
+from remediation import guards, nvlink, ordering
 from remediation import storage as storage_mod
 from remediation.backends.base import Backend, BackendError
 from remediation.clock import Clock
@@ -180,6 +180,9 @@ class Engine:
         if alert.labels.get("fault_class") == storage_mod.STORAGE_CLASS:
             self._storage_alert(alert)  # shared storage: recorded, never a node action
             return None
+        if nvlink.domain_of(alert.labels):
+            self._domain_alert(alert)  # a whole NVLink domain: one incident, notify only
+            return None
         if alert.status == "resolved" and recommended == "avoid":
             self._avoid_resolved(alert)
             return None
@@ -269,6 +272,10 @@ class Engine:
         occurrence = max(occurrence, min_occurrence)
         action = self._reset_rung(alert, guards.choose_action(p, alert, occurrence), now)
         s = self._situation(alert, action, now)
+        if action in DISRUPTIVE and s.node is not None:
+            held = self._domain_held(alert, action, s.node.domains)
+            if held:
+                return None
         held_back = self._checkpoint_held_back(s) if action == "checkpoint_restart" else None
         if held_back is not None and p.checkpoint.on_storage_unhealthy == "hold":
             return self._storage_hold(alert, action, held_back)
@@ -370,6 +377,50 @@ class Engine:
             Verdict(True, "storage", why),
             evidence,
         )
+
+    def _domain_alert(self, alert: Alert) -> None:
+        """A domain-scope alert (its NVLink fabric or IMEX down) is one cluster-level
+        incident per NVLink domain, like a storage mount: opened by the first firing alert,
+        closed when no domain alert of it fires any more; its one action is a notification.
+        While it is open every disruptive action on the domain's nodes is held."""
+        dom, now = nvlink.domain_of(alert.labels), self.clock.now()
+        still = alert.status == "firing" or bool(self._domain_firing(dom) - {alert.fingerprint})
+        incident = self.journal.cluster_incident(
+            nvlink.INCIDENT_CLASS, dom, now, still, self.policy.incident_window_s
+        )
+        if incident is not None and still:
+            with self.journal.tx() as db:
+                db.execute("UPDATE incidents SET acted='notify' WHERE id=?", (incident,))
+        why = nvlink.alert_reason(alert.status, alert.labels, incident, still)
+        evidence = {"scope": "domain", "nvlink_domain": dom, "incident": incident}
+        fc = alert.labels.get("fault_class", "")[:64]
+        self._record(alert, "", fc, "notify", Verdict(True, "domain", why), evidence)
+
+    def _domain_firing(self, dom: str) -> set[str]:
+        """Fingerprints of the domain-scope alerts about ``dom`` still firing."""
+        rows = self.journal.rows(
+            "SELECT fingerprint, starts_at, status, labels FROM alerts WHERE node='' AND stale=0 "
+            "ORDER BY seq"
+        )
+        mine = (r for r in rows if nvlink.domain_of(json.loads(r["labels"] or "{}")) == dom)
+        return ordering.firing((r["fingerprint"], r["starts_at"], r["status"]) for r in mine)
+
+    def _domain_held(self, alert: Alert, action: str, domains: Any) -> bool:
+        """Hold a disruptive action on a node whose NVLink domain has an open domain
+        incident: journaled as part of it (a transient denial; a repeat after the domain
+        recovers is decided again). True when held."""
+        dom = domains.get(nvlink.DOMAIN_KIND, "")
+        incident = self.journal.open_cluster_incident(nvlink.INCIDENT_CLASS, dom) if dom else None
+        if incident is None:
+            return False
+        why = (
+            f"{action} held: NVLink domain {dom} is down (incident #{incident}); the domain is "
+            "one incident with one action, its nodes are not drained one by one"
+        )
+        evidence = {"nvlink_domain": dom, "domain_incident": incident, "held_action": action}
+        self._record(alert, alert.node, alert.labels.get("fault_class", ""), action,
+                     deny("domain", why), evidence)  # fmt: skip
+        return True
 
     def _checkpoint_held_back(self, s: guards.Situation) -> str | None:
         """Why no checkpoint may be asked of the jobs on this node now (their storage is

@@ -293,6 +293,15 @@ class Journal:
             )
             return int(row[0])
 
+    def open_cluster_incident(self, fault_class: str, subject: str) -> int | None:
+        """The id of the open cluster-level incident of ``fault_class`` about ``subject``."""
+        row = self.rows(
+            "SELECT id FROM incidents WHERE node='' AND fault_class=? AND subject=? AND closed=0 "
+            "ORDER BY id DESC LIMIT 1",
+            (fault_class, subject),
+        )
+        return int(row[0]["id"]) if row else None
+
     def close_incidents(self, db: sqlite3.Connection, node: str) -> None:
         db.execute("UPDATE incidents SET closed=1 WHERE node=? AND closed=0", (node,))
 

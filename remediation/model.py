@@ -40,6 +40,7 @@ TRANSIENT_GUARDS = frozenset(
         "budget_domain",
         "budget_job",
         "scheduler",
+        "domain",  # held while the node's NVLink domain is down (one domain incident)
         "storage",  # checkpoint held back while its storage is unhealthy (policy: hold)
     }
 )
