@@ -40,7 +40,10 @@ PASSING, FAILING = (
 )
 
 NODES = [f"gpu-node-{i:03d}" for i in range(1, 13)]
-TOPOLOGY = {n: {"leaf": f"leaf-{i // 4}"} for i, n in enumerate(NODES)}
+TOPOLOGY = {
+    n: {"leaf": f"leaf-{i // 4}", "nvlink_domain": f"cluster-0.{i // 6}"}
+    for i, n in enumerate(NODES)
+}
 FLEET_LIMIT, LEAF_LIMIT, QUIET_S, TICK_S = 4, 2, 120.0, 5.0
 POLICY = """
 dry_run: false
@@ -129,6 +132,8 @@ class Rails(RuleBasedStateMachine):
         self.resolved: list[Alert] = []  # for out-of-order replays of their firing
         self.suite = FakeSuite()
         self.seq = 0
+        self.domain_down: dict[str, Alert] = {}  # fingerprint -> firing domain alert
+        self.down_after: dict[str, int] = {}  # domain -> the last action id before it fell
         self._build()
 
     def _build(self) -> None:
@@ -236,6 +241,33 @@ class Rails(RuleBasedStateMachine):
                   "scope": "cluster", "mount": mount, "action": "notify"}  # fmt: skip
         fp = f"storage-{mount}"
         self._send(Alert(fp, "2026-01-01T00:00:00Z", "firing" if firing else "resolved", labels))
+
+    @rule(
+        dom=st.sampled_from(["cluster-0.0", "cluster-0.1"]),
+        name=st.sampled_from(["NvlinkDomainFabricDegraded", "ImexDomainDown"]),
+        firing=st.booleans(),
+    )
+    def domain_alert(self, dom: str, name: str, firing: bool) -> None:
+        """A whole NVLink domain down (scope=domain, no node label) or back."""
+        fp = f"{name}-{dom}"
+        a = self.domain_down.get(fp)
+        if firing and a is None:
+            self.seq += 1
+            labels = {"alertname": name, "scope": "domain", "nvlink_domain": dom,
+                      "fault_class": "switch", "action": "notify"}  # fmt: skip
+            a = Alert(fp, f"2026-01-01T00:00:{self.seq:02d}Z#{self.seq}", "firing", labels)
+            if not any(x.labels["nvlink_domain"] == dom for x in self.domain_down.values()):
+                last = self.journal.scalar("SELECT MAX(id) FROM actions")
+                self.down_after[dom] = int(last or 0)
+            self.domain_down[fp] = a
+        if a is None:
+            return
+        if not firing:
+            a = self.domain_down.pop(fp)
+            if not any(x.labels["nvlink_domain"] == dom for x in self.domain_down.values()):
+                self.down_after.pop(dom, None)
+            a = Alert(a.fingerprint, a.starts_at, "resolved", a.labels)
+        self._send(a)
 
     @rule(node=st.sampled_from(NODES))
     def through_probation(self, node: str) -> None:
@@ -471,6 +503,17 @@ class Rails(RuleBasedStateMachine):
             "GROUP BY incident_id HAVING n > 1"
         )
         assert not dup, dup
+
+    @invariant()
+    def no_node_of_a_down_nvlink_domain_gets_a_new_action(self) -> None:
+        for dom, last in self.down_after.items():
+            nodes = [n for n in NODES if TOPOLOGY[n]["nvlink_domain"] == dom]
+            marks = ",".join("?" * len(nodes))
+            new = self.journal.rows(
+                f"SELECT id, node, action FROM actions WHERE id>? AND node IN ({marks})",
+                (last, *nodes),
+            )
+            assert not new, f"domain {dom} is down, yet {new} were queued node by node"
 
     @invariant()
     def every_alert_is_accounted_for(self) -> None:
