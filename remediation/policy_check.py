@@ -42,6 +42,11 @@ def fallback_problems(p: Policy) -> list[str]:
                 "checkpoint.on_storage_unhealthy chooses while checkpoint storage is unhealthy "
                 f"(allow {fallback}, or choose another fallback)"
             )
+        if "reset_gpu" in allowed and "reboot" not in allowed:
+            problems.append(
+                f"rules[{i}] allows reset_gpu but not reboot, which a failed or repeated GPU "
+                "reset falls back to (allow reboot)"
+            )
         for fc, ladder in sorted(p.ladders.items()):
             if not _names_class(rule, fc) or not allowed & DISRUPTIVE & set(ladder):
                 continue

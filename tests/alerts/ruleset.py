@@ -24,6 +24,9 @@ ACTIONS = ("notify", "cordon", "drain", "requeue", "checkpoint_restart", "reboot
 # Soft actions (placement tiers, issue 26): set by a rule by name, never passed through from a
 # finding's action label (the findings selector admits only ACTIONS).
 SOFT_ACTIONS = ("avoid",)
+# The GPU-reset rung (issue 26): an XID rule may name it; usually an XID alert says reboot with
+# reset_suffices="true" (NVIDIA's resolution RESET_GPU) and remediation tries the reset first.
+RESET_ACTIONS = ("reset_gpu",)
 FAULT_CLASSES = (
     "xid_fatal",
     "xid_application_repeated",

@@ -13,6 +13,7 @@ from tests.alerts.ruleset import (
     EXTERNAL_METRICS,
     FAULT_CLASSES,
     HOLD,
+    RESET_ACTIONS,
     ROOT,
     SEVERITIES,
     SOFT_ACTIONS,
@@ -125,7 +126,7 @@ def test_an_alert_that_recommends_an_action_uses_the_vocabulary(rule: Rule) -> N
         # Passed through from an analyzer finding: the selector admits only known actions.
         assert ACTION_SELECTOR in rule.expr
     else:
-        assert action in ACTIONS or action in SOFT_ACTIONS
+        assert action in ACTIONS or action in SOFT_ACTIONS or action in RESET_ACTIONS
     assert rule.labels.get("fault_class") in FAULT_CLASSES
 
 
@@ -137,7 +138,23 @@ def test_the_action_check_rejects_an_unknown_action() -> None:
 def test_every_alert_action_is_one_remediation_knows() -> None:
     from remediation.model import ACTIONS as REMEDIATION_ACTIONS
 
-    assert set(ACTIONS) | set(SOFT_ACTIONS) <= set(REMEDIATION_ACTIONS)
+    assert set(ACTIONS) | set(SOFT_ACTIONS) | set(RESET_ACTIONS) <= set(REMEDIATION_ACTIONS)
+
+
+@pytest.mark.parametrize("rule", [r for r in ALERTS if "reset_suffices" in r.labels], ids=_id)
+def test_an_alert_saying_a_reset_suffices_names_the_gpu_and_a_rung_remediation_resets_at(
+    rule: Rule,
+) -> None:
+    """remediation swaps reboot for reset_gpu only on reset_suffices="true" with a gpu label;
+    a reset_gpu action without reset_suffices="true" would reset where NVIDIA says it is not
+    enough."""
+    value, action = rule.labels["reset_suffices"], rule.labels.get("action")
+    assert value in ("true", "false")
+    if value == "true":
+        assert "$labels.gpu" in str(rule.annotations)  # the series are per GPU
+        assert action in ("drain", "reboot", "reset_gpu")
+    else:
+        assert action != "reset_gpu"
 
 
 @pytest.mark.parametrize("name", ALERT_NAMES)

@@ -62,3 +62,17 @@ checkpoint: {on_storage_unhealthy: hold}
     )
     [problem] = policy_check.fallback_problems(p)
     assert "nvlink" in problem and "reboot" in problem
+
+
+def test_a_rule_allowing_a_gpu_reset_but_not_the_reboot_it_falls_back_to_is_rejected() -> None:
+    p = policy.loads(
+        """
+rules:
+  - match: {fault_class: xid_fatal}
+    allow: [notify, drain, reset_gpu, inspect]
+ladders: {xid_fatal: [drain]}
+checkpoint: {on_storage_unhealthy: hold}
+"""
+    )
+    [problem] = policy_check.fallback_problems(p)
+    assert "reset_gpu" in problem and "reboot" in problem
