@@ -461,12 +461,10 @@ def document(cat: dict[int, dict[str, Any]]) -> dict[str, Any]:
             {"record": nvl5_decoded_record(FATAL_WINDOW), "expr": decoded_expr(cat)},
         ]
     alerting = fatal_rules(cat) + warning_rules(cat) + nvlink5_rules(cat) + repeat_rules(cat)
-    return {
-        "groups": [
-            {"name": "gpuwarden-xid-recording", "rules": recording},
-            {"name": "gpuwarden-xid-alerts", "rules": alerting},
-        ]
-    }
+    # One group, recordings first: Prometheus evaluates a group's rules in order, so every
+    # alert reads recordings of this very evaluation; across groups it would read the previous
+    # one's or this one's depending on which group ran first (tests/alerts/test_rule_determinism).
+    return {"groups": [{"name": "gpuwarden-xid-alerts", "rules": recording + alerting}]}
 
 
 class _Dumper(yaml.SafeDumper):

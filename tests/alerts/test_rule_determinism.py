@@ -1,10 +1,9 @@
 """A given input pages the same way every run: each alert reads only recordings evaluated
 earlier in its own group (Prometheus runs groups concurrently, each on its own timer, so a
 read across groups sees the recording one evaluation late or early), and the whole promtool
-suite gives the same results with the rule files and groups in any order.
-
-xid.rules.yml is generated (alerts/generate_xid_rules.py, owned by the XID catalogue's
-generator): its groups keep their order here until that generator emits one group.
+suite gives the same results with the rule files and groups in any order. This holds for
+the generated xid.rules.yml too (alerts/generate_xid_rules.py emits one group, recordings
+first).
 """
 
 from __future__ import annotations
@@ -20,9 +19,6 @@ import yaml
 from tests.alerts.ruleset import RULE_FILES, TEST_FILES
 from tests.realcomp import require_binary
 
-GENERATED = {"xid.rules.yml"}
-
-
 def recordings() -> dict[str, tuple[str, str, int]]:
     out = {}
     for f in RULE_FILES:
@@ -36,8 +32,6 @@ def recordings() -> dict[str, tuple[str, str, int]]:
 def test_every_alert_reads_only_recordings_evaluated_before_it_in_its_own_group() -> None:
     rec, wrong = recordings(), []
     for f in RULE_FILES:
-        if f.name in GENERATED:
-            continue
         for g in yaml.safe_load(f.read_text())["groups"]:
             for i, r in enumerate(g["rules"]):
                 for name, (_, group, at) in rec.items():
@@ -48,8 +42,7 @@ def test_every_alert_reads_only_recordings_evaluated_before_it_in_its_own_group(
 
 
 def shuffled_suite(tmp: Path, seed: int) -> list[str]:
-    """Every promtool test file with its rule files and its groups in a random order (a
-    generated file's groups keep their relative order, see the module docstring)."""
+    """Every promtool test file with its rule files and its groups in a random order."""
     rnd, out = random.Random(seed), []
     for f in TEST_FILES:
         spec = yaml.safe_load(f.read_text())
@@ -58,12 +51,9 @@ def shuffled_suite(tmp: Path, seed: int) -> list[str]:
         groups = [
             (r.name, g["name"]) for r in rules for g in yaml.safe_load(r.read_text())["groups"]
         ]
-        kept = iter([g for g in groups if g[0] in GENERATED])
         rnd.shuffle(groups)
         spec["rule_files"] = [str(r) for r in rules]
-        spec["group_eval_order"] = [
-            (next(kept) if src in GENERATED else (src, g))[1] for src, g in groups
-        ]
+        spec["group_eval_order"] = [g for _, g in groups]
         (tmp / f.name).write_text(yaml.safe_dump(spec, sort_keys=False))
         out.append(str(tmp / f.name))
     return out
