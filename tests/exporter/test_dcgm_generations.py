@@ -126,7 +126,7 @@ def test_the_vendored_header_table_covers_every_catalogue_dcgm_field_and_names_i
     assert not missing, f"regenerate with fixtures/dcgm/extract_field_names.py: {missing}"
     readme = (HEADER_TSV.parent / "README.md").read_text()
     assert "b7fa31542404a9090ad0d1aabbbe592afbe234cb" in readme and "dcgm_fields.h" in readme
-    assert rows["DCGM_FI_DEV_SM_CLOCK"]["field_id"] == "1603"  # a base-unit id, not 100
+    assert rows[c.GPU_SM_CLOCK.dcgm[0].name]["field_id"] == "1603"  # a base-unit id, not 100
 
 
 @pytest.mark.parametrize("gen", LATER)
@@ -177,13 +177,13 @@ def test_units_convert_only_for_dcgms_base_unit_fields_mhz_to_hz_mj_to_j(bodies)
     energy = both(c.GPU_ENERGY)
     assert energy[1] == pytest.approx(energy[0] / 1000, abs=1)
     assert both(c.GPU_UTILIZATION) == (97, 97)  # GPU_UTIL_RATIO is field 203: still percent
-    assert _n(c.GPU_UTILIZATION, "4.10") == "DCGM_FI_DEV_GPU_UTIL_RATIO"
+    assert _n(c.GPU_UTILIZATION, "4.10").endswith("_GPU_UTIL_RATIO")
     used = both(c.GPU_MEMORY_USED)  # the framebuffer fields keep their names and MiB
-    assert used[0] == used[1] and _n(c.GPU_MEMORY_USED, "4.10") == "DCGM_FI_DEV_FB_USED"
+    assert used[0] == used[1] and _n(c.GPU_MEMORY_USED, "4.10") == c.GPU_MEMORY_USED.dcgm[0].name
     rate = both(c.GPU_PCIE_TRANSMIT_RATE)
     assert rate[0] == rate[1] == _value(bodies["4.9"], _n(c.GPU_PCIE_TRANSMIT_RATE, "4.9"))
     assert f"# HELP {_n(c.GPU_SM_CLOCK, '4.10')} SM clock frequency (in hertz).\n" in new
-    assert "# HELP DCGM_FI_DEV_GPU_UTIL_RATIO GPU utilization (in %).\n" in new
+    assert f"# HELP {_n(c.GPU_UTILIZATION, '4.10')} GPU utilization (in %).\n" in new
 
 
 def test_to_native_turns_each_generations_value_back_into_the_catalogues_unit(bodies):
