@@ -1,6 +1,7 @@
 """``--compat dcgm:<version>`` renders each dcgm-exporter naming generation: 3.x-4.8's names
-(plain ``--compat dcgm``), 4.9's base-unit renames and 4.10's ``*_BYTES_PER_SECOND``; every
-enabled field of the vendored field lists (fixtures/dcgm-exporter/) is served with its type."""
+(plain ``--compat dcgm``) and 4.9/4.10's DCGM canonical names, checked against DCGM 4.6.1's
+field header (fixtures/dcgm/dcgm-4.6.1-field-names.tsv); every enabled field of the vendored
+field lists (fixtures/dcgm-exporter/) is served with its type."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ from tests.exporter.test_dcgm_compat import _node
 from tests.realcomp import promtool
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dcgm-exporter"
+HEADER_TSV = FIXTURES.parent / "dcgm" / "dcgm-4.6.1-field-names.tsv"
+LATER = ("4.9", "4.10")
+# legacy unit (the catalogue's 4.8 help, "(in X)") -> DCGM's base unit -> factor
+CONVERSIONS = {("MHz", "hertz"): 1e6, ("mJ", "joules"): 1e-3}
 ROW = re.compile(r"^(DCGM_\w+)\s*,\s*(\w+)\s*,")
 TAGS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 LISTS = [(t, f) for t in TAGS for f in ("default-counters.csv", "dcp-metrics-included.csv")]
@@ -103,18 +108,64 @@ def _n(metric: c.MetricDef, gen: str) -> str:
     return name
 
 
-def test_4_9_renames_23_default_fields_with_the_driver_label_and_4_10_adds_the_pcie_rates():
-    default = _enabled("4.5.3-4.8.2", "default-counters.csv")
-    renamed = [f for f in default if f in gens.RENAMES["4.9"] or f in gens.OMITTED["4.9"]]
-    assert len(renamed) + 1 == 23  # + the driver label, renamed too
-    assert gens.DRIVER_LABEL["4.9"] != c.DCGM_DRIVER_LABEL
-    pcie = (c.GPU_PCIE_TRANSMIT_RATE, c.GPU_PCIE_RECEIVE_RATE)
-    assert set(gens.RENAMES["4.10"]) - set(gens.RENAMES["4.9"]) == {m.dcgm[0].name for m in pcie}
-    assert all(_n(m, "4.10").endswith("_BYTES_PER_SECOND") and _n(m, "4.9") == m.dcgm[0].name
-               for m in pcie)  # fmt: skip
+def _header() -> dict[str, dict[str, str]]:
+    lines = HEADER_TSV.read_text().splitlines()
+    cols = lines[0].split("\t")
+    return {r[0]: dict(zip(cols, r, strict=True)) for r in (ln.split("\t") for ln in lines[1:])}
 
 
-def test_units_convert_per_generation_mhz_to_hz_percent_to_ratio_mib_to_bytes_mj_to_j(bodies):
+def _legacy_unit(field: str) -> str:
+    f = c.dcgm_fields()[field]
+    return f.help.split("(in ")[1].split(")")[0] if "(in " in f.help else ""
+
+
+def test_the_vendored_header_table_covers_every_catalogue_dcgm_field_and_names_its_source():
+    rows = _header()
+    missing = [f for f in [*c.dcgm_fields(), c.DCGM_LAST_XID.name, c.DCGM_DRIVER_LABEL]
+               if f not in rows]  # fmt: skip
+    assert not missing, f"regenerate with fixtures/dcgm/extract_field_names.py: {missing}"
+    readme = (HEADER_TSV.parent / "README.md").read_text()
+    assert "b7fa31542404a9090ad0d1aabbbe592afbe234cb" in readme and "dcgm_fields.h" in readme
+    assert rows[c.GPU_SM_CLOCK.dcgm[0].name]["field_id"] == "1603"  # a base-unit id, not 100
+
+
+@pytest.mark.parametrize("gen", LATER)
+def test_each_later_generation_names_every_field_as_dcgms_header_does(gen):
+    rows = _header()
+    wrong = {
+        old: (gens.name_in(gen, old), row["canonical_name"])
+        for old, row in rows.items()
+        if old in c.dcgm_fields() or old == c.DCGM_LAST_XID.name
+        if gens.name_in(gen, old) != row["canonical_name"]
+    }
+    assert not wrong, f"{gen}: (table, DCGM 4.6.1) {wrong}"
+    assert gens.DRIVER_LABEL[gen] == rows[c.DCGM_DRIVER_LABEL]["canonical_name"]
+    canonical = {r["canonical_name"] for r in rows.values()}
+    assert all(r.name in canonical for r in gens.RENAMES[gen].values())
+    assert all(n in canonical for n in gens.OMITTED[gen].values())
+
+
+@pytest.mark.parametrize("gen", LATER)
+def test_each_later_generation_scales_a_field_only_where_dcgm_gave_it_a_new_unit_id(gen):
+    rows = _header()
+    for old, r in gens.RENAMES[gen].items():
+        row = rows[old]
+        if row["field_id"] == row["legacy_field_id"]:  # an alias: the same field, same value
+            assert r.factor == 1.0 and r.unit in ("", row["unit"]), old
+        else:  # a base-unit field: the header's unit, converted from 4.8's
+            assert r.unit == row["unit"], (old, r.unit, row["unit"])
+            assert r.factor == CONVERSIONS[(_legacy_unit(old), row["unit"])], old
+
+
+def test_4_10_has_no_rename_of_its_own_and_keeps_dcgms_pcie_byte_names():
+    assert gens.RENAMES["4.10"] == gens.RENAMES["4.9"]
+    assert gens.DRIVER_LABEL["4.10"] == gens.DRIVER_LABEL["4.9"] != c.DCGM_DRIVER_LABEL
+    for m in (c.GPU_PCIE_TRANSMIT_RATE, c.GPU_PCIE_RECEIVE_RATE):
+        assert _n(m, "4.10") == m.dcgm[0].name == _header()[m.dcgm[0].name]["canonical_name"]
+    assert not any(r.name.endswith("_PER_SECOND") for r in gens.RENAMES["4.10"].values())
+
+
+def test_units_convert_only_for_dcgms_base_unit_fields_mhz_to_hz_mj_to_j(bodies):
     old, new = bodies["4.8"], bodies["4.10"]
 
     def both(m: c.MetricDef) -> tuple[float, float]:
@@ -123,15 +174,16 @@ def test_units_convert_per_generation_mhz_to_hz_percent_to_ratio_mib_to_bytes_mj
     assert both(c.GPU_SM_CLOCK) == (1755, 1_755_000_000) and _n(c.GPU_SM_CLOCK, "4.10").endswith(
         "_HERTZ"
     )
-    util = both(c.GPU_UTILIZATION)
-    assert util[0] == 97 and util[1] == pytest.approx(0.97)
-    used = both(c.GPU_MEMORY_USED)
-    assert used[1] == used[0] * 1024 * 1024 and _n(c.GPU_MEMORY_USED, "4.10").endswith("_BYTES")
     energy = both(c.GPU_ENERGY)
     assert energy[1] == pytest.approx(energy[0] / 1000, abs=1)
+    assert both(c.GPU_UTILIZATION) == (97, 97)  # GPU_UTIL_RATIO is field 203: still percent
+    assert _n(c.GPU_UTILIZATION, "4.10").endswith("_GPU_UTIL_RATIO")
+    used = both(c.GPU_MEMORY_USED)  # the framebuffer fields keep their names and MiB
+    assert used[0] == used[1] and _n(c.GPU_MEMORY_USED, "4.10") == c.GPU_MEMORY_USED.dcgm[0].name
     rate = both(c.GPU_PCIE_TRANSMIT_RATE)
     assert rate[0] == rate[1] == _value(bodies["4.9"], _n(c.GPU_PCIE_TRANSMIT_RATE, "4.9"))
     assert f"# HELP {_n(c.GPU_SM_CLOCK, '4.10')} SM clock frequency (in hertz).\n" in new
+    assert f"# HELP {_n(c.GPU_UTILIZATION, '4.10')} GPU utilization (in %).\n" in new
 
 
 def test_to_native_turns_each_generations_value_back_into_the_catalogues_unit(bodies):
