@@ -17,7 +17,8 @@ import numpy as np
 from analyzer.sources.build import _GPU_FAMILY_AXES, _IB_COUNTER_FAMILIES, NVLINKS, node_models
 from analyzer.sources.counters import counter_increases, node_presence
 from analyzer.sources.dialects import DCGM, NATIVE
-from analyzer.sources.dialects.dcgm import last_xid_events, vanished_as_lost
+from analyzer.sources.dialects.dcgm import generation_of_query, last_xid_events, vanished_as_lost
+from analyzer.sources.dialects.generations import GENERATIONS
 from analyzer.sources.matrix import SeriesMatrix
 from analyzer.sources.queries import Query
 from analyzer.window import Window, XidEvent
@@ -84,6 +85,7 @@ def assemble(
     models: dict[int, list[str]] = {}
     native = _native_nodes(items, node_cols)
     dialect_of: dict[int, str] = {}
+    generation_of: dict[int, str] = {}  # dcgm nodes: the naming generation they answered in
     read_in_dialect: dict[str, np.ndarray] = {}  # per family: the nodes a dialect served it on
     for q, m in items:
         if not len(m):
@@ -105,6 +107,12 @@ def assemble(
         if q.dialect and q.metric in (catalog.GPU_UP, catalog.IB_PORT_STATE):
             for i in np.unique(n_ix):
                 dialect_of[int(i)] = _join(dialect_of.get(int(i), ""), q.dialect)
+                if q.dialect == DCGM:
+                    # a node upgraded within the window: its newest names
+                    gens = (generation_of.get(int(i), ""), generation_of_query(q))
+                    generation_of[int(i)] = max(
+                        gens, key=lambda g: GENERATIONS.index(g) if g else -1
+                    )
         if q.metric is catalog.GPU_INFO:
             seen = ~np.isnan(m.vals).all(axis=1)
             for i, name in zip(n_ix[seen], _col(m, q, "name")[seen], strict=True):
@@ -158,6 +166,7 @@ def assemble(
         missing=missing,
         mounts=mounts,
         dialect_of=_dialects(dialect_of, native["gpu"], nodes),
+        dcgm_generation_of=generation_of,
     )
 
 

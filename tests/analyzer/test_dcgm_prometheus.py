@@ -85,7 +85,10 @@ def test_coverage_on_the_command_line_prints_each_node_group(mixed, capsys):
     url, _fleet, end = mixed
     assert cli_main(["--prometheus", url, "--coverage", "--at", str(end + 5)]) == 0
     out = capsys.readouterr().out
-    assert "== dcgm-exporter+node_exporter: 2 node(s) (gpu-node-003, gpu-node-004)" in out
+    assert (
+        "== dcgm-exporter+node_exporter [dcgm-exporter naming 4.8]: 2 node(s)"
+        " (gpu-node-003, gpu-node-004)"
+    ) in out
     assert "== gpuwarden: 2 node(s) (gpu-node-001, gpu-node-002)" in out
     f = c.GPU_SM_ACTIVE.dcgm[0]
     assert f"{f.name}, gauge, {f.help}" in out
@@ -147,6 +150,8 @@ def test_nodes_in_each_dcgm_naming_generation_read_as_the_same_native_values_and
     assert "DCGM_FI_DEV_XID_ERROR" in src.found.names
     assert w.nodes == tuple(fleet.nodes)
     assert set(w.dialect_of.values()) == {"dcgm-exporter+node_exporter"}
+    # per node, the generation its names belong to (4.10 names its defaults as 4.9 does)
+    assert w.dcgm_generation_of == {0: "4.8", 1: "4.9", 2: "4.9"}
     frame = last[0]
     # the truth in gpuwarden's native units; 4.8 prints whole MHz and whole percent
     for metric, rtol, atol in ((c.GPU_SM_CLOCK, 1e-3, 0.0), (c.GPU_UTILIZATION, 0.0, 0.006),

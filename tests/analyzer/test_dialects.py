@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -299,6 +300,22 @@ def test_coverage_names_the_csv_lines_that_would_enable_what_a_dcgm_group_cannot
     assert any("not to a link" in n for n in by["nvlink"]["notes"])
     text = coverage.text(rep)
     assert "== dcgm-exporter: 1 node(s) (a)" in text and "== gpuwarden: 1 node(s) (b)" in text
+
+
+def test_coverage_names_each_groups_dcgm_generation_and_its_csv_lines_in_that_generations_names():
+    w = _window(DCGM)
+    rep = coverage.report(replace(w, dcgm_generation_of={0: "4.9"}))
+    dc = next(g for g in rep["groups"] if g["dialect"] == DCGM)
+    assert dc["dcgm_generations"] == ["4.9"]
+    peer = next(d for d in dc["detectors"] if d["detector"] == "peer")
+    enable = "\n".join(x["enable"] for x in peer["cannot"])
+    assert "DCGM_FI_DEV_BOARD_POWER_WATTS, gauge" in enable  # 4.9's name for the power field
+    assert "DCGM_FI_DEV_POWER_USAGE" not in enable
+    assert "[dcgm-exporter naming 4.9]: 1 node(s) (a)" in coverage.text(rep)
+    legacy = coverage.report(replace(w, dcgm_generation_of={0: "4.8"}))
+    assert "DCGM_FI_DEV_POWER_USAGE, gauge" in "\n".join(
+        x["enable"] for g in legacy["groups"] for d in g["detectors"] for x in d["cannot"]
+    )
 
 
 def test_a_finding_from_a_reduced_signal_says_so():

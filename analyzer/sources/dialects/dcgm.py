@@ -32,12 +32,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analyzer.sources.dialects import DCGM
-from analyzer.sources.dialects.generations import GENERATIONS, names_of, names_of_field
+from analyzer.sources.dialects.generations import (
+    GENERATIONS,
+    generation_of,
+    names_of,
+    names_of_field,
+)
 from analyzer.sources.dialects.identity import IDENTITY_LABELS, NodeMap, raw_identity
 from analyzer.sources.queries import QUERIES, Query
 from analyzer.window import XidEvent
-from exporter import catalog
-from exporter import catalog_dcgm
+from exporter import catalog, catalog_dcgm
 
 # families dcgm can only show per GPU, and what that costs a finding
 REDUCED: Mapping[str, str] = {
@@ -153,6 +157,11 @@ def presence_names(present: frozenset[str] | None = None) -> tuple[str, ...]:
         if at and at[0] not in out:
             out.append(at[0])
     return tuple(out) or (catalog.DCGM_PRESENCE_FIELDS[0],)
+
+
+def generation_of_query(q: Query) -> str:
+    """The naming generation of the dcgm name a dialect query reads."""
+    return generation_of(re.split(r"[\s{]", q.source, maxsplit=1)[0])
 
 
 def field_of(q: Query) -> catalog.DcgmField | None:

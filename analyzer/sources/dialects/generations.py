@@ -50,9 +50,9 @@ def _generation_of() -> dict[str, str]:
     for gen in GENERATIONS:
         for name in gens.to_native(gen):
             out.setdefault(name, gen)
-        for name in (gens.name_in(gen, x) for x in catalog.DCGM_PRESENCE_FIELDS):
-            if name:
-                out.setdefault(name, gen)
+        for x in catalog.DCGM_PRESENCE_FIELDS:
+            if (renamed := gens.name_in(gen, x)) is not None:
+                out.setdefault(renamed, gen)
     return out
 
 
