@@ -22,6 +22,7 @@ from analyzer.sources.dialects.generations import GENERATIONS
 from analyzer.sources.matrix import SeriesMatrix
 from analyzer.sources.queries import Query
 from analyzer.window import Window, XidEvent
+from common import fabric as fabric_mod
 from exporter import catalog
 
 
@@ -61,7 +62,8 @@ def assemble(
     missing: tuple[str, ...] = (),
 ) -> Window:
     T = len(grid)
-    node_cols = {q.name: _col(m, q, "node") for q, m in items if "node" in q.labels}
+    # identity reads (q.every: the NVLink domains) name nodes but do not make them
+    node_cols = {q.name: _col(m, q, "node") for q, m in items if "node" in q.labels and not q.every}
     nodes = tuple(sorted(set().union(*[set(c.tolist()) for c in node_cols.values()])))
     port_cols = {
         q.name: np.char.add(np.char.add(_col(m, q, "device"), "/"), _col(m, q, "port"))
@@ -87,8 +89,12 @@ def assemble(
     dialect_of: dict[int, str] = {}
     generation_of: dict[int, str] = {}  # dcgm nodes: the naming generation they answered in
     read_in_dialect: dict[str, np.ndarray] = {}  # per family: the nodes a dialect served it on
+    fabric: list[tuple[str, str, str]] = []  # (node, cluster UUID, clique id) per GPU
     for q, m in items:
         if not len(m):
+            continue
+        if q.metric is catalog.GPU_FABRIC_INFO:
+            fabric += _fabric_votes(q, m)
             continue
         node_col, gpu_col, port_col = node_cols[q.name], gpu_cols.get(q.name), port_cols.get(q.name)
         if q.dialect:  # a node gpuwarden's exporter serves is read in gpuwarden's names only
@@ -167,7 +173,27 @@ def assemble(
         mounts=mounts,
         dialect_of=_dialects(dialect_of, native["gpu"], nodes),
         dcgm_generation_of=generation_of,
+        nvlink_domain_of=_domains_of(fabric, nodes),
     )
+
+
+def _fabric_votes(q: Query, m: SeriesMatrix) -> list[tuple[str, str, str]]:
+    """Per GPU, the NVLink domain its fabric info names: each row (node, cluster UUID,
+    clique id) as many times as GPUs named it (the identity read's ``count by``)."""
+    out = []
+    counts = np.nan_to_num(np.nanmax(np.where(np.isnan(m.vals), -1.0, m.vals), axis=1), nan=1.0)
+    for node, cluster, clique, n in zip(_col(m, q, "node"), _col(m, q, "cluster_uuid"),
+                                        _col(m, q, "clique_id"), counts, strict=True):  # fmt: skip
+        out += [(str(node), str(cluster), str(clique))] * max(int(n), 1)
+    return out
+
+
+def _domains_of(fabric: Sequence[tuple[str, str, str]], nodes: Sequence[str]) -> dict[int, str]:
+    """Window node index -> NVLink domain from the GPUs' fabric info (the majority per node;
+    node labels or the inventory come after, only for nodes the fabric does not place)."""
+    ix = {n: i for i, n in enumerate(nodes)}
+    got = fabric_mod.nvlink_domains(fabric_mod.domains_from_fabric(fabric), {})
+    return {ix[n]: d for n, d in got.items() if n in ix}
 
 
 def _dialects(found: Mapping[int, str], native_gpu: set[str], nodes: Sequence[str]
