@@ -83,7 +83,7 @@ class Inventory:
                 leaf[i] = inv.leaf
             if inv.power_limit_w is not None:
                 cap[i] = inv.power_limit_w
-            if inv.nvlink_domain:
+            if inv.nvlink_domain and i not in w.nvlink_domain_of:  # the GPUs' fabric info first
                 nvl[i] = inv.nvlink_domain
         return replace(w, sku=tuple(sku), hca=tuple(hca), rack_of=rack, leaf_of=leaf,
                        power_cap_w=cap, port_leaf=port_leaf, nvlink_domain_of=nvl)  # fmt: skip

@@ -66,6 +66,9 @@ class Window:
     # per node: the dialect its series were read in ("gpuwarden", "dcgm-exporter",
     # "dcgm-exporter+node_exporter", ...: analyzer.sources.dialects); empty: all gpuwarden
     dialect_of: Mapping[int, str] = field(default_factory=dict)
+    # per dcgm-exporter node: the naming generation its names belong to ("4.8", "4.9": 4.9
+    # and 4.10 name the default fields alike; exporter.catalog_dcgm)
+    dcgm_generation_of: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def now(self) -> float:

@@ -24,6 +24,7 @@ from analyzer.window import (
     Window,
     XidEvent,
 )
+from common import fabric
 from exporter import catalog, catalog_specs
 
 NVLINKS = 18
@@ -35,6 +36,7 @@ _GPU_FAMILY_AXES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     catalog.GPU_THROTTLE.name: (("reason", THROTTLE_REASONS),),
     catalog.GPU_REMAPPED_ROWS.name: (("kind", REMAP_KINDS),),
     catalog.NVLINK_ERRORS.name: (("error_type", catalog.NVLINK_ERROR_TYPES),),
+    catalog.GPU_FABRIC_HEALTH.name: (("check", catalog.FABRIC_HEALTH_CHECKS),),
 }
 _IB_COUNTER_FAMILIES = (catalog.IB_COUNTER.name, catalog.IB_HW_COUNTER.name)
 
@@ -74,6 +76,9 @@ def build_window(
 ) -> Window:
     rep = report if report is not None else BuildReport()
     items = [s for s in series if s.labels.get("node")]
+    # the GPUs' fabric info (cluster UUID + clique id, now): the nodes' NVLink domains
+    info = [s for s in items if s.name == catalog.GPU_FABRIC_INFO.name]
+    items = [s for s in items if s.name != catalog.GPU_FABRIC_INFO.name]
     nodes = tuple(sorted({s.labels["node"] for s in items}))
     T = len(grid)
     if not nodes or T == 0:
@@ -171,7 +176,18 @@ def build_window(
         gpus=gpus,
         step=step,
         mounts=mounts,
+        nvlink_domain_of=_nvlink_domains(info, node_ix, T),
     )
+
+
+def _nvlink_domains(info: Iterable[RawSeries], node_ix: Mapping[str, int], T: int
+                    ) -> dict[int, str]:  # fmt: skip
+    """Node index -> NVLink domain, from the fabric info series present in the last round
+    (:func:`common.fabric.nvlink_domains`: the fabric's view; labels come after)."""
+    gpus = [(s.labels["node"], s.labels.get("cluster_uuid", ""), s.labels.get("clique_id", ""))
+            for s in info if len(s.index) and s.index[-1] == T - 1]  # fmt: skip
+    got = fabric.nvlink_domains(fabric.domains_from_fabric(gpus), {})
+    return {node_ix[n]: d for n, d in got.items() if n in node_ix}
 
 
 def node_models(names: Mapping[int, list[str]], n: int) -> tuple[str, ...]:
@@ -266,5 +282,7 @@ QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.IB_HW_COUNTER,
     catalog.STORAGE_PROBE_UP,
     catalog.STORAGE_PROBE_DURATION,
+    catalog.GPU_FABRIC_HEALTH,
+    catalog.GPU_FABRIC_INFO,
 )
 QUERIED_NAMES = frozenset(m.name for m in QUERIED)

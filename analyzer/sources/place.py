@@ -17,10 +17,12 @@ import numpy as np
 from analyzer.sources.build import _GPU_FAMILY_AXES, _IB_COUNTER_FAMILIES, NVLINKS, node_models
 from analyzer.sources.counters import counter_increases, node_presence
 from analyzer.sources.dialects import DCGM, NATIVE
-from analyzer.sources.dialects.dcgm import last_xid_events, vanished_as_lost
+from analyzer.sources.dialects.dcgm import generation_of_query, last_xid_events, vanished_as_lost
+from analyzer.sources.dialects.generations import GENERATIONS
 from analyzer.sources.matrix import SeriesMatrix
 from analyzer.sources.queries import Query
 from analyzer.window import Window, XidEvent
+from common import fabric as fabric_mod
 from exporter import catalog
 
 
@@ -60,7 +62,8 @@ def assemble(
     missing: tuple[str, ...] = (),
 ) -> Window:
     T = len(grid)
-    node_cols = {q.name: _col(m, q, "node") for q, m in items if "node" in q.labels}
+    # identity reads (q.every: the NVLink domains) name nodes but do not make them
+    node_cols = {q.name: _col(m, q, "node") for q, m in items if "node" in q.labels and not q.every}
     nodes = tuple(sorted(set().union(*[set(c.tolist()) for c in node_cols.values()])))
     port_cols = {
         q.name: np.char.add(np.char.add(_col(m, q, "device"), "/"), _col(m, q, "port"))
@@ -84,9 +87,14 @@ def assemble(
     models: dict[int, list[str]] = {}
     native = _native_nodes(items, node_cols)
     dialect_of: dict[int, str] = {}
+    generation_of: dict[int, str] = {}  # dcgm nodes: the naming generation they answered in
     read_in_dialect: dict[str, np.ndarray] = {}  # per family: the nodes a dialect served it on
+    fabric: list[tuple[str, str, str]] = []  # (node, cluster UUID, clique id) per GPU
     for q, m in items:
         if not len(m):
+            continue
+        if q.metric is catalog.GPU_FABRIC_INFO:
+            fabric += _fabric_votes(q, m)
             continue
         node_col, gpu_col, port_col = node_cols[q.name], gpu_cols.get(q.name), port_cols.get(q.name)
         if q.dialect:  # a node gpuwarden's exporter serves is read in gpuwarden's names only
@@ -105,6 +113,12 @@ def assemble(
         if q.dialect and q.metric in (catalog.GPU_UP, catalog.IB_PORT_STATE):
             for i in np.unique(n_ix):
                 dialect_of[int(i)] = _join(dialect_of.get(int(i), ""), q.dialect)
+                if q.dialect == DCGM:
+                    # a node upgraded within the window: its newest names
+                    gens = (generation_of.get(int(i), ""), generation_of_query(q))
+                    generation_of[int(i)] = max(
+                        gens, key=lambda g: GENERATIONS.index(g) if g else -1
+                    )
         if q.metric is catalog.GPU_INFO:
             seen = ~np.isnan(m.vals).all(axis=1)
             for i, name in zip(n_ix[seen], _col(m, q, "name")[seen], strict=True):
@@ -158,7 +172,28 @@ def assemble(
         missing=missing,
         mounts=mounts,
         dialect_of=_dialects(dialect_of, native["gpu"], nodes),
+        dcgm_generation_of=generation_of,
+        nvlink_domain_of=_domains_of(fabric, nodes),
     )
+
+
+def _fabric_votes(q: Query, m: SeriesMatrix) -> list[tuple[str, str, str]]:
+    """Per GPU, the NVLink domain its fabric info names: each row (node, cluster UUID,
+    clique id) as many times as GPUs named it (the identity read's ``count by``)."""
+    out = []
+    counts = np.nan_to_num(np.nanmax(np.where(np.isnan(m.vals), -1.0, m.vals), axis=1), nan=1.0)
+    for node, cluster, clique, n in zip(_col(m, q, "node"), _col(m, q, "cluster_uuid"),
+                                        _col(m, q, "clique_id"), counts, strict=True):  # fmt: skip
+        out += [(str(node), str(cluster), str(clique))] * max(int(n), 1)
+    return out
+
+
+def _domains_of(fabric: Sequence[tuple[str, str, str]], nodes: Sequence[str]) -> dict[int, str]:
+    """Window node index -> NVLink domain from the GPUs' fabric info (the majority per node;
+    node labels or the inventory come after, only for nodes the fabric does not place)."""
+    ix = {n: i for i, n in enumerate(nodes)}
+    got = fabric_mod.nvlink_domains(fabric_mod.domains_from_fabric(fabric), {})
+    return {ix[n]: d for n, d in got.items() if n in ix}
 
 
 def _dialects(found: Mapping[int, str], native_gpu: set[str], nodes: Sequence[str]

@@ -177,7 +177,18 @@ class PrometheusSource:
         cold = behind >= self.span
         # the grid points after the last one read (and `overlap` already read ones again)
         first = 0 if cold else max(self.T - round(behind / self.step) - self.overlap, 0)
-        if q.gate is not None:
+        if q.every:
+            if cold or m.end is None or end - m.end >= q.every - self.step / 2:
+                got = await self._instant(q, q.identity_expr(), end)
+                m.keep_only(set())
+                rows = m.rows(_keys(q.labels, got.labels))
+                votes = np.ones(len(rows))
+                votes[got.series_of_samples()] = got.values
+                m.vals[:, :] = np.nan
+                m.vals[rows, -1] = votes
+            else:
+                return  # the rows hold until the next identity read (m.end: that read's time)
+        elif q.gate is not None:
             await self._gated(q, m, start, end, cold, first)
         elif q.moved_only and q.dialect:
             if cold:

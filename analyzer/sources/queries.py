@@ -89,12 +89,19 @@ class Query:
     by: tuple[str, ...] = ()
     divide: float = 1.0
     relabel: Relabel | None = None
+    # an info series read for its labels only (identity that changes rarely, e.g. a GPU's
+    # NVLink domain): one instant query at the window's end, ``count by`` the kept labels (the
+    # value: how many series name that row), at a cold start and then every ``every`` seconds;
+    # the rows hold between reads. 0: a range read every cycle like any other family.
+    every: float = 0.0
 
     def __post_init__(self) -> None:
         if self.moved_shards not in (1, 2, 5, 10):
             raise ValueError(f"{self.name}: moved_shards must be 1, 2, 5 or 10")
         if self.dialect and (self.gate is not None or not self.source):
             raise ValueError(f"{self.name}: a dialect query reads its source, without a gate")
+        if self.every and (self.every < 0 or self.moved_only or self.gate or self.dialect):
+            raise ValueError(f"{self.name}: an identity read is a plain native info series")
 
     def shard_matcher(self, cycle: int) -> str:
         """GPUs whose index ends in a digit of this cycle's shard (all when unsharded)."""
@@ -127,6 +134,10 @@ class Query:
         if self.source.endswith("}"):
             return f"{self.source[:-1]},{extra}}}"
         return f"{self.source}{{{extra}}}"
+
+    def identity_expr(self) -> str:
+        """The instant read of an identity query: its rows and how many series name each."""
+        return f"count by ({','.join(self.labels)}) ({self.selector()})"
 
     def expr(self, extra: str = "") -> str:
         """The PromQL for a range read (of a moved-only query: of the series chosen by
@@ -197,6 +208,17 @@ QUERIES: tuple[Query, ...] = (
     # the error counters of every port (9 per port): through the exporter's per-port sum
     Query(c.IB_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True, gate=_IB_GATE),
     Query(c.IB_HW_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True, gate=_IB_GATE),
+    # NVLink fabric (NVL72, HGX with NVSwitch): the health bits per GPU, only those set
+    # (a healthy fabric costs nothing), for analyzer.detectors.fabric; and each node's NVLink
+    # domain (cluster UUID + clique id) from its GPUs' fabric info, an identity read every
+    # 5 min, per node and domain (not per GPU): Window.nvlink_domain_of
+    Query(c.GPU_FABRIC_HEALTH, keep=("node", "gpu", "check"), absent_means=0.0),
+    Query(
+        c.GPU_FABRIC_INFO,
+        keep=("node", "cluster_uuid", "clique_id"),
+        matchers='cluster_uuid!=""',
+        every=300.0,
+    ),
     # checkpoint storage, per (node, mount): analyzer.detectors.storage
     Query(c.STORAGE_PROBE_UP, keep=("node", "mount")),
     Query(c.STORAGE_PROBE_DURATION, keep=("node", "mount"), matchers='op="fsync"'),

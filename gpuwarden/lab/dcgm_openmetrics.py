@@ -36,6 +36,7 @@ import numpy as np
 
 from analyzer.sources.queries import QUERIES
 from exporter import catalog as c
+from exporter import catalog_dcgm
 from gpuwarden.lab.openmetrics import _AXES
 
 DRIVER = "550.90.07"
@@ -90,6 +91,7 @@ class DcgmScrapeRecorder:
         collect: float = 30.0,
         hostname_label: str = "Hostname",
         clock_events: bool = False,
+        generation: str = catalog_dcgm.DEFAULT,
     ) -> None:
         lo, hi = part or (0, len(nodes))
         self.rows = slice(lo, hi)
@@ -104,6 +106,9 @@ class DcgmScrapeRecorder:
         self._tick = -1  # the collect interval the held values are from
         self._last_xid: dict[tuple[int, int], int] = {}
         self.clock_events = clock_events
+        # dcgm-exporter's naming generation (exporter.catalog_dcgm, as --compat dcgm:<gen>)
+        self.generation = generation
+        self._renames = catalog_dcgm.RENAMES[generation]
         self._events: deque[tuple[float, np.ndarray]] = deque()  # (t, reasons held) per step
         self.samples = 0
         self.steps = 0
@@ -112,7 +117,7 @@ class DcgmScrapeRecorder:
         node = self.nodes[n]
         lab = (f'gpu="{g}",UUID="{self.uuid(node, g)}",device="nvidia{g}",'
                f'modelName="{self.gpu_names[n]}",{self.host}="{node}",'
-               f'{c.DCGM_DRIVER_LABEL}="{DRIVER}",instance="{node}:9400",job="dcgm-exporter"')  # fmt: skip
+               f'{catalog_dcgm.DRIVER_LABEL[self.generation]}="{DRIVER}",instance="{node}:9400",job="dcgm-exporter"')  # fmt: skip
         return lab + (f',hpc_job="{job}"' if job else "")
 
     def push(
@@ -138,12 +143,17 @@ class DcgmScrapeRecorder:
                 continue
             if fresh or f.name not in self._held:
                 self._held[f.name] = field_values(metric, f, np.asarray(a[rows], dtype=float))
-            v = self._held[f.name]
-            self._types[f.name] = f.type
-            fmt = "{:.0f}" if f.integer else "{:.6g}"
-            out = [f"{f.name}{{{labels[n][g]}}} {fmt.format(v[n, g])}{ts}"
+            name = catalog_dcgm.name_in(self.generation, f.name)
+            if name is None:
+                continue
+            r = self._renames.get(f.name)
+            v = self._held[f.name] * (r.factor if r else 1.0)
+            self._types[name] = f.type
+            integer = f.integer if r is None or r.integer is None else r.integer
+            fmt = "{:.0f}" if integer else "{:.6g}"
+            out = [f"{name}{{{labels[n][g]}}} {fmt.format(v[n, g])}{ts}"
                    for n, g in zip(*np.nonzero(gpu_ok & ~np.isnan(v)), strict=True)]  # fmt: skip
-            self._emit(f.name, out)
+            self._emit(name, out)
         self._xids(frame, lo, N, G, gpu_ok, labels, ts)
         if self.clock_events:
             self._clock_events(frame, rows, gpu_ok, labels, ts)
@@ -158,7 +168,7 @@ class DcgmScrapeRecorder:
         for n, g, x in hits:
             if lo <= int(n) < lo + N:
                 self._last_xid[(int(n) - lo, int(g))] = int(x)
-        name = c.DCGM_LAST_XID.name
+        name = catalog_dcgm.name_in(self.generation, c.DCGM_LAST_XID.name) or c.DCGM_LAST_XID.name
         self._types[name] = "gauge"
         out = []
         for n in range(N):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,31 +33,44 @@ def epoch() -> float:
 
 @contextmanager
 def served(tmp: Path, nodes: int, faults: Callable[[Fleet], None], native_nodes: int = 0,
-           overlap: bool = False, **dcgm_kw: Any) -> Iterator[tuple[str, Fleet, float]]:  # fmt: skip
+           overlap: bool = False, generations: Sequence[str] = (), last: list[Any] | None = None,
+           **dcgm_kw: Any) -> Iterator[tuple[str, Fleet, float]]:  # fmt: skip
     """Simulate ``nodes`` for HORIZON seconds with ``faults`` injected; the first
     ``native_nodes`` are recorded as gpuwarden's exporter serves them, the rest as dcgm-exporter
     + node_exporter (``overlap``: every node as dcgm-exporter + node_exporter too, as a
-    gpuwarden fleet with ``--compat dcgm`` and node_exporter serves it); yields (Prometheus
-    URL, fleet, Unix time of the last scrape)."""
+    gpuwarden fleet with ``--compat dcgm`` and node_exporter serves it); ``generations``: one
+    dcgm-exporter naming generation per dcgm node (exporter.catalog_dcgm, as the exporter's
+    ``--compat dcgm:<gen>`` names them; default 4.8 for all); ``last`` gets the last frame;
+    yields (Prometheus URL, fleet, Unix time of the last scrape)."""
     require_binary("promtool")
     require_binary("prometheus")
     fleet = Fleet(nodes, seed=3)
     faults(fleet)
     names = [SKUS[k].name for k in fleet.sku_of]
     t0 = epoch()
-    dcgm = DcgmScrapeRecorder(fleet.nodes, gpu_uuid, names, t0, tmp,
-                              part=(0 if overlap else native_nodes, nodes), **dcgm_kw)  # fmt: skip
+    lo = 0 if overlap else native_nodes
+    if generations:
+        assert len(generations) == nodes - lo, "one generation per dcgm node"
+        parts = [((lo + i, lo + i + 1), g) for i, g in enumerate(generations)]
+    else:
+        parts = [((lo, nodes), "4.8")]
+    recorders = [DcgmScrapeRecorder(fleet.nodes, gpu_uuid, names, t0, tmp, part=part,
+                                    generation=gen, **dcgm_kw) for part, gen in parts]  # fmt: skip
     native = ScrapeRecorder(fleet.nodes, gpu_uuid, names, t0, tmp, part=(0, native_nodes))
     t = 0.0
     while t <= HORIZON + 1e-9:
         frame = fleet.step(t)
         jobs = fleet.jobs_at(t)
-        dcgm.push(frame, jobs)
+        for dcgm in recorders:
+            dcgm.push(frame, jobs)
+        if last is not None:
+            last[:] = [frame]
         if native_nodes:
             native.push(frame, jobs)
         t += STEP
     data = tmp / "tsdb"
-    for name, rec in (("dcgm", dcgm), ("native", native)):
+    recs = [(f"dcgm{i}", r) for i, r in enumerate(recorders)] + [("native", native)]
+    for name, rec in recs:
         if name == "native" and not native_nodes:
             continue
         om = rec.write(tmp / f"{name}.om")

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 Labels = tuple[tuple[str, str], ...]
 
 _SEL = re.compile(r"(\w+)(?:\{(.*?)\})?")
-_MATCH = re.compile(r'(\w+)(=~|=)"((?:[^"\\]|\\.)*)"')
+_MATCH = re.compile(r'(\w+)(=~|!=|=)"((?:[^"\\]|\\.)*)"')
 
 
 class FakeProm:
@@ -37,7 +37,9 @@ class FakeProm:
         for (n, labels), samples in self.data.items():
             d = dict(labels)
             if n == name and all(
-                re.fullmatch(v.replace("\\\\", "\\"), d.get(k, "")) if op == "=~" else d.get(k) == v
+                re.fullmatch(v.replace("\\\\", "\\"), d.get(k, ""))
+                if op == "=~"
+                else (d.get(k, "") != v if op == "!=" else d.get(k) == v)
                 for k, op, v in matchers
             ):
                 out.append((labels, samples))
@@ -90,6 +92,14 @@ class FakeProm:
                 if op.startswith(" !="):
                     return {k: v for k, v in va.items() if k in vb and vb[k] != v}
                 return {k: v for k, v in va.items() if k not in vb}
+        cnt = re.fullmatch(r"count by \(([\w,]+)\) \((.*)\)", expr)
+        if cnt:  # an identity read: how many series name each row now
+            counted: dict[Labels, float] = {}
+            for labels, samples in self._select(cnt.group(2)):
+                if round(t, 3) in samples:
+                    key = tuple((k, dict(labels).get(k, "")) for k in cnt.group(1).split(","))
+                    counted[key] = counted.get(key, 0.0) + 1.0
+            return counted
         m = re.fullmatch(r"max by \(([\w,]+)\) \((.*)\)", expr)
         assert m, expr
         by, inner = m.group(1).split(","), m.group(2)

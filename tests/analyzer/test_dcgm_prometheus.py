@@ -41,7 +41,7 @@ def test_each_node_of_a_mixed_fleet_is_read_in_its_own_exporters_dialect(mixed):
     assert [w.dialect_of[i] for i in range(4)] == ["gpuwarden"] * 2 + [
         "dcgm-exporter+node_exporter"
     ] * 2
-    assert src.found is not None and src.found.generations == ("4.0-4.8",)
+    assert src.found is not None and src.found.generations == ("4.8",)
     clock = w.get(c.GPU_SM_CLOCK)
     assert clock is not None and 1e8 < float(clock[-1, 3, 0]) < 3e9  # dcgm MHz read as Hz
     util = w.get(c.GPU_UTILIZATION)
@@ -85,7 +85,10 @@ def test_coverage_on_the_command_line_prints_each_node_group(mixed, capsys):
     url, _fleet, end = mixed
     assert cli_main(["--prometheus", url, "--coverage", "--at", str(end + 5)]) == 0
     out = capsys.readouterr().out
-    assert "== dcgm-exporter+node_exporter: 2 node(s) (gpu-node-003, gpu-node-004)" in out
+    assert (
+        "== dcgm-exporter+node_exporter [dcgm-exporter naming 4.8]: 2 node(s)"
+        " (gpu-node-003, gpu-node-004)"
+    ) in out
     assert "== gpuwarden: 2 node(s) (gpu-node-001, gpu-node-002)" in out
     f = c.GPU_SM_ACTIVE.dcgm[0]
     assert f"{f.name}, gauge, {f.help}" in out
@@ -122,3 +125,47 @@ def test_a_gpuwarden_fleet_that_also_serves_dcgm_and_node_exporter_names_is_read
     assert src.queries == QUERIES  # both dialects found, both shadowed: nothing read twice
     assert set(w.dialect_of.values()) == {"gpuwarden"}
     assert [(e.node, e.gpu, e.xid) for e in w.xids if e.xid == 95] == [(1, 2, 95)]
+
+
+GENERATION_NODES = ("4.8", "4.9", "4.10")
+
+
+def _same_fault_on_each(f):
+    for node in f.nodes:
+        f.inject("xid", node, "gpu1", {"xid": 95}, onset=500)
+
+
+@pytest.mark.real
+def test_nodes_in_each_dcgm_naming_generation_read_as_the_same_native_values_and_faults(
+    tmp_path,
+):
+    # one node per generation, named and scaled as the exporter's --compat dcgm:<gen> renders
+    # (exporter.catalog_dcgm): 4.8 MHz/%/W, 4.9 and 4.10 Hz/ratio/W (their names are derived)
+    last: list = []
+    with dcgmfleet.served(tmp_path, 3, _same_fault_on_each, generations=GENERATION_NODES,
+                          last=last) as (url, fleet, end):  # fmt: skip
+        w, src = dcgmfleet.read(url, end)
+    assert src.found is not None and src.found.generations == ("4.8", "4.9")
+    assert "DCGM_FI_DEV_SM_CLOCK_HERTZ" in src.found.names
+    assert "DCGM_FI_DEV_XID_ERROR" in src.found.names
+    assert w.nodes == tuple(fleet.nodes)
+    assert set(w.dialect_of.values()) == {"dcgm-exporter+node_exporter"}
+    # per node, the generation its names belong to (4.10 names its defaults as 4.9 does)
+    assert w.dcgm_generation_of == {0: "4.8", 1: "4.9", 2: "4.9"}
+    frame = last[0]
+    # the truth in gpuwarden's native units; 4.8 prints whole MHz and whole percent
+    for metric, rtol, atol in ((c.GPU_SM_CLOCK, 1e-3, 0.0), (c.GPU_UTILIZATION, 0.0, 0.006),
+                               (c.GPU_TEMPERATURE, 0.0, 0.51), (c.GPU_POWER, 1e-3, 0.51)):  # fmt: skip
+        got, want = w.get(metric), np.asarray(frame.metrics[metric.name], float)
+        assert got is not None, metric.name
+        for i in range(3):
+            ok = ~np.isnan(want[i])
+            assert ok.any()
+            np.testing.assert_allclose(got[-1, i][ok], want[i][ok], rtol=rtol, atol=atol,
+                                       err_msg=f"{metric.name} {GENERATION_NODES[i]}")  # fmt: skip
+    clock = w.get(c.GPU_SM_CLOCK)
+    assert clock is not None and np.nanmin(clock[-1]) > 1e8  # Hz on every node, none 1e6 off
+    assert {(e.node, e.gpu, e.xid) for e in w.xids} >= {(i, 1, 95) for i in range(3)}
+    found = {(f.node, f.subject, f.kind) for f in Engine(default_detectors()).cycle(w)}
+    for node in fleet.nodes:
+        assert (node, "gpu=1", "xid_fatal") in found, node

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from analyzer.service import AnalyzerService
 from analyzer.settings import AnalyzerSettings
 from analyzer.sources import SourceError
 from analyzer.sources.dialects import DCGM, NODE_EXPORTER, coverage, dcgm, discover
-from analyzer.sources.dialects.generations import names_of
+from analyzer.sources.dialects.generations import generations_of, names_of, names_of_field
 from analyzer.sources.dialects.identity import NodeMap, host_of, load_node_map, raw_identity
 from analyzer.sources.prometheus import PrometheusSource
 from analyzer.sources.queries import QUERIES
@@ -95,10 +96,25 @@ def test_every_dcgm_field_of_a_family_the_analyzer_reads_has_a_reader_in_every_g
                 assert {n for n, _ in names_of(f)} <= read, f.name
 
 
-def test_a_renamed_generation_reads_in_the_catalogues_unit_beside_the_old_name():
-    f = c.GPU_SM_CLOCK.dcgm[0]
-    renamed = {f.name: (("4.x-hz", "EXAMPLE_SM_CLOCK_HZ", 1.0),)}
-    assert names_of(f, renamed) == ((f.name, 1e-6), ("EXAMPLE_SM_CLOCK_HZ", 1.0))
+def test_each_naming_generation_of_a_field_reads_in_the_catalogues_native_unit():
+    clock, util = c.GPU_SM_CLOCK.dcgm[0], c.GPU_UTILIZATION.dcgm[0]
+    # 4.8's MHz and % are divided into Hz and a ratio; 4.9/4.10's Hz and ratio are native
+    assert names_of(clock) == ((clock.name, 1e-6), ("DCGM_FI_DEV_SM_CLOCK_HERTZ", 1.0))
+    assert names_of(util) == ((util.name, 100.0), ("DCGM_FI_DEV_GPU_UTIL_RATIO", 1.0))
+    xids = names_of_field(c.DCGM_LAST_XID.name)
+    assert xids == (c.DCGM_LAST_XID.name, "DCGM_FI_DEV_XID_ERROR")
+    read = {q.source for q in dcgm.queries()}
+    assert set(xids) <= read  # the last-XID gauge is read in every generation's name
+
+
+def test_the_generations_present_are_told_apart_by_their_names():
+    legacy = {c.GPU_SM_CLOCK.dcgm[0].name, "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}
+    g49 = {"DCGM_FI_DEV_SM_CLOCK_HERTZ", "DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_XID_ERROR"}
+    assert generations_of(legacy) == ("4.8",)
+    assert generations_of(g49) == ("4.9",)
+    assert generations_of(g49 | {"DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND"}) == ("4.9", "4.10")
+    assert generations_of(legacy | g49) == ("4.8", "4.9")  # a fleet mid-upgrade
+    assert discover.parse(g49).dialects == ("dcgm-exporter",)
 
 
 # ------------------------------------------------------------------ node identity
@@ -284,6 +300,22 @@ def test_coverage_names_the_csv_lines_that_would_enable_what_a_dcgm_group_cannot
     assert any("not to a link" in n for n in by["nvlink"]["notes"])
     text = coverage.text(rep)
     assert "== dcgm-exporter: 1 node(s) (a)" in text and "== gpuwarden: 1 node(s) (b)" in text
+
+
+def test_coverage_names_each_groups_dcgm_generation_and_its_csv_lines_in_that_generations_names():
+    w = _window(DCGM)
+    rep = coverage.report(replace(w, dcgm_generation_of={0: "4.9"}))
+    dc = next(g for g in rep["groups"] if g["dialect"] == DCGM)
+    assert dc["dcgm_generations"] == ["4.9"]
+    peer = next(d for d in dc["detectors"] if d["detector"] == "peer")
+    enable = "\n".join(x["enable"] for x in peer["cannot"])
+    assert "DCGM_FI_DEV_BOARD_POWER_WATTS, gauge" in enable  # 4.9's name for the power field
+    assert "DCGM_FI_DEV_POWER_USAGE" not in enable
+    assert "[dcgm-exporter naming 4.9]: 1 node(s) (a)" in coverage.text(rep)
+    legacy = coverage.report(replace(w, dcgm_generation_of={0: "4.8"}))
+    assert "DCGM_FI_DEV_POWER_USAGE, gauge" in "\n".join(
+        x["enable"] for g in legacy["groups"] for d in g["detectors"] for x in d["cannot"]
+    )
 
 
 def test_a_finding_from_a_reduced_signal_says_so():

@@ -96,3 +96,90 @@ def test_a_node_s_domain_is_what_most_of_its_gpus_report() -> None:
 def test_fabric_info_wins_over_node_labels_which_fill_the_rest() -> None:
     merged = nvlink_domains({"n1": "c.7"}, {"n1": "rack-label", "n2": "nvl72-02"})
     assert merged == {"n1": "c.7", "n2": "nvl72-02"}
+
+
+# ------------------------------------------------------------------ the read path
+def _nvl72_sim():
+    from simulator.cli import SimulateSettings, make_simulator
+    from simulator.simulator import Simulator
+    from tests.simulator.test_server import Clock
+
+    clock = Clock()
+    sim = Simulator(make_simulator(SimulateSettings(skus="gb200-nvl72:2")).fleet, clock=clock,
+                    wall=lambda: 1.8e9)  # fmt: skip
+    nodes = sim.fleet.nodes
+    sim.inject({"node": nodes[3], "kind": "nvlink_switch_tray_down"})  # rack 0
+    sim.inject({"node": nodes[20], "kind": "fabric_route_unhealthy", "target": "gpu2"})  # rack 1
+    clock.t += 5.0
+    return sim
+
+
+def test_the_embedded_scrape_path_reads_fabric_domains_and_health_into_the_detector() -> None:
+    import asyncio
+
+    from analyzer.sources.scrape import ScrapeSource, Target
+    from simulator import nvl72
+
+    sim = _nvl72_sim()
+
+    class Fetch:
+        async def fetch(self, url: str) -> str:
+            return sim.metrics(url.split("/")[-2]).decode()
+
+    nodes = list(sim.fleet.nodes)
+    src = ScrapeSource([Target(f"http://sim/{n}/metrics", {}) for n in nodes], 60.0, 15.0, Fetch())
+    for i in range(3):
+        w = asyncio.run(src.read(1000.0 + 15.0 * i))
+    rack0, rack1 = (fabric_domain(cl, str(cq)) for cl, cq in (nvl72.domain(0), nvl72.domain(1)))
+    assert [w.nvlink_domain_of[i] for i in range(36)] == [rack0] * 18 + [rack1] * 18
+    got = sorted((f.node, f.subject, f.kind) for f in FabricDetector().detect(w))
+    assert got == [(rack0, f"nvlink_domain={rack0}", "switch_degraded"),
+                   (nodes[20], "gpu=2", "fabric_degraded")]  # fmt: skip
+
+
+def test_the_prometheus_read_of_fabric_info_is_one_series_per_node_and_domain_every_5_min():
+    from analyzer.sources.queries import QUERIES
+
+    info = next(q for q in QUERIES if q.metric is catalog.GPU_FABRIC_INFO)
+    assert info.every == 300.0 and "gpu" not in info.labels
+    assert info.identity_expr() == (
+        'count by (node,cluster_uuid,clique_id) (gpuwarden_gpu_fabric_info{cluster_uuid!=""})'
+    )
+    health = next(q for q in QUERIES if q.metric is catalog.GPU_FABRIC_HEALTH)
+    assert health.expr() == "max by (node,gpu,check) (gpuwarden_gpu_fabric_health != 0)"
+
+
+def test_the_fabric_info_is_read_at_a_cold_start_then_every_5_min_and_holds_between():
+    import asyncio
+
+    from analyzer.sources.prometheus import PrometheusSource
+
+    from .fakeprom import FakeProm
+
+    prom = FakeProm()
+    cluster = DOM.split(".")[0]
+    for t in np.arange(0.0, 1200.0, 15.0):
+        for n in ("a", "b"):
+            for g in range(GPUS):
+                prom.add(catalog.GPU_UP.name, {"node": n, "gpu": str(g)}, t, 1.0)
+                clique = "4026" if n == "a" or g else ""  # b's gpu0 lost its registration
+                prom.add(catalog.GPU_FABRIC_INFO.name,
+                         {"node": n, "gpu": str(g), "state": "completed", "status": "success",
+                          "cluster_uuid": cluster if clique else "", "clique_id": clique},
+                         t, 1.0)  # fmt: skip
+    src = PrometheusSource("http://fake", window=600.0, step=15.0, http=prom)  # type: ignore[arg-type]
+
+    def reads() -> int:
+        return sum(q.startswith("count by") for q in prom.calls)
+
+    async def go(at: float) -> Window:
+        return await src.read(at + src.settle)
+
+    w = asyncio.run(go(600.0))
+    assert w.nvlink_domain_of == {0: DOM, 1: DOM} and reads() == 1
+    for at in np.arange(615.0, 900.0, 15.0):
+        w = asyncio.run(go(at))
+        assert w.nvlink_domain_of == {0: DOM, 1: DOM}
+    assert reads() == 1  # held between identity reads
+    asyncio.run(go(900.0))
+    assert reads() == 2

@@ -22,6 +22,7 @@ from analyzer.sources.dialects import DCGM, NATIVE
 from analyzer.sources.dialects.dcgm import REDUCED
 from analyzer.window import Window
 from exporter import catalog as c
+from exporter import catalog_dcgm
 
 XID = "xid events"  # a pseudo input: events, not an array
 JOBS = "job attribution"
@@ -74,28 +75,35 @@ _ENABLE_ONLY_NATIVE = {
 }
 
 
-def csv_lines(family: str) -> list[str]:
-    """The dcgm-exporter CSV lines that make ``family`` readable (default-counters.csv)."""
+def csv_lines(family: str, generation: str = catalog_dcgm.DEFAULT) -> list[str]:
+    """The dcgm-exporter CSV lines that make ``family`` readable (default-counters.csv), in
+    the names of the nodes' naming generation (exporter.catalog_dcgm)."""
     try:
         m = c.by_name(family)
     except KeyError:
         return []
-    return [f"{f.name}, {f.type}, {f.help or m.help}" for f in m.dcgm]
+    out = []
+    for f in m.dcgm:
+        name = catalog_dcgm.name_in(generation, f.name)
+        if name is not None:
+            out.append(f"{name}, {f.type}, {f.help or m.help}")
+    return out
 
 
-def enable(need: Need, dialect: str) -> str:
+def enable(need: Need, dialect: str, generation: str = catalog_dcgm.DEFAULT) -> str:
     if need.what == JOBS:
         if DCGM in dialect:
             return ("dcgm-exporter --hpc-job-mapping-dir (label hpc_job) or its Kubernetes pod "
                     "labels; or gpuwarden-exporter --job-map-dir")  # fmt: skip
         return "gpuwarden-exporter --job-map-dir (Slurm prolog/epilog map)"
     if need.what == XID:
-        return f"{c.DCGM_LAST_XID.name}, gauge, {c.DCGM_LAST_XID_HELP}"
+        xid = catalog_dcgm.name_in(generation, c.DCGM_LAST_XID.name) or c.DCGM_LAST_XID.name
+        return f"{xid}, gauge, {c.DCGM_LAST_XID_HELP}"
     if DCGM in dialect and need.what == c.GPU_THROTTLE.name:
         f = c.DCGM_CLOCK_EVENTS_COUNT
         return f"add to dcgm-exporter's counters CSV:\n{f.name}, {f.type}, {f.help}"
     if DCGM in dialect and need.what not in _ENABLE_ONLY_NATIVE:
-        lines = csv_lines(need.what)
+        lines = csv_lines(need.what, generation)
         if lines:
             return "add to dcgm-exporter's counters CSV:\n" + "\n".join(lines)
     why = _ENABLE_ONLY_NATIVE.get(need.what, "not served by this dialect")
@@ -126,6 +134,10 @@ def report(w: Window, xid_dialects: Sequence[str] = (NATIVE, DCGM)) -> dict[str,
     out: dict[str, Any] = {"groups": []}
     for dialect, nodes in groups(w).items():
         xid_read = any(d in dialect for d in xid_dialects)
+        gens = sorted({w.dcgm_generation_of[i] for i in nodes.tolist()
+                       if i in w.dcgm_generation_of}, key=catalog_dcgm.GENERATIONS.index)  # fmt: skip
+        # the CSV lines to add, in the group's names (its newest generation: mid-upgrade)
+        gen = gens[-1] if gens else catalog_dcgm.DEFAULT
         dets = []
         for det, needs in NEEDS.items():
             have = [n for n in needs if _has(w, n, nodes, xid_read)]
@@ -140,11 +152,14 @@ def report(w: Window, xid_dialects: Sequence[str] = (NATIVE, DCGM)) -> dict[str,
                 "detector": det, "state": state,
                 "judges": [n.role for n in have],
                 "cannot": [{"input": n.role, "why": "no data on these nodes",
-                            "enable": enable(n, dialect)} for n in lack],
+                            "enable": enable(n, dialect, gen)} for n in lack],
                 "notes": notes,
             })  # fmt: skip
-        out["groups"].append({"dialect": dialect, "nodes": [w.nodes[i] for i in nodes],
-                              "detectors": dets})  # fmt: skip
+        group: dict[str, Any] = {"dialect": dialect, "nodes": [w.nodes[i] for i in nodes],
+                                 "detectors": dets}  # fmt: skip
+        if gens:
+            group["dcgm_generations"] = gens
+        out["groups"].append(group)
     return out
 
 
@@ -154,7 +169,9 @@ def text(rep: Mapping[str, Any]) -> str:
     for g in rep["groups"]:
         names = g["nodes"]
         span = f"{names[0]} .. {names[-1]}" if len(names) > 2 else ", ".join(names)
-        lines.append(f"== {g['dialect']}: {len(names)} node(s) ({span})")
+        gens = g.get("dcgm_generations")
+        naming = f" [dcgm-exporter naming {', '.join(gens)}]" if gens else ""
+        lines.append(f"== {g['dialect']}{naming}: {len(names)} node(s) ({span})")
         for d in g["detectors"]:
             judges = ", ".join(d["judges"]) or "nothing"
             lines.append(f"  {d['detector']:<11} {d['state']:<8} judges: {judges}")

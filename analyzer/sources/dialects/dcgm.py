@@ -32,11 +32,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analyzer.sources.dialects import DCGM
-from analyzer.sources.dialects.generations import names_of
+from analyzer.sources.dialects.generations import (
+    GENERATIONS,
+    generation_of,
+    names_of,
+    names_of_field,
+)
 from analyzer.sources.dialects.identity import IDENTITY_LABELS, NodeMap, raw_identity
 from analyzer.sources.queries import QUERIES, Query
 from analyzer.window import XidEvent
-from exporter import catalog
+from exporter import catalog, catalog_dcgm
 
 # families dcgm can only show per GPU, and what that costs a finding
 REDUCED: Mapping[str, str] = {
@@ -96,24 +101,29 @@ def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = No
     nm = node_map or NodeMap()
     by = _BY_HOSTNAME if hostname else _BY
     plain = DcgmRelabel(nm)
-    # one field every GPU reports stands for its presence (each one more costs a series/GPU)
-    at = [x for x in catalog.DCGM_PRESENCE_FIELDS if present is None or x in present]
-    seen = at[0] if at else catalog.DCGM_PRESENCE_FIELDS[0]
-    out = [
-        Query(catalog.GPU_UP, keep=("node", "gpu"), dialect=DCGM, source=_presence(seen),
-              by=by, relabel=plain),
-        Query(catalog.GPU_INFO, keep=("node", "gpu", "name"), dialect=DCGM, source=_presence(seen),
-              by=(*by, "modelName"), relabel=DcgmRelabel(nm, renames=(("modelName", "name"),))),
-        Query(catalog.DCGM_LAST_XID, keep=("node", "gpu"), dialect=DCGM,
-              source=catalog.DCGM_LAST_XID.name, by=by, relabel=plain, anchored=True),
-        Query(catalog.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id"), dialect=DCGM,
-              source=_presence(seen, f'{catalog.DCGM_JOB_LABEL}!=""'),
-              by=(*by, catalog.DCGM_JOB_LABEL),
-              relabel=DcgmRelabel(nm, renames=((catalog.DCGM_JOB_LABEL, "job_id"),))),
-        Query(catalog.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id"), dialect=DCGM + "/pod",
-              source=_presence(seen, 'pod!=""'), by=(*by, "pod", "namespace"),
-              relabel=DcgmRelabel(nm, renames=(("pod", "job_id"),))),
-    ]  # fmt: skip
+    out: list[Query] = []
+    # one field every GPU reports stands for its presence (each one more costs a series/GPU),
+    # one per naming generation present: each node answers in the names it serves
+    for seen in presence_names(present):
+        out += [
+            Query(catalog.GPU_UP, keep=("node", "gpu"), dialect=DCGM, source=_presence(seen),
+                  by=by, relabel=plain),
+            Query(catalog.GPU_INFO, keep=("node", "gpu", "name"), dialect=DCGM,
+                  source=_presence(seen), by=(*by, "modelName"),
+                  relabel=DcgmRelabel(nm, renames=(("modelName", "name"),))),
+            Query(catalog.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id"), dialect=DCGM,
+                  source=_presence(seen, f'{catalog.DCGM_JOB_LABEL}!=""'),
+                  by=(*by, catalog.DCGM_JOB_LABEL),
+                  relabel=DcgmRelabel(nm, renames=((catalog.DCGM_JOB_LABEL, "job_id"),))),
+            Query(catalog.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id"),
+                  dialect=DCGM + "/pod", source=_presence(seen, 'pod!=""'),
+                  by=(*by, "pod", "namespace"),
+                  relabel=DcgmRelabel(nm, renames=(("pod", "job_id"),))),
+        ]  # fmt: skip
+    for xid in names_of_field(catalog.DCGM_LAST_XID.name):
+        if present is None or xid in present:
+            out.append(Query(catalog.DCGM_LAST_XID, keep=("node", "gpu"), dialect=DCGM,
+                             source=xid, by=by, relabel=plain, anchored=True))  # fmt: skip
     ev = catalog.DCGM_CLOCK_EVENTS_COUNT.name
     if present is None or ev in present:  # reasons reported within dcgm's window: held
         out.append(Query(catalog.GPU_THROTTLE, keep=("node", "gpu", "reason"), dialect=DCGM,
@@ -135,6 +145,23 @@ def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = No
                                  divide=divide, relabel=DcgmRelabel(nm, fixed=fixed),
                                  moved_only=q.moved_only))  # fmt: skip
     return tuple(out)
+
+
+def presence_names(present: frozenset[str] | None = None) -> tuple[str, ...]:
+    """Per naming generation present, the first of its presence fields the Prometheus holds
+    (``present`` None: every generation's first); generations that name it alike share it."""
+    out: list[str] = []
+    for gen in GENERATIONS:
+        names = [catalog_dcgm.name_in(gen, x) for x in catalog.DCGM_PRESENCE_FIELDS]
+        at = [x for x in names if x and (present is None or x in present)]
+        if at and at[0] not in out:
+            out.append(at[0])
+    return tuple(out) or (catalog.DCGM_PRESENCE_FIELDS[0],)
+
+
+def generation_of_query(q: Query) -> str:
+    """The naming generation of the dcgm name a dialect query reads."""
+    return generation_of(re.split(r"[\s{]", q.source, maxsplit=1)[0])
 
 
 def field_of(q: Query) -> catalog.DcgmField | None:

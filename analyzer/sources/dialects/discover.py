@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from analyzer.sources.dialects import DCGM, NODE_EXPORTER, dcgm, node_exporter
-from analyzer.sources.dialects.generations import RENAMED, generation_of, names_of
+from analyzer.sources.dialects.dcgm import presence_names
+from analyzer.sources.dialects.generations import generations_of, names_of, names_of_field
 from analyzer.sources.dialects.identity import NodeMap
 from analyzer.sources.queries import QUERIES, Query
 from exporter import catalog
@@ -25,13 +26,15 @@ RECHECK = 3600.0  # seconds between discoveries
 def known_names() -> frozenset[str]:
     """Every foreign name some reader can translate."""
     dc = {n for f in catalog.dcgm_fields().values() for n, _ in names_of(f)}
-    dc |= {
-        catalog.DCGM_LAST_XID.name,
-        *catalog.DCGM_PRESENCE_FIELDS,
-        catalog.DCGM_CLOCK_EVENTS_COUNT.name,
-    }
+    dc |= {*_markers(), catalog.DCGM_CLOCK_EVENTS_COUNT.name}
     ib = {catalog.NODE_IB_STATE, catalog.NODE_IB_RATE, *catalog.NODE_IB_ERRORS.values()}
     return frozenset(dc | ib)
+
+
+def _markers() -> frozenset[str]:
+    """Names that say dcgm-exporter serves here, in any generation: presence, last XID."""
+    fields = (catalog.DCGM_LAST_XID.name, *catalog.DCGM_PRESENCE_FIELDS)
+    return frozenset(n for f in fields for n in names_of_field(f))
 
 
 def discovery_expr() -> str:
@@ -50,7 +53,7 @@ class Discovered:
     @property
     def dialects(self) -> tuple[str, ...]:
         out = []
-        if self.names & {catalog.DCGM_LAST_XID.name, *catalog.DCGM_PRESENCE_FIELDS}:
+        if self.names & _markers():
             out.append(DCGM)
         if any(n.startswith(catalog.NODE_IB_PREFIX) for n in self.names):
             out.append(NODE_EXPORTER)
@@ -58,9 +61,10 @@ class Discovered:
 
     @property
     def generations(self) -> tuple[str, ...]:
-        """The dcgm-exporter naming generations present (a fleet mid-upgrade has two)."""
+        """The dcgm-exporter naming generations present (a fleet mid-upgrade has two), told
+        apart by the names (exporter.catalog_dcgm): each node is read in the names it serves."""
         dcgm_names = {n for n in self.names if not n.startswith(catalog.NODE_IB_PREFIX)}
-        return tuple(sorted({generation_of(n) for n in dcgm_names}))
+        return generations_of(dcgm_names)
 
 
 def parse(names: Iterable[str], dcgm_hostname: bool = False) -> Discovered:
@@ -70,10 +74,15 @@ def parse(names: Iterable[str], dcgm_hostname: bool = False) -> Discovered:
 def hostless_expr(found: Discovered) -> str | None:
     """The dcgm series that name no host (dcgm-exporter --no-hostname): none means the
     ``instance`` label is not needed to tell their nodes apart."""
-    at = [x for x in catalog.DCGM_PRESENCE_FIELDS if x in found.names]
+    at = _present_markers(found)
     if not at:
         return None
-    return f'count({{__name__="{at[0]}",Hostname="",hostname="",node=""}})'
+    return f'count({{__name__=~"{"|".join(at)}",Hostname="",hostname="",node=""}})'
+
+
+def _present_markers(found: Discovered) -> list[str]:
+    """The presence field each generation present is read by (one per generation)."""
+    return [x for x in presence_names(found.names) if x in found.names]
 
 
 def _as_node(sel: str, dialect: str) -> str:
@@ -90,9 +99,10 @@ def foreign_only_exprs(found: Discovered) -> dict[str, str]:
     or node_exporter beside gpuwarden's exporter), and reading the dialect too would only
     double the read."""
     out = {}
-    at = [x for x in catalog.DCGM_PRESENCE_FIELDS if x in found.names]
+    at = _present_markers(found)
     if DCGM in found.dialects and at:
-        out[DCGM] = f"count({_as_node(at[0], DCGM)} unless on (node) {catalog.GPU_UP.name})"
+        sel = _as_node(f'{{__name__=~"{"|".join(at)}"}}', DCGM)
+        out[DCGM] = f"count({sel} unless on (node) {catalog.GPU_UP.name})"
     if NODE_EXPORTER in found.dialects and catalog.NODE_IB_STATE in found.names:
         sel = _as_node(catalog.NODE_IB_STATE, NODE_EXPORTER)
         out[NODE_EXPORTER] = f"count({sel} unless on (node) {catalog.IB_PORT_STATE.name})"
@@ -120,7 +130,6 @@ def query_set(found: Discovered, node_map: NodeMap | None = None) -> tuple[Query
 
 __all__ = [
     "RECHECK",
-    "RENAMED",
     "Discovered",
     "discovery_expr",
     "foreign_only_exprs",

@@ -1,44 +1,91 @@
 """dcgm-exporter's naming generations, as the analyzer reads them: field -> (name, divisor).
 
-Pure table. A catalogue :class:`~exporter.catalog.DcgmField` names a field as dcgm-exporter
-3.x and 4.0 to 4.8 print it (etc/default-counters.csv), in that generation's unit
-(``scale``: native x scale = dcgm's value). A later generation that renames a field or changes
-its unit (MHz -> Hz, percent -> a 0-1 ratio, MiB -> bytes) adds a row to :data:`RENAMED`:
-``legacy name -> ((generation, new name, divisor into the catalogue's unit), ...)``. The
-reader asks Prometheus for every generation's name of a field (only those discovery found),
-so a fleet halfway through an upgrade reads as one.
+No table of its own: :mod:`exporter.catalog_dcgm` (a data leaf beside the catalogue, the one
+the exporter's ``--compat dcgm:<generation>`` renders from) names every field in each
+generation and gives the factor into the catalogue's native unit (``to_native``). This module
+turns that into what the reader asks Prometheus for: every generation's name of a field with
+the divisor that gives the catalogue's unit. The reader asks for all of them (only those
+discovery found), so each node is read in the names it serves and a fleet halfway through an
+upgrade reads as one: 4.8's MHz, % and MiB are divided into Hz, ratio and bytes; 4.9's Hz and
+ratios are already native (divisor 1); its bytes and joules are scaled like any other field.
 
-The rows of 4.9 and 4.10 belong with the vendored field lists of those releases (the
-exporter's ``--compat dcgm:<generation>``, exporter side); the dcgm-exporter history this
-module was written from (NVIDIA/dcgm-exporter up to 4.5.3-4.8.2 and main at d5e5f51) has
-no such rename yet, only the ``Hostname`` -> ``hostname`` label (:mod:`.identity`), so the
-table starts empty rather than guessed.
+4.9 and 4.10 name the default fields alike (4.10 adds the PCIe ``*_BYTES_PER_SECOND`` rates),
+so a name is attributed to the earliest generation that uses it (:func:`generation_of`).
+Their rows are derived, not vendored (fixtures/dcgm-exporter/README.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
 
 from exporter import catalog
+from exporter import catalog_dcgm as gens
 
-LEGACY = "4.0-4.8"
-RENAMED: Mapping[str, tuple[tuple[str, str, float], ...]] = {}
+LEGACY = gens.DEFAULT  # "4.8": 3.x and 4.0-4.8, the catalogue's own names
+GENERATIONS = gens.GENERATIONS
 
 
-def names_of(
-    f: catalog.DcgmField, renamed: Mapping[str, tuple[tuple[str, str, float], ...]] | None = None
-) -> tuple[tuple[str, float], ...]:
+def _exact(divide: float) -> float:
+    """A divisor within rounding of a power of ten is that power (1e-6 * 1e6 is 1, not
+    0.9999999999999999): native values stay exactly native."""
+    for p in range(-9, 10):
+        if abs(divide - 10.0**p) <= 1e-12 * 10.0**p:
+            return 10.0**p
+    return divide
+
+
+@functools.cache
+def _names() -> dict[str, tuple[tuple[str, float], ...]]:
+    """4.8 name -> every generation's (name, divisor into the catalogue's unit), 4.8 first."""
+    out: dict[str, dict[str, float]] = {}
+    for gen in GENERATIONS:
+        for name, (legacy, factor) in gens.to_native(gen).items():
+            out.setdefault(legacy, {}).setdefault(name, _exact(1.0 / factor))
+    return {k: tuple(v.items()) for k, v in out.items()}
+
+
+@functools.cache
+def _generation_of() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for gen in GENERATIONS:
+        for name in gens.to_native(gen):
+            out.setdefault(name, gen)
+        for x in catalog.DCGM_PRESENCE_FIELDS:
+            if (renamed := gens.name_in(gen, x)) is not None:
+                out.setdefault(renamed, gen)
+    return out
+
+
+def names_of(f: catalog.DcgmField) -> tuple[tuple[str, float], ...]:
     """Every generation's name of ``f`` with the divisor that gives the catalogue's unit."""
-    table = RENAMED if renamed is None else renamed
-    return ((f.name, f.scale), *((name, div) for _, name, div in table.get(f.name, ())))
+    return _names().get(f.name, ((f.name, f.scale),))
 
 
-def generation_of(name: str, renamed: Mapping[str, tuple[tuple[str, str, float], ...]] | None = None
-                  ) -> str:  # fmt: skip
-    """The generation a dcgm name belongs to (the legacy one unless a later one renamed it)."""
-    table = RENAMED if renamed is None else renamed
-    for rows in table.values():
-        for gen, new, _ in rows:
-            if new == name:
-                return gen
-    return LEGACY
+def names_of_field(legacy: str) -> tuple[str, ...]:
+    """Every generation's name of the field 4.8 calls ``legacy`` (presence, last XID)."""
+    return tuple(dict.fromkeys(n for g in GENERATIONS if (n := gens.name_in(g, legacy))))
+
+
+def generation_of(name: str) -> str:
+    """The earliest generation that names a dcgm field ``name`` (4.8 for any other name)."""
+    return _generation_of().get(name, LEGACY)
+
+
+def generations_of(names: frozenset[str] | set[str]) -> tuple[str, ...]:
+    """The generations a set of dcgm names shows: 4.8 where a 4.8-only name is present, 4.9
+    where a 4.9 name is, 4.10 where a 4.10-only name is (a 4.10 fleet without its PCIe
+    rates reads as 4.9: their default names are the same)."""
+    got = {generation_of(n) for n in names if generation_of(n) != LEGACY or _only_legacy(n)}
+    return tuple(g for g in GENERATIONS if g in got)
+
+
+def _only_legacy(name: str) -> bool:
+    """A name only 4.8 uses (later generations renamed it)."""
+    return all(name not in gens.to_native(g) for g in GENERATIONS if g != LEGACY) and (
+        name in gens.to_native(LEGACY) or name in catalog.DCGM_PRESENCE_FIELDS
+    )
+
+
+def driver_labels() -> tuple[str, ...]:
+    """The driver-version label of every generation (identity, not read as a value)."""
+    return tuple(dict.fromkeys(gens.DRIVER_LABEL[g] for g in GENERATIONS))
