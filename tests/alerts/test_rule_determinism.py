@@ -19,6 +19,7 @@ import yaml
 from tests.alerts.ruleset import RULE_FILES, TEST_FILES
 from tests.realcomp import require_binary
 
+
 def recordings() -> dict[str, tuple[str, str, int]]:
     out = {}
     for f in RULE_FILES:
