@@ -14,6 +14,7 @@ from analyzer.sources.dialects import coverage
 from analyzer.sources.dialects.identity import NodeMap
 from analyzer.sources.queries import QUERIES
 from exporter import catalog as c
+from exporter import catalog_dcgm as cd
 
 from . import dcgmfleet
 
@@ -146,8 +147,8 @@ def test_nodes_in_each_dcgm_naming_generation_read_as_the_same_native_values_and
                           last=last) as (url, fleet, end):  # fmt: skip
         w, src = dcgmfleet.read(url, end)
     assert src.found is not None and src.found.generations == ("4.8", "4.9")
-    assert "DCGM_FI_DEV_SM_CLOCK_HERTZ" in src.found.names
-    assert "DCGM_FI_DEV_XID_ERROR" in src.found.names
+    assert cd.name_in("4.9", c.GPU_SM_CLOCK.dcgm[0].name) in src.found.names
+    assert cd.name_in("4.9", c.DCGM_LAST_XID.name) in src.found.names
     assert w.nodes == tuple(fleet.nodes)
     assert set(w.dialect_of.values()) == {"dcgm-exporter+node_exporter"}
     # per node, the generation its names belong to (4.10 names its defaults as 4.9 does)

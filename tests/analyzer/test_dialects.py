@@ -27,6 +27,7 @@ from analyzer.sources.queries import QUERIES
 from analyzer.window import Window
 from common.settings import SettingsError
 from exporter import catalog as c
+from exporter import catalog_dcgm as cd
 
 SCRAPE = Path(__file__).resolve().parents[2] / "fixtures" / "dcgm" / "scrape-4.x-hpc.txt"
 _LINE = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
@@ -98,21 +99,23 @@ def test_every_dcgm_field_of_a_family_the_analyzer_reads_has_a_reader_in_every_g
 
 def test_each_naming_generation_of_a_field_reads_in_the_catalogues_native_unit():
     clock, util = c.GPU_SM_CLOCK.dcgm[0], c.GPU_UTILIZATION.dcgm[0]
-    # 4.8's MHz and % are divided into Hz and a ratio; 4.9/4.10's Hz and ratio are native
-    assert names_of(clock) == ((clock.name, 1e-6), ("DCGM_FI_DEV_SM_CLOCK_HERTZ", 1.0))
-    assert names_of(util) == ((util.name, 100.0), ("DCGM_FI_DEV_GPU_UTIL_RATIO", 1.0))
+    # 4.8's MHz is divided into Hz, 4.9's base-unit clock (a new DCGM field id) is native; the
+    # utilisation keeps its field id and its percent when DCGM renames it (fixtures/dcgm/)
+    assert names_of(clock) == ((clock.name, 1e-6), (cd.name_in("4.9", clock.name), 1.0))
+    assert names_of(util) == ((util.name, 100.0), (cd.name_in("4.9", util.name), 100.0))
     xids = names_of_field(c.DCGM_LAST_XID.name)
-    assert xids == (c.DCGM_LAST_XID.name, "DCGM_FI_DEV_XID_ERROR")
+    assert xids == (c.DCGM_LAST_XID.name, cd.name_in("4.9", c.DCGM_LAST_XID.name))
     read = {q.source for q in dcgm.queries()}
     assert set(xids) <= read  # the last-XID gauge is read in every generation's name
 
 
 def test_the_generations_present_are_told_apart_by_their_names():
-    legacy = {c.GPU_SM_CLOCK.dcgm[0].name, "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}
-    g49 = {"DCGM_FI_DEV_SM_CLOCK_HERTZ", "DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_XID_ERROR"}
+    fields = (c.GPU_SM_CLOCK.dcgm[0].name, c.GPU_TEMPERATURE.dcgm[0].name, c.DCGM_LAST_XID.name)
+    legacy = set(fields)
+    g49 = {n for f in fields if (n := cd.name_in("4.9", f)) is not None}
     assert generations_of(legacy) == ("4.8",)
+    # 4.10 names every field as 4.9 does (DCGM 4.6.1's header): its nodes read as 4.9
     assert generations_of(g49) == ("4.9",)
-    assert generations_of(g49 | {"DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND"}) == ("4.9", "4.10")
     assert generations_of(legacy | g49) == ("4.8", "4.9")  # a fleet mid-upgrade
     assert discover.parse(g49).dialects == ("dcgm-exporter",)
 
@@ -309,11 +312,12 @@ def test_coverage_names_each_groups_dcgm_generation_and_its_csv_lines_in_that_ge
     assert dc["dcgm_generations"] == ["4.9"]
     peer = next(d for d in dc["detectors"] if d["detector"] == "peer")
     enable = "\n".join(x["enable"] for x in peer["cannot"])
-    assert "DCGM_FI_DEV_BOARD_POWER_WATTS, gauge" in enable  # 4.9's name for the power field
-    assert "DCGM_FI_DEV_POWER_USAGE" not in enable
+    power = c.GPU_POWER.dcgm[0].name
+    assert f"{cd.name_in('4.9', power)}, gauge" in enable  # 4.9's name for the power field
+    assert power not in enable
     assert "[dcgm-exporter naming 4.9]: 1 node(s) (a)" in coverage.text(rep)
     legacy = coverage.report(replace(w, dcgm_generation_of={0: "4.8"}))
-    assert "DCGM_FI_DEV_POWER_USAGE, gauge" in "\n".join(
+    assert f"{power}, gauge" in "\n".join(
         x["enable"] for g in legacy["groups"] for d in g["detectors"] for x in d["cannot"]
     )
 

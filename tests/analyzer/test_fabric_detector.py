@@ -143,10 +143,10 @@ def test_the_prometheus_read_of_fabric_info_is_one_series_per_node_and_domain_ev
     info = next(q for q in QUERIES if q.metric is catalog.GPU_FABRIC_INFO)
     assert info.every == 300.0 and "gpu" not in info.labels
     assert info.identity_expr() == (
-        'count by (node,cluster_uuid,clique_id) (gpuwarden_gpu_fabric_info{cluster_uuid!=""})'
+        f'count by (node,cluster_uuid,clique_id) ({catalog.GPU_FABRIC_INFO.name}{{cluster_uuid!=""}})'
     )
     health = next(q for q in QUERIES if q.metric is catalog.GPU_FABRIC_HEALTH)
-    assert health.expr() == "max by (node,gpu,check) (gpuwarden_gpu_fabric_health != 0)"
+    assert health.expr() == f"max by (node,gpu,check) ({catalog.GPU_FABRIC_HEALTH.name} != 0)"
 
 
 def test_the_fabric_info_is_read_at_a_cold_start_then_every_5_min_and_holds_between():
