@@ -133,13 +133,29 @@ class SlurmCluster:
             lambda: not self.run("squeue", "-h", check=False).strip(), timeout, 0.2, "all jobs gone"
         )
 
-    def reset_nodes(self) -> None:
-        """Cancel every job and put every node back in service (state between tests)."""
+    def reset_nodes(self, timeout: float = 30.0) -> None:
+        """Leave the cluster neutral between tests: every job cancelled, every reservation
+        deleted, weights and ``Extra`` back to slurm.conf's, every node resumed, and the live
+        nodes idle with no flag (a node still completing, not responding after a stalled
+        slurmctld, or held in a leftover reservation would place the next test's jobs
+        elsewhere than it expects)."""
         self.cancel_all()
+        for line in self.run("scontrol", "-o", "show", "reservation", check=False).splitlines():
+            name = line.split()[0].partition("=")[2] if line.startswith("ReservationName=") else ""
+            if name:
+                self.run("scontrol", "delete", f"ReservationName={name}", check=False)
         for name in self.nodes:
             st = self.node_state(name)
             if "DRAIN" in st["flags"] or st["state"] in ("down", "fail"):
                 self.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
+            self.run("scontrol", "update", f"NodeName={name}", "Weight=1", "Extra=", check=False)
+
+        def live_idle() -> bool:
+            return all(
+                (st := self.node_state(n))["state"] == "idle" and not st["flags"] for n in self.live
+            )
+
+        wait_until(live_idle, timeout, 0.2, "live nodes idle with no flag")
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):
