@@ -51,9 +51,12 @@ def test_avoid_raises_the_weight_without_draining_and_jobs_start_elsewhere(
     assert n1["weight"] == 2 and node(sc, "gpu-node-002")["weight"] == 1
     assert "DRAIN" not in n1["state_flags"] and n1["state"] == "idle"
     assert n1["extra"] == "gpuwarden:placement tier=marginal base=1 weight=2"
+    n2 = sc.node_state("gpu-node-002")
+    assert (n2["state"], n2["flags"]) == ("idle", [])  # free: the lab's reset waits for it
     first = sc.sbatch("-N1", "--exclusive", "--wrap", "sleep 60")
     wait_until(lambda: sc.job_state(first) == "RUNNING", 30, 0.2, "first job running")
-    assert sc.job_nodes(first) == "gpu-node-002"  # the free, preferred node
+    where = sc.job_nodes(first)
+    assert where == "gpu-node-002", sc.run("sinfo", "-N", "-l") + sc.run("scontrol", "show", "res")
     second = sc.sbatch("-N1", "--exclusive", "--wrap", "sleep 60")
     wait_until(lambda: sc.job_state(second) == "RUNNING", 30, 0.2, "second job running")
     assert sc.job_nodes(second) == "gpu-node-001"  # de-preferred, not excluded
