@@ -109,6 +109,13 @@ class DraIsolation:
             return f"{device} tainted NoExecute; the control plane evicts {len(pods)} pod(s)"
         return f"{device} tainted NoSchedule; " + self._evict(pods)
 
+    def pods_on(self, node: str, gpu: str) -> set[tuple[str, str]]:
+        """(namespace, pod) of the pods holding GPU ``gpu``; BackendError without DRA."""
+        pool, device = find_device(self.api.list_custom(GROUP, SLICES, "resourceslices"), node,
+                                   gpu, self.driver)  # fmt: skip
+        claims = self.api.list_custom(GROUP, SLICES, "resourceclaims")
+        return set(holders(claims, self.driver, pool, device))
+
     def _evict(self, pods: list[tuple[str, str]]) -> str:
         blocked = [f"{ns}/{name}" for ns, name in pods
                    if self.api.evict(ns, name) not in (200, 201, 404)]  # fmt: skip
