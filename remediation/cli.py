@@ -87,7 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         lines, problems = policy_check.check(svc.policy, topology.load(s.topology))
         more, stop = placement_lines(svc)
-        lines, problems = [*lines, *more], [*problems, *stop]
+        from remediation.placement.check import gpu_lines
+
+        lines, problems = [*lines, *more, *gpu_lines(svc.policy, svc.backend)], [*problems, *stop]
         svc.journal.close()
         print("\n".join([mode, *warnings, *lines, *svc.policy.validation.describe()]))
         for problem in problems:
