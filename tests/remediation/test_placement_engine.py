@@ -93,6 +93,22 @@ def test_the_placement_budget_denies_beyond_it_and_leaves_drain_rails_untouched(
     assert drain["verdict"] == "allow", drain["reason"]
 
 
+def test_an_avoid_denied_by_the_budget_is_decided_again_on_its_repeat_once_room_frees(
+    tmp_path: Path,
+) -> None:
+    svc = svc_for(tmp_path)
+    send(svc, avoid("gpu-node-001"), avoid("gpu-node-002"), avoid("gpu-node-003"))
+    assert decisions(svc, "avoid")[-1]["guard"] == "placement_budget"
+    assert svc.engine.release_placement("gpu-node-001", "alice")
+    svc.journal.accept([avoid("gpu-node-003")], clock(svc).now())  # Alertmanager's repeat
+    [(_, again)] = svc.journal.todo()  # queued to be decided again, like the worker does
+    svc.engine.decide(again)
+    last = decisions(svc, "avoid")[-1]
+    assert (last["node"], last["verdict"], last["guard"]) == ("gpu-node-003", "allow", "placement")
+    nodes = {r["node"] for r in svc.engine.placement.listing()}  # type: ignore[union-attr]
+    assert nodes == {"gpu-node-002", "gpu-node-003"}
+
+
 def test_a_higher_scored_node_displaces_the_lowest_when_the_budget_is_full(tmp_path: Path) -> None:
     svc = svc_for(tmp_path)
     send(svc, avoid("gpu-node-001", score="1"), avoid("gpu-node-002", score="2"))
