@@ -109,6 +109,24 @@ def test_an_avoid_denied_by_the_budget_is_decided_again_on_its_repeat_once_room_
     assert nodes == {"gpu-node-002", "gpu-node-003"}
 
 
+def test_the_evidence_and_score_survive_the_journal_the_worker_decides_from(
+    tmp_path: Path,
+) -> None:
+    svc = svc_for(tmp_path)
+    low, high = avoid("gpu-node-001", score="1"), avoid("gpu-node-002", score="2")
+    top = avoid("gpu-node-003")
+    top = type(top)(top.fingerprint, top.starts_at, top.status, top.labels,
+                    {**top.annotations, "score": "7"})  # fmt: skip
+    svc.journal.accept([low, high, top], clock(svc).now())
+    for _, a in svc.journal.todo():  # as the worker does: the alert as journaled
+        svc.engine.decide(a)
+    rows = {r["node"]: r for r in svc.engine.placement.listing()}  # type: ignore[union-attr]
+    assert set(rows) == {"gpu-node-002", "gpu-node-003"}  # 001 displaced by the score of 7
+    assert rows["gpu-node-003"]["evidence"]["peer_percentile"] == 99.5
+    assert "rate(" in rows["gpu-node-003"]["evidence"]["promql"]
+    assert rows["gpu-node-003"]["reason"].endswith("in the worst 1% of its peers")
+
+
 def test_a_higher_scored_node_displaces_the_lowest_when_the_budget_is_full(tmp_path: Path) -> None:
     svc = svc_for(tmp_path)
     send(svc, avoid("gpu-node-001", score="1"), avoid("gpu-node-002", score="2"))
