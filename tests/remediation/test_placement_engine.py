@@ -109,6 +109,41 @@ def test_an_avoid_denied_by_the_budget_is_decided_again_on_its_repeat_once_room_
     assert nodes == {"gpu-node-002", "gpu-node-003"}
 
 
+def worker_pass(svc: Service) -> None:
+    for _, a in svc.journal.todo():  # what the worker decides: the alerts queued
+        svc.engine.decide(a)
+
+
+def test_an_avoid_denied_by_the_budget_is_decided_again_as_soon_as_a_tier_ends(
+    tmp_path: Path,
+) -> None:
+    svc = svc_for(tmp_path)
+    first = avoid("gpu-node-001")
+    svc.journal.accept([first, avoid("gpu-node-002"), avoid("gpu-node-003"),
+                        avoid("gpu-node-004")], clock(svc).now())  # fmt: skip
+    worker_pass(svc)
+    assert [d["guard"] for d in decisions(svc, "avoid")][2:] == ["placement_budget"] * 2
+    assert svc.journal.todo() == []
+    svc.journal.accept([avoid("gpu-node-004", status="resolved")], clock(svc).now())
+    worker_pass(svc)  # 004 stopped firing: it no longer waits for room
+    assert svc.engine.release_placement("gpu-node-001", "alice")
+    worker_pass(svc)  # no Alertmanager repeat needed
+    held = {r["node"] for r in svc.engine.placement.listing()}  # type: ignore[union-attr]
+    assert held == {"gpu-node-002", "gpu-node-003"}
+    send(svc, avoid("gpu-node-002", status="resolved"))
+    svc.journal.accept([avoid("gpu-node-005")], clock(svc).now())
+    worker_pass(svc)
+    assert decisions(svc, "avoid")[-1]["guard"] == "placement_budget"  # 005 waits
+    clock(svc).advance(60)
+    svc.engine.tick()  # 003 still fires: its evidence is refreshed
+    assert svc.journal.todo() == []  # nothing ended: nothing decided again
+    clock(svc).advance(86400 - 60)
+    svc.engine.tick()  # 002's tier expires (a day after its resolution)
+    worker_pass(svc)
+    held = {r["node"] for r in svc.engine.placement.listing()}  # type: ignore[union-attr]
+    assert held == {"gpu-node-003", "gpu-node-005"}
+
+
 def test_the_evidence_and_score_survive_the_journal_the_worker_decides_from(
     tmp_path: Path,
 ) -> None:
