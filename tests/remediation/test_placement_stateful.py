@@ -1,7 +1,8 @@
 """The placement property on the real code: a Hypothesis state machine drives the service's
-Engine and Placement (avoid alerts with random scores, resolutions, operator releases, clock
-advances, ticks, a slurmctld reconfigure that resets the weights) against a Slurm whose node
-table is three overlapping partitions, and checks after every step that soft actions
+Engine and Placement through the journal as the worker does (avoid alerts with random
+scores, resolutions, operator releases, clock advances, ticks, denied alerts decided again,
+a slurmctld reconfigure that resets the weights) against a Slurm whose node table is three
+overlapping partitions, and checks after every step that soft actions
 
 - never take capacity out: no action, no held node, no drain or State= update, nothing but
   Weight and Extra ever written, every weight below INFINITE;
@@ -87,8 +88,14 @@ class Placements(RuleBasedStateMachine):
         return self.svc.clock
 
     def send(self, alert: object) -> None:
+        """Alertmanager's webhook, then the worker's pass over what is queued (a denied
+        alert is queued again when a tier ends)."""
         self.svc.journal.accept([alert], self.clock.now())  # type: ignore[list-item]
-        self.svc.engine.decide(alert)  # type: ignore[arg-type]
+        self.worker_pass()
+
+    def worker_pass(self) -> None:
+        for _, a in self.svc.journal.todo():
+            self.svc.engine.decide(a)
 
     def held(self) -> dict[str, object]:
         assert self.svc.engine.placement is not None
@@ -106,11 +113,13 @@ class Placements(RuleBasedStateMachine):
     @rule(node=st.sampled_from(NODES))
     def release(self, node: str) -> None:
         self.svc.engine.release_placement(node, "alice")
+        self.worker_pass()
 
     @rule(seconds=st.floats(0, 3 * 86400))
     def time_passes(self, seconds: float) -> None:
         self.clock.advance(seconds)
         self.svc.engine.tick()
+        self.worker_pass()
         now = self.clock.now()
         for e in self.held().values():  # a tick ends every tier past its end
             assert e.until(self.policy) > now, e  # type: ignore[attr-defined]
@@ -122,6 +131,10 @@ class Placements(RuleBasedStateMachine):
 
     @rule()
     def every_tier_ends_by_its_longest_hold(self) -> None:
+        self.clock.advance(self.policy.max_hold_s)
+        self.svc.engine.tick()
+        assert self.held() == {}
+        self.worker_pass()  # denied alerts still firing are decided again: they may hold
         self.clock.advance(self.policy.max_hold_s)
         self.svc.engine.tick()
         assert self.held() == {}
