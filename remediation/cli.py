@@ -11,10 +11,14 @@ import logging
 import sqlite3
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from common import settings as gsettings
 from common.settings import SettingsError
 from remediation.settings import BACKENDS, Settings
+
+if TYPE_CHECKING:
+    from remediation.service import Service
 
 
 def parser() -> argparse.ArgumentParser:
@@ -46,6 +50,18 @@ def load_settings(argv: Sequence[str]) -> tuple[Settings, bool]:
     return gsettings.load(Settings, args, config_file=config), check
 
 
+def placement_lines(svc: Service) -> tuple[list[str], list[str]]:
+    """Will the placement projection do what it promises here? (lines, problems that stop a
+    live start). Only where a rule allows ``avoid``: no tier, nothing to refuse."""
+    if svc.engine.placement is None or not any("avoid" in r.allow for r in svc.policy.rules):
+        return [], []
+    from remediation.placement import check as placement_check
+
+    return placement_check.check(
+        svc.engine.placement.projection, svc.policy.placement, not svc.policy.dry_run
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -70,13 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from remediation import policy_check, topology
 
         lines, problems = policy_check.check(svc.policy, topology.load(s.topology))
-        if svc.engine.placement is not None and any("avoid" in r.allow for r in svc.policy.rules):
-            from remediation.placement import check as placement_check
+        more, stop = placement_lines(svc)
+        from remediation.placement.check import gpu_lines
 
-            more, stop = placement_check.check(
-                svc.engine.placement.projection, svc.policy.placement, not svc.policy.dry_run
-            )
-            lines, problems = [*lines, *more], [*problems, *stop]
+        lines, problems = [*lines, *more, *gpu_lines(svc.policy, svc.backend)], [*problems, *stop]
         svc.journal.close()
         print("\n".join([mode, *warnings, *lines, *svc.policy.validation.describe()]))
         for problem in problems:
@@ -85,6 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         print(f"ok: backend={svc.backend.name} dry_run={svc.policy.dry_run}")
         return 0
+    more, stop = placement_lines(svc)
+    if stop:  # what --check refuses, a start refuses too (one line, like a bad setting)
+        svc.journal.close()
+        print(f"gpuwarden-remediation: {stop[0]}", file=sys.stderr)
+        return 2
+    warnings = [*warnings, *(line for line in more if line.startswith("warning:"))]
     import time
 
     notes = preflight.leave_dry_run(svc.journal, svc.backend.name, time.time())

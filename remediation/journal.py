@@ -64,6 +64,7 @@ MIGRATIONS = (
     ("steps", "deadline", "REAL"),
     ("incidents", "subject", "TEXT"),  # what a cluster incident (node '') is about: a mount
     ("alerts", "stale", "INTEGER NOT NULL DEFAULT 0"),  # a firing older than its resolve
+    ("alerts", "annotations", "TEXT"),  # evidence some decisions read (placement: score)
 )
 # Nodes gpuwarden holds out of service (or may hold: a failed action may have half-drained).
 HELD_STATES = ("quarantined", "probation", "inspection", "action_failed", "validating")
@@ -142,7 +143,7 @@ class Journal:
                     continue
                 cur = db.execute(
                     "INSERT OR IGNORE INTO alerts(key,fingerprint,starts_at,status,node,labels,"
-                    "received_at) VALUES(?,?,?,?,?,?,?)",
+                    "received_at,annotations) VALUES(?,?,?,?,?,?,?,?)",
                     (
                         a.key,
                         a.fingerprint,
@@ -151,6 +152,7 @@ class Journal:
                         a.node,
                         json.dumps(dict(a.labels), sort_keys=True),
                         now,
+                        json.dumps(dict(a.annotations), sort_keys=True),
                     ),
                 )
                 if cur.rowcount:
@@ -174,21 +176,28 @@ class Journal:
                     retry = retry or waiting is not None
                 db.execute(
                     "UPDATE alerts SET repeats=repeats+1, processed=CASE WHEN ? THEN 0 ELSE "
-                    "processed END WHERE key=?",
-                    (int(retry), a.key),
+                    "processed END, annotations=? WHERE key=?",  # the repeat's evidence is fresher
+                    (int(retry), json.dumps(dict(a.annotations), sort_keys=True), a.key),
                 )
         return new, repeated
 
     def todo(self, limit: int = 100) -> list[tuple[int, Alert]]:
         rows = self.rows(
-            "SELECT seq,fingerprint,starts_at,status,labels FROM alerts WHERE processed=0 "
+            "SELECT seq,fingerprint,starts_at,status,labels,annotations FROM alerts "
+            "WHERE processed=0 "
             "ORDER BY seq LIMIT ?",
             (limit,),
         )
         return [
             (
                 r["seq"],
-                Alert(r["fingerprint"], r["starts_at"], r["status"], json.loads(r["labels"])),
+                Alert(
+                    r["fingerprint"],
+                    r["starts_at"],
+                    r["status"],
+                    json.loads(r["labels"]),
+                    json.loads(r["annotations"] or "{}"),
+                ),
             )
             for r in rows
         ]

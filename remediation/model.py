@@ -42,6 +42,7 @@ TRANSIENT_GUARDS = frozenset(
         "scheduler",
         "domain",  # held while the node's NVLink domain is down (one domain incident)
         "storage",  # checkpoint held back while its storage is unhealthy (policy: hold)
+        "placement_budget",  # an avoid beyond the placement budget: room may free (expiry)
     }
 )
 REASON_PREFIX = "gpuwarden:"

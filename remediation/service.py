@@ -217,6 +217,24 @@ def make_suite_runner(pol: Policy, real: Backend | None) -> SuiteRunner | None:
     return None
 
 
+def make_resetter(pol: Policy, real: Backend | None) -> Any:
+    """Where reset_gpu runs, like a suite: a Slurm job in our reservation, or a privileged
+    Kubernetes Job bound to the node (the validation image, which has nvidia-smi). None
+    (the rung falls back to reboot, saying why) under dry-run or without an image."""
+    if pol.dry_run or real is None:
+        return None
+    if isinstance(real, SlurmBackend):
+        from remediation.validation.slurm import SlurmValidation
+
+        return SlurmValidation(real.runner, pol.validation.out_dir)
+    if real.name == "kubernetes" and pol.validation.kube_image:
+        from remediation.gpureset.kubernetes import KubernetesReset
+
+        vp = pol.validation
+        return KubernetesReset(real.api, vp.kube_namespace, vp.kube_image)  # type: ignore[attr-defined]
+    return None
+
+
 def build(
     s: Settings,
     *,
@@ -261,10 +279,7 @@ def build(
         dry_run=pol.dry_run or real is None,
     )
     executor = Executor(journal, chosen, pol, clock.now, lambda: engine.paused)
-    if isinstance(real, SlurmBackend) and not pol.dry_run:  # reset_gpu runs like a suite
-        from remediation.validation.slurm import SlurmValidation
-
-        executor.resetter = SlurmValidation(real.runner, pol.validation.out_dir)
+    executor.resetter = make_resetter(pol, real)
     worker = Worker(engine, executor, s.tick_s)
     return Service(
         s,

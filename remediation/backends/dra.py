@@ -109,6 +109,19 @@ class DraIsolation:
             return f"{device} tainted NoExecute; the control plane evicts {len(pods)} pod(s)"
         return f"{device} tainted NoSchedule; " + self._evict(pods)
 
+    def nodes(self) -> set[str]:
+        """The nodes whose GPUs this driver publishes in ResourceSlices (allocated by DRA)."""
+        slices = self.api.list_custom(GROUP, SLICES, "resourceslices")
+        return {str((s.get("spec") or {}).get("nodeName")) for s in slices
+                if (s.get("spec") or {}).get("driver") == self.driver}  # fmt: skip
+
+    def pods_on(self, node: str, gpu: str) -> set[tuple[str, str]]:
+        """(namespace, pod) of the pods holding GPU ``gpu``; BackendError without DRA."""
+        pool, device = find_device(self.api.list_custom(GROUP, SLICES, "resourceslices"), node,
+                                   gpu, self.driver)  # fmt: skip
+        claims = self.api.list_custom(GROUP, SLICES, "resourceclaims")
+        return set(holders(claims, self.driver, pool, device))
+
     def _evict(self, pods: list[tuple[str, str]]) -> str:
         blocked = [f"{ns}/{name}" for ns, name in pods
                    if self.api.evict(ns, name) not in (200, 201, 404)]  # fmt: skip
@@ -120,12 +133,16 @@ class DraIsolation:
         self.api.delete_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", rule_name(node, gpu))
         return f"DeviceTaintRule {rule_name(node, gpu)} deleted"
 
-    def release_node(self, node: str) -> list[str]:
-        """Delete every rule of ours on the node; the GPUs released."""
+    def release_node(self, node: str, previews_only: bool = False) -> list[str]:
+        """Delete every rule of ours on the node (``previews_only``: only the dry-run's
+        effect-None previews, never a rule a live run made); the GPUs released."""
         prefix, out = rule_name(node, ""), []
         for r in self.active():
             name = str((r.get("metadata") or {}).get("name", ""))
             gpu = name.removeprefix(prefix)
+            effect = ((r.get("spec") or {}).get("taint") or {}).get("effect")
+            if previews_only and effect != "None":
+                continue
             if name.startswith(prefix) and gpu.isdigit():
                 self.release(node, gpu)
                 out.append(gpu)

@@ -122,7 +122,33 @@ class DryRunBackend:
         if self.node(node) is None:
             raise BackendError(f"node {node} unknown (not in the topology or the scheduler)")
         self._record(node, "release")
+        dra = getattr(self.source, "dra", None)
+        if dra is not None:  # our previews go with the node's release (effect None only)
+            try:
+                gpus = dra.release_node(node, previews_only=True)
+            except Exception as e:  # a preview left behind has no effect: observing goes on
+                return f"would resume; preview DeviceTaintRules left: {type(e).__name__}: {e}"
+            if gpus:
+                return (
+                    f"would resume; preview DeviceTaintRule(s) of GPU(s) {', '.join(gpus)} deleted"
+                )
         return "would resume"
+
+    def isolate_gpu(self, node: str, gpu: str, reason: str, effect: str) -> str | None:
+        """Kubernetes with DRA: the one-GPU path previewed for real, as a DeviceTaintRule with
+        effect ``None`` (visible to the operator, no effect on scheduling or running pods);
+        None where the node path applies (no scheduler to read, no DRA device for the GPU)."""
+        dra = getattr(self.source, "dra", None)
+        if dra is None:
+            return None
+        try:
+            out = str(dra.isolate(node, gpu, reason, effect, dry_run=True))
+        except BackendError as e:
+            if "node path" in str(e):
+                return None
+            raise
+        self._record(node, "isolate_gpu", gpu=gpu, effect=effect, preview=out)
+        return f"would taint GPU {gpu} {effect} ({out})"
 
     def request_checkpoint(self, job: Job) -> None:
         self._record(job.nodes[0] if job.nodes else "", "checkpoint", job=job.job_id)

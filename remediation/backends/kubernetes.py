@@ -38,6 +38,19 @@ def _meta(o: Obj) -> dict[str, Any]:
     return o.get("metadata") or {}
 
 
+def _wants_gpu(p: Obj) -> bool:
+    """A pod given GPUs by the device plugin (``nvidia.com/gpu``, MIG slices) or by DRA."""
+    spec = p.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        res = c.get("resources") or {}
+        names = {*(res.get("limits") or {}), *(res.get("requests") or {})}
+        if any(str(n).startswith("nvidia.com/") for n in names):
+            return True
+    return False
+
+
 class KubernetesBackend:
     name = "kubernetes"
 
@@ -239,9 +252,26 @@ class KubernetesBackend:
         return Job(jid, phase, ((p.get("spec") or {}).get("nodeName") or "",))
 
     def jobs_on(self, node: str) -> tuple[Job, ...]:
+        return self._jobs_of(self._pods(node))
+
+    def jobs_on_gpu(self, node: str, gpu: str) -> tuple[tuple[Job, ...], str]:
+        """The jobs a reset of GPU ``gpu`` must move, and how they were found: with DRA, the
+        pods whose ResourceClaims hold that device; else (no DRA device for it, or the DRA
+        API unreadable) every pod of the node that requests a GPU (the device plugin does
+        not say which GPU a pod has). Pods without GPUs stay either way."""
+        pods = self._pods(node)
+        try:
+            held = self.dra.pods_on(node, gpu)
+        except Exception as e:  # fail closed: move more, never fewer, than the GPU's users
+            scope = f"the node's GPU pods (no DRA device: {e})"
+            return self._jobs_of([p for p in pods if _wants_gpu(p)]), scope
+        mine = [p for p in pods if (_meta(p).get("namespace", "default"), _meta(p)["name"]) in held]
+        return self._jobs_of(mine), f"the pods holding GPU {gpu} (DRA)"
+
+    def _jobs_of(self, pods: list[Obj]) -> tuple[Job, ...]:
         jobs: list[Job] = []
         everyone: list[Obj] | None = None
-        for p in self._pods(node):
+        for p in pods:
             gang = gang_of(p)
             if gang is not None:  # one job per gang, with every member's node
                 if all(j.job_id != gang.job_id for j in jobs):

@@ -1,14 +1,16 @@
 """The ``reset_gpu`` action as a saga of persisted steps, driven by the executor's tick.
 
-take_out (the node's drain, done by the executor) -> requeue the jobs on the node (Slurm
-shows no per-GPU allocation to the backend, so every job of the node moves; on Kubernetes
-the same) -> ``reset_start`` (the reset suite submitted in gpuwarden's reservation; its run
-recorded) -> ``reset_done`` (a persisted deadline: no thread waits) -> ``reset_verdict``
+take_out (the node's drain, done by the executor) -> requeue the jobs on the GPU (Slurm
+shows no per-GPU allocation to the backend, so every job of the node moves; Kubernetes moves
+the pods whose DRA claims hold the GPU, else the node's GPU pods) -> ``reset_start`` (the
+reset suite submitted in gpuwarden's reservation, or a privileged Job bound to the node on
+Kubernetes; its run recorded) -> ``reset_done`` (a persisted deadline: no thread waits) -> ``reset_verdict``
 (the evidence journaled) -> ``reset_finish`` (re-drained with the verdict) -> on success the
 node stays quarantined for the normal probation, validation and release; on failure or
 timeout the next rung (``reboot``) in the same action, the reset's evidence in its outcome.
 A restart finds every step where it was: a ``reset_start`` found ``started`` looks for the
-submitted job by name instead of submitting a second one.
+submitted job by name instead of submitting a second one (Kubernetes: the Job's name is the
+action's, so creating it again adopts the one there).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from remediation.gpureset.job import suite
 from remediation.gpureset.verdict import judge
+from remediation.model import Job
 from remediation.validation.slurm import ValidationRun, reservation_name
 
 if TYPE_CHECKING:
@@ -47,15 +50,40 @@ def _found(ex: Executor, node: str, run_id: str) -> ValidationRun | None:
     return ValidationRun(node, run_id, ids[0] if ids else "", reservation_name(node), str(out), 2)
 
 
+def _jobs(ex: Executor, a: dict[str, Any], node: str, gpu: str | None) -> list[Job]:
+    """The jobs the reset must move, listed once and journaled (step ``jobs``, the
+    executor's format): where the backend tells which pods use the GPU (Kubernetes: DRA
+    claims, else the node's GPU pods) only those, else every job of the node (Slurm)."""
+    aid = int(a["id"])
+    on_gpu = getattr(ex.backend, "jobs_on_gpu", None)
+    if on_gpu is None or gpu is None or ex.journal.step_state(aid, "jobs") == "done":
+        return ex._jobs(a, node)
+    jobs, scope = on_gpu(node, gpu)
+    ex.journal.set_step(aid, "jobs_scope", "done", scope)
+    detail = json.dumps([[j.job_id, j.state, list(j.nodes), j.restarts] for j in jobs])
+    ex.journal.set_step(aid, "jobs", "done", detail)
+    return list(jobs)
+
+
+def _run(ex: Executor, detail: str) -> Any:
+    """The journaled handle of the reset job, back (each runner knows its own)."""
+    load = getattr(ex.resetter, "run_from", None)
+    return load(json.loads(detail)) if load is not None else ValidationRun(**json.loads(detail))
+
+
 def reset_gpu(ex: Executor, a: dict[str, Any], node: str) -> str:
     aid, p = int(a["id"]), ex.policy.reset_gpu
-    notes = [ex._requeue(a, job, node) for job in ex._jobs(a, node)]
     gpu = gpu_of(ex, a)
+    notes = [ex._requeue(a, job, node) for job in _jobs(ex, a, node, gpu)]
     if ex.backend.name == "dry-run":
         argv = " ".join(p.argv(p.command, gpu or "?"))
         return "; ".join([*notes, f"dry-run: would reset GPU {gpu} on {node} ({argv})"])
     if gpu is None or ex.resetter is None:
-        why = "no GPU index in the alert" if gpu is None else "no way to run a job on the node"
+        why = (
+            "no GPU index in the alert"
+            if gpu is None
+            else ("no way to run a job on the node (Kubernetes: validation.kubernetes.image)")
+        )
         return fall_back(ex, a, node, notes, {"why": why})
     run_id = f"reset-{aid}"
     if ex.journal.step_state(aid, "reset_start") == "started":
@@ -68,7 +96,7 @@ def reset_gpu(ex: Executor, a: dict[str, Any], node: str) -> str:
         return json.dumps(dataclasses.asdict(run))
 
     ex._step(a, "reset_start", start, None)
-    run = ValidationRun(**json.loads(ex.journal.step_detail(aid, "reset_start")))
+    run = _run(ex, ex.journal.step_detail(aid, "reset_start"))
     got: dict[str, Any] = {}
 
     def ended() -> bool:

@@ -10,9 +10,14 @@ is a scoring hint that Kueue's topology-aware scheduling does not read.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from remediation.backends.base import BackendError
 from remediation.placement.config import PlacementPolicy
 from remediation.placement.projection import Projection
+
+if TYPE_CHECKING:
+    from remediation.policy import Policy
 
 
 def topology_plugin(config_text: str) -> str:
@@ -64,3 +69,39 @@ def check(projection: Projection, p: PlacementPolicy, live: bool) -> tuple[list[
     if projection.name == "kubernetes":
         return kube_lines(), []
     return ["placement: no scheduler; tiers are recorded only"], []
+
+
+def gpu_lines(pol: Policy, backend: Any) -> list[str]:
+    """One GPU out and the reset rung on Kubernetes: will they happen here, or does the node
+    path stay? ``backend``: the service's (the dry-run one reads through its ``source``)."""
+    kube = backend if backend.name == "kubernetes" else getattr(backend, "source", None)
+    on_kube = kube is not None and kube.name == "kubernetes"
+    lines = []
+    if pol.dra_isolation:
+        lines.append(_dra_line(kube, pol.dry_run) if on_kube else
+                     "warning: kubernetes.dra_isolation: not on Kubernetes here; GPU-scoped "
+                     "faults take the node path")  # fmt: skip
+    resets = any("reset_gpu" in r.allow for r in pol.rules)
+    if on_kube and resets and not pol.validation.kube_image:
+        lines.append(
+            "warning: reset_gpu: no validation.kubernetes.image to run the reset Job with "
+            "(it needs nvidia-smi); the rung falls back to reboot"
+        )
+    return lines
+
+
+def _dra_line(kube: Any, dry_run: bool) -> str:
+    try:
+        nodes = kube.dra.nodes()
+    except Exception as e:  # --check observes: a failed read is a warning, not a stop
+        return f"warning: kubernetes.dra_isolation: cannot read ResourceSlices ({e})"
+    if not nodes:
+        return (
+            f"warning: kubernetes.dra_isolation: no ResourceSlice of driver {kube.dra.driver} "
+            "(GPUs are not allocated through DRA here): GPU-scoped faults take the node path"
+        )
+    how = "previewed as DeviceTaintRules with effect None (dry-run)" if dry_run else "tainted"
+    return (
+        f"placement: one GPU out through DRA on {len(nodes)} node(s) ({how}); nodes without "
+        f"{kube.dra.driver} ResourceSlices take the node path"
+    )

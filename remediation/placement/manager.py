@@ -163,10 +163,19 @@ class Placement:
         if not self.store.end(node, self.now(), f"released by {who}"):
             return []
         v = allow("manual", f"placement tier ended by {who}")
+        self._room_freed()
         return [Event(node, "placement_release", v), *self._sync()]
 
+    def _room_freed(self) -> None:
+        """A tier ended: the alerts the budget denied, still firing, are decided again now
+        (the worker's next pass), not only at Alertmanager's next repeat."""
+        waiting = [k for k, node, fp in self.store.budget_denied()
+                   if fp in self.journal.firing_fingerprints(node)]  # fmt: skip
+        if waiting:
+            self.store.redecide(waiting)
+
     def tick(self) -> list[Event]:
-        now, events = self.now(), []
+        now, events, freed = self.now(), [], False
         for e in self.store.entries():
             if e.firing and e.fingerprint and not self._still_firing(e):
                 e = tiers.resolved(e, now)  # a missed resolution: the clock starts now
@@ -175,8 +184,11 @@ class Placement:
                 self.store.end(e.node, now, "expired")
                 v = allow("placement", f"{e.tier} expired (ttl {e.ttl_s:.0f}s)")
                 events.append(Event(e.node, "placement_expire", v))
+                freed = True
             elif e.firing:
                 self.store.put(tiers.refreshed(e, now), new_episode=False)
+        if freed:
+            self._room_freed()
         if self.neutral and not self.store.entries():
             return events
         return events + self._sync()

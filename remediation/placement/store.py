@@ -78,6 +78,24 @@ class Store:
             )
         return bool(gone)
 
+    def budget_denied(self) -> list[tuple[str, str, str]]:
+        """(key, node, fingerprint) of the journaled firing alerts whose last decision was a
+        placement_budget denial: the ones waiting for room."""
+        rows = self.journal.rows(
+            "SELECT a.key, a.node, a.fingerprint FROM alerts a WHERE a.processed=1 "
+            "AND a.status='firing' AND a.stale=0 AND a.key IN (SELECT alert_key FROM "
+            "decisions WHERE guard='placement_budget') AND (SELECT verdict || '/' || guard "
+            "FROM decisions WHERE alert_key=a.key ORDER BY id DESC LIMIT 1) = "
+            "'deny/placement_budget' ORDER BY a.seq"
+        )
+        return [(r["key"], r["node"], r["fingerprint"]) for r in rows]
+
+    def redecide(self, keys: list[str]) -> None:
+        """Queue these alerts to be decided again by the worker (as a transient denial's
+        repeat would)."""
+        with self.journal.tx() as db:
+            db.executemany("UPDATE alerts SET processed=0 WHERE key=?", [(k,) for k in keys])
+
     def recurrences(self, node: str, since: float) -> int:
         """Episodes of this node started since ``since`` (the new one not yet counted)."""
         return int(

@@ -470,7 +470,8 @@ KUBEAPI_GRANTS: dict[str, set[tuple[str, str, str]]] = {
 
 def test_the_shipped_rbac_grants_exactly_the_calls_the_kubernetes_code_makes(docs: list) -> None:
     callers = [*(ROOT / "remediation" / "backends").glob("*.py"),
-               *(ROOT / "remediation" / "validation").glob("*.py")]  # fmt: skip
+               *(ROOT / "remediation" / "validation").glob("*.py"),
+               *(ROOT / "remediation" / "gpureset").glob("*.py")]  # fmt: skip
     called = {
         m
         for f in callers

@@ -93,6 +93,75 @@ def test_the_placement_budget_denies_beyond_it_and_leaves_drain_rails_untouched(
     assert drain["verdict"] == "allow", drain["reason"]
 
 
+def test_an_avoid_denied_by_the_budget_is_decided_again_on_its_repeat_once_room_frees(
+    tmp_path: Path,
+) -> None:
+    svc = svc_for(tmp_path)
+    send(svc, avoid("gpu-node-001"), avoid("gpu-node-002"), avoid("gpu-node-003"))
+    assert decisions(svc, "avoid")[-1]["guard"] == "placement_budget"
+    assert svc.engine.release_placement("gpu-node-001", "alice")
+    svc.journal.accept([avoid("gpu-node-003")], clock(svc).now())  # Alertmanager's repeat
+    [(_, again)] = svc.journal.todo()  # queued to be decided again, like the worker does
+    svc.engine.decide(again)
+    last = decisions(svc, "avoid")[-1]
+    assert (last["node"], last["verdict"], last["guard"]) == ("gpu-node-003", "allow", "placement")
+    nodes = {r["node"] for r in svc.engine.placement.listing()}  # type: ignore[union-attr]
+    assert nodes == {"gpu-node-002", "gpu-node-003"}
+
+
+def worker_pass(svc: Service) -> None:
+    for _, a in svc.journal.todo():  # what the worker decides: the alerts queued
+        svc.engine.decide(a)
+
+
+def test_an_avoid_denied_by_the_budget_is_decided_again_as_soon_as_a_tier_ends(
+    tmp_path: Path,
+) -> None:
+    svc = svc_for(tmp_path)
+    first = avoid("gpu-node-001")
+    svc.journal.accept([first, avoid("gpu-node-002"), avoid("gpu-node-003"),
+                        avoid("gpu-node-004")], clock(svc).now())  # fmt: skip
+    worker_pass(svc)
+    assert [d["guard"] for d in decisions(svc, "avoid")][2:] == ["placement_budget"] * 2
+    assert svc.journal.todo() == []
+    svc.journal.accept([avoid("gpu-node-004", status="resolved")], clock(svc).now())
+    worker_pass(svc)  # 004 stopped firing: it no longer waits for room
+    assert svc.engine.release_placement("gpu-node-001", "alice")
+    worker_pass(svc)  # no Alertmanager repeat needed
+    held = {r["node"] for r in svc.engine.placement.listing()}  # type: ignore[union-attr]
+    assert held == {"gpu-node-002", "gpu-node-003"}
+    send(svc, avoid("gpu-node-002", status="resolved"))
+    svc.journal.accept([avoid("gpu-node-005")], clock(svc).now())
+    worker_pass(svc)
+    assert decisions(svc, "avoid")[-1]["guard"] == "placement_budget"  # 005 waits
+    clock(svc).advance(60)
+    svc.engine.tick()  # 003 still fires: its evidence is refreshed
+    assert svc.journal.todo() == []  # nothing ended: nothing decided again
+    clock(svc).advance(86400 - 60)
+    svc.engine.tick()  # 002's tier expires (a day after its resolution)
+    worker_pass(svc)
+    held = {r["node"] for r in svc.engine.placement.listing()}  # type: ignore[union-attr]
+    assert held == {"gpu-node-003", "gpu-node-005"}
+
+
+def test_the_evidence_and_score_survive_the_journal_the_worker_decides_from(
+    tmp_path: Path,
+) -> None:
+    svc = svc_for(tmp_path)
+    low, high = avoid("gpu-node-001", score="1"), avoid("gpu-node-002", score="2")
+    top = avoid("gpu-node-003")
+    top = type(top)(top.fingerprint, top.starts_at, top.status, top.labels,
+                    {**top.annotations, "score": "7"})  # fmt: skip
+    svc.journal.accept([low, high, top], clock(svc).now())
+    for _, a in svc.journal.todo():  # as the worker does: the alert as journaled
+        svc.engine.decide(a)
+    rows = {r["node"]: r for r in svc.engine.placement.listing()}  # type: ignore[union-attr]
+    assert set(rows) == {"gpu-node-002", "gpu-node-003"}  # 001 displaced by the score of 7
+    assert rows["gpu-node-003"]["evidence"]["peer_percentile"] == 99.5
+    assert "rate(" in rows["gpu-node-003"]["evidence"]["promql"]
+    assert rows["gpu-node-003"]["reason"].endswith("in the worst 1% of its peers")
+
+
 def test_a_higher_scored_node_displaces_the_lowest_when_the_budget_is_full(tmp_path: Path) -> None:
     svc = svc_for(tmp_path)
     send(svc, avoid("gpu-node-001", score="1"), avoid("gpu-node-002", score="2"))

@@ -115,6 +115,8 @@ def test_the_kubernetes_patch_keeps_foreign_taints_and_sets_the_tier_label() -> 
 
 
 # ------------------------------------------------------------------ the property
+# A model of the admission loop over the pure parts (budget, tiers, Slurm plan), cheap enough
+# for hundreds of examples; test_placement_stateful.py drives the real Engine and Placement.
 NODES = [f"n{i:02d}" for i in range(20)]
 GROUPS = {n: frozenset({"gpu" if i < 12 else "big", f"domain:leaf=l{i // 4}"}) for i, n in
           enumerate(NODES)}  # fmt: skip
