@@ -43,7 +43,7 @@ def families(rep: Report) -> Iterator[GaugeMetricFamily]:
         comp = cost.incident.component
         for cause, hours in (
             ("restart", cost.restart_h),
-            ("recompute", cost.recompute_h or 0.0),
+            ("recompute", cost.recompute_known_h),
             ("capacity", cost.capacity_h),
         ):
             totals[(cause, comp)] = totals.get((cause, comp), 0.0) + hours * 3600.0
