@@ -5,8 +5,12 @@ journal cannot know (onset, GPU model, exposure, the jobs hit and their checkpoi
 Per journal incident (cluster-wide ones, node '', are not a unit's failure and are left out):
 detected = the earliest alert startsAt (else when remediation opened it); onset = the
 earliest evidence in Prometheus (else detected); mitigated = the first disruptive action of
-the incident that finished ``done``; returned = the first allowed release of the node after
-that; gpus_out = the node's GPUs when mitigated. Read-only: the journal is opened ``mode=ro``.
+the incident that finished ``done`` (remediation/model.py's DISRUPTIVE: reset_gpu and
+inspect included); returned = the first allowed release of the node after that; gpus_out =
+1 when that action isolated one GPU (its ``isolate_gpu`` step: a DRA device taint), else
+the node's GPUs. A ``reset_gpu`` takes the node out (remediation/gpureset/saga.py: the node
+is cordoned and every job on it requeued before the reset) and so counts the node's GPUs.
+Read-only: the journal is opened ``mode=ro``.
 """
 
 from __future__ import annotations
@@ -18,11 +22,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from remediation import model
 from remediation.accounting import outages
 from remediation.accounting.components import component
 from remediation.accounting.model import Exposure, Incident, JobHit, JobRun
 
-DISRUPTIVE = ("cordon", "drain", "requeue", "checkpoint_restart", "reboot")
+DISRUPTIVE = tuple(sorted(model.DISRUPTIVE))
 ID_PREFIX = "gw-"
 LOOKBACK_S = 30 * 86400.0  # exposure is read from this long before the journal's first event
 
@@ -103,14 +108,23 @@ def _labels(db: sqlite3.Connection, inc: sqlite3.Row) -> tuple[dict[str, str], f
     return labels, min(starts) if starts else None
 
 
-def _mitigated(db: sqlite3.Connection, incident_id: int) -> float | None:
+def _mitigated(db: sqlite3.Connection, incident_id: int) -> tuple[float, bool] | None:
+    """When the first disruptive action finished, and whether it took one GPU only."""
     marks = ",".join("?" * len(DISRUPTIVE))
-    value = db.execute(
-        f"SELECT MIN(finished_at) FROM actions WHERE incident_id=? AND state='done' "
-        f"AND action IN ({marks})",
+    row = db.execute(
+        f"SELECT a.finished_at, EXISTS(SELECT 1 FROM steps s WHERE s.action_id = a.id "
+        f"AND s.step='isolate_gpu' AND s.state='done') FROM actions a WHERE a.incident_id=? "
+        f"AND a.state='done' AND a.finished_at IS NOT NULL AND a.action IN ({marks}) "
+        f"ORDER BY a.finished_at, a.id LIMIT 1",
         (incident_id, *DISRUPTIVE),
-    ).fetchone()[0]
-    return None if value is None else float(value)
+    ).fetchone()
+    return None if row is None else (float(row[0]), bool(row[1]))
+
+
+def _gpus_out(mitigation: tuple[float, bool] | None, node_gpus: int) -> int:
+    if mitigation is None:
+        return 0
+    return 1 if mitigation[1] else node_gpus
 
 
 def _returned(db: sqlite3.Connection, node: str, after: float) -> float | None:
@@ -153,9 +167,10 @@ def _incident(db: sqlite3.Connection, row: sqlite3.Row, evidence: Evidence) -> I
     )
     seen = evidence.onset(node, gpu, detected)
     onset = detected if seen is None else min(seen, detected)
-    mitigated = _mitigated(db, int(row["id"]))
+    mitigation = _mitigated(db, int(row["id"]))
+    mitigated = None if mitigation is None else mitigation[0]
     returned = None if mitigated is None else _returned(db, node, mitigated)
-    gpus_out = (evidence.gpus(node) or 0) if mitigated is not None else 0
+    gpus_out = _gpus_out(mitigation, evidence.gpus(node) or 0)
     jobs = evidence.jobs(node, gpu, onset, mitigated if mitigated is not None else detected)
     jobs = _with_acks(jobs, _acked(db, int(row["id"])))
     return Incident(
