@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
@@ -49,19 +50,27 @@ class Evidence(Protocol):
 
 
 class NoEvidence:
-    """Without Prometheus: onset = detected, model unknown, no jobs, no exposure."""
+    """Without Prometheus: onset = detected, no jobs, no exposure; a node's model and GPU
+    count from what the service knows of it (the topology file), else unknown and
+    ``gpus_per_node``."""
 
-    def __init__(self, gpus_per_node: int = 8) -> None:
+    def __init__(
+        self,
+        gpus_per_node: int = 8,
+        gpus: Mapping[str, int] | None = None,
+        models: Mapping[str, str] | None = None,
+    ) -> None:
         self.gpus_per_node = gpus_per_node
+        self.gpu_counts, self.models = dict(gpus or {}), dict(models or {})
 
     def onset(self, node: str, gpu: str | None, detected: float) -> float | None:
         return None
 
     def gpu_model(self, node: str) -> str | None:
-        return None
+        return self.models.get(node)
 
     def gpus(self, node: str) -> int | None:
-        return self.gpus_per_node
+        return self.gpu_counts.get(node, self.gpus_per_node)
 
     def jobs(self, node: str, gpu: str | None, onset: float, at: float) -> list[JobHit]:
         return []
@@ -190,6 +199,24 @@ def _incident(db: sqlite3.Connection, row: sqlite3.Row, evidence: Evidence) -> I
         gpus_out=gpus_out,
         jobs=tuple(jobs),
     )
+
+
+FIRST_EVENT = (
+    "SELECT MIN(t) FROM (SELECT MIN(received_at) AS t FROM alerts "
+    "UNION ALL SELECT MIN(at) FROM decisions UNION ALL SELECT MIN(started_at) FROM actions "
+    "UNION ALL SELECT MIN(opened_at) FROM incidents)"
+)
+
+
+def first_event(path: str | Path) -> float | None:
+    """The journal's first record (an alert received, a decision, an action, an incident):
+    the service watched the fleet from then on, failures or not."""
+    db = _connect(Path(path))
+    try:
+        value = db.execute(FIRST_EVENT).fetchone()[0]
+    finally:
+        db.close()
+    return None if value is None else float(value)
 
 
 def from_journal(

@@ -3,18 +3,22 @@
 A custom collector: each scrape recomputes the report from the journal (read-only, cached
 for ``ttl_s``) up to the clock's now, so a restarted service exports the same values from
 the same journal: nothing is kept in memory that the journal does not hold. Exposure is
-the known nodes' GPUs (the topology file) minus the journal's out-of-service intervals.
+the known nodes' GPUs (the topology file: a node's ``gpus`` and ``gpu_model``, else
+``gpus_per_node`` and unknown) from the journal's first record to now, minus the journal's
+out-of-service intervals. ETTR is exported when an ``Evidence`` (Prometheus) is injected
+and knows the job runs; from the journal alone it is unknown and absent.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from common.settings import SettingsError
 from exporter import catalog as c
 from remediation.accounting import ledger, outages, report
 from remediation.accounting.report import Report
@@ -26,13 +30,41 @@ def _gauge(d: c.MetricDef) -> GaugeMetricFamily:
     return GaugeMetricFamily(d.name, d.help, labels=list(d.labels))
 
 
-def build_report(path: Path, now: float, nodes: Sequence[str], gpus_per_node: int) -> Report:
-    incidents, _, _ = ledger.from_journal(path)
-    if not incidents:
+def node_facts(topology: Mapping[str, Mapping[str, str]]) -> tuple[dict[str, int], dict[str, str]]:
+    """GPUs per node and GPU model per node where the topology file gives them
+    (``nodes: {gpu-node-001: {leaf: leaf-01, gpus: 4, gpu_model: GB200}}``)."""
+    gpus, models = {}, {}
+    for node, facts in topology.items():
+        if "gpus" in facts:
+            value = str(facts["gpus"])
+            if not value.isdigit() or int(value) < 1:
+                raise SettingsError(f"topology: nodes.{node}.gpus: {value!r} is not a count >= 1")
+            gpus[node] = int(value)
+        model = facts.get("gpu_model") or facts.get("model")
+        if model:
+            models[node] = str(model)
+    return gpus, models
+
+
+def build_report(
+    path: Path,
+    now: float,
+    nodes: Sequence[str],
+    gpus_per_node: int = 8,
+    gpus: Mapping[str, int] | None = None,
+    models: Mapping[str, str] | None = None,
+    evidence: ledger.Evidence | None = None,
+) -> Report:
+    evidence = evidence or ledger.NoEvidence(gpus_per_node, gpus, models)
+    incidents, exposure, runs = ledger.from_journal(path, evidence, now=now)
+    first = ledger.first_event(path)
+    starts = [t for t in (first,) if t is not None] + [i.onset for i in incidents]
+    if not starts:
         return report.build([], [], until=now)
-    since = min(i.onset for i in incidents)
-    exposure = outages.fleet_exposure(nodes, incidents, since, now, gpus_per_node)
-    return report.build(incidents, exposure, since=since, until=max(now, since + 1.0))
+    since = min(starts)
+    if not exposure:  # no presence series: the known nodes, from the first record on
+        exposure = outages.fleet_exposure(nodes, incidents, since, now, gpus_per_node, models, gpus)
+    return report.build(incidents, exposure, since=since, until=max(now, since + 1.0), runs=runs)
 
 
 def families(rep: Report) -> Iterator[GaugeMetricFamily]:
@@ -92,14 +124,26 @@ class AccountingCollector(Collector):
         nodes: Sequence[str] = (),
         gpus_per_node: int = 8,
         ttl_s: float = 60.0,
+        gpus: Mapping[str, int] | None = None,
+        models: Mapping[str, str] | None = None,
+        evidence: ledger.Evidence | None = None,
     ) -> None:
         self.state_db, self.now, self.nodes = state_db, now, list(nodes)
         self.gpus_per_node, self.ttl_s = gpus_per_node, ttl_s
+        self.gpus, self.models, self.evidence = dict(gpus or {}), dict(models or {}), evidence
         self._cached: tuple[float, list[GaugeMetricFamily]] | None = None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self.now()
         if self._cached is None or now - self._cached[0] >= self.ttl_s or now < self._cached[0]:
-            rep = build_report(self.state_db, now, self.nodes, self.gpus_per_node)
+            rep = build_report(
+                self.state_db,
+                now,
+                self.nodes,
+                self.gpus_per_node,
+                self.gpus,
+                self.models,
+                self.evidence,
+            )
             self._cached = (now, list(families(rep)))
         yield from self._cached[1]
