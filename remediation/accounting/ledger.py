@@ -220,7 +220,11 @@ def first_event(path: str | Path) -> float | None:
 
 
 def from_journal(
-    path: str | Path, evidence: Evidence | None = None, now: float = 0.0
+    path: str | Path,
+    evidence: Evidence | None = None,
+    now: float = 0.0,
+    since: float | None = None,
+    until: float | None = None,
 ) -> tuple[list[Incident], list[Exposure], list[JobRun]]:
     """The journal's incidents (oldest first) and Prometheus' exposure and job runs."""
     evidence = evidence or NoEvidence()
@@ -236,6 +240,9 @@ def from_journal(
     times = [t for t in (latest, first) if t is not None] + [i.onset for i in incidents]
     if not times:
         return incidents, [], []
-    since, until = min(times) - LOOKBACK_S, max(max(times), now)
-    exposure = outages.in_service(evidence.exposure(since, until), incidents)
-    return incidents, exposure, evidence.runs(since, until)
+    # the report's --since/--until, when given, bound what is read: a quarter's review
+    # reads exposure from the quarter's start, however long before the journal's first event
+    start = min(times) - LOOKBACK_S if since is None else since
+    end = max(max(times), now) if until is None else until
+    exposure = outages.in_service(evidence.exposure(start, end), incidents)
+    return incidents, exposure, evidence.runs(start, end)

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from common.settings import SettingsError
 from exporter import catalog as c
-from remediation.accounting import ledger, outages, report
+from remediation.accounting import gpu_models, ledger, outages, report
 from remediation.accounting.report import Report
 
 BOUNDS = ("estimate", "lower90", "upper90")
@@ -64,6 +64,7 @@ def build_report(
     since = min(starts)
     if not exposure:  # no presence series: the known nodes, from the first record on
         exposure = outages.fleet_exposure(nodes, incidents, since, now, gpus_per_node, models, gpus)
+    incidents, exposure = gpu_models.normalised(incidents, exposure)
     return report.build(incidents, exposure, since=since, until=max(now, since + 1.0), runs=runs)
 
 
