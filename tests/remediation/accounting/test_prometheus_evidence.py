@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from exporter import catalog as c
-from remediation.accounting.model import Exposure, JobHit, JobRun
+from remediation.accounting import report
+from remediation.accounting.model import Exposure, Incident, JobHit, JobRun
 from remediation.accounting.prometheus_evidence import PrometheusEvidence, intervals
 
 STEP = 300.0
@@ -162,3 +163,23 @@ def test_the_gpu_model_and_count_come_from_gpu_info() -> None:
     assert evidence.gpus("n1") == 4
     assert evidence.gpu_model("n9") is None
     assert evidence.gpus("n9") == 8  # nothing known: the default
+
+
+def test_a_job_never_allocated_again_is_not_charged_restart_to_the_reports_end() -> None:
+    # job 42 ran on n1's two GPUs until 9000 (its last sample; the run ends a step later,
+    # 9300) and was never allocated again: the ledger's hit has no resumption, but the
+    # allocation series says the run ended, so its restart stops there, not at 100,000
+    alloc = c.GPU_ALLOCATION_INFO.name
+    prom = FakeProm({alloc: [
+        ({"node": "n1", "gpu": "0", "job_id": "42"}, _every(0, 9000)),
+        ({"node": "n1", "gpu": "1", "job_id": "42"}, _every(0, 9000)),
+    ]})  # fmt: skip
+    evidence = PrometheusEvidence(prom, step_s=STEP)
+    hits = evidence.jobs("n1", "0", onset=8000, at=9600)
+    assert hits == [JobHit("42", 2, 9300, None, None)]
+    inc = Incident("i", "n1", "0", "H100", "gpu", "xid_fatal", 8000, 8000, 9600, None, 0,
+                   tuple(hits))  # fmt: skip
+    built = report.build([inc], [], since=0, until=100_000, runs=evidence.runs(0, 100_000))
+    (cost,) = built.costs
+    assert cost.restart_h == 0.0
+    assert built.ettr.never_resumed == ("42",)
