@@ -245,7 +245,7 @@ def build(
         else DryRunBackend(journal, topo, clock.now, source=real)
     )
     metrics = Metrics()
-    gpus, models = node_facts(topo)  # a node's gpus/gpu_model in the topology file, if given
+    gpus, models = node_facts(s.topology, list(topo))  # the topology file's inventory section
     metrics.registry.register(
         AccountingCollector(s.state_db, clock.now, nodes=list(topo), gpus=gpus, models=models)
     )

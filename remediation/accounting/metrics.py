@@ -3,8 +3,8 @@
 A custom collector: each scrape recomputes the report from the journal (read-only, cached
 for ``ttl_s``) up to the clock's now, so a restarted service exports the same values from
 the same journal: nothing is kept in memory that the journal does not hold. Exposure is
-the known nodes' GPUs (the topology file: a node's ``gpus`` and ``gpu_model``, else
-``gpus_per_node`` and unknown) from the journal's first record to now, minus the journal's
+the known nodes' GPUs (the topology file's ``inventory`` section: a node's ``gpus`` and
+``model``, else ``gpus_per_node`` and unknown) from the journal's first record to now, minus the journal's
 out-of-service intervals. ETTR is exported when an ``Evidence`` (Prometheus) is injected
 and knows the job runs; from the journal alone it is unknown and absent.
 """
@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+import yaml
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -30,19 +31,42 @@ def _gauge(d: c.MetricDef) -> GaugeMetricFamily:
     return GaugeMetricFamily(d.name, d.help, labels=list(d.labels))
 
 
-def node_facts(topology: Mapping[str, Mapping[str, str]]) -> tuple[dict[str, int], dict[str, str]]:
-    """GPUs per node and GPU model per node where the topology file gives them
-    (``nodes: {gpu-node-001: {leaf: leaf-01, gpus: 4, gpu_model: GB200}}``)."""
+def node_facts(
+    topology_file: Path | None, nodes: Sequence[str]
+) -> tuple[dict[str, int], dict[str, str]]:
+    """GPUs per node and GPU model per node from the topology file's ``inventory`` section,
+    in the analyzer inventory's shape (``defaults`` for every node, ``nodes`` per node)::
+
+        inventory:
+          defaults: {gpus: 8, model: H100}
+          nodes: {gb200-001: {gpus: 4, model: GB200}}
+
+    A section of its own: a key under ``nodes`` would be taken for a failure domain by the
+    budgets and placement. A ``gpus`` that is not a count >= 1 stops the start."""
+    if topology_file is None:
+        return {}, {}
+    data = yaml.safe_load(Path(topology_file).read_text()) or {}
+    section = data.get("inventory") or {} if isinstance(data, dict) else {}
+    if not isinstance(section, dict):
+        raise SettingsError(f"topology {topology_file}: inventory: expected a mapping")
+    defaults = section.get("defaults") or {}
+    per_node = section.get("nodes") or {}
+    if not isinstance(defaults, dict) or not isinstance(per_node, dict):
+        raise SettingsError(
+            f"topology {topology_file}: inventory: expected defaults/nodes mappings"
+        )
     gpus, models = {}, {}
-    for node, facts in topology.items():
+    for node in sorted({*nodes, *map(str, per_node)}):
+        facts = {**defaults, **(per_node.get(node) or {})}
         if "gpus" in facts:
-            value = str(facts["gpus"])
-            if not value.isdigit() or int(value) < 1:
-                raise SettingsError(f"topology: nodes.{node}.gpus: {value!r} is not a count >= 1")
-            gpus[node] = int(value)
-        model = facts.get("gpu_model") or facts.get("model")
-        if model:
-            models[node] = str(model)
+            value = facts["gpus"]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SettingsError(
+                    f"topology {topology_file}: inventory {node}.gpus: {value!r} is not a count >= 1"
+                )
+            gpus[node] = value
+        if facts.get("model"):
+            models[node] = str(facts["model"])
     return gpus, models
 
 

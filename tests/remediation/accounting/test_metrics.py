@@ -9,7 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.settings import SettingsError
 from exporter import catalog as c
-from remediation.accounting.metrics import AccountingCollector
+from remediation import topology
+from remediation.accounting.metrics import AccountingCollector, node_facts
 from remediation.accounting.model import JobHit, JobRun
 from remediation.clock import FakeClock
 from tests.remediation.accounting.fakeevidence import FakeEvidence
@@ -66,10 +67,11 @@ def test_an_empty_journal_exports_no_loss_and_no_cell(tmp_path: Path) -> None:
 
 def _topology(tmp_path: Path, gpus: int, model: str) -> Path:
     path = tmp_path / "topology.yaml"
-    lines = ["nodes:"] + [
-        f"  gpu-node-{i:03d}: {{leaf: leaf-00, gpus: {gpus}, gpu_model: {model}}}" for i in (1, 2)
-    ]
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(
+        "nodes: {gpu-node-001: {leaf: leaf-00}, gpu-node-002: {leaf: leaf-00}}\n"
+        f"inventory: {{defaults: {{gpus: 8, model: H100}}, nodes: {{gpu-node-001: {{gpus: {gpus},"
+        f" model: {model}}}, gpu-node-002: {{gpus: {gpus}, model: {model}}}}}}}\n"
+    )
     return path
 
 
@@ -106,12 +108,27 @@ def test_gpus_per_node_and_the_model_come_from_the_topology_where_it_gives_them(
     assert got[lost] == pytest.approx(4 * 3600)
     count = (c.ACCOUNTING_INCIDENTS.name, (("component", "gpu"), ("gpu_model", "GB200")))
     assert got[count] == 1
+    # the inventory section is no failure domain: budgets and placement see the leaf only
+    assert topology.load(tmp_path / "topology.yaml")["gpu-node-001"] == {"leaf": "leaf-00"}
+
+
+def test_the_inventory_defaults_apply_to_every_node_it_does_not_name(tmp_path: Path) -> None:
+    path = tmp_path / "topology.yaml"
+    path.write_text(
+        "nodes: {a: {leaf: l0}, b: {leaf: l0}}\n"
+        "inventory: {defaults: {gpus: 4, model: A100}, nodes: {b: {gpus: 2}}}\n"
+    )
+    assert node_facts(path, ["a", "b"]) == ({"a": 4, "b": 2}, {"a": "A100", "b": "A100"})
+    assert node_facts(None, ["a"]) == ({}, {})
 
 
 def test_a_bad_gpu_count_in_the_topology_stops_the_start_with_one_line(tmp_path: Path) -> None:
     path = tmp_path / "topology.yaml"
-    path.write_text("nodes:\n  gpu-node-001: {leaf: leaf-00, gpus: eight}\n")
-    with pytest.raises(SettingsError, match=r"nodes\.gpu-node-001\.gpus: 'eight'"):
+    path.write_text(
+        "nodes: {gpu-node-001: {leaf: leaf-00}}\n"
+        "inventory: {nodes: {gpu-node-001: {gpus: eight}}}\n"
+    )
+    with pytest.raises(SettingsError, match=r"inventory gpu-node-001\.gpus: 'eight'"):
         service(tmp_path, clock=FakeClock(T), topology=path)
 
 
