@@ -13,7 +13,7 @@ from typing import Any
 
 from common.settings import SettingsError
 from remediation import auth, policy, topology
-from remediation.accounting.metrics import AccountingCollector
+from remediation.accounting.metrics import AccountingCollector, node_facts
 from remediation.backends.base import Backend
 from remediation.backends.dryrun import DryRunBackend
 from remediation.backends.runner import Runner, SubprocessRunner
@@ -263,7 +263,10 @@ def build(
         else DryRunBackend(journal, topo, clock.now, source=real)
     )
     metrics = Metrics()
-    metrics.registry.register(AccountingCollector(s.state_db, clock.now, nodes=list(topo)))
+    gpus, models = node_facts(s.topology, list(topo))  # the topology file's inventory section
+    metrics.registry.register(
+        AccountingCollector(s.state_db, clock.now, nodes=list(topo), gpus=gpus, models=models)
+    )
     if silences is None:
         silences = AlertmanagerSilences(s.alertmanager) if s.alertmanager else NoSilences()
     pager = AlertmanagerPager(s.alertmanager) if s.alertmanager else NoPager()

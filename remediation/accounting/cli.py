@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from remediation.accounting import interchange, report, text, writer
+from remediation.accounting import gpu_models, interchange, report, text, writer
 from remediation.accounting.interchange import InterchangeError
 from remediation.accounting.model import Exposure, Incident, JobRun
 from remediation.settings import Settings
@@ -76,6 +76,9 @@ class Ledger:
         exposure: Sequence[Exposure],
         runs: Sequence[JobRun] = (),
     ) -> None:
+        # one spelling per model family: "NVIDIA H100 80GB HBM3" (journal, Prometheus) and
+        # "H100" (imported history) are one cell
+        incidents, exposure = gpu_models.normalised(incidents, exposure)
         known = {i.id for i in self.incidents}
         self.incidents += [i for i in incidents if i.id not in known]
         units = {(r.unit, r.start) for r in self.exposure}
@@ -83,7 +86,9 @@ class Ledger:
         self.runs += list(runs)
 
 
-def gather(args: argparse.Namespace) -> Ledger:
+def gather(
+    args: argparse.Namespace, since: float | None = None, until: float | None = None
+) -> Ledger:
     ledger = Ledger()
     files = args.incidents is not None or args.exposure is not None
     if args.state_db is not None or not files:
@@ -95,7 +100,7 @@ def gather(args: argparse.Namespace) -> Ledger:
                 f"--state-db: no journal at {path} (give --state-db, or --incidents/--exposure)"
             )
         evidence = journal_ledger.evidence_for(args.prometheus, args.gpus_per_node)
-        ledger.add(*journal_ledger.from_journal(path, evidence))
+        ledger.add(*journal_ledger.from_journal(path, evidence, since=since, until=until))
     incidents = interchange.load_incidents(args.incidents) if args.incidents else []
     exposure = interchange.load_exposure(args.exposure) if args.exposure else []
     ledger.add(incidents, exposure)
@@ -111,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("--until must be after --since")
         if args.gpus_per_node <= 0:
             raise ValueError("--gpus-per-node must be > 0")
-        ledger = gather(args)
+        ledger = gather(args, since, until)
     except InterchangeError as exc:  # already "FILE:LINE: why"
         sys.stderr.write(f"{exc}\n")
         return 2

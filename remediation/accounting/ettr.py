@@ -4,7 +4,9 @@ and by job count.
 
 allocated = gpus x (end - start) of the run, clipped to the window; productive = allocated
 minus the run's restart and recompute GPU-time (costs.py). A run with no known allocation,
-or hit by an interruption without a checkpoint time, has ETTR None: unknown, never guessed.
+or hit by an interruption without a checkpoint time whose possible recompute lies in the
+window, has ETTR None: unknown, never guessed. Jobs interrupted and never resumed whose run
+ended are listed (``never_resumed``): their restart stopped at the run's end.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from remediation.accounting import runs as runs_mod
 from remediation.accounting.costs import hit_costs
 from remediation.accounting.model import Ident, Incident, JobRun
 from remediation.accounting.window import Window
@@ -32,52 +35,40 @@ class Ettr:
     gpu_hour_weighted: float | None
     job_count_weighted: float | None
     jobs: tuple[JobEttr, ...]
-
-
-def _joined_runs(incidents: Sequence[Incident], runs: Sequence[JobRun]) -> dict[Ident, JobRun]:
-    parts: dict[Ident, list[JobRun]] = defaultdict(list)
-    for run in runs:
-        parts[run.job_id].append(run)
-    for inc in incidents:
-        for job in inc.jobs:
-            if job.start is not None:
-                parts[job.job_id].append(JobRun(job.job_id, job.gpus, job.start, job.end))
-    joined = {}
-    for job_id, pieces in parts.items():
-        ends = [p.end for p in pieces]
-        end = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
-        joined[job_id] = JobRun(
-            job_id, max(p.gpus for p in pieces), min(p.start for p in pieces), end
-        )
-    return joined
+    never_resumed: tuple[Ident, ...] = ()
 
 
 def compute(incidents: Sequence[Incident], runs: Sequence[JobRun], window: Window) -> Ettr:
     lost: dict[Ident, float] = defaultdict(float)
     unknown: set[Ident] = set()
     hit_jobs: set[Ident] = set()
+    ended: set[Ident] = set()
     in_window = {inc.id for inc in incidents if window.holds(inc.onset)}
-    for hit in hit_costs(incidents, window):
+    for hit in hit_costs(incidents, window, runs):
         if hit.incident_id in in_window:
             hit_jobs.add(hit.job_id)
+            if hit.never_resumed:
+                ended.add(hit.job_id)
         lost[hit.job_id] += hit.restart_s + (hit.recompute_s or 0.0)
-        if hit.recompute_s is None:
+        if hit.recompute_s is None and hit.unknown_s > 0:
             unknown.add(hit.job_id)
-    joined = _joined_runs(incidents, runs)
+    joined = runs_mod.joined(incidents, runs)
     job_ids = {j for j, r in joined.items() if window.clip(r.start, r.end) > 0} | hit_jobs
     jobs = tuple(
         _job(j, joined.get(j), lost.get(j, 0.0), j in unknown, window)
         for j in sorted(job_ids, key=str)
     )
+    never_resumed = tuple(sorted(ended, key=str))
     known = [j for j in jobs if j.ettr is not None and j.allocated_h]
     if not known:
-        return Ettr(None, None, jobs)
+        return Ettr(None, None, jobs, never_resumed)
     allocated = sum(j.allocated_h or 0.0 for j in known)
     productive = sum((j.allocated_h or 0.0) - (j.lost_h or 0.0) for j in known)
     return Ettr(
         productive / allocated,
         sum(j.ettr or 0.0 for j in known) / len(known),
         jobs,
+        never_resumed,
     )
 
 
@@ -100,4 +91,5 @@ def to_json(ettr: Ettr) -> dict[str, Any]:
             "job_count_weighted": ettr.job_count_weighted,
         },
         "jobs": [{"job_id": j.job_id, "ettr": j.ettr} for j in ettr.jobs],
+        "never_resumed": list(ettr.never_resumed),
     }

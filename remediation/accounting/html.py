@@ -35,7 +35,7 @@ def weekly_plot(report: Report) -> str:
     for c in report.costs:
         week = per_week[_week(c.incident.onset)]
         week["restart"] += c.restart_h
-        week["recompute"] += c.recompute_h or 0.0
+        week["recompute"] += c.recompute_known_h
         week["capacity"] += c.capacity_h
     weeks = sorted(per_week)
     stacks = {k: [per_week[w][k] for w in weeks] for k in ("restart", "recompute", "capacity")}

@@ -5,8 +5,12 @@ journal cannot know (onset, GPU model, exposure, the jobs hit and their checkpoi
 Per journal incident (cluster-wide ones, node '', are not a unit's failure and are left out):
 detected = the earliest alert startsAt (else when remediation opened it); onset = the
 earliest evidence in Prometheus (else detected); mitigated = the first disruptive action of
-the incident that finished ``done``; returned = the first allowed release of the node after
-that; gpus_out = the node's GPUs when mitigated. Read-only: the journal is opened ``mode=ro``.
+the incident that finished ``done`` (remediation/model.py's DISRUPTIVE: reset_gpu and
+inspect included); returned = the first allowed release of the node after that; gpus_out =
+1 when that action isolated one GPU (its ``isolate_gpu`` step: a DRA device taint), else
+the node's GPUs. A ``reset_gpu`` takes the node out (remediation/gpureset/saga.py: the node
+is cordoned and every job on it requeued before the reset) and so counts the node's GPUs.
+Read-only: the journal is opened ``mode=ro``.
 """
 
 from __future__ import annotations
@@ -14,15 +18,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from remediation import model
 from remediation.accounting import outages
 from remediation.accounting.components import component
 from remediation.accounting.model import Exposure, Incident, JobHit, JobRun
 
-DISRUPTIVE = ("cordon", "drain", "requeue", "checkpoint_restart", "reboot")
+DISRUPTIVE = tuple(sorted(model.DISRUPTIVE))
 ID_PREFIX = "gw-"
 LOOKBACK_S = 30 * 86400.0  # exposure is read from this long before the journal's first event
 
@@ -44,19 +50,27 @@ class Evidence(Protocol):
 
 
 class NoEvidence:
-    """Without Prometheus: onset = detected, model unknown, no jobs, no exposure."""
+    """Without Prometheus: onset = detected, no jobs, no exposure; a node's model and GPU
+    count from what the service knows of it (the topology file), else unknown and
+    ``gpus_per_node``."""
 
-    def __init__(self, gpus_per_node: int = 8) -> None:
+    def __init__(
+        self,
+        gpus_per_node: int = 8,
+        gpus: Mapping[str, int] | None = None,
+        models: Mapping[str, str] | None = None,
+    ) -> None:
         self.gpus_per_node = gpus_per_node
+        self.gpu_counts, self.models = dict(gpus or {}), dict(models or {})
 
     def onset(self, node: str, gpu: str | None, detected: float) -> float | None:
         return None
 
     def gpu_model(self, node: str) -> str | None:
-        return None
+        return self.models.get(node)
 
     def gpus(self, node: str) -> int | None:
-        return self.gpus_per_node
+        return self.gpu_counts.get(node, self.gpus_per_node)
 
     def jobs(self, node: str, gpu: str | None, onset: float, at: float) -> list[JobHit]:
         return []
@@ -103,14 +117,23 @@ def _labels(db: sqlite3.Connection, inc: sqlite3.Row) -> tuple[dict[str, str], f
     return labels, min(starts) if starts else None
 
 
-def _mitigated(db: sqlite3.Connection, incident_id: int) -> float | None:
+def _mitigated(db: sqlite3.Connection, incident_id: int) -> tuple[float, bool] | None:
+    """When the first disruptive action finished, and whether it took one GPU only."""
     marks = ",".join("?" * len(DISRUPTIVE))
-    value = db.execute(
-        f"SELECT MIN(finished_at) FROM actions WHERE incident_id=? AND state='done' "
-        f"AND action IN ({marks})",
+    row = db.execute(
+        f"SELECT a.finished_at, EXISTS(SELECT 1 FROM steps s WHERE s.action_id = a.id "
+        f"AND s.step='isolate_gpu' AND s.state='done') FROM actions a WHERE a.incident_id=? "
+        f"AND a.state='done' AND a.finished_at IS NOT NULL AND a.action IN ({marks}) "
+        f"ORDER BY a.finished_at, a.id LIMIT 1",
         (incident_id, *DISRUPTIVE),
-    ).fetchone()[0]
-    return None if value is None else float(value)
+    ).fetchone()
+    return None if row is None else (float(row[0]), bool(row[1]))
+
+
+def _gpus_out(mitigation: tuple[float, bool] | None, node_gpus: int) -> int:
+    if mitigation is None:
+        return 0
+    return 1 if mitigation[1] else node_gpus
 
 
 def _returned(db: sqlite3.Connection, node: str, after: float) -> float | None:
@@ -153,9 +176,10 @@ def _incident(db: sqlite3.Connection, row: sqlite3.Row, evidence: Evidence) -> I
     )
     seen = evidence.onset(node, gpu, detected)
     onset = detected if seen is None else min(seen, detected)
-    mitigated = _mitigated(db, int(row["id"]))
+    mitigation = _mitigated(db, int(row["id"]))
+    mitigated = None if mitigation is None else mitigation[0]
     returned = None if mitigated is None else _returned(db, node, mitigated)
-    gpus_out = (evidence.gpus(node) or 0) if mitigated is not None else 0
+    gpus_out = _gpus_out(mitigation, evidence.gpus(node) or 0)
     jobs = evidence.jobs(node, gpu, onset, mitigated if mitigated is not None else detected)
     jobs = _with_acks(jobs, _acked(db, int(row["id"])))
     return Incident(
@@ -177,8 +201,30 @@ def _incident(db: sqlite3.Connection, row: sqlite3.Row, evidence: Evidence) -> I
     )
 
 
+FIRST_EVENT = (
+    "SELECT MIN(t) FROM (SELECT MIN(received_at) AS t FROM alerts "
+    "UNION ALL SELECT MIN(at) FROM decisions UNION ALL SELECT MIN(started_at) FROM actions "
+    "UNION ALL SELECT MIN(opened_at) FROM incidents)"
+)
+
+
+def first_event(path: str | Path) -> float | None:
+    """The journal's first record (an alert received, a decision, an action, an incident):
+    the service watched the fleet from then on, failures or not."""
+    db = _connect(Path(path))
+    try:
+        value = db.execute(FIRST_EVENT).fetchone()[0]
+    finally:
+        db.close()
+    return None if value is None else float(value)
+
+
 def from_journal(
-    path: str | Path, evidence: Evidence | None = None, now: float = 0.0
+    path: str | Path,
+    evidence: Evidence | None = None,
+    now: float = 0.0,
+    since: float | None = None,
+    until: float | None = None,
 ) -> tuple[list[Incident], list[Exposure], list[JobRun]]:
     """The journal's incidents (oldest first) and Prometheus' exposure and job runs."""
     evidence = evidence or NoEvidence()
@@ -194,6 +240,9 @@ def from_journal(
     times = [t for t in (latest, first) if t is not None] + [i.onset for i in incidents]
     if not times:
         return incidents, [], []
-    since, until = min(times) - LOOKBACK_S, max(max(times), now)
-    exposure = outages.in_service(evidence.exposure(since, until), incidents)
-    return incidents, exposure, evidence.runs(since, until)
+    # the report's --since/--until, when given, bound what is read: a quarter's review
+    # reads exposure from the quarter's start, however long before the journal's first event
+    start = min(times) - LOOKBACK_S if since is None else since
+    end = max(max(times), now) if until is None else until
+    exposure = outages.in_service(evidence.exposure(start, end), incidents)
+    return incidents, exposure, evidence.runs(start, end)

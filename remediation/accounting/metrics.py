@@ -3,20 +3,25 @@
 A custom collector: each scrape recomputes the report from the journal (read-only, cached
 for ``ttl_s``) up to the clock's now, so a restarted service exports the same values from
 the same journal: nothing is kept in memory that the journal does not hold. Exposure is
-the known nodes' GPUs (the topology file) minus the journal's out-of-service intervals.
+the known nodes' GPUs (the topology file's ``inventory`` section: a node's ``gpus`` and
+``model``, else ``gpus_per_node`` and unknown) from the journal's first record to now, minus the journal's
+out-of-service intervals. ETTR is exported when an ``Evidence`` (Prometheus) is injected
+and knows the job runs; from the journal alone it is unknown and absent.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+import yaml
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from common.settings import SettingsError
 from exporter import catalog as c
-from remediation.accounting import ledger, outages, report
+from remediation.accounting import gpu_models, ledger, outages, report
 from remediation.accounting.report import Report
 
 BOUNDS = ("estimate", "lower90", "upper90")
@@ -26,13 +31,65 @@ def _gauge(d: c.MetricDef) -> GaugeMetricFamily:
     return GaugeMetricFamily(d.name, d.help, labels=list(d.labels))
 
 
-def build_report(path: Path, now: float, nodes: Sequence[str], gpus_per_node: int) -> Report:
-    incidents, _, _ = ledger.from_journal(path)
-    if not incidents:
+def node_facts(
+    topology_file: Path | None, nodes: Sequence[str]
+) -> tuple[dict[str, int], dict[str, str]]:
+    """GPUs per node and GPU model per node from the topology file's ``inventory`` section,
+    in the analyzer inventory's shape (``defaults`` for every node, ``nodes`` per node)::
+
+        inventory:
+          defaults: {gpus: 8, model: H100}
+          nodes: {gb200-001: {gpus: 4, model: GB200}}
+
+    A section of its own: a key under ``nodes`` would be taken for a failure domain by the
+    budgets and placement. A ``gpus`` that is not a count >= 1 stops the start."""
+    if topology_file is None:
+        return {}, {}
+    data = yaml.safe_load(Path(topology_file).read_text()) or {}
+    section = data.get("inventory") or {} if isinstance(data, dict) else {}
+    if not isinstance(section, dict):
+        raise SettingsError(f"topology {topology_file}: inventory: expected a mapping")
+    defaults = section.get("defaults") or {}
+    per_node = section.get("nodes") or {}
+    if not isinstance(defaults, dict) or not isinstance(per_node, dict):
+        raise SettingsError(
+            f"topology {topology_file}: inventory: expected defaults/nodes mappings"
+        )
+    gpus, models = {}, {}
+    for node in sorted({*nodes, *map(str, per_node)}):
+        facts = {**defaults, **(per_node.get(node) or {})}
+        if "gpus" in facts:
+            value = facts["gpus"]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SettingsError(
+                    f"topology {topology_file}: inventory {node}.gpus: {value!r} is not a count >= 1"
+                )
+            gpus[node] = value
+        if facts.get("model"):
+            models[node] = str(facts["model"])
+    return gpus, models
+
+
+def build_report(
+    path: Path,
+    now: float,
+    nodes: Sequence[str],
+    gpus_per_node: int = 8,
+    gpus: Mapping[str, int] | None = None,
+    models: Mapping[str, str] | None = None,
+    evidence: ledger.Evidence | None = None,
+) -> Report:
+    evidence = evidence or ledger.NoEvidence(gpus_per_node, gpus, models)
+    incidents, exposure, runs = ledger.from_journal(path, evidence, now=now)
+    first = ledger.first_event(path)
+    starts = [t for t in (first,) if t is not None] + [i.onset for i in incidents]
+    if not starts:
         return report.build([], [], until=now)
-    since = min(i.onset for i in incidents)
-    exposure = outages.fleet_exposure(nodes, incidents, since, now, gpus_per_node)
-    return report.build(incidents, exposure, since=since, until=max(now, since + 1.0))
+    since = min(starts)
+    if not exposure:  # no presence series: the known nodes, from the first record on
+        exposure = outages.fleet_exposure(nodes, incidents, since, now, gpus_per_node, models, gpus)
+    incidents, exposure = gpu_models.normalised(incidents, exposure)
+    return report.build(incidents, exposure, since=since, until=max(now, since + 1.0), runs=runs)
 
 
 def families(rep: Report) -> Iterator[GaugeMetricFamily]:
@@ -43,7 +100,7 @@ def families(rep: Report) -> Iterator[GaugeMetricFamily]:
         comp = cost.incident.component
         for cause, hours in (
             ("restart", cost.restart_h),
-            ("recompute", cost.recompute_h or 0.0),
+            ("recompute", cost.recompute_known_h),
             ("capacity", cost.capacity_h),
         ):
             totals[(cause, comp)] = totals.get((cause, comp), 0.0) + hours * 3600.0
@@ -92,14 +149,26 @@ class AccountingCollector(Collector):
         nodes: Sequence[str] = (),
         gpus_per_node: int = 8,
         ttl_s: float = 60.0,
+        gpus: Mapping[str, int] | None = None,
+        models: Mapping[str, str] | None = None,
+        evidence: ledger.Evidence | None = None,
     ) -> None:
         self.state_db, self.now, self.nodes = state_db, now, list(nodes)
         self.gpus_per_node, self.ttl_s = gpus_per_node, ttl_s
+        self.gpus, self.models, self.evidence = dict(gpus or {}), dict(models or {}), evidence
         self._cached: tuple[float, list[GaugeMetricFamily]] | None = None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self.now()
         if self._cached is None or now - self._cached[0] >= self.ttl_s or now < self._cached[0]:
-            rep = build_report(self.state_db, now, self.nodes, self.gpus_per_node)
+            rep = build_report(
+                self.state_db,
+                now,
+                self.nodes,
+                self.gpus_per_node,
+                self.gpus,
+                self.models,
+                self.evidence,
+            )
             self._cached = (now, list(families(rep)))
         yield from self._cached[1]

@@ -48,18 +48,20 @@ def fleet_exposure(
     until: float,
     gpus_per_node: int = 8,
     models: Mapping[str, str] | None = None,
+    gpus: Mapping[str, int] | None = None,
 ) -> list[Exposure]:
-    """Exposure when Prometheus is not at hand: each known node's GPUs in service over
-    [since, until] minus the journal's out-of-service intervals (mitigated -> returned)."""
+    """Exposure when Prometheus is not at hand: each known node's GPUs (``gpus``, else
+    ``gpus_per_node``) in service over [since, until] minus the journal's out-of-service
+    intervals (mitigated -> returned)."""
     out_of_service = _out_of_service(incidents)
     rows = []
     for node in sorted(set(nodes)):
         model = (models or {}).get(node, "unknown")
+        count = (gpus or {}).get(node, gpus_per_node)
         for start, end in _minus((since, until), out_of_service.get(node, [])):
             open_end = None if end >= until else end
             rows += [
-                Exposure(f"{node}/{g}", node, str(g), model, start, open_end)
-                for g in range(gpus_per_node)
+                Exposure(f"{node}/{g}", node, str(g), model, start, open_end) for g in range(count)
             ]
     return rows
 

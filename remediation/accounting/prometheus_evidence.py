@@ -87,7 +87,9 @@ class PrometheusEvidence:
             body = self.api.get("/api/v1/query_range", params)
             for series in body.get("data", {}).get("result", []):
                 key = tuple(sorted(series["metric"].items()))
-                merged[key] += [float(t) for t, v in series["values"] if v != "0"]
+                # a sample is evidence when its value is not 0: a finding's 1, a lost GPU's
+                # ``== bool 0`` 1; presence and allocation series are always 1
+                merged[key] += [float(t) for t, v in series["values"] if float(v) != 0.0]
             start = end + self.step
         return [(dict(k), sorted(set(v))) for k, v in merged.items()]
 
@@ -97,8 +99,12 @@ class PrometheusEvidence:
         return [s["metric"] for s in body.get("data", {}).get("result", [])]
 
     def onset(self, node: str, gpu: str | None, detected: float) -> float | None:
+        """The start of the last run of evidence before ``detected``: an active finding, or
+        the GPU reported lost. ``== bool 0`` turns "up is 0" into a 1 that ``_range`` keeps
+        (a plain ``== 0`` filter returns the zeros themselves, which it drops)."""
         since = detected - ONSET_LOOKBACK_S
-        query = f"{_q(c.FINDING.name, node=node)} or ({_q(c.GPU_UP.name, node=node, gpu=gpu)} == 0)"
+        lost = f"{_q(c.GPU_UP.name, node=node, gpu=gpu)} == bool 0"
+        query = f"{_q(c.FINDING.name, node=node)} or ({lost})"
         times = sorted(t for _, ts in self._range(query, since, detected) for t in ts)
         runs = list(intervals(times, self.step, detected))
         return runs[-1][0] if runs else None

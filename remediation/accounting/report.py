@@ -78,7 +78,7 @@ def build(
     window = resolve(incidents, exposure, since, until, runs)
     if window is None:
         return Report(None, (), (), (), ettr_mod.Ettr(None, None, ()))
-    costs = incident_costs(incidents, window)
+    costs = incident_costs(incidents, window, runs)
     gpus, nodes = gpu_units(exposure), node_units(exposure)
     in_window = [c.incident for c in costs]
     cells = _cells(in_window, gpus, nodes, window)
@@ -160,12 +160,13 @@ def _lemons(
     return out
 
 
-def _hours_dict(restart: float, recompute: float | None, capacity: float) -> dict[str, Any]:
+def _hours_dict(cost: IncidentCost) -> dict[str, Any]:
+    """recompute null when a job's checkpoint is unknown; total the hours known lost."""
     return {
-        "restart": restart,
-        "recompute": recompute,
-        "capacity": capacity,
-        "total": restart + (recompute or 0.0) + capacity,
+        "restart": cost.restart_h,
+        "recompute": cost.recompute_h,
+        "capacity": cost.capacity_h,
+        "total": cost.total_h,
     }
 
 
@@ -177,7 +178,7 @@ def to_json(report: Report) -> dict[str, Any]:
     for cost in report.costs:
         parts = {
             "restart": cost.restart_h,
-            "recompute": cost.recompute_h or 0.0,
+            "recompute": cost.recompute_known_h,
             "capacity": cost.capacity_h,
             "total": cost.total_h,
         }
@@ -220,7 +221,7 @@ def to_json(report: Report) -> dict[str, Any]:
                 "ttd_s": c.ttd_s,
                 "ttm_s": c.ttm_s,
                 "ttr_s": c.ttr_s,
-                "gpu_hours_lost": _hours_dict(c.restart_h, c.recompute_h, c.capacity_h),
+                "gpu_hours_lost": _hours_dict(c),
             }
             for c in report.costs
         ],

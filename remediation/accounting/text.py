@@ -44,7 +44,7 @@ def _lost(report: Report) -> list[str]:
     by_component: dict[str, float] = defaultdict(float)
     for c in report.costs:
         parts["restart"] += c.restart_h
-        parts["recompute"] += c.recompute_h or 0.0
+        parts["recompute"] += c.recompute_known_h
         parts["capacity"] += c.capacity_h
         by_component[c.incident.component] += c.total_h
     total = sum(parts.values())
@@ -124,10 +124,16 @@ def _ettr(report: Report) -> list[str]:
     e = report.ettr
     unknown = sum(1 for j in e.jobs if j.ettr is None)
     if e.gpu_hour_weighted is None:
-        return [
+        lines = [
             f"ETTR: unknown ({len(e.jobs)} job runs, none with allocation and checkpoint times)"
         ]
-    return [
-        f"ETTR: {e.gpu_hour_weighted:.4f} GPU-hour-weighted, {e.job_count_weighted:.4f}"
-        f" job-count-weighted over {len(e.jobs) - unknown} job runs; {unknown} unknown"
-    ]
+    else:
+        lines = [
+            f"ETTR: {e.gpu_hour_weighted:.4f} GPU-hour-weighted, {e.job_count_weighted:.4f}"
+            f" job-count-weighted over {len(e.jobs) - unknown} job runs; {unknown} unknown"
+        ]
+    if e.never_resumed:
+        shown = ", ".join(str(j) for j in e.never_resumed[:10])
+        more = f" and {len(e.never_resumed) - 10} more" if len(e.never_resumed) > 10 else ""
+        lines.append(f"Never resumed (run ended; restart stopped there): {shown}{more}")
+    return lines

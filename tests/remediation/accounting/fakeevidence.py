@@ -16,6 +16,7 @@ class FakeEvidence:
     rows: list[Exposure] = field(default_factory=list)
     job_runs: list[JobRun] = field(default_factory=list)
     asked: list[tuple[str, float, float]] = field(default_factory=list)
+    ranges: list[tuple[float, float]] = field(default_factory=list)  # exposure read over
 
     def onset(self, node: str, gpu: str | None, detected: float) -> float | None:
         return self.onsets.get((node, gpu))
@@ -31,6 +32,7 @@ class FakeEvidence:
         return self.hits.get(node, [])
 
     def exposure(self, since: float, until: float) -> list[Exposure]:
+        self.ranges.append((since, until))
         return self.rows
 
     def runs(self, since: float, until: float) -> list[JobRun]:

@@ -85,6 +85,52 @@ def test_a_memory_xid_is_charged_to_gpu_memory(tmp_path: Path) -> None:
     assert inc.component == "gpu_memory"
 
 
+def _action_is(db: Path, action: str, step: str | None = None) -> None:
+    """Rewrite the first run's drain as another action (and give it a step), as if the
+    ladder had chosen it: the timings stay those of the executed action."""
+    from remediation.journal import Journal
+
+    journal = Journal(db)
+    with journal.tx() as tx:
+        (aid,) = tx.execute("SELECT id FROM actions WHERE incident_id=1").fetchone()
+        tx.execute("UPDATE actions SET action=? WHERE id=?", (action, aid))
+        if step is not None:
+            tx.execute(
+                "INSERT INTO steps(action_id, step, state, detail) VALUES(?, ?, 'done', '')",
+                (aid, step),
+            )
+    journal.close()
+
+
+@pytest.mark.parametrize("action", ["reset_gpu", "inspect"])
+def test_a_gpu_reset_or_an_inspection_is_a_mitigation(tmp_path: Path, action: str) -> None:
+    # a reset cordons the node and requeues its jobs before resetting (gpureset/saga.py):
+    # the node's GPUs are out, as for a drain
+    db = _first_run(tmp_path)
+    _action_is(db, action)
+    (inc,), _, _ = ledger.from_journal(db, FakeEvidence(gpu_counts={"gpu-node-001": 4}))
+    assert inc.mitigated == T + 30
+    assert inc.returned == T + 30 + 3600
+    assert inc.gpus_out == 4
+
+
+def test_an_action_that_isolated_one_gpu_takes_one_gpu_out(tmp_path: Path) -> None:
+    db = _first_run(tmp_path)
+    _action_is(db, "drain", step="isolate_gpu")  # Kubernetes DRA: the device tainted
+    (inc,), _, _ = ledger.from_journal(db, FakeEvidence(gpu_counts={"gpu-node-001": 4}))
+    assert inc.gpus_out == 1
+    assert inc.mitigated == T + 30
+
+
+def test_an_nvlink5_xid_from_the_journal_is_charged_to_nvlink(tmp_path: Path) -> None:
+    clock = FakeClock(T)
+    svc = service(tmp_path, clock=clock, topology=topology_file(tmp_path, 4))
+    _incident(svc, clock, "gpu-node-002", "2027-01-15T07:59:00Z", 60, gpu="1", xid="149")
+    svc.journal.close()
+    (inc,), _, _ = ledger.from_journal(tmp_path / "state.db")
+    assert inc.component == "nvlink"
+
+
 def test_the_report_across_a_remediation_restart_keeps_the_first_runs_incident(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

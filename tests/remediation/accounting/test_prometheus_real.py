@@ -28,12 +28,18 @@ def _node_metrics() -> bytes:
         list(c.GPU_ALLOCATION_INFO.labels),
         registry=reg,
     )
+    up = Gauge(c.GPU_UP.name, c.GPU_UP.help, list(c.GPU_UP.labels), registry=reg)
+    up.labels("n1", "0", "GPU-0", "fallen_off_bus").set(0)  # GPU 0 lost since the first scrape
+    up.labels("n1", "1", "GPU-1", "").set(1)
     for g in range(2):
         info.labels("n1", str(g), f"GPU-{g}", "NVIDIA H100 80GB HBM3", "0", f"S{g}", "v", "d").set(
             1
         )
         alloc.labels("n1", str(g), f"GPU-{g}", "42", "slurm").set(1)
     return generate_latest(reg)
+
+
+STARTED = time.time()
 
 
 @pytest.fixture(scope="module")
@@ -80,4 +86,18 @@ def test_presence_allocation_and_identity_come_back_from_a_real_prometheus(
     assert run.job_id == "42" and run.gpus == 2 and run.end is None
     # the job runs on: a failure that did not stop it did not hit it
     assert evidence.jobs("n1", "0", onset=now - 30, at=now - 20) == []
-    assert evidence.onset("n1", "0", detected=now) is None  # no finding, no lost GPU
+    assert evidence.onset("n1", "1", detected=now) is None  # no finding, GPU up: no onset
+
+
+def test_a_lost_gpu_reported_as_up_zero_gives_its_onset_from_a_real_prometheus(
+    prom: Prometheus,
+) -> None:
+    # gpu_up is 0 for GPU 0 from the first scrape: the onset is that scrape, not "unknown"
+    # (a query of "gpu_up == 0" returns those zeros, and zeros are not evidence)
+    evidence = PrometheusEvidence(prom.url, step_s=1.0)
+    now = time.time()
+    onset = evidence.onset("n1", "0", detected=now)
+    assert onset is not None
+    # four scrapes (1 s apart) were waited for; the range's step grid adds up to a second
+    assert STARTED - 2.0 <= onset <= now - 1.0
+    assert evidence.onset("n1", None, detected=now) == onset  # the node's: any GPU lost
