@@ -20,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from analyzer.findings import Finding
+from analyzer.sources.dialects import DCGM
 from analyzer.window import Window
 from exporter import catalog
 
@@ -38,8 +39,19 @@ def blind(window: Window) -> np.ndarray:
         a = window.get(m)
         if a is None or a.ndim < 2 or a.shape[1] != n:
             continue
-        seen |= np.isfinite(a.reshape(a.shape[0], n, -1)).any(axis=(0, 2))
+        here = np.isfinite(a.reshape(a.shape[0], n, -1)).any(axis=(0, 2))
+        if m is catalog.GPU_THROTTLE:
+            here |= _quiet_dcgm(window, here)
+        seen |= here
     return ~seen
+
+
+def _quiet_dcgm(window: Window, here: np.ndarray) -> np.ndarray:
+    """dcgm-exporter serves ``DCGM_EXP_CLOCK_EVENTS_COUNT`` only for reasons reported within its
+    window, so a dcgm node without the series had no clock event when any dcgm node of the
+    window has them (the fleet exports the field; one counters CSV per fleet assumed)."""
+    dcgm = np.array([DCGM in window.dialect_of.get(i, "") for i in range(len(here))], dtype=bool)
+    return dcgm & bool((here & dcgm).any())
 
 
 def downgrade(found: Sequence[Finding], window: Window,

@@ -67,6 +67,17 @@ def test_default_dcgm_counters_give_no_sight_of_a_cap_and_reasons_or_a_limit_giv
     assert got.tolist() == [False] + [True] * (N - 1)  # all-NaN on a node: no sight there
 
 
+def test_dcgm_nodes_without_clock_event_series_had_none_when_the_fleet_exports_them():
+    w = _read(_dcgm_series(seed=1))  # DCGM_EXP_CLOCK_EVENTS_COUNT: a series per reason reported
+    reasons = np.full((T, N, G, len(THROTTLE_REASONS)), np.nan)
+    reasons[:, 0, 0, THROTTLE_REASONS.index("sw_power_cap")] = 1.0
+    ev = dict(w.metrics, **{c.GPU_THROTTLE.name: reasons})
+    got = capsight.blind(Window(t=w.t, nodes=w.nodes, metrics=ev, dialect_of=w.dialect_of))
+    assert not got.any()
+    native = capsight.blind(Window(t=w.t, nodes=w.nodes, metrics=ev))  # gpuwarden: every reason
+    assert native.tolist() == [False] + [True] * (N - 1)
+
+
 @pytest.mark.parametrize("job", [False, True], ids=["alone", "in-a-job"])
 def test_a_capped_gpu_under_load_without_power_limit_or_reasons_is_never_drained(job):
     w, engine = _read(_dcgm_series(seed=2), job=job), Engine(default_detectors())
