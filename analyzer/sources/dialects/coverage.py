@@ -50,7 +50,8 @@ NOTIFY_ONLY = f"notify-only here: {capsight.NOTE}"
 NEEDS: Mapping[str, tuple[Need, ...]] = {
     "xid": (Need(XID, "XID events per GPU"),),
     "missing": (_n(c.GPU_UP, "GPU presence / lost GPUs"),),
-    "memory": (_n(c.GPU_ECC_ERRORS, "ECC errors"),
+    # each judged alone (dcgm-exporter's defaults: remap failures without ECC)
+    "memory": (_n(c.GPU_ECC_ERRORS, "ECC errors", False),
                _n(c.GPU_ROW_REMAP_PENDING, "row remaps pending", False),
                _n(c.GPU_ROW_REMAP_FAILED, "row remap failures", False)),
     "nvlink": (_n(c.NVLINK_ERRORS, "NVLink error counters"),
