@@ -7,9 +7,10 @@ clocks look exactly like that, and two inputs tell them apart: the enforced powe
 clock-event reasons (a cap says ``sw_power_cap`` / ``applications_clocks_setting``).
 dcgm-exporter's default-counters.csv (4.5.x-4.8.x) enables neither
 (``DCGM_FI_DEV_ENFORCED_POWER_LIMIT`` is not listed, ``DCGM_EXP_CLOCK_EVENTS_COUNT`` is
-commented out), so on such a node a capped healthy GPU and a slow part are the same series. The issue's rule:
-a verdict must not drain a healthy node on an administrative difference; so there a finding
-from those detectors only notifies, and says why (:func:`downgrade`). Pure numpy, no state.
+commented out), so on such a node a capped healthy GPU and a slow part are the same series.
+The issue's rule: a verdict must not drain a healthy node on an administrative difference;
+so there a finding from those detectors only notifies, and says why (:func:`downgrade`).
+Pure numpy, no state.
 """
 
 from __future__ import annotations
