@@ -89,6 +89,24 @@ DRIVER_LABEL = {"4.8": DCGM_DRIVER_LABEL, "4.9": "DCGM_FI_SYSTEM_DRIVER_VERSION"
 # renamed like the others.)
 OMITTED: dict[str, dict[str, str]] = {gen: {} for gen in GENERATIONS}
 
+# The fields dcgm-exporter serves with no ``-f``: the lines not commented out of its
+# etc/default-counters.csv (4.5.3-4.8.2, vendored in fixtures/dcgm-exporter/; 4.8 names).
+# Not among them: the enforced power limit, clock-event reasons, ECC and NVLink error
+# counters, row-remap pending, PCIe link generation/width, SM activity. A test checks the
+# tuple against the vendored file line by line.
+DEFAULT_COUNTERS: tuple[str, ...] = (
+    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DRIVER_VERSION", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+)  # fmt: skip
+
 _VERSION = re.compile(r"^(\d+)(?:\.(\d+))?(?:\.\d+)?$")
 
 

@@ -28,6 +28,7 @@ from gpuwarden.lab import slurmlab
 from gpuwarden.processes import StartError, wait_until
 from gpuwarden.stack import Stack, StackOptions, servers_installed
 from gpuwarden.timeline import Event, Seen, diff, http_fetch, snapshot
+from simulator.telemetry import TELEMETRIES
 
 
 @dataclass(frozen=True)
@@ -141,10 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--telemetry",
-        choices=("gpuwarden", "dcgm-exporter"),
+        choices=TELEMETRIES,
         default="gpuwarden",
         help="dcgm-exporter: the fleet serves only what dcgm-exporter + node_exporter would "
-        "(no gpuwarden exporter anywhere); needs the real Prometheus",
+        "(no gpuwarden exporter anywhere) with the commonly enabled fields (ECC, NVLink errors, "
+        "power limit, ...); dcgm-exporter:defaults: only the fields dcgm-exporter's "
+        "default-counters.csv enables; either needs the real Prometheus",
     )
     p.add_argument(
         "--no-slurm",
@@ -413,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if ns.telemetry != "gpuwarden" and (ns.no_servers or not servers_installed()):
         print(
-            "gpuwarden demo: --telemetry dcgm-exporter is read through Prometheus: it needs "
+            f"gpuwarden demo: --telemetry {ns.telemetry} is read through Prometheus: it needs "
             "the real servers (Debian prometheus, prometheus-alertmanager)",
             file=sys.stderr,
         )

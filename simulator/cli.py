@@ -30,7 +30,7 @@ from simulator.fleet import Fleet
 from simulator.model import SKUS
 from simulator.server import make_app
 from simulator.simulator import Simulator
-from simulator.telemetry import TELEMETRIES
+from simulator.telemetry import HELP, TELEMETRIES, is_dcgm
 from simulator.topology import ibnetdiscover
 
 log = logging.getLogger("gpuwarden.simulate")
@@ -100,9 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--file-sd", help="write Prometheus file_sd targets (one per node) to this path")
     a("--ibnetdiscover", help="write the fleet's fabric in ibnetdiscover's format to this path")
     a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
-    a("--telemetry", choices=TELEMETRIES,
-      help="gpuwarden (default), or dcgm-exporter: serve every node as dcgm-exporter + "
-      "node_exporter would (no gpuwarden_* series, no node label)")  # fmt: skip
+    a("--telemetry", choices=TELEMETRIES, help=HELP)
     a("--time-scale", help="virtual seconds per wall second (default 1)")
     a("--tick", help="wall seconds between model steps at most (default 1)")
     a("--nodes-per-leaf", help="nodes under one leaf switch (default 32)")
@@ -135,7 +133,7 @@ def file_sd(sim: Simulator, addresses: list[str]) -> list[dict[str, object]]:
     """One target group per node: its worker's address, its path, and a ``node`` label; on
     dcgm-exporter telemetry no ``node`` label but an ``instance`` naming the node's host, as
     a real fleet's per-node exporters would have."""
-    dcgm = sim.telemetry == "dcgm-exporter"
+    dcgm = is_dcgm(sim.telemetry)
     return [
         {
             "targets": [addresses[i % len(addresses)]],

@@ -29,7 +29,7 @@ from simulator.faults import Fault, FaultError
 from simulator.fleet import Fleet
 from simulator.node_view import NodeView
 from simulator.storage import SimStorage
-from simulator.telemetry import TELEMETRIES, as_dcgm_exporter
+from simulator.telemetry import TELEMETRIES, as_dcgm_exporter, dcgm_fields, is_dcgm
 
 INJECT_KEYS = {"node", "kind", "target", "parameters", "duration", "onset"}
 
@@ -76,7 +76,8 @@ class Simulator:
         if telemetry not in TELEMETRIES:
             raise ValueError(f"telemetry {telemetry!r} is not one of {', '.join(TELEMETRIES)}")
         self.telemetry = telemetry  # dcgm-exporter: serve what dcgm-exporter + node_exporter would
-        dcgm = dcgm or telemetry == "dcgm-exporter"
+        dcgm = dcgm or is_dcgm(telemetry)
+        self._dcgm_fields = dcgm_fields(telemetry)
         self.fleet, self.dcgm, self.time_scale, self.tick_s = fleet, dcgm, time_scale, tick_s
         self.shard, self.max_stale_s = shard, max_stale_s
         self._clock, self._wall = clock, wall
@@ -123,8 +124,9 @@ class Simulator:
             served.storage.advance(self.fleet.t, self.fleet.faults())
             self._probe_storage(served, node)
             served.body = served.loop.run_once().body
-            if self.telemetry == "dcgm-exporter":
-                served.body = as_dcgm_exporter(served.body, self._allocation(i))
+            if is_dcgm(self.telemetry):
+                served.body = as_dcgm_exporter(served.body, self._allocation(i),
+                                               self._dcgm_fields)  # fmt: skip
             served.steps, served.t, served.wall = self.steps, self.fleet.t, self._clock()
         return served.body
 

@@ -20,7 +20,7 @@ from collections.abc import Collection
 
 import numpy as np
 
-from analyzer.detectors import workload
+from analyzer.detectors import capsight, workload
 from analyzer.detectors.groups import configurations, models, split_by_model
 from analyzer.findings import Finding
 from analyzer.window import THROTTLE_REASONS, Window
@@ -52,9 +52,10 @@ class FailSlow:
         skip[[i for i in judged if 0 <= i < len(skip)]] = True
         out: list[Finding] = []
         streaks: dict[tuple[str, str], tuple[int, float]] = {}
+        blind = capsight.blind(window)
         for n in np.flatnonzero(slow.any(axis=1) & ~skip):
             out += self._node(window, int(n), slow[n], busy[n], rel[n], bool(from_spec[n]),
-                              streaks, detector)  # fmt: skip
+                              bool(blind[n]), streaks, detector)  # fmt: skip
         self._streaks = streaks
         return out
 
@@ -62,7 +63,8 @@ class FailSlow:
         """(N, G): a clock-event reason other than idle was active in the look-back."""
         a = window.get(catalog.GPU_THROTTLE)
         if a is None or a.ndim != 4 or a.shape[-1] != len(THROTTLE_REASONS):
-            return np.zeros((len(window.nodes), window.gpus), dtype=bool)  # unknown: no excuse
+            # unknown: no excuse here; such nodes only notify (capsight.downgrade)
+            return np.zeros((len(window.nodes), window.gpus), dtype=bool)
         idx = [i for i, r in enumerate(THROTTLE_REASONS) if r not in NOT_A_REASON]
         with np.errstate(invalid="ignore"):  # NaN (no sample) is no reason: False
             hot = a[-self.n :] >= 0.5
@@ -87,12 +89,13 @@ class FailSlow:
         return ref, from_spec
 
     def _node(self, w: Window, n: int, slow: np.ndarray, busy: np.ndarray, rel: np.ndarray,
-              from_spec: bool, streaks: dict[tuple[str, str], tuple[int, float]],
+              from_spec: bool, blind: bool, streaks: dict[tuple[str, str], tuple[int, float]],
               detector: str) -> list[Finding]:  # fmt: skip
         gpus = np.flatnonzero(slow)
         whole = len(gpus) >= max(busy.sum() // 2, 1) and len(gpus) >= w.gpus // 2
         subjects = [("node", gpus)] if whole else [(f"gpu={g}", np.array([g])) for g in gpus]
         node, config = w.nodes[n], configurations(w)[n] or "its model"
+        reasons = "clock-event reasons unknown" if blind else "no clock-event reason"
         out = []
         for subject, gs in subjects:
             count, since = self._streaks.get((node, subject), (0, w.now))
@@ -108,8 +111,8 @@ class FailSlow:
                 float(min(1.0, 0.5 + 2 * below)), since,
                 {"clock_below": below, "gpus": float(len(gs)), "clock_deficit": 1.0,
                  "job_peers": 0.0, "from_spec": float(from_spec)},
-                f"fail-slow under load: SM clock {100 * below:.0f} % below {peers}, no "
-                f"clock-event reason (judged without job peers)"))  # fmt: skip
+                f"fail-slow under load: SM clock {100 * below:.0f} % below {peers}, "
+                f"{reasons} (judged without job peers)"))  # fmt: skip
         return out
 
 

@@ -10,7 +10,9 @@ pipeline stage with less work looks like while its ranks wait in NCCL collective
 utilisation, so there it counts only with the straggler detector's clock test behind it
 (:mod:`analyzer.detectors.workload`); among idle peers it stands alone. Only GPUs whose busy/idle state was
 stable over the look-back are compared (a node that just joined or left a job is not an
-outlier). Reads per-GPU gauges (T, node, gpu); groups from :mod:`analyzer.detectors.groups`.
+outlier). Low clocks or power on a node exporting neither the power limit nor clock-event
+reasons may be an administrator's cap: those findings only notify
+(:mod:`analyzer.detectors.capsight`). Reads per-GPU gauges (T, node, gpu); groups from :mod:`analyzer.detectors.groups`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 from sklearn.ensemble import IsolationForest
 
-from analyzer.detectors import workload
+from analyzer.detectors import capsight, workload
 from analyzer.detectors.groups import peer_groups
 from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
@@ -92,7 +94,10 @@ class PeerDetector:
         for bucket in _buckets([len(m) for m in members]):
             found += self._bucket(w, arrays, [members[i] for i in bucket], bucket,
                                   np.array([in_job[i] for i in bucket], dtype=bool))  # fmt: skip
-        return [f for _, fs in sorted(found, key=lambda x: x[0]) for f in fs]
+        out = [f for _, fs in sorted(found, key=lambda x: x[0]) for f in fs]
+        # low clocks or power are also what an admin's cap looks like: without the power
+        # limit or clock-event reasons to tell, only notify
+        return capsight.downgrade(out, w, _cap_like)
 
     def _bucket(self, w: Window, arrays: dict[str, np.ndarray], members: list[np.ndarray],
                 ids: list[int], in_job: np.ndarray) -> list[tuple[int, list[Finding]]]:  # fmt: skip
@@ -183,12 +188,18 @@ class PeerDetector:
             action = "drain" if s >= 2 * self.z and self.continuity else "cordon"
             why = [names[i] for i in np.nonzero(gate[best])[0]]
             evidence = {"z": s, "signatures": float(len(why)), "gpus": float(len(gpus)),
-                        "clocks_low": float(bool(gate[best][0]))}  # fmt: skip
+                        "clocks_low": float(bool(gate[best][0])),
+                        "power_starved": float(bool(gate[best][2]))}  # fmt: skip
             for subj in subjects:
                 out.append(Finding(w.nodes[n], subj, "faulty_machine", "warning", action,
                                    self.name, float(min(1.0, s / (3 * self.z))), w.now, evidence,
                                    "deviates from its peers: " + ", ".join(why)))  # fmt: skip
         return out
+
+
+def _cap_like(f: Finding) -> bool:
+    """A signature an administrator's power or clock cap also shows."""
+    return bool(f.evidence.get("clocks_low") or f.evidence.get("power_starved"))
 
 
 def _buckets(sizes: list[int]) -> list[list[int]]:

@@ -27,7 +27,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from analyzer.detectors import workload
+from analyzer.detectors import capsight, workload
 from analyzer.detectors.failslow import FailSlow
 from analyzer.detectors.groups import split_by_model
 from analyzer.detectors.series import nanmedian, robust_z
@@ -87,7 +87,9 @@ class StragglerDetector:
                 sig = self._signal(u, [(name, a[-self.n :, idx, :]) for name, a in signals])
                 out += self._job(window, job, idx, u, c, streaks, sig)
         self._streaks = streaks
-        return out + self.fail_slow.detect(window, judged, self.name)
+        out += self.fail_slow.detect(window, judged, self.name)
+        # clocks below the peers' without the power limit or reasons may be an admin's cap
+        return capsight.downgrade(out, window, lambda f: f.kind == "straggler")
 
     def _signal(self, u: np.ndarray, signals: list[tuple[str, np.ndarray]]
                 ) -> tuple[str, np.ndarray]:  # fmt: skip

@@ -6,7 +6,8 @@ labels and units those two exporters serve, with no ``gpuwarden_*`` series and n
 label anywhere:
 
 - every catalogue family that maps to a dcgm-exporter field (``exporter.catalog`` ``dcgm``
-  entries: the table ``--compat dcgm`` renders from) and that the analyzer can read, in
+  entries: the table ``--compat dcgm`` renders from) and that the analyzer can read (with
+  ``fields``: only those, e.g. default-counters.csv's for ``--telemetry dcgm-exporter:defaults``), in
   dcgm's unit (MHz, %, per-GPU NVLink totals), labelled ``gpu``, ``UUID``, ``device``
   (``nvidiaN``), ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, plus ``hpc_job`` on
   the GPUs of a job (dcgm-exporter's HPC job mapping), and ``instance``/``job`` as Prometheus
@@ -28,7 +29,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -92,6 +93,7 @@ class DcgmScrapeRecorder:
         hostname_label: str = "Hostname",
         clock_events: bool = False,
         generation: str = catalog_dcgm.DEFAULT,
+        fields: Collection[str] | None = None,
     ) -> None:
         lo, hi = part or (0, len(nodes))
         self.rows = slice(lo, hi)
@@ -99,7 +101,8 @@ class DcgmScrapeRecorder:
         self.uuid, self.gpu_names = uuid, tuple(gpu_names)[self.rows]
         self.epoch, self.collect, self.host = epoch, collect, hostname_label
         self.dir = Path(tempfile.mkdtemp(prefix="gpuwarden-dcgm-om-", dir=workdir))
-        self.fields = _fields()
+        # ``fields`` (4.8 names): only those (simulator.telemetry.dcgm_fields); None: all
+        self.fields = [(m, f) for m, f in _fields() if fields is None or f.name in fields]
         self._files: dict[str, IO[str]] = {}
         self._types: dict[str, str] = {}
         self._held: dict[str, np.ndarray] = {}  # last collected value per field

@@ -33,7 +33,11 @@ from gpuwarden.lab.evaluation_metrics import EpisodeTracker, Truth, score
 from gpuwarden.lab.evaluation_scenarios import EXPLICIT, MIXED_CONTROLS, Planned, plan
 from simulator.fleet import Fleet
 from simulator.model import SKUS
+from simulator.telemetry import TELEMETRIES
 from simulator.topology import port_name
+
+# simulate's telemetries, and the commonly enabled fields plus dcgm-exporter's clock events
+EVAL_TELEMETRIES = (*TELEMETRIES, "dcgm-exporter+clock-events")
 
 
 class Ablation:
@@ -446,11 +450,12 @@ def _parser() -> argparse.ArgumentParser:
                    "both paths side by side with the F1 gap per fault class")  # fmt: skip
     p.add_argument("--missed-scrapes", type=float, default=0.01,
                    help="--via prometheus: share of node scrapes lost (both paths)")  # fmt: skip
-    p.add_argument("--telemetry", default="gpuwarden",
-                   choices=("gpuwarden", "dcgm-exporter", "dcgm-exporter+clock-events"),
+    p.add_argument("--telemetry", default="gpuwarden", choices=EVAL_TELEMETRIES,
                    help="--via prometheus: dcgm-exporter also scrapes the fleet as dcgm-exporter "
-                   "+ node_exporter would serve it (default fields; +clock-events: with "
-                   "DCGM_EXP_CLOCK_EVENTS_COUNT enabled), a third path beside gpuwarden's")  # fmt: skip
+                   "+ node_exporter would serve it, a third path beside gpuwarden's: with the "
+                   "commonly enabled fields (ECC, NVLink errors, power limit, row remaps, PCIe "
+                   "link, SM activity); :defaults: only those default-counters.csv enables; "
+                   "+clock-events: commonly enabled plus DCGM_EXP_CLOCK_EVENTS_COUNT")  # fmt: skip
     p.add_argument("--out", default="out/evaluation")
     return p
 

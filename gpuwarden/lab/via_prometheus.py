@@ -40,13 +40,15 @@ from gpuwarden.lab.evaluation_metrics import Episode, EpisodeTracker, Truth, sco
 from gpuwarden.lab.openmetrics import ScrapeRecorder
 from gpuwarden.processes import Supervisor, free_port
 from simulator.model import SKUS
+from simulator.telemetry import DCGM, DCGM_DEFAULTS, dcgm_fields
 from simulator.topology import gpu_uuid
 
 BLOCK = 7200.0
 
 
-# dcgm-exporter+clock-events: with the one commented-out CSV line the throttling detector needs
-TELEMETRIES = ("gpuwarden", "dcgm-exporter", "dcgm-exporter+clock-events")
+# dcgm-exporter: the commonly enabled fields; :defaults: default-counters.csv's alone;
+# +clock-events: commonly enabled plus the one commented-out CSV line the throttling detector needs
+TELEMETRIES = ("gpuwarden", DCGM, DCGM_DEFAULTS, "dcgm-exporter+clock-events")
 
 
 class Recorder:
@@ -55,9 +57,9 @@ class Recorder:
     a dcgm-exporter + node_exporter fleet would have served it (``dcgm``)."""
 
     def __init__(self, epoch: float, workdir: Path, dcgm: bool = False,
-                 clock_events: bool = False) -> None:  # fmt: skip
+                 clock_events: bool = False, fields: frozenset[str] | None = None) -> None:  # fmt: skip
         self.epoch, self.workdir, self.want_dcgm = epoch, workdir, dcgm
-        self.clock_events = clock_events
+        self.clock_events, self.fields = clock_events, fields
         self.om: ScrapeRecorder | None = None
         self.dcgm: DcgmScrapeRecorder | None = None
         self.fleet: Any = None
@@ -69,7 +71,8 @@ class Recorder:
             self.om = ScrapeRecorder(fleet.nodes, gpu_uuid, names, self.epoch, self.workdir)
             if self.want_dcgm:
                 self.dcgm = DcgmScrapeRecorder(fleet.nodes, gpu_uuid, names, self.epoch,
-                                               self.workdir, clock_events=self.clock_events)  # fmt: skip
+                                               self.workdir, clock_events=self.clock_events,
+                                               fields=self.fields)  # fmt: skip
         self.om.push(frame, jobs, missed)
         if self.dcgm is not None:
             self.dcgm.push(frame, jobs, missed)
@@ -140,7 +143,8 @@ def run_seed_via_prometheus(seed: int, nodes: int, horizon: float, step: float =
                             ) -> dict[str, Any]:  # fmt: skip
     """One seed through both paths: the direct run's results and the Prometheus run's, each
     with per-class figures (:func:`per_class`). ``telemetry="dcgm-exporter"``: a third path,
-    the same fleet scraped as dcgm-exporter + node_exporter would serve it (``dcgm``)."""
+    the same fleet scraped as dcgm-exporter + node_exporter would serve it (``dcgm``), with the
+    commonly enabled fields, or (``dcgm-exporter:defaults``) default-counters.csv's alone."""
     from gpuwarden.lab.evaluate import run_seed
 
     if telemetry not in TELEMETRIES:
@@ -149,7 +153,8 @@ def run_seed_via_prometheus(seed: int, nodes: int, horizon: float, step: float =
     with tempfile.TemporaryDirectory(prefix="gpuwarden-eval-prom-") as tmp:
         work = Path(tmp)
         rec = Recorder(epoch, work, dcgm=telemetry != "gpuwarden",
-                       clock_events=telemetry.endswith("+clock-events"))  # fmt: skip
+                       clock_events=telemetry.endswith("+clock-events"),
+                       fields=dcgm_fields(telemetry))  # fmt: skip
         t0 = time.perf_counter()
         direct = run_seed(seed, nodes, horizon, step, cycle, per_kind, controls, compare=False,
                           missed_scrapes=missed_scrapes, tap=rec)  # fmt: skip

@@ -4,6 +4,8 @@ own, and the detectors judge both halves (tests/analyzer/dcgmfleet.py builds the
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ from analyzer.sources.dialects.identity import NodeMap
 from analyzer.sources.queries import QUERIES
 from exporter import catalog as c
 from exporter import catalog_dcgm as cd
+from simulator.telemetry import DCGM_DEFAULTS, dcgm_fields
 
 from . import dcgmfleet
 
@@ -170,3 +173,24 @@ def test_nodes_in_each_dcgm_naming_generation_read_as_the_same_native_values_and
     found = {(f.node, f.subject, f.kind) for f in Engine(default_detectors()).cycle(w)}
     for node in fleet.nodes:
         assert (node, "gpu=1", "xid_fatal") in found, node
+
+
+@pytest.mark.real
+def test_on_dcgm_exporters_default_counters_coverage_asks_for_exactly_the_fields_it_lacks(tmp_path):
+    last: list = []
+    with dcgmfleet.served(tmp_path, 2, lambda f: None, last=last,
+                          fields=dcgm_fields(DCGM_DEFAULTS)) as (url, _f, end):  # fmt: skip
+        w, _ = dcgmfleet.read(url, end)
+    rep = coverage.report(w)
+    (group,) = rep["groups"]
+    advice = "\n".join(x["enable"] for d in group["detectors"] for x in d["cannot"])
+    asked = set(re.findall(r"^(DCGM_\w+), ", advice, re.M))
+    read = {f.name: q.metric.name for q in QUERIES for f in q.metric.dcgm
+            if f.sum_over in ((), ("link",))}  # fmt: skip
+    lack = set(read) - set(cd.DEFAULT_COUNTERS) | {c.DCGM_CLOCK_EVENTS_COUNT.name}
+    # a default field the simulator does not model (profiling activity) is asked for too
+    unmodelled = {f for f, m in read.items() if m not in last[0].metrics}
+    assert asked == lack | unmodelled and c.GPU_SM_CLOCK.dcgm[0].name not in asked
+    by = {d["detector"]: d for d in group["detectors"]}
+    assert by["memory"]["state"] == "partial" and by["pcie"]["state"] == "cannot"
+    assert coverage.NOTIFY_ONLY in by[coverage.FAIL_SLOW]["notes"]

@@ -322,6 +322,45 @@ def test_coverage_names_each_groups_dcgm_generation_and_its_csv_lines_in_that_ge
     )
 
 
+def test_every_default_detector_has_a_line_in_every_groups_coverage():
+    rep = coverage.report(_window(DCGM))
+    for g in rep["groups"]:
+        listed = {d["detector"] for d in g["detectors"]}
+        assert {d.name for d in default_detectors()} | {coverage.FAIL_SLOW} <= listed
+
+
+def _enable(rep: dict, dialect: str, det: str) -> tuple[dict, str]:
+    g = next(g for g in rep["groups"] if g["dialect"] == dialect)
+    d = next(d for d in g["detectors"] if d["detector"] == det)
+    return d, "\n".join(x["enable"] for x in d["cannot"])
+
+
+def test_coverage_tells_what_enables_the_fabric_power_brake_and_marginal_detectors():
+    rep = coverage.report(_window(DCGM))
+    brake, enable = _enable(rep, DCGM, "power_brake")
+    assert brake["state"] == "cannot" and f"{c.DCGM_CLOCK_EVENTS_COUNT.name}, counter" in enable
+    fabric, enable = _enable(rep, DCGM, "fabric")
+    assert fabric["state"] == "cannot" and "no fabric-health field" in enable
+    marginal, enable = _enable(rep, DCGM, "marginal")  # NVLink counters there: judged
+    assert marginal["state"] == "partial" and "--collector.infiniband" in enable
+    bare = coverage.report(replace(_window(DCGM), metrics={
+        k: v for k, v in _window(DCGM).metrics.items() if k != c.NVLINK_ERRORS.name}))  # fmt: skip
+    marginal, enable = _enable(bare, DCGM, "marginal")  # neither signal: nothing to judge
+    assert marginal["state"] == "cannot"
+    assert f"{c.NVLINK_ERRORS.dcgm[0].name}, counter" in enable
+
+
+def test_coverage_says_fail_slow_only_notifies_without_power_limit_or_clock_event_reasons():
+    w = _window(DCGM)
+    slow, enable = _enable(coverage.report(w), DCGM, coverage.FAIL_SLOW)
+    assert coverage.NOTIFY_ONLY in slow["notes"]
+    assert f"{c.GPU_POWER_LIMIT.dcgm[0].name}, gauge" in enable
+    assert f"{c.DCGM_CLOCK_EVENTS_COUNT.name}, counter" in enable
+    limited = dict(w.metrics, **{c.GPU_POWER_LIMIT.name: np.full((3, 2, 8), 700.0)})
+    slow, _ = _enable(coverage.report(replace(w, metrics=limited)), DCGM, coverage.FAIL_SLOW)
+    assert slow["notes"] == [] and slow["state"] == "partial"
+
+
 def test_a_finding_from_a_reduced_signal_says_so():
     w = _window(DCGM)
     f = Finding("a", "link=gpu2/0", "nvlink_errors", "warning", "cordon", "nvlink", 0.9, 0.0,

@@ -4,14 +4,19 @@ node_exporter would serve it."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from exporter import catalog as c
+from exporter import catalog_dcgm as cd
+from gpuwarden.lab.dcgm_openmetrics import DcgmScrapeRecorder
 from simulator.cli import SimulateSettings, file_sd
 from simulator.fleet import Fleet
+from simulator.model import SKUS
 from simulator.simulator import Simulator
-from simulator.telemetry import as_dcgm_exporter
+from simulator.telemetry import DCGM, DCGM_DEFAULTS, as_dcgm_exporter, dcgm_fields, is_dcgm
+from simulator.topology import gpu_uuid
 
 _SERIES = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
 
@@ -84,3 +89,63 @@ def test_file_sd_names_each_node_by_instance_not_by_a_node_label(sim):
 def test_an_unknown_telemetry_stops_the_start():
     with pytest.raises(ValueError, match="telemetry"):
         SimulateSettings(telemetry="nvidia-smi")
+
+
+# ------------------------------------------------ dcgm-exporter:defaults: the CSV unedited
+CSV = Path(__file__).resolve().parents[2] / "fixtures" / "dcgm-exporter" / "4.5.3-4.8.2"
+_ROW = re.compile(r"^(DCGM_\w+)\s*,\s*(\w+)\s*,")
+# enabled there, yet absent on these GPUs as on real ones: no vGPU licensing on bare metal
+NOT_ON_THIS_GPU = {c.GPU_VGPU_LICENSE.dcgm[0].name}
+
+
+def _enabled() -> dict[str, str]:
+    """default-counters.csv's lines not commented out: field -> type."""
+    rows = [_ROW.match(ln) for ln in (CSV / "default-counters.csv").read_text().splitlines()]
+    return {m[1]: m[2] for m in rows if m}
+
+
+def _families(telemetry: str) -> set[str]:
+    """The dcgm families one node serves on its second scrape (profiling needs two samples)."""
+    now = [5.0]
+    s = Simulator(Fleet(2, seed=1), telemetry=telemetry, clock=lambda: now[0], wall=lambda: now[0])
+    s.metrics(s.fleet.nodes[0])
+    now[0] = 20.0
+    return {n for n, _, _ in _series(s.metrics(s.fleet.nodes[0])) if n.startswith("DCGM_")}
+
+
+def test_the_default_field_list_is_the_vendored_default_counters_csv_line_by_line():
+    assert list(cd.DEFAULT_COUNTERS) == list(_enabled())
+
+
+def test_the_defaults_profile_serves_exactly_the_csvs_enabled_fields():
+    fields = {f for f, kind in _enabled().items() if kind != "label"}
+    assert _families(DCGM_DEFAULTS) == fields - NOT_ON_THIS_GPU
+    now = [5.0]
+    s = Simulator(Fleet(2, seed=1), telemetry=DCGM_DEFAULTS, clock=lambda: now[0],
+                  wall=lambda: now[0])  # fmt: skip
+    dcgm = [lab for n, lab, _ in _series(s.metrics(s.fleet.nodes[0])) if n.startswith("DCGM_")]
+    label = next(f for f, kind in _enabled().items() if kind == "label")
+    assert all(label in lab for lab in dcgm)  # the label-typed line: a label on every series
+
+
+def test_the_commonly_enabled_profile_adds_what_the_defaults_leave_out():
+    common, defaults = _families(DCGM), _families(DCGM_DEFAULTS)
+    added = {m.dcgm[0].name for m in (c.GPU_POWER_LIMIT, c.GPU_ROW_REMAP_PENDING,
+                                      c.GPU_PCIE_GENERATION, c.GPU_PCIE_WIDTH)}  # fmt: skip
+    added |= {f.name for f in c.GPU_ECC_ERRORS.dcgm} | {f.name for f in c.NVLINK_ERRORS.dcgm}
+    assert defaults < common and added <= common - defaults
+    assert not added & set(_enabled())
+
+
+def test_the_evaluation_recorder_of_the_defaults_profile_writes_only_the_csvs_fields(tmp_path):
+    fleet = Fleet(2, seed=1)
+    rec = DcgmScrapeRecorder(fleet.nodes, gpu_uuid, [SKUS[k].name for k in fleet.sku_of], 0.0,
+                             tmp_path, fields=dcgm_fields(DCGM_DEFAULTS))  # fmt: skip
+    for t in (0.0, 15.0):
+        rec.push(fleet.step(t), fleet.jobs_at(t))
+    text = rec.write(tmp_path / "dcgm.om").read_text()
+    rec.close()
+    written = {ln.split("{")[0] for ln in text.splitlines() if ln.startswith("DCGM_")}
+    assert written and written <= set(_enabled())
+    assert c.GPU_POWER_LIMIT.dcgm[0].name not in written and c.GPU_SM_CLOCK.dcgm[0].name in written
+    assert dcgm_fields(DCGM) is None and is_dcgm(DCGM_DEFAULTS) and not is_dcgm("gpuwarden")

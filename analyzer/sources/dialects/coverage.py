@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.detectors import capsight
 from analyzer.findings import Finding
-from analyzer.sources.dialects import DCGM, NATIVE
+from analyzer.sources.dialects import DCGM, NATIVE, NODE_EXPORTER
 from analyzer.sources.dialects.dcgm import REDUCED
 from analyzer.window import Window
 from exporter import catalog as c
@@ -39,10 +40,18 @@ def _n(m: c.MetricDef, role: str, essential: bool = True) -> Need:
     return Need(m.name, role, essential)
 
 
+FAIL_SLOW = "fail-slow"  # part of the straggler detector, reported on its own line
+# what tells an administrator's power or clock cap from a slow part
+CAP_SIGHT = (_n(c.GPU_POWER_LIMIT, "power limit (tells an admin cap from hardware)", False),
+             _n(c.GPU_THROTTLE, "clock event reasons (tell an admin cap from hardware)",
+                False))  # fmt: skip
+NOTIFY_ONLY = f"notify-only here: {capsight.NOTE}"
+
 NEEDS: Mapping[str, tuple[Need, ...]] = {
     "xid": (Need(XID, "XID events per GPU"),),
     "missing": (_n(c.GPU_UP, "GPU presence / lost GPUs"),),
-    "memory": (_n(c.GPU_ECC_ERRORS, "ECC errors"),
+    # each judged alone (dcgm-exporter's defaults: remap failures without ECC)
+    "memory": (_n(c.GPU_ECC_ERRORS, "ECC errors", False),
                _n(c.GPU_ROW_REMAP_PENDING, "row remaps pending", False),
                _n(c.GPU_ROW_REMAP_FAILED, "row remap failures", False)),
     "nvlink": (_n(c.NVLINK_ERRORS, "NVLink error counters"),
@@ -54,17 +63,29 @@ NEEDS: Mapping[str, tuple[Need, ...]] = {
              _n(c.GPU_PCIE_WIDTH, "PCIe link width"),
              _n(c.GPU_PCIE_GENERATION_MAX, "PCIe maximum generation"),
              _n(c.GPU_PCIE_WIDTH_MAX, "PCIe maximum width")),
+    "fabric": (_n(c.GPU_FABRIC_HEALTH, "NVLink fabric health per GPU"),),
     "throttling": (_n(c.GPU_THROTTLE, "clock event reasons"),
                    _n(c.GPU_POWER_LIMIT, "power limit", False)),
+    "power_brake": (_n(c.GPU_THROTTLE, "clock event reasons (the power-brake reason)"),),
     "peer": (_n(c.GPU_UTILIZATION, "utilization"), _n(c.GPU_SM_CLOCK, "SM clock"),
-             _n(c.GPU_POWER, "power", False), _n(c.GPU_TEMPERATURE, "temperature", False)),
+             _n(c.GPU_POWER, "power", False), _n(c.GPU_TEMPERATURE, "temperature", False),
+             *CAP_SIGHT),
     "straggler": (_n(c.GPU_UTILIZATION, "utilization"), Need(JOBS, "which GPUs run one job"),
                   _n(c.GPU_SM_CLOCK, "SM clock", False),
                   _n(c.GPU_SM_ACTIVE, "SM activity (survives collective waits)", False),
                   _n(c.GPU_TENSOR_ACTIVE, "tensor activity", False),
-                  _n(c.JOB_STEP_SECONDS, "published step times", False)),
+                  _n(c.JOB_STEP_SECONDS, "published step times", False), *CAP_SIGHT),
+    # the straggler detector's judgement of nodes no job comparison reaches
+    FAIL_SLOW: (_n(c.GPU_UTILIZATION, "utilization"), _n(c.GPU_SM_CLOCK, "SM clock"),
+                *CAP_SIGHT),
     "storage": (_n(c.STORAGE_PROBE_UP, "checkpoint storage probes"),),
+    # either signal suffices: the detector judges each it has (state "cannot" with neither)
+    "marginal": (_n(c.NVLINK_ERRORS, "NVLink error counters (rate vs peers)", False),
+                 Need(c.IB_COUNTER.name, "IB symbol-error counter (rate vs peers)", False)),
 }  # fmt: skip
+# detectors whose "clocks or power below the peers'" may be an admin's cap: without either
+# input they only notify (analyzer.detectors.capsight)
+CAP_LIKE = ("peer", "straggler", FAIL_SLOW)
 
 _ENABLE_ONLY_NATIVE = {
     c.NVLINK_UP.name: "dcgm-exporter has no per-link NVLink state field",
@@ -72,7 +93,11 @@ _ENABLE_ONLY_NATIVE = {
     c.GPU_PCIE_WIDTH_MAX.name: "dcgm-exporter has no maximum-link field",
     c.JOB_STEP_SECONDS.name: "published by the training job (gpuwarden-exporter --step-dir)",
     c.STORAGE_PROBE_UP.name: "gpuwarden-exporter's storage probes",
+    c.GPU_FABRIC_HEALTH.name: "DCGM has no fabric-health field (NVML's GPU fabric info)",
 }
+_IB_FAMILIES = (c.IB_PORT_STATE.name, c.IB_PORT_RATE.name, c.IB_COUNTER.name)
+NODE_EXPORTER_IB = ("node_exporter's infiniband collector (on by default; "
+                    "--collector.infiniband), or gpuwarden-exporter")  # fmt: skip
 
 
 def csv_lines(family: str, generation: str = catalog_dcgm.DEFAULT) -> list[str]:
@@ -99,6 +124,8 @@ def enable(need: Need, dialect: str, generation: str = catalog_dcgm.DEFAULT) -> 
     if need.what == XID:
         xid = catalog_dcgm.name_in(generation, c.DCGM_LAST_XID.name) or c.DCGM_LAST_XID.name
         return f"{xid}, gauge, {c.DCGM_LAST_XID_HELP}"
+    if need.what in _IB_FAMILIES and DCGM in dialect and NODE_EXPORTER not in dialect:
+        return NODE_EXPORTER_IB
     if DCGM in dialect and need.what == c.GPU_THROTTLE.name:
         f = c.DCGM_CLOCK_EVENTS_COUNT
         return f"add to dcgm-exporter's counters CSV:\n{f.name}, {f.type}, {f.help}"
@@ -132,6 +159,7 @@ def groups(w: Window) -> dict[str, np.ndarray]:
 def report(w: Window, xid_dialects: Sequence[str] = (NATIVE, DCGM)) -> dict[str, Any]:
     """The coverage of every detector on every node group, as JSON-ready data."""
     out: dict[str, Any] = {"groups": []}
+    blind = capsight.blind(w)
     for dialect, nodes in groups(w).items():
         xid_read = any(d in dialect for d in xid_dialects)
         gens = sorted({w.dcgm_generation_of[i] for i in nodes.tolist()
@@ -142,10 +170,12 @@ def report(w: Window, xid_dialects: Sequence[str] = (NATIVE, DCGM)) -> dict[str,
         for det, needs in NEEDS.items():
             have = [n for n in needs if _has(w, n, nodes, xid_read)]
             lack = [n for n in needs if n not in have]
-            state = ("cannot" if any(n.essential for n in lack)
+            state = ("cannot" if not have or any(n.essential for n in lack)
                      else "partial" if lack else "full")  # fmt: skip
             notes = [v for k, v in REDUCED.items() if DCGM in dialect and any(
                 n.what == k for n in have)]  # fmt: skip
+            if det in CAP_LIKE and blind[nodes].all():
+                notes.append(NOTIFY_ONLY)
             if det == "xid" and DCGM in dialect:
                 notes.append("dcgm's XID field is the last code: a repeat of it is invisible")
             dets.append({

@@ -6,12 +6,16 @@ generation and gives the factor into the catalogue's native unit (``to_native``)
 turns that into what the reader asks Prometheus for: every generation's name of a field with
 the divisor that gives the catalogue's unit. The reader asks for all of them (only those
 discovery found), so each node is read in the names it serves and a fleet halfway through an
-upgrade reads as one: 4.8's MHz, % and MiB are divided into Hz, ratio and bytes; 4.9's Hz and
-ratios are already native (divisor 1); its bytes and joules are scaled like any other field.
+upgrade reads as one: 4.8's MHz, % and MiB are divided into Hz, ratio and bytes. Of 4.9's
+names only the new base-unit fields are native: ``DCGM_FI_DEV_SM_CLOCK_HERTZ`` (Hz, divisor
+1) and the energy in joules; a renamed alias keeps its field id and so its value, so
+``DCGM_FI_DEV_GPU_UTIL_RATIO`` is still 0-100 (divided by 100 like ``DCGM_FI_DEV_GPU_UTIL``)
+and the framebuffer fields keep their names and MiB (docs/dcgm-generations.md).
 
-4.9 and 4.10 name the default fields alike (4.10 adds the PCIe ``*_BYTES_PER_SECOND`` rates),
-so a name is attributed to the earliest generation that uses it (:func:`generation_of`).
-Their rows are derived, not vendored (fixtures/dcgm-exporter/README.md).
+4.9 and 4.10 name the fields alike, so a name is attributed to the earliest generation that
+uses it (:func:`generation_of`). The names and units are sourced from DCGM 4.6.1's field
+header (fixtures/dcgm/dcgm-4.6.1-field-names.tsv); which dcgm-exporter release adopted them
+is assumed, not vendored (fixtures/dcgm-exporter/README.md).
 """
 
 from __future__ import annotations
