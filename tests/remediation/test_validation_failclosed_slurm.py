@@ -16,6 +16,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,12 @@ def stalled(sc: SlurmCluster) -> Iterator[None]:
             time.sleep(0.2)
 
 
+def reservation_days_left(sc: SlurmCluster, node: str) -> float:
+    text = sc.run("scontrol", "show", "-o", "reservation", reservation_name(node))
+    end = next(w[8:] for w in text.split() if w.startswith("EndTime="))
+    return (datetime.fromisoformat(end).timestamp() - time.time()) / 86400
+
+
 def assert_out_by_gpuwarden(sc: SlurmCluster, node: str) -> None:
     st = sc.node_state(node)
     assert "DRAIN" in st["flags"] and st["reason"].startswith("gpuwarden: validation")
@@ -108,6 +115,7 @@ def test_a_stalled_slurmctld_mid_validation_is_unknown_then_the_node_is_drained_
     svc.engine.tick()  # the suite starts: a real job in our reservation, the drain lifted
     run = last_run(svc, node)
     assert run["state"] == "running" and run["handle"]
+    assert reservation_days_left(sc, node) > 30  # never lapses under the lifted drain
     with stalled(sc):
         svc.engine.tick()  # squeue fails: unknown, not "ended"
         assert last_run(svc, node)["state"] == "running"
