@@ -64,6 +64,7 @@ MIGRATIONS = (
     ("steps", "deadline", "REAL"),
     ("incidents", "subject", "TEXT"),  # what a cluster incident (node '') is about: a mount
     ("alerts", "stale", "INTEGER NOT NULL DEFAULT 0"),  # a firing older than its resolve
+    ("alerts", "ends_at", "TEXT NOT NULL DEFAULT ''"),  # a resolve's endsAt (ordering)
 )
 # Nodes gpuwarden holds out of service (or may hold: a failed action may have half-drained).
 HELD_STATES = ("quarantined", "probation", "inspection", "action_failed", "validating")
@@ -142,7 +143,7 @@ class Journal:
                     continue
                 cur = db.execute(
                     "INSERT OR IGNORE INTO alerts(key,fingerprint,starts_at,status,node,labels,"
-                    "received_at) VALUES(?,?,?,?,?,?,?)",
+                    "received_at,ends_at) VALUES(?,?,?,?,?,?,?,?)",
                     (
                         a.key,
                         a.fingerprint,
@@ -151,6 +152,7 @@ class Journal:
                         a.node,
                         json.dumps(dict(a.labels), sort_keys=True),
                         now,
+                        a.ends_at if a.status == "resolved" else "",
                     ),
                 )
                 if cur.rowcount:
@@ -194,13 +196,15 @@ class Journal:
         ]
 
     def firing_fingerprints(self, node: str) -> set[str]:
-        """The node's alerts still firing: by each alert's own startsAt, not arrival."""
+        """The node's alerts still firing: by each alert's own times, not arrival."""
         rows = self.rows(
-            "SELECT fingerprint, starts_at, status FROM alerts WHERE node=? AND stale=0 "
-            "ORDER BY seq",
+            "SELECT fingerprint, starts_at, status, ends_at FROM alerts WHERE node=? AND "
+            "stale=0 ORDER BY seq",
             (node,),
         )
-        return ordering.firing((r["fingerprint"], r["starts_at"], r["status"]) for r in rows)
+        return ordering.firing(
+            (r["fingerprint"], r["starts_at"], r["status"], r["ends_at"]) for r in rows
+        )
 
     def _stale(self, db: sqlite3.Connection, a: Alert, now: float) -> bool:
         """A firing older than a resolve already seen for its fingerprint: journaled as
@@ -208,9 +212,9 @@ class Journal:
         if a.status != "firing":
             return False
         resolved = [
-            r[0]
+            (r[0], r[1])
             for r in db.execute(
-                "SELECT starts_at FROM alerts WHERE fingerprint=? AND status='resolved'",
+                "SELECT starts_at, ends_at FROM alerts WHERE fingerprint=? AND status='resolved'",
                 (a.fingerprint,),
             )
         ]
@@ -229,7 +233,7 @@ class Journal:
             "evidence,at) VALUES(?,?,?,?,?,?,?,?,?)",
             (a.key, a.node[:253], a.labels.get("fault_class", "")[:64], "notify", "allow",
              "stale", f"stale firing (startsAt {a.starts_at[:40]}): a resolve of this alert "
-             "at or after it was already seen; ignored", "{}", now),
+             "that began or ended after it was already seen; ignored", "{}", now),
         )  # fmt: skip
         return True
 
