@@ -99,7 +99,7 @@ class SlurmSuiteRunner:
         return asdict(self.v.start(node, suite, run_id, view.reason))
 
     def poll(self, handle: dict[str, Any]) -> list[StepRun] | None:
-        return self.v.poll(vslurm.ValidationRun(**handle))
+        return self.v.poll(vslurm.ValidationRun(**handle), gone_is_cancel=True)
 
     def stop(self, handle: dict[str, Any], verdict: str | None) -> None:
         self.v.finish(vslurm.ValidationRun(**handle), verdict)

@@ -127,9 +127,11 @@ class SlurmValidation:
             return ""
         raise SchedulerUnknown(f"squeue -j {job_id}: rc {r.rc}: {r.stderr.strip()[:200]}")
 
-    def poll(self, run: ValidationRun) -> list[StepRun] | None:
+    def poll(self, run: ValidationRun, gone_is_cancel: bool = False) -> list[StepRun] | None:
         """None while the job runs; then one StepRun per step (None exit code: no result).
-        SchedulerUnknown when slurmctld does not answer; SuiteCancelled for an admin's scancel."""
+        SchedulerUnknown when slurmctld does not answer; SuiteCancelled for an admin's scancel
+        and, with ``gone_is_cancel`` (the validator), for a job that left the queue before
+        its steps wrote their results (the GPU-reset saga judges that as no result)."""
         state = self.job_state(run.job_id)
         if state not in ENDED:
             return None
@@ -142,7 +144,8 @@ class SlurmValidation:
                 runs.append(StepRun.no_result())  # never ran or no result: not a pass
                 continue
             runs.append(StepRun.exited(rc, stdout))
-        if state in ("CANCELLED", "") and any(r.missing for r in runs):
+        gone = state == "" and gone_is_cancel
+        if (state == "CANCELLED" or gone) and any(r.missing for r in runs):
             # gone from the queue (or cancelled) before its steps ended: nobody but an
             # admin's scancel (or a purge) ends it so; gpuwarden only cancels concluded runs
             how = "was cancelled" if state else "left the queue without a result"
