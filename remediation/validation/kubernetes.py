@@ -124,6 +124,24 @@ class Cordon(Protocol):
     def is_taken_out(self, node: str) -> bool: ...
 
 
+class TaintedCordon:
+    """The backend's cordon, read back with gpuwarden's quarantine taint too: a node
+    uncordoned, or only untainted, behind our back is not "out by gpuwarden" (the taint is
+    what keeps DaemonSet-style pods that ignore ``unschedulable`` off it)."""
+
+    def __init__(self, backend: Any) -> None:  # remediation.backends.kubernetes.KubernetesBackend
+        self.backend = backend
+
+    def take_out(self, node: str, reason: str, evict: bool) -> str:
+        return str(self.backend.take_out(node, reason, evict))
+
+    def is_taken_out(self, node: str) -> bool:
+        if not self.backend.is_taken_out(node):
+            return False
+        spec = (self.backend.api.read_node(node) or {}).get("spec") or {}
+        return any(t.get("key") == TAINT_KEY for t in spec.get("taints") or [])
+
+
 class KubernetesValidation:
     """``api``: a :class:`~remediation.backends.kubeapi.KubeApi` with the Job calls;
     ``cordon``: the backend that keeps the node out (None: the node is not checked)."""

@@ -144,6 +144,29 @@ async def test_a_stop_the_api_server_refuses_is_retried_each_tick_until_confirme
     svc.journal.close()
 
 
+async def test_the_stop_taints_again_a_node_whose_quarantine_taint_was_removed_meanwhile(
+    emu: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    svc = built(emu, tmp_path, clock)
+    await asyncio.to_thread(fault_then_resolve, svc, clock)
+    clock.advance(61)
+    await asyncio.to_thread(svc.engine.tick)
+    api = svc.validator.runner.v.api  # type: ignore[union-attr]
+    untaint = {"spec": {"taints": []}}  # kubectl taint node ... gpuwarden.io/quarantine-
+    await asyncio.to_thread(api.patch_node, NODE, untaint)
+    assert (
+        cordoned(emu) and not emu.objects[kmock.resource("v1/nodes"), None, NODE]["spec"]["taints"]
+    )
+    clock.advance(10_000)  # past the run's deadline: concluded, then stopped
+    await asyncio.to_thread(svc.engine.tick)
+    [last] = await asyncio.to_thread(svc.validator.list, NODE, 1)
+    assert last["state"] == "failed", (last["stop_error"], last["reason"])
+    spec = emu.objects[kmock.resource("v1/nodes"), None, NODE]["spec"]
+    assert [t["key"] for t in spec["taints"]] == ["gpuwarden.io/quarantine"] and cordoned(emu)
+    svc.journal.close()
+
+
 def test_a_kubernetes_policy_with_suites_needs_an_image(tmp_path: Path) -> None:
     from common.settings import SettingsError
     from remediation import policy as policy_mod
