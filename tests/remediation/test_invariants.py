@@ -156,7 +156,8 @@ class Rails(RuleBasedStateMachine):
 
     def _watch_releases(self) -> None:
         """Record every release gpuwarden makes by itself (not an operator's) while paused,
-        and every one of a node with a fault alert still firing (the invariants read them;
+        and every one of a node with an alert still firing (a fault, or a hold: "no
+        probation or release while this fires"; the invariants read them;
         an assert here would be swallowed as a runner error by the validator's tick)."""
         engine, release = self.engine, self.engine.release
 
@@ -164,8 +165,8 @@ class Rails(RuleBasedStateMachine):
             if who != "op":
                 if engine.paused:
                     self.released_paused.append(f"{node} by {who}")
-                if self._open_faults(node):
-                    self.released_firing.append(f"{node} by {who}: {self._open_faults(node)}")
+                if firing := self.journal.firing_fingerprints(node):  # faults, holds
+                    self.released_firing.append(f"{node} by {who}: {sorted(firing)}")
             return release(node, manual, who)
 
         engine.release = watched  # type: ignore[method-assign]
@@ -503,7 +504,7 @@ class Rails(RuleBasedStateMachine):
     def a_node_with_a_fault_firing_is_never_schedulable_unless_an_operator_released_it(
         self,
     ) -> None:
-        """gpuwarden never releases a node whose fault alert still fires; and a node it took
+        """gpuwarden never releases a node whose alert still fires; and a node it took
         out for a fault still firing stays out unless an operator released it (the only
         release the policy allows then; a drain denied by a guard never took it out)."""
         assert not self.released_firing, f"released with a fault firing: {self.released_firing}"
