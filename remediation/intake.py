@@ -78,7 +78,10 @@ def _alert(a: Any, i: int) -> Alert:
         if bad := _bad_text(text, _LABEL_BAD):
             raise IntakeError(f"alerts[{i}].{name}: holds {bad}")
     notes = _str_map(a.get("annotations"), f"alerts[{i}].annotations", annotations=True)
-    return Alert(fp, starts, status, labels, notes)
+    ends = a.get("endsAt")  # only orders a resolve: one that cannot be read is left out
+    if not isinstance(ends, str) or len(ends) > 64 or _bad_text(ends, _LABEL_BAD):
+        ends = ""
+    return Alert(fp, starts, status, labels, notes, ends)
 
 
 def parse(body: bytes) -> list[Alert]:

@@ -65,6 +65,7 @@ MIGRATIONS = (
     ("incidents", "subject", "TEXT"),  # what a cluster incident (node '') is about: a mount
     ("alerts", "stale", "INTEGER NOT NULL DEFAULT 0"),  # a firing older than its resolve
     ("alerts", "annotations", "TEXT"),  # evidence some decisions read (placement: score)
+    ("alerts", "ends_at", "TEXT NOT NULL DEFAULT ''"),  # a resolve's endsAt (ordering)
 )
 # Nodes gpuwarden holds out of service (or may hold: a failed action may have half-drained).
 HELD_STATES = ("quarantined", "probation", "inspection", "action_failed", "validating")
@@ -143,7 +144,7 @@ class Journal:
                     continue
                 cur = db.execute(
                     "INSERT OR IGNORE INTO alerts(key,fingerprint,starts_at,status,node,labels,"
-                    "received_at,annotations) VALUES(?,?,?,?,?,?,?,?)",
+                    "received_at,annotations,ends_at) VALUES(?,?,?,?,?,?,?,?,?)",
                     (
                         a.key,
                         a.fingerprint,
@@ -153,6 +154,7 @@ class Journal:
                         json.dumps(dict(a.labels), sort_keys=True),
                         now,
                         json.dumps(dict(a.annotations), sort_keys=True),
+                        a.ends_at if a.status == "resolved" else "",
                     ),
                 )
                 if cur.rowcount:
@@ -183,7 +185,7 @@ class Journal:
 
     def todo(self, limit: int = 100) -> list[tuple[int, Alert]]:
         rows = self.rows(
-            "SELECT seq,fingerprint,starts_at,status,labels,annotations FROM alerts "
+            "SELECT seq,fingerprint,starts_at,status,labels,annotations,ends_at FROM alerts "
             "WHERE processed=0 "
             "ORDER BY seq LIMIT ?",
             (limit,),
@@ -197,19 +199,22 @@ class Journal:
                     r["status"],
                     json.loads(r["labels"]),
                     json.loads(r["annotations"] or "{}"),
+                    r["ends_at"],
                 ),
             )
             for r in rows
         ]
 
     def firing_fingerprints(self, node: str) -> set[str]:
-        """The node's alerts still firing: by each alert's own startsAt, not arrival."""
+        """The node's alerts still firing: by each alert's own times, not arrival."""
         rows = self.rows(
-            "SELECT fingerprint, starts_at, status FROM alerts WHERE node=? AND stale=0 "
-            "ORDER BY seq",
+            "SELECT fingerprint, starts_at, status, ends_at FROM alerts WHERE node=? AND "
+            "stale=0 ORDER BY seq",
             (node,),
         )
-        return ordering.firing((r["fingerprint"], r["starts_at"], r["status"]) for r in rows)
+        return ordering.firing(
+            (r["fingerprint"], r["starts_at"], r["status"], r["ends_at"]) for r in rows
+        )
 
     def _stale(self, db: sqlite3.Connection, a: Alert, now: float) -> bool:
         """A firing older than a resolve already seen for its fingerprint: journaled as
@@ -217,9 +222,9 @@ class Journal:
         if a.status != "firing":
             return False
         resolved = [
-            r[0]
+            (r[0], r[1])
             for r in db.execute(
-                "SELECT starts_at FROM alerts WHERE fingerprint=? AND status='resolved'",
+                "SELECT starts_at, ends_at FROM alerts WHERE fingerprint=? AND status='resolved'",
                 (a.fingerprint,),
             )
         ]
@@ -238,7 +243,7 @@ class Journal:
             "evidence,at) VALUES(?,?,?,?,?,?,?,?,?)",
             (a.key, a.node[:253], a.labels.get("fault_class", "")[:64], "notify", "allow",
              "stale", f"stale firing (startsAt {a.starts_at[:40]}): a resolve of this alert "
-             "at or after it was already seen; ignored", "{}", now),
+             "that began or ended after it was already seen; ignored", "{}", now),
         )  # fmt: skip
         return True
 

@@ -57,6 +57,7 @@ class Alert:
     status: str  # firing | resolved
     labels: Mapping[str, str]
     annotations: Mapping[str, str] = field(default_factory=dict)
+    ends_at: str = ""  # a resolve's end (ordering); "" while firing or when not sent
 
     @property
     def node(self) -> str:

@@ -201,9 +201,9 @@ def make_suite_runner(pol: Policy, real: Backend | None) -> SuiteRunner | None:
         from remediation.validation.release import SlurmSuiteRunner
         from remediation.validation.slurm import SlurmValidation
 
-        return SlurmSuiteRunner(SlurmValidation(real.runner, vp.out_dir), vp.deadline_s)
+        return SlurmSuiteRunner(SlurmValidation(real.runner, vp.out_dir))
     if real.name == "kubernetes":
-        from remediation.validation.kubernetes import KubernetesValidation
+        from remediation.validation.kubernetes import KubernetesValidation, TaintedCordon
         from remediation.validation.release import KubernetesSuiteRunner
 
         if not vp.kube_image:
@@ -212,7 +212,9 @@ def make_suite_runner(pol: Policy, real: Backend | None) -> SuiteRunner | None:
             )
         api = real.api  # type: ignore[attr-defined]
         return KubernetesSuiteRunner(
-            KubernetesValidation(api, vp.kube_namespace, vp.kube_image, vp.kube_gpus)
+            KubernetesValidation(
+                api, vp.kube_namespace, vp.kube_image, vp.kube_gpus, TaintedCordon(real)
+            )
         )
     return None
 

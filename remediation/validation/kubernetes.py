@@ -10,8 +10,12 @@ storage is needed:
     ...output...
     ===gpuwarden-step 0 rc=0===
 
-Non-blocking like the Slurm runner: :meth:`start`, :meth:`poll`, :meth:`finish` (deletes the
-Job; the node stays cordoned: release is the normal release path's business).
+Non-blocking like the Slurm runner: :meth:`start`, :meth:`poll`, :meth:`finish`. Finishing
+mirrors the Slurm stop: the node cordoned and tainted by gpuwarden again if anyone lifted
+it (unless the run ended in a release), the Job and its pods deleted, then all of it read
+back; it raises until the API server shows the Job and its pods gone and the node still
+ours, and the caller (:mod:`remediation.validation.release`) retries it every tick and
+pages after a few tries. Release is the normal release path's business, never this one's.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from remediation.backends.base import BackendError
 from remediation.backends.kubernetes import TAINT_KEY
-from remediation.validation.slurm import SchedulerUnknown
+from remediation.model import REASON_PREFIX
+from remediation.validation.slurm import SchedulerUnknown, SuiteCancelled
 from remediation.validation.suite import StepRun, Suite
 
 _BEGIN = re.compile(r"^===gpuwarden-step (\d+) begin===$")
@@ -104,15 +109,48 @@ def split_log(log: str, steps: int) -> list[StepRun]:
     for i in range(steps):
         text = "\n".join(out.get(i, [])) + "\n"
         rc = codes.get(i)
-        runs.append(StepRun(None, text) if rc is None else StepRun.exited(rc, text))
+        if i not in out and rc is None:
+            runs.append(StepRun.no_result())  # never began: the pod ended before it
+        else:
+            runs.append(StepRun(None, text) if rc is None else StepRun.exited(rc, text))
     return runs
 
 
-class KubernetesValidation:
-    """``api``: a :class:`~remediation.backends.kubeapi.KubeApi` with the Job calls."""
+class Cordon(Protocol):
+    """What the stop needs of the Kubernetes backend: take the node out, read it back."""
 
-    def __init__(self, api: Any, namespace: str, image: str, gpus: int = 8) -> None:
+    def take_out(self, node: str, reason: str, evict: bool) -> str: ...
+
+    def is_taken_out(self, node: str) -> bool: ...
+
+
+class TaintedCordon:
+    """The backend's cordon, read back with gpuwarden's quarantine taint too: a node
+    uncordoned, or only untainted, behind our back is not "out by gpuwarden" (the taint is
+    what keeps DaemonSet-style pods that ignore ``unschedulable`` off it)."""
+
+    def __init__(self, backend: Any) -> None:  # remediation.backends.kubernetes.KubernetesBackend
+        self.backend = backend
+
+    def take_out(self, node: str, reason: str, evict: bool) -> str:
+        return str(self.backend.take_out(node, reason, evict))
+
+    def is_taken_out(self, node: str) -> bool:
+        if not self.backend.is_taken_out(node):
+            return False
+        spec = (self.backend.api.read_node(node) or {}).get("spec") or {}
+        return any(t.get("key") == TAINT_KEY for t in spec.get("taints") or [])
+
+
+class KubernetesValidation:
+    """``api``: a :class:`~remediation.backends.kubeapi.KubeApi` with the Job calls;
+    ``cordon``: the backend that keeps the node out (None: the node is not checked)."""
+
+    def __init__(
+        self, api: Any, namespace: str, image: str, gpus: int = 8, cordon: Cordon | None = None
+    ) -> None:
         self.api, self.namespace, self.image, self.gpus = api, namespace, image, gpus
+        self.cordon = cordon
 
     def start(self, node: str, suite: Suite, run_id: str) -> KubeValidationRun:
         name = f"gpuwarden-validate-{run_id}"[:63].rstrip("-")
@@ -123,21 +161,48 @@ class KubernetesValidation:
         return KubeValidationRun(node, self.namespace, name, len(suite.steps))
 
     def poll(self, run: KubeValidationRun) -> list[StepRun] | None:
-        """SchedulerUnknown when the API server does not answer (never "the Job ended")."""
+        """SchedulerUnknown when the API server does not answer (never "the Job ended");
+        SuiteCancelled when the Job was deleted by someone else."""
         try:
             job = self.api.read_job(run.namespace, run.job_name)
         except Exception as e:  # a read that failed is unknown; the deadline concludes it
             raise SchedulerUnknown(f"reading Job {run.job_name}: {type(e).__name__}: {e}") from e
-        if job is None:
-            return [StepRun(None, "")] * run.steps  # deleted behind our back: no result
+        if job is None:  # deleted behind our back (gpuwarden deletes only concluded runs)
+            raise SuiteCancelled(f"validation Job {run.job_name} was deleted outside gpuwarden")
         st = job.get("status") or {}
         if not (st.get("succeeded") or st.get("failed")):
             return None
         pods = self.api.list_pods_by_label(run.namespace, f"job-name={run.job_name}")
         if not pods:
-            return [StepRun(None, "")] * run.steps
+            return [StepRun.no_result()] * run.steps
         name = str((pods[0].get("metadata") or {}).get("name"))
         return split_log(self.api.read_pod_log(run.namespace, name), run.steps)
 
-    def finish(self, run: KubeValidationRun) -> None:
+    def finish(self, run: KubeValidationRun, verdict: str | None = "stopped") -> None:
+        """Keep the node out (``verdict`` None: it was released, left alone), delete the
+        Job and its pods, read all of it back; BackendError until the API server confirms
+        (the caller retries each tick). A read that fails raises too: never "gone"."""
+        node_ok = verdict is None or self.cordon is None or self.cordon.is_taken_out(run.node)
+        if not node_ok:  # someone lifted our cordon meanwhile: out again, first
+            self.cordon.take_out(  # type: ignore[union-attr]
+                run.node, f"{REASON_PREFIX} validation {verdict}"[:200], False
+            )
         self.api.delete_job(run.namespace, run.job_name)
+        selector = f"job-name={run.job_name}"
+        for pod in self.api.list_pods_by_label(run.namespace, selector):
+            name = str((pod.get("metadata") or {}).get("name"))
+            status = self.api.delete_pod(run.namespace, name)  # no GC waits on us
+            if status not in (200, 202, 404):
+                raise BackendError(f"pod {name} of Job {run.job_name} not deleted: HTTP {status}")
+        if self.api.read_job(run.namespace, run.job_name) is not None:
+            raise BackendError(f"validation Job {run.job_name} still there")
+        left = self.api.list_pods_by_label(run.namespace, selector)
+        if left:
+            names = ", ".join(str((p.get("metadata") or {}).get("name")) for p in left)
+            raise BackendError(f"pods of Job {run.job_name} still there: {names}")
+        if (
+            verdict is not None
+            and self.cordon is not None
+            and not self.cordon.is_taken_out(run.node)
+        ):
+            raise BackendError(f"node {run.node} not cordoned by gpuwarden after the validation")

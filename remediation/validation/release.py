@@ -36,7 +36,6 @@ import re
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -93,17 +92,14 @@ class SuiteRunner(Protocol):
 
 
 class SlurmSuiteRunner:
-    def __init__(
-        self, v: vslurm.SlurmValidation, deadline_s: Callable[[Suite], float] | None = None
-    ) -> None:
-        self.v, self.deadline_s = v, deadline_s
+    def __init__(self, v: vslurm.SlurmValidation) -> None:
+        self.v = v
 
     def start(self, node: str, suite: Suite, run_id: str, view: NodeView) -> dict[str, Any]:
-        deadline = self.deadline_s(suite) if self.deadline_s else 0.0
-        return asdict(self.v.start(node, suite, run_id, view.reason, deadline))
+        return asdict(self.v.start(node, suite, run_id, view.reason))
 
     def poll(self, handle: dict[str, Any]) -> list[StepRun] | None:
-        return self.v.poll(vslurm.ValidationRun(**handle))
+        return self.v.poll(vslurm.ValidationRun(**handle), gone_is_cancel=True)
 
     def stop(self, handle: dict[str, Any], verdict: str | None) -> None:
         self.v.finish(vslurm.ValidationRun(**handle), verdict)
@@ -129,13 +125,13 @@ class KubernetesSuiteRunner:
     def stop(self, handle: dict[str, Any], verdict: str | None) -> None:
         from remediation.validation.kubernetes import KubeValidationRun
 
-        self.v.finish(KubeValidationRun(**handle))  # the cordon stays: release decides
+        self.v.finish(KubeValidationRun(**handle), verdict)  # confirmed, or raises
 
     def stop_lost(self, node: str, run_id: str, verdict: str) -> None:
         from remediation.validation.kubernetes import KubeValidationRun
 
         name = f"gpuwarden-validate-{run_id}"[:63].rstrip("-")
-        self.v.finish(KubeValidationRun(node, self.v.namespace, name, 0))
+        self.v.finish(KubeValidationRun(node, self.v.namespace, name, 0), verdict)
 
 
 class LocalSuiteRunner:
@@ -176,7 +172,7 @@ class LocalSuiteRunner:
                 rc = int((out / f"{i}.rc").read_text().strip())
                 text = (out / f"{i}.out").read_text(errors="replace")
             except (OSError, ValueError):
-                runs.append(StepRun(None, ""))
+                runs.append(StepRun.no_result())
                 continue
             runs.append(StepRun.exited(rc, text))
         return runs

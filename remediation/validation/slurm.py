@@ -2,7 +2,7 @@
 
 A drained node takes no jobs, not even ours. So the node goes into a maintenance
 reservation that only gpuwarden's user may use (``gpuwarden-validate-<node>``,
-``Flags=MAINT,IGNORE_JOBS``, bounded ``Duration``); only then is our drain lifted, and the
+``Flags=MAINT,IGNORE_JOBS``, ``Duration=UNLIMITED``); only then is our drain lifted, and the
 suite runs as one batch job pinned to the node inside the reservation. No other job can
 land there meanwhile, and ``sinfo`` still shows the node out of service (MAINTENANCE). When
 the job ends, the node is drained again with the verdict in the reason, whatever it was:
@@ -16,14 +16,17 @@ drives them from its tick loop.
 
 Fail closed: a ``squeue`` that fails is :class:`SchedulerUnknown` (the job may well still
 run), never "the job ended"; only an answer from slurmctld ends a run. The reservation
-lasts as long as the run may (its deadline) plus a margin, so it never ends under a run
-that is still allowed to go on.
+has no end of its own (``UNLIMITED``: slurmctld keeps it a year): it is deleted
+explicitly, only once the node is drained again, so neither a silent slurmctld past the
+run's deadline nor a service killed (-9) and down for hours lets it lapse under a node
+whose drain is lifted. A reservation left by a service that never comes back keeps the
+node out of service (fail closed); ``scontrol delete ReservationName=gpuwarden-validate-*``
+is the human's way out.
 """
 
 from __future__ import annotations
 
 import getpass
-import math
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +38,7 @@ from remediation.model import REASON_PREFIX
 from remediation.validation.suite import StepRun, Suite
 
 PREFIX = RESERVATION_PREFIX
-RESERVATION_MARGIN_S = 600.0
+RESERVATION_DURATION = "UNLIMITED"  # deleted explicitly, never left to lapse
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "")
 LIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
 GONE = ("Invalid job id", "already completing or completed")  # slurmctld's answers: ended
@@ -46,7 +49,9 @@ class SchedulerUnknown(BackendError):
 
 
 class SuiteCancelled(BackendError):
-    """The suite job was cancelled outside gpuwarden (an admin's scancel)."""
+    """The suite job was cancelled outside gpuwarden (an admin's ``scancel``, a Kubernetes
+    Job deleted by someone else): no verdict on the node; the run fails closed as
+    ``cancelled``, never as "timed out"."""
 
 
 @dataclass(frozen=True)
@@ -85,18 +90,15 @@ class SlurmValidation:
     def _ok(self, *argv: str) -> str:
         return checked(self.runner, argv, 15.0)
 
-    def start(
-        self, node: str, suite: Suite, run_id: str, drain_reason: str, deadline_s: float = 0.0
-    ) -> ValidationRun:
-        """Reserve the node, lift our drain into the reservation, submit the suite.
-        ``deadline_s``: how long the caller lets the run go on (the reservation outlasts it)."""
+    def start(self, node: str, suite: Suite, run_id: str, drain_reason: str) -> ValidationRun:
+        """Reserve the node (no end of its own: it outlasts the run whatever happens), lift
+        our drain into the reservation, submit the suite."""
         if not drain_reason.startswith(REASON_PREFIX):
             raise BackendError(f"node {node} is not drained by gpuwarden ({drain_reason!r})")
         res = reservation_name(node)
-        minutes = reservation_minutes(suite, deadline_s)
         self.runner.run(["scontrol", "delete", f"ReservationName={res}"])  # a stale one
         self._ok("scontrol", "create", "reservation", f"ReservationName={res}", f"Nodes={node}",
-                 "StartTime=now", f"Duration={minutes}", f"Users={self.user}",
+                 "StartTime=now", f"Duration={RESERVATION_DURATION}", f"Users={self.user}",
                  "Flags=MAINT,IGNORE_JOBS")  # fmt: skip
         out = self.out_dir / run_id
         try:
@@ -125,9 +127,11 @@ class SlurmValidation:
             return ""
         raise SchedulerUnknown(f"squeue -j {job_id}: rc {r.rc}: {r.stderr.strip()[:200]}")
 
-    def poll(self, run: ValidationRun) -> list[StepRun] | None:
+    def poll(self, run: ValidationRun, gone_is_cancel: bool = False) -> list[StepRun] | None:
         """None while the job runs; then one StepRun per step (None exit code: no result).
-        SchedulerUnknown when slurmctld does not answer; SuiteCancelled for an admin's scancel."""
+        SchedulerUnknown when slurmctld does not answer; SuiteCancelled for an admin's scancel
+        and, with ``gone_is_cancel`` (the validator), for a job that left the queue before
+        its steps wrote their results (the GPU-reset saga judges that as no result)."""
         state = self.job_state(run.job_id)
         if state not in ENDED:
             return None
@@ -137,11 +141,15 @@ class SlurmValidation:
                 rc = int((out / f"{i}.rc").read_text().strip())
                 stdout = (out / f"{i}.out").read_text(errors="replace")
             except (OSError, ValueError):
-                runs.append(StepRun(None, ""))  # never ran or no result: not a pass
+                runs.append(StepRun.no_result())  # never ran or no result: not a pass
                 continue
             runs.append(StepRun.exited(rc, stdout))
-        if state == "CANCELLED" and any(r.exit_code is None for r in runs):
-            raise SuiteCancelled(f"suite job {run.job_id} was cancelled outside gpuwarden")
+        gone = state == "" and gone_is_cancel
+        if (state == "CANCELLED" or gone) and any(r.missing for r in runs):
+            # gone from the queue (or cancelled) before its steps ended: nobody but an
+            # admin's scancel (or a purge) ends it so; gpuwarden only cancels concluded runs
+            how = "was cancelled" if state else "left the queue without a result"
+            raise SuiteCancelled(f"suite job {run.job_id} {how} outside gpuwarden")
         return runs
 
     def cancel(self, run: ValidationRun) -> None:
@@ -184,9 +192,3 @@ class SlurmValidation:
 
     def _redrain(self, node: str, reason: str) -> None:
         self._ok("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
-
-
-def reservation_minutes(suite: Suite, deadline_s: float) -> int:
-    """As long as the run may go on (its deadline, or its steps' timeouts) plus a margin."""
-    longest = max(deadline_s, sum(s.timeout_s for s in suite.steps))
-    return max(1, math.ceil((longest + RESERVATION_MARGIN_S) / 60))

@@ -59,11 +59,19 @@ class Suite:
 
 @dataclass(frozen=True)
 class StepRun:
-    """What running one step gave: exit code (None: timed out), stdout, seconds."""
+    """What running one step gave: exit code (None: timed out, or no result at all when
+    ``missing``: the step never ran or its result never came back), stdout, seconds."""
 
     exit_code: int | None
     stdout: str
     seconds: float = 0.0
+    missing: bool = False
+
+    @classmethod
+    def no_result(cls) -> StepRun:
+        """A step whose result is not there (the job ended before it, or was cancelled):
+        no pass, and not a timeout either."""
+        return cls(None, "", missing=True)
 
     @classmethod
     def exited(cls, rc: int, stdout: str) -> StepRun:
@@ -109,6 +117,8 @@ class SuiteVerdict:
 
 
 def judge(step: Step, run: StepRun, gpu_model: str | None = None) -> StepVerdict:
+    if run.missing:
+        return StepVerdict(step.name, False, ("no result (the step did not run to its end)",))
     if run.exit_code is None:
         return StepVerdict(step.name, False, (f"timed out after {step.timeout_s:g} s",))
     try:

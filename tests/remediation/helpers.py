@@ -74,7 +74,7 @@ def payload(*alerts: Alert) -> bytes:
                     "labels": dict(a.labels),
                     "annotations": dict(a.annotations),
                     "startsAt": a.starts_at,
-                    "endsAt": "0001-01-01T00:00:00Z",
+                    "endsAt": a.ends_at or "0001-01-01T00:00:00Z",
                     "generatorURL": "",
                     "fingerprint": a.fingerprint,
                 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings
@@ -27,7 +28,7 @@ from remediation.engine import Engine
 from remediation.executor import Executor
 from remediation.journal import HELD_STATES, Journal
 from remediation.metrics import Metrics
-from remediation.model import Alert
+from remediation.model import Alert, Verdict
 from remediation.validation.release import PAGE_AFTER, Validator
 from remediation.validation.slurm import SchedulerUnknown
 from remediation.validation.suite import StepRun
@@ -91,8 +92,12 @@ class FakeSuite:
         self.stop_fails = False
         self.runs: dict[int, str] = {}
         self.stopped: set[int] = set()
+        self.paused: Callable[[], bool] = lambda: False
+        self.started_paused: list[str] = []  # nodes whose suite started while paused
 
     def start(self, node: str, suite: object, run_id: str, view: object) -> dict[str, int]:
+        if self.paused():
+            self.started_paused.append(node)
         n = len(self.runs) + 1
         self.runs[n] = self.outcome
         return {"n": n}
@@ -134,6 +139,8 @@ class Rails(RuleBasedStateMachine):
         self.seq = 0
         self.domain_down: dict[str, Alert] = {}  # fingerprint -> firing domain alert
         self.down_after: dict[str, int] = {}  # domain -> the last action id before it fell
+        self.released_paused: list[str] = []  # releases by gpuwarden itself while paused
+        self.released_firing: list[str] = []  # releases of a node with a fault firing
         self._build()
 
     def _build(self) -> None:
@@ -141,9 +148,32 @@ class Rails(RuleBasedStateMachine):
         self.backend = SlurmBackend(self.slurm, TOPOLOGY, requeue_wait_s=10)
         self.engine = Engine(self.journal, self.backend, self.policy, self.clock, Metrics())
         self.engine.validator = Validator(self.engine, self.suite)
+        self.suite.paused = lambda: self.engine.paused
+        self._watch_releases()
         self.executor = Executor(
             self.journal, self.backend, self.policy, self.clock.now, lambda: self.engine.paused
         )
+
+    def _watch_releases(self) -> None:
+        """Record every release gpuwarden makes by itself (not an operator's) while paused,
+        and every one of a node with an alert still firing (a fault, or a hold: "no
+        probation or release while this fires"; the invariants read them;
+        an assert here would be swallowed as a runner error by the validator's tick)."""
+        engine, release = self.engine, self.engine.release
+
+        def watched(node: str, manual: bool, who: str = "api") -> Verdict:
+            if who != "op":
+                if engine.paused:
+                    self.released_paused.append(f"{node} by {who}")
+                if firing := self.journal.firing_fingerprints(node):  # faults, holds
+                    self.released_firing.append(f"{node} by {who}: {sorted(firing)}")
+            return release(node, manual, who)
+
+        engine.release = watched  # type: ignore[method-assign]
+
+    def _open_faults(self, node: str) -> set[str]:
+        """The node's fault alerts (not storage, domain or hold ones) firing, by the journal."""
+        return {fp for fp in self.journal.firing_fingerprints(node) if fp.startswith(node + "-")}
 
     def teardown(self) -> None:
         self.journal.close()
@@ -462,6 +492,38 @@ class Rails(RuleBasedStateMachine):
             )
             if latest and latest[0]["take_out"] == "done" and latest[0]["state"] == "done":
                 assert self.slurm.ours(n) or n in self.foreign, f"{n} held but schedulable"
+
+    @invariant()
+    def no_suite_starts_and_nothing_is_released_by_gpuwarden_while_paused(self) -> None:
+        assert not self.suite.started_paused, (
+            f"suites started while paused: {self.suite.started_paused}"
+        )
+        assert not self.released_paused, f"released while paused: {self.released_paused}"
+
+    @invariant()
+    def a_node_with_a_fault_firing_is_never_schedulable_unless_an_operator_released_it(
+        self,
+    ) -> None:
+        """gpuwarden never releases a node whose alert still fires; and a node it took
+        out for a fault still firing stays out unless an operator released it (the only
+        release the policy allows then; a drain denied by a guard never took it out)."""
+        assert not self.released_firing, f"released with a fault firing: {self.released_firing}"
+        for n in NODES:
+            if not self._open_faults(n) or self.slurm.ours(n) or n in self.foreign:
+                continue
+            took_out = self.journal.scalar(
+                "SELECT MAX(a.id) FROM actions a JOIN steps s ON s.action_id=a.id AND "
+                "s.step='take_out' AND s.state='done' WHERE a.node=? AND a.state='done'",
+                (n,),
+            )
+            if took_out is None:
+                continue  # never taken out (a guard denied it, or the action was a notify)
+            released = self.journal.rows(
+                "SELECT evidence FROM decisions WHERE node=? AND action='release' AND "
+                "verdict='allow' AND id > (SELECT decision_id FROM actions WHERE id=?)",
+                (n, took_out),
+            )
+            assert released, f"{n}: taken out for a fault still firing, schedulable, never released"
 
     @invariant()
     def never_above_any_budget(self) -> None:

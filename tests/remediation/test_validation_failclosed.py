@@ -1,6 +1,7 @@
 """Validation rails that fail closed, on fakes: gpuwarden's own reservation is gpuwarden's,
-the reservation outlasts the run's deadline, and a run whose stop the scheduler never
-confirms pages once (the action-failed gauge) and is retried, never looped on."""
+the reservation has no end of its own (deleted explicitly), and a run whose stop the
+scheduler never confirms pages once (the action-failed gauge) and is retried, never
+looped on."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from remediation.backends.base import BackendError
 from remediation.backends.runner import Result
 from remediation.backends.slurm import SlurmBackend
 from remediation.clock import FakeClock
@@ -16,8 +20,8 @@ from remediation.validation.release import PAGE_AFTER, LocalSuiteRunner
 from remediation.validation.slurm import (
     SchedulerUnknown,
     SlurmValidation,
+    SuiteCancelled,
     ValidationRun,
-    reservation_minutes,
 )
 from remediation.validation.suite import load_suites
 from tests.remediation.test_validation_release import NODE, fault_then_resolve, make, state
@@ -75,11 +79,30 @@ def test_a_node_only_in_our_reservation_is_drained_for_real_by_a_new_fault() -> 
     ] in r.calls
 
 
-def test_the_reservation_lasts_at_least_the_runs_deadline_plus_a_margin() -> None:
+def test_the_reservation_has_no_end_of_its_own_and_is_deleted_only_by_the_stop(
+    tmp_path: Path,
+) -> None:
+    """A slurmctld silent past the run's deadline, or a service down for hours after a kill
+    -9, must never see the reservation lapse under a node whose drain is lifted."""
     suite = load_suites({"s": [{"name": "a", "command": ["x"], "timeout_s": 600,
                                 "parser": "nccl-tests"}]})["s"]  # fmt: skip
-    assert reservation_minutes(suite, 3600) * 60 >= 3600 + 600
-    assert reservation_minutes(suite, 0) * 60 >= 600 + 600
+    r = Replay([{"name": "n1", "state": ["IDLE", "DRAIN"], "reason": "gpuwarden: drain"}])
+    v = SlurmValidation(r, str(tmp_path))
+    run = v.start("n1", suite, "r1", "gpuwarden: drain nvlink d9")
+    [create] = [c for c in r.calls if c[:3] == ["scontrol", "create", "reservation"]]
+    assert "Duration=UNLIMITED" in create
+    assert not [c for c in create if c.startswith(("EndTime=", "Duration=")) and "UNLIMITED"
+                not in c]  # fmt: skip
+    deletes = [c for c in r.calls if c[:2] == ["scontrol", "delete"]]
+    assert create_index(r.calls) > r.calls.index(deletes[0])  # only a stale one, before
+    r.calls.clear()
+    with pytest.raises(BackendError, match="still there"):  # the Replay shows it still
+        v.finish(run, "failed")
+    assert ["scontrol", "delete", "ReservationName=gpuwarden-validate-n1"] in r.calls
+
+
+def create_index(calls: list[list[str]]) -> int:
+    return next(i for i, c in enumerate(calls) if c[:3] == ["scontrol", "create", "reservation"])
 
 
 def test_a_failed_squeue_is_unknown_never_an_ended_job(tmp_path: Path) -> None:
@@ -94,7 +117,23 @@ def test_a_failed_squeue_is_unknown_never_an_ended_job(tmp_path: Path) -> None:
     else:
         raise AssertionError("a failed squeue was read as an answer")
     r.squeue = Result(1, "", "slurm_load_jobs error: Invalid job id specified")
+    (tmp_path / "0.rc").write_text("0\n")
+    (tmp_path / "0.out").write_text("")
     assert v.poll(run) is not None  # slurmctld's own answer: the job is gone
+
+
+def test_a_suite_job_gone_from_the_queue_without_its_results_is_cancelled_not_timed_out(
+    tmp_path: Path,
+) -> None:
+    v = SlurmValidation(r := Replay([]), str(tmp_path))
+    run = ValidationRun("n1", "r1", "42", "gpuwarden-validate-n1", str(tmp_path), 2)
+    (tmp_path / "0.rc").write_text("0\n")
+    (tmp_path / "0.out").write_text("")  # step 1 never ran: an admin's scancel, then purged
+    for answer in (Result(0, "\n", ""), Result(1, "", "Invalid job id specified")):
+        r.squeue = answer
+        with pytest.raises(SuiteCancelled, match="left the queue without a result"):
+            v.poll(run, gone_is_cancel=True)  # the validator's runner
+        assert v.poll(run)[1].missing  # type: ignore[index]  # the GPU-reset saga: no result
 
 
 def test_a_run_whose_stop_is_never_confirmed_pages_once_and_keeps_retrying(

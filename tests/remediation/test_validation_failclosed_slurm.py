@@ -1,7 +1,8 @@
 """Validation runs fail closed on the real slurmctld: a stalled controller (SIGSTOP) is
 "unknown", never "the job ended"; every conclusion ends with the suite job stopped, the
 reservation gone and the node drained by gpuwarden, retried each tick until slurmctld
-confirms; a service killed (-9) while starting a run is reconciled on restart.
+confirms; a service killed (-9) at any step of a run (reserving, lifting the drain,
+submitting, mid-stop, between the verdict and its consequence) is reconciled on restart.
 
 Driven synchronously (the worker's cycle by hand) on a fake clock; Slurm is real.
 """
@@ -16,12 +17,14 @@ import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from remediation.backends.runner import SubprocessRunner
 from remediation.clock import FakeClock
+from remediation.journal import HELD_STATES
 from remediation.service import Service
 from remediation.validation.slurm import reservation_name
 from tests.remediation.helpers import alert, service
@@ -91,6 +94,12 @@ def stalled(sc: SlurmCluster) -> Iterator[None]:
             time.sleep(0.2)
 
 
+def reservation_days_left(sc: SlurmCluster, node: str) -> float:
+    text = sc.run("scontrol", "show", "-o", "reservation", reservation_name(node))
+    end = next(w[8:] for w in text.split() if w.startswith("EndTime="))
+    return (datetime.fromisoformat(end).timestamp() - time.time()) / 86400
+
+
 def assert_out_by_gpuwarden(sc: SlurmCluster, node: str) -> None:
     st = sc.node_state(node)
     assert "DRAIN" in st["flags"] and st["reason"].startswith("gpuwarden: validation")
@@ -108,6 +117,7 @@ def test_a_stalled_slurmctld_mid_validation_is_unknown_then_the_node_is_drained_
     svc.engine.tick()  # the suite starts: a real job in our reservation, the drain lifted
     run = last_run(svc, node)
     assert run["state"] == "running" and run["handle"]
+    assert reservation_days_left(sc, node) > 30  # never lapses under the lifted drain
     with stalled(sc):
         svc.engine.tick()  # squeue fails: unknown, not "ended"
         assert last_run(svc, node)["state"] == "running"
@@ -136,14 +146,20 @@ CHILD = """
 import os, signal, sys
 from remediation.backends.runner import SubprocessRunner
 from remediation.clock import FakeClock
+from remediation.journal import HELD_STATES
 from tests.remediation.helpers import service
 from tests.remediation.test_validation_failclosed_slurm import quarantined_then_probation_over
 
 class Dies(SubprocessRunner):
+    armed = sys.argv[4] == "-"  # else: armed once a command holding argv[4] has run
+
     def run(self, argv, timeout=10.0):
         r = super().run(argv, timeout)
-        if " ".join(argv).find(sys.argv[3]) >= 0:
-            os.kill(os.getpid(), signal.SIGKILL)  # before the run's handle is saved
+        line = " ".join(argv)
+        if Dies.armed and sys.argv[3] in line:
+            os.kill(os.getpid(), signal.SIGKILL)  # right after that command returned
+        if not Dies.armed and sys.argv[4] in line:
+            Dies.armed = True
         return r
 
 tmp, node = sys.argv[1], sys.argv[2]
@@ -154,13 +170,25 @@ clock = FakeClock()
 svc = service(Path(tmp), Path(tmp, "policy.yaml").read_text(), clock=clock,
               runner=Dies(env), backend="slurm")
 quarantined_then_probation_over(svc, node, clock)
-svc.engine.tick()
+svc.engine.tick()  # the run starts
+clock.advance(100000)
+svc.engine.tick()  # past its deadline: concluded failed, stopped, escalated
 print("not killed")
 """
 
+# (kill -9 right after the command holding this, armed after one holding that ("-": at
+# once)): every step of a run, from its reservation to its verdict's consequence
+STEPS = {
+    "reservation created": ("create reservation", "-"),
+    "drain lifted": ("State=RESUME", "-"),
+    "suite submitted": ("sbatch", "-"),
+    "mid-stop": ("scancel", "-"),
+    "verdict, before the escalation": ("", "show -o node"),
+}
 
-@pytest.mark.parametrize("step", ["State=RESUME", "sbatch"])
-def test_a_service_killed_while_starting_a_run_stops_it_and_drains_the_node_on_restart(
+
+@pytest.mark.parametrize("step", list(STEPS))
+def test_a_service_killed_at_any_step_of_a_run_leaves_the_node_out_by_gpuwarden_after_restart(
     clean_slurm: SlurmCluster, readable_dir: Path, tmp_path: Path, step: str
 ) -> None:
     import json
@@ -175,23 +203,36 @@ def test_a_service_killed_while_starting_a_run_stops_it_and_drains_the_node_on_r
     (tmp_path / "env.json").write_text(json.dumps(sc.env))
     root = Path(__file__).resolve().parents[2]
     child = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CHILD), str(tmp_path), node, step],
+        [sys.executable, "-c", textwrap.dedent(CHILD), str(tmp_path), node, *STEPS[step]],
         env={**os.environ, "PYTHONPATH": str(root)},
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
-    st = sc.node_state(node)
-    assert "DRAIN" not in st["flags"]  # the drain was lifted into our reservation: exposed
+    assert child.returncode == -signal.SIGKILL, child.stdout[-500:] + child.stderr[-2000:]
     svc = service(tmp_path, text, clock=FakeClock(), runner=SubprocessRunner(sc.env),
                   backend="slurm")  # fmt: skip
     run = last_run(svc, node)
-    assert run["state"] == "running" and not run["handle"]
-    svc.engine.tick()  # reconciled: the lost run is stopped by name, the node drained
+    if step in ("drain lifted", "suite submitted"):
+        assert "DRAIN" not in sc.node_state(node)["flags"]  # lifted into our reservation
+    if step in ("reservation created", "drain lifted", "suite submitted"):
+        assert run["state"] == "running" and not run["handle"]  # killed before saving it
+    elif step == "mid-stop":
+        assert run["state"] == "stopping" and run["handle"]
+    else:
+        assert run["state"] == "failed"
+        assert svc.journal.node(node)["state"] == "validating"  # type: ignore[index]
+    svc.engine.tick()  # reconciled: whatever the run left is stopped, the node drained
+    process(svc)
     done = last_run(svc, node)
-    assert done["state"] == "failed" and "run lost" in done["reason"]
+    assert done["state"] == "failed"
+    if step in ("reservation created", "drain lifted", "suite submitted"):
+        assert "run lost" in done["reason"]
+    else:
+        assert "timed out" in done["reason"]
     assert_out_by_gpuwarden(sc, node)
+    rec = svc.journal.node(node)
+    assert rec is not None and rec["state"] in HELD_STATES  # held, never released
 
 
 def parked(svc: Service, node: str) -> str:

@@ -11,9 +11,11 @@ from typing import Any
 import kmock
 import pytest
 
+from remediation.backends.base import BackendError
 from remediation.backends.kubeapi import OfficialKubeApi
 from remediation.backends.kubernetes import TAINT_KEY
 from remediation.validation.kubernetes import KubernetesValidation, script, split_log
+from remediation.validation.slurm import SuiteCancelled
 from remediation.validation.suite import judge_suite, load_suites
 from tests.remediation.test_kubernetes import writes
 
@@ -99,7 +101,16 @@ async def test_the_suite_is_judged_from_the_pod_log_and_the_job_removed(
     assert judge_suite(SUITE, runs).passed is passes
     await asyncio.to_thread(v.finish, run)
     deletes = [p for m, p, _ in writes(emu) if m == "DELETE"]
-    assert deletes == [f"/apis/batch/v1/namespaces/gpuwarden/jobs/{run.job_name}"]
+    assert deletes == [f"/apis/batch/v1/namespaces/gpuwarden/jobs/{run.job_name}",
+                       f"/api/v1/namespaces/gpuwarden/pods/{run.job_name}-x7k2p"]  # fmt: skip
+    assert await asyncio.to_thread(gone, v, run.job_name)  # read back through the API server
+
+
+def gone(v: KubernetesValidation, job: str) -> bool:
+    api = v.api
+    return api.read_job("gpuwarden", job) is None and not api.list_pods_by_label(
+        "gpuwarden", f"job-name={job}"
+    )
 
 
 def test_a_step_cut_off_without_its_end_marker_has_no_result() -> None:
@@ -118,3 +129,68 @@ def test_the_script_runs_each_step_under_its_timeout_with_markers() -> None:
     text = script(SUITE)
     assert text.count("===gpuwarden-step") == 4
     assert "timeout -k 10 600 all_reduce_perf -b 1G -e 8G -g 8" in text
+
+
+async def test_a_job_deleted_by_someone_else_is_cancelled_never_timed_out(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    v = runner(emu)
+    run = await asyncio.to_thread(v.start, "gpu-node-003", SUITE, "r1")
+    del emu.objects[JOBS, "gpuwarden", run.job_name]  # kubectl delete job, by an admin
+    with pytest.raises(SuiteCancelled, match="deleted outside gpuwarden"):
+        await asyncio.to_thread(v.poll, run)
+
+
+def test_a_step_that_never_began_has_no_result_and_is_not_read_as_a_timeout() -> None:
+    log = log_of("dcgmi-diag-r3-pass.json", "all_reduce_perf-8gpu.txt")
+    runs = split_log(log.split("===gpuwarden-step 1 begin===")[0], 2)
+    assert runs[1].missing
+    reasons = judge_suite(SUITE, runs).steps[1].reasons
+    assert reasons == ("no result (the step did not run to its end)",)
+
+
+class Cordon:
+    """The backend's cordon, as the stop sees it: lifted by someone until taken out again."""
+
+    def __init__(self, ours: bool) -> None:
+        self.ours, self.reasons = ours, []  # type: list[str]
+
+    def take_out(self, node: str, reason: str, evict: bool) -> str:
+        self.ours = True
+        self.reasons.append(reason)
+        return "cordoned and tainted"
+
+    def is_taken_out(self, node: str) -> bool:
+        return self.ours
+
+
+async def test_the_stop_cordons_again_a_node_uncordoned_meanwhile_and_reads_it_back(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    v, cordon = runner(emu), Cordon(ours=False)
+    v.cordon = cordon
+    run = await asyncio.to_thread(v.start, "gpu-node-003", SUITE, "r1")
+    await asyncio.to_thread(v.finish, run, "failed")
+    assert cordon.reasons == ["gpuwarden: validation failed"]
+    assert await asyncio.to_thread(gone, v, run.job_name)
+
+
+async def test_a_released_nodes_stop_leaves_the_cordon_alone(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    v, cordon = runner(emu), Cordon(ours=False)
+    v.cordon = cordon
+    run = await asyncio.to_thread(v.start, "gpu-node-003", SUITE, "r1")
+    await asyncio.to_thread(v.finish, run, None)
+    assert cordon.reasons == [] and await asyncio.to_thread(gone, v, run.job_name)
+
+
+async def test_a_stop_whose_pod_is_still_there_raises_until_the_api_server_confirms(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    v = runner(emu)
+    run = await asyncio.to_thread(v.start, "gpu-node-003", SUITE, "r1")
+    complete(emu, run.job_name, "", ok=False)
+    emu["delete", kmock.resource("v1/pods")] << 500  # the API server refuses the delete
+    with pytest.raises(BackendError, match="not deleted: HTTP 500"):
+        await asyncio.to_thread(v.finish, run, "failed")

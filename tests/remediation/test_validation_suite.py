@@ -80,6 +80,11 @@ def test_timeouts_crashes_and_garbage_fail_the_step(
     assert not v.passed and want in v.reasons[0]
 
 
+def test_a_step_with_no_result_fails_as_such_never_as_a_timeout() -> None:
+    v = judge(suite().steps[1], StepRun.no_result())
+    assert not v.passed and v.reasons == ("no result (the step did not run to its end)",)
+
+
 def test_a_non_zero_exit_fails_even_with_good_numbers() -> None:
     v = judge(suite().steps[1], run("all_reduce_perf-8gpu.txt", code=1))
     assert not v.passed and v.reasons == ("exit code 1",)
