@@ -130,6 +130,16 @@ def test_a_window_far_from_the_last_remembered_one_is_judged_by_its_halves() -> 
         ("node-07", "signal=sm_clock_deficit")]  # fmt: skip
 
 
+@pytest.mark.parametrize("offset", [-7.0, 5.0, 20.0])
+def test_the_window_before_is_found_whatever_the_scrapes_phase(offset: float) -> None:
+    """A cycle that ran a few seconds off the window boundary (a scrape's phase, a slow
+    cycle) still counts as the window before: a gap or an overlap under a step."""
+    det = MarginalDetector()
+    det.detect(window(slow(healthy(NODES), 7, 3, 0.03)))
+    d = later(slow(healthy(NODES), 7, 3, 0.06, start=21), 600.0 + offset)
+    assert avoids(det.detect(window(d))) == [("node-07", "signal=sm_clock_deficit")]
+
+
 # --------------------------------------------------------------------------- a slow GPU
 def test_a_busy_gpu_a_few_percent_slower_than_its_peers_makes_its_node_avoided() -> None:
     [f] = MarginalDetector().detect(window(slow(healthy(NODES), 7, 3, 0.03)))
