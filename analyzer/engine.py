@@ -2,8 +2,8 @@
 
 Sits between the series source and the outputs. A detector that raises costs its own
 ``analyzer_detector_errors_total``, never the cycle. Keeps each finding's first-seen time
-across cycles (``since``) and folds node findings under a degraded leaf switch into the
-switch finding.
+across cycles (``since``), folds node findings under a degraded leaf switch into the
+switch finding, and drops an ``avoid`` where another finding already takes the node out.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Engine:
                 self.stats.errors[d.name] = self.stats.errors.get(d.name, 0) + 1
                 log.exception("detector %s failed; cycle continues", d.name)
             self.stats.durations[d.name] = self.timer() - t0
-        found = _fold_switches(found, window)
+        found = fold_avoid(_fold_switches(found, window))
         found = self._keep_since(annotate(_dedupe(found), window))
         self.stats.cycles += 1
         self.stats.series_read += window.series_count()
@@ -88,6 +88,19 @@ def _dedupe(found: list[Finding]) -> list[Finding]:
         if old is None or (rank[f.severity], f.confidence) > (rank[old.severity], old.confidence):
             best[f.key] = f
     return sorted(best.values(), key=lambda f: (f.node, f.subject, f.kind))
+
+
+# actions that take a node (or its jobs) out of service: an avoid beside one of them only
+# spends the placement budget on a node that is leaving anyway
+TAKES_OUT = frozenset({"cordon", "drain", "requeue", "checkpoint_restart", "reboot"})
+
+
+def fold_avoid(found: list[Finding]) -> list[Finding]:
+    """Marginal only where no other detector acts: a node that some finding recommends
+    taking out gets no ``avoid`` (a PCIe link the pcie detector drains, a GPU the straggler
+    detector drains, a remap pending)."""
+    out_nodes = {f.node for f in found if f.action in TAKES_OUT}
+    return [f for f in found if not (f.action == "avoid" and f.node in out_nodes)]
 
 
 def _fold_switches(found: list[Finding], window: Window) -> list[Finding]:
