@@ -149,7 +149,9 @@ _LOADED = (f"(min_over_time({c.GPU_UTILIZATION.name}[10m]) > 0.05)"
 SIGNALS = (
     Signal("nvlink_errors", 0.01, nvlink_errors,
            f"sum by (node) (rate({c.NVLINK_ERRORS.name}[10m]))"),
-    Signal("ib_symbol_errors", 0.01, ib_symbol_errors,
+    # per node: healthy ports add up to ~0.013/s (the simulator's stray symbol errors), so a
+    # lower floor would make every healthy fleet a "shift"; the IB detector's trend starts at 0.5/s a port
+    Signal("ib_symbol_errors", 0.05, ib_symbol_errors,
            f'sum by (node) (rate({c.IB_COUNTER.name}{{counter="symbol_error"}}[10m]))'),
     Signal("sm_clock_deficit", 0.02, sm_clock_deficit,
            f"min by (node) (avg_over_time({c.GPU_SM_CLOCK.name}[10m])"

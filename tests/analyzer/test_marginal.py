@@ -287,3 +287,20 @@ def test_every_signals_promql_parses_with_promtool(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"groups": [{"name": "marginal", "rules": rules}]}))
     r = promtool("check", "rules", str(path))
     assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+
+
+def test_a_healthy_simulated_fleet_is_neither_marginal_nor_a_fleet_shift() -> None:
+    """The floors sit above healthy hardware's background (the simulator's stray symbol errors
+    are ~0.013/s per 8-port node, so a 0.01/s floor made every healthy fleet a 'shift')."""
+    from analyzer.sources.frames import FrameBuffer
+    from simulator import Fleet
+    from simulator.topology import port_name
+
+    fleet = Fleet(64, 3)
+    buf = FrameBuffer(fleet.nodes, ports=[port_name(p) for p in range(8)], sku=fleet.models)
+    det, found = MarginalDetector(), []
+    for t in np.arange(15.0, 1815.0, 15.0):
+        buf.push(fleet.step(float(t)), fleet.jobs_at(float(t)))
+        if t % 300 == 0:
+            found += det.detect(buf.window())
+    assert [(f.node, f.kind, f.subject) for f in found] == []
