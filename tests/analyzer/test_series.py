@@ -40,3 +40,19 @@ def test_k_of_n_and_trailing_run_start():
     flags = np.array([[False], [True], [False], [True], [True]])
     assert k_of_n(flags, 2, 3).tolist() == [True]
     assert first_true_time(flags, np.arange(5.0) * 10).tolist() == [30.0]
+
+
+def test_total_increase_skipping_unmoved_series_equals_the_per_step_sum_of_every_series():
+    from analyzer.detectors.series import total_increase
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        c = np.cumsum(rng.poisson(0.05, (12, 6, 5)), axis=0).astype(float)
+        c[rng.random(c.shape) < 0.15] = np.nan  # gaps
+        c[:, 0, 0] = np.nan  # never known
+        c[5:, 1, 1] = 0.0  # a reset to zero
+        c[:, 2, 2] = 42.0  # flat
+        for sl in (None, slice(0, 6), slice(6, 12), slice(3, 4)):
+            part = c if sl is None else c[slice(max((sl.start or 0) - 1, 0), sl.stop)]
+            dense = np.nansum(increases(part), axis=0) if part.shape[0] > 1 else np.zeros((6, 5))
+            np.testing.assert_array_equal(total_increase(c, sl), dense)
