@@ -4,7 +4,7 @@ GPUs' fabric info gives each node its NVLink domain (``Window.nvlink_domain_of``
 fabric health reaches the fabric detector. A switch tray down in rack 0 (degraded bandwidth and
 2 links down on every GPU) is ONE ``switch_degraded`` finding naming that rack's domain (no
 per-GPU or per-link finding there); one GPU's route unhealthy in rack 1 is a finding for that
-GPU only."""
+GPU only; rack 1's power brake is one facility finding (notify), no GPU's throttling."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def sim() -> Simulator:
     nodes = s.fleet.nodes
     s.inject({"node": nodes[3], "kind": "nvlink_switch_tray_down"})  # rack 0
     s.inject({"node": nodes[20], "kind": "fabric_route_unhealthy", "target": "gpu2"})  # rack 1
+    s.inject({"node": nodes[30], "kind": "rack_power_brake"})  # rack 1: 0x88 on every GPU
     clock.t += 5.0  # past the faults' onset
     return s
 
@@ -116,6 +117,12 @@ def test_nvl72_fabric_through_prometheus_gives_one_domain_finding_and_one_gpu_fi
         (rack0, f"nvlink_domain={rack0}", "switch_degraded"),
         (nodes[20], "gpu=2", "fabric_degraded"),
     ]
+    # the rack-wide brake (0x88: NVML sets HW slowdown with it) is one facility finding that
+    # notifies, and no GPU of the rack is a throttling finding
+    brake = [
+        (f.node, f.kind, f.action) for f in found if f.detector in ("power_brake", "throttling")
+    ]
+    assert brake == [(rack1, "facility_power_brake", "notify")]
     # the fabric info is read as identity: one instant query, one series per node
     info = next(q for q in QUERIES if q.metric is c.GPU_FABRIC_INFO)
     assert src.stats.series[info.name] == 36.0
