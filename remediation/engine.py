@@ -434,26 +434,34 @@ class Engine:
         evidence = {"nvlink_domain": dom, "settle_until": now + left, "held_action": action}
         fc = alert.labels.get("fault_class", "")
         self._record(alert, alert.node, fc, action, deny(nvlink.SETTLE_GUARD, why), evidence)
+        settling = json.loads(self.journal.get(nvlink.SETTLING_KEY) or "{}")
+        settling[alert.key] = now + left
+        self.journal.put(nvlink.SETTLING_KEY, json.dumps(settling, sort_keys=True))
         return True
 
     def _settled(self, now: float) -> None:
-        """Alerts held for the settle window that still fire are decided again once it has
-        passed (then held as part of a domain incident, or acted on as the node's own)."""
-        rows = self.journal.rows(
-            "SELECT a.key, a.fingerprint, a.node, a.received_at FROM alerts a "
-            "WHERE a.processed=1 AND a.status='firing' AND a.stale=0 AND (SELECT d.guard "
-            "FROM decisions d WHERE d.alert_key=a.key ORDER BY d.id DESC LIMIT 1)=?",
-            (nvlink.SETTLE_GUARD,),
+        """Alerts held for the settle window (listed in the journal, so a tick reads one row)
+        that still fire are decided again once it has passed: then held as part of a domain
+        incident, or acted on as the node's own fault."""
+        settling = json.loads(self.journal.get(nvlink.SETTLING_KEY) or "{}")
+        due = sorted(k for k, until in settling.items() if until <= now)
+        if not due:
+            return
+        again = [k for k in due if self._still_settling(k)]
+        with self.journal.tx() as db:
+            db.executemany("UPDATE alerts SET processed=0 WHERE key=?", [(k,) for k in again])
+        rest = {k: u for k, u in settling.items() if k not in due}
+        self.journal.put(nvlink.SETTLING_KEY, json.dumps(rest, sort_keys=True) if rest else None)
+
+    def _still_settling(self, key: str) -> bool:
+        """The alert is still firing and still decided only as held for the settle window."""
+        rows = self.journal.rows("SELECT * FROM alerts WHERE key=? AND processed=1", (key,))
+        last = self.journal.scalar(
+            "SELECT guard FROM decisions WHERE alert_key=? ORDER BY id DESC LIMIT 1", (key,)
         )
-        due = [
-            r["key"]
-            for r in rows
-            if r["received_at"] + nvlink.SETTLE_S <= now
-            and r["fingerprint"] in self.journal.firing_fingerprints(r["node"])
-        ]
-        if due:
-            with self.journal.tx() as db:
-                db.executemany("UPDATE alerts SET processed=0 WHERE key=?", [(k,) for k in due])
+        if not rows or rows[0]["stale"] or last != nvlink.SETTLE_GUARD:
+            return False
+        return rows[0]["fingerprint"] in self.journal.firing_fingerprints(rows[0]["node"])
 
     def _domain_held(self, alert: Alert, action: str, dom: str) -> bool:
         """Hold a disruptive action on a node whose NVLink domain has an open domain

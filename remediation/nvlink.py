@@ -24,6 +24,7 @@ DOMAIN_KIND = "nvlink_domain"  # the failure-domain kind (topology, node labels)
 INCIDENT_CLASS = "nvlink_domain"  # the cluster incident's fault_class; its subject: the domain
 MEMBER_KEY = "nvlink_domain_of:"  # journal kv key prefix: node -> domain learned from alerts
 SETTLE_GUARD = "domain_settle"  # the guard of a decision held for the settle window
+SETTLING_KEY = "nvlink_settling"  # journal kv: {alert key: end of its settle window}
 # NvlinkDomainFabricDegraded's `for: 5m`, Alertmanager's group_wait (10 s) and group_interval
 # (1 min) on the remediation route, and a scrape or two of slack.
 SETTLE_S = 420.0
