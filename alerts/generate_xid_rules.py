@@ -18,7 +18,11 @@ Every XID alert carries two labels from the catalogue for remediation, which nev
 catalogue itself: ``reset_suffices`` ("true" where NVIDIA's immediate resolution is a GPU
 reset, so the GPU-reset rung may try a reset before a reboot) and ``nvidia_resolution``
 (NVIDIA's immediate resolution, e.g. RESET_GPU, RESTART_BM; "none" where NVIDIA gives none).
-NVLink5 XIDs (144-150) whose line decodes to one of NVIDIA's rows alert as ``GpuXidNvlink5``
+Link-class XID alerts (``xid_class="link"``) on a node of a multi-node NVLink domain (an NVL72
+rack: its GPUs' fabric cluster UUID and clique id) also carry ``nvlink_domain``, so remediation
+knows the node's domain from the alert (it holds such a drain while the domain may be down as
+a whole: a switch tray down logs link XIDs on every tray of the rack). NVLink5 XIDs (144-150)
+whose line decodes to one of NVIDIA's rows alert as ``GpuXidNvlink5``
 with that row's severity, action and labels (plus ``unit``, ``error_status``, ``subcode``),
 and not through the per-XID rules; a line that decodes to no row alerts per XID as before.
 """
@@ -37,6 +41,7 @@ import yaml
 from analyzer.xidcat import load_catalog
 from exporter.catalog import (
     GPU_ALLOCATION_INFO,
+    GPU_FABRIC_INFO,
     GPU_XID_ERRORS,
     GPU_XID_NVLINK5_ERRORS,
     XID_STATE_RESTORED,
@@ -445,6 +450,33 @@ def repeat_windows(cat: dict[int, dict[str, Any]]) -> list[str]:
     return sorted(found, key=_seconds)
 
 
+# 1 per node of a multi-node NVLink domain, labelled nvlink_domain (as alerts/nvlink.rules.yml's
+# gpuwarden:node_nvlink_domain:info; this group's own copy, read in the same evaluation).
+DOMAIN_RECORD = "gpuwarden:xid_node_nvlink_domain:info"
+
+
+def domain_expr() -> str:
+    info = f'{GPU_FABRIC_INFO.name}{{cluster_uuid!=""}}'
+    return (
+        "label_join(\n"
+        f"  max by (node, cluster_uuid, clique_id) ({info}) * 0 + 1,\n"
+        '  "nvlink_domain", ".", "cluster_uuid", "clique_id"\n'
+        ")"
+    )
+
+
+def with_domain(rule: dict[str, Any]) -> dict[str, Any]:
+    """A link-class XID alert names the node's NVLink domain where the node is in one."""
+    if rule["labels"].get("xid_class") != "link":
+        return rule
+    expr = rule["expr"]
+    joined = (
+        f"({expr})\n* on (node) group_left (nvlink_domain) {DOMAIN_RECORD}\n"
+        f"or (({expr})\nunless on (node) {DOMAIN_RECORD})"
+    )
+    return {**rule, "expr": joined}
+
+
 def document(cat: dict[int, dict[str, Any]]) -> dict[str, Any]:
     recording = [{"record": TOTAL, "expr": total_expr()}]
     recording += [{"record": increase_record(w), "expr": increase_expr(w)} for w in windows(cat)]
@@ -461,6 +493,9 @@ def document(cat: dict[int, dict[str, Any]]) -> dict[str, Any]:
             {"record": nvl5_decoded_record(FATAL_WINDOW), "expr": decoded_expr(cat)},
         ]
     alerting = fatal_rules(cat) + warning_rules(cat) + nvlink5_rules(cat) + repeat_rules(cat)
+    alerting = [with_domain(r) for r in alerting]
+    if any(r["labels"].get("xid_class") == "link" for r in alerting):
+        recording.append({"record": DOMAIN_RECORD, "expr": domain_expr()})
     # One group, recordings first: Prometheus evaluates a group's rules in order, so every
     # alert reads recordings of this very evaluation; across groups it would read the previous
     # one's or this one's depending on which group ran first (tests/alerts/test_rule_determinism).

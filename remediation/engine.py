@@ -272,10 +272,9 @@ class Engine:
         occurrence = max(occurrence, min_occurrence)
         action = self._reset_rung(alert, guards.choose_action(p, alert, occurrence), now)
         s = self._situation(alert, action, now)
-        if action in DISRUPTIVE and s.node is not None:
-            held = self._domain_held(alert, action, s.node.domains)
-            if held:
-                return None
+        dom = self._node_domain(alert, s.node.domains if s.node is not None else {})
+        if action in DISRUPTIVE and s.node is not None and self._node_held(alert, action, dom, now):
+            return None
         held_back = self._checkpoint_held_back(s) if action == "checkpoint_restart" else None
         if held_back is not None and p.checkpoint.on_storage_unhealthy == "hold":
             return self._storage_hold(alert, action, held_back)
@@ -405,11 +404,69 @@ class Engine:
         mine = (r for r in rows if nvlink.domain_of(json.loads(r["labels"] or "{}")) == dom)
         return ordering.firing((r["fingerprint"], r["starts_at"], r["status"]) for r in mine)
 
-    def _domain_held(self, alert: Alert, action: str, domains: Any) -> bool:
+    def _node_domain(self, alert: Alert, domains: Any) -> str:
+        """The node's NVLink domain: topology or node labels, else the alert's own
+        ``nvlink_domain`` (remembered for the node's later alerts), else an earlier alert's."""
+        key, named = nvlink.MEMBER_KEY + alert.node, nvlink.node_domain(alert.labels)
+        if named and self.journal.get(key) != named:
+            self.journal.put(key, named)
+        return str(domains.get(nvlink.DOMAIN_KIND, "")) or named or (self.journal.get(key) or "")
+
+    def _node_held(self, alert: Alert, action: str, dom: str, now: float) -> bool:
+        """Held by the node's NVLink domain: its open incident, or the settle window."""
+        return self._domain_held(alert, action, dom) or self._settling(alert, action, dom, now)
+
+    def _settling(self, alert: Alert, action: str, dom: str, now: float) -> bool:
+        """Hold an NVLink-class disruptive action on a node of a multi-node NVLink domain for
+        nvlink.SETTLE_S after the alert arrived, so that a domain-wide fault's domain alert can
+        arrive first (``tick`` decides it again after the window). True when held."""
+        if not dom or not nvlink.link_class(alert.labels):
+            return False
+        arrived = self.journal.scalar(
+            "SELECT MIN(received_at) FROM alerts WHERE fingerprint=? AND starts_at=? "
+            "AND status='firing'",
+            (alert.fingerprint, alert.starts_at),
+        )
+        left = float(arrived if arrived is not None else now) + nvlink.SETTLE_S - now
+        if left <= 0:
+            return False
+        why = nvlink.settle_reason(action, dom, left)
+        evidence = {"nvlink_domain": dom, "settle_until": now + left, "held_action": action}
+        fc = alert.labels.get("fault_class", "")
+        self._record(alert, alert.node, fc, action, deny(nvlink.SETTLE_GUARD, why), evidence)
+        settling = json.loads(self.journal.get(nvlink.SETTLING_KEY) or "{}")
+        settling[alert.key] = now + left
+        self.journal.put(nvlink.SETTLING_KEY, json.dumps(settling, sort_keys=True))
+        return True
+
+    def _settled(self, now: float) -> None:
+        """Alerts held for the settle window (listed in the journal, so a tick reads one row)
+        that still fire are decided again once it has passed: then held as part of a domain
+        incident, or acted on as the node's own fault."""
+        settling = json.loads(self.journal.get(nvlink.SETTLING_KEY) or "{}")
+        due = sorted(k for k, until in settling.items() if until <= now)
+        if not due:
+            return
+        again = [k for k in due if self._still_settling(k)]
+        with self.journal.tx() as db:
+            db.executemany("UPDATE alerts SET processed=0 WHERE key=?", [(k,) for k in again])
+        rest = {k: u for k, u in settling.items() if k not in due}
+        self.journal.put(nvlink.SETTLING_KEY, json.dumps(rest, sort_keys=True) if rest else None)
+
+    def _still_settling(self, key: str) -> bool:
+        """The alert is still firing and still decided only as held for the settle window."""
+        rows = self.journal.rows("SELECT * FROM alerts WHERE key=? AND processed=1", (key,))
+        last = self.journal.scalar(
+            "SELECT guard FROM decisions WHERE alert_key=? ORDER BY id DESC LIMIT 1", (key,)
+        )
+        if not rows or rows[0]["stale"] or last != nvlink.SETTLE_GUARD:
+            return False
+        return rows[0]["fingerprint"] in self.journal.firing_fingerprints(rows[0]["node"])
+
+    def _domain_held(self, alert: Alert, action: str, dom: str) -> bool:
         """Hold a disruptive action on a node whose NVLink domain has an open domain
         incident: journaled as part of it (a transient denial; a repeat after the domain
         recovers is decided again). True when held."""
-        dom = domains.get(nvlink.DOMAIN_KIND, "")
         incident = self.journal.open_cluster_incident(nvlink.INCIDENT_CLASS, dom) if dom else None
         if incident is None:
             return False
@@ -589,6 +646,7 @@ class Engine:
         passed (if the policy allows); returns them. Inspection is left only by hand."""
         p, now, released = self.policy, self.clock.now(), []
         self.breaker_open()
+        self._settled(now)
         if self.placement is not None:
             self._record_events(self.placement.tick())  # expiry, drift repair, restores
         if self.validator is not None:

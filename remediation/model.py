@@ -41,6 +41,7 @@ TRANSIENT_GUARDS = frozenset(
         "budget_job",
         "scheduler",
         "domain",  # held while the node's NVLink domain is down (one domain incident)
+        "domain_settle",  # NVLink alert held while a domain alert may still arrive
         "storage",  # checkpoint held back while its storage is unhealthy (policy: hold)
         "placement_budget",  # an avoid beyond the placement budget: room may free (expiry)
     }

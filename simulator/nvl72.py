@@ -9,10 +9,12 @@ pkg/nvidia/product/capabilities.go). A tray is served by the exporter's own coll
 
 Faults (:class:`Nvl72Rack` methods) change the fakes as the hardware would show them:
 ``route_unhealthy`` (one GPU's fabric route), ``switch_tray_down`` (every GPU of the rack
-loses bandwidth: a switch tray carries one ninth of every GPU's links), ``fabric_manager_stopped``
-(the global fabric manager unreachable: every GPU's GFM bit set, registration restarting),
+loses bandwidth and 2 of its 18 links: a switch tray carries one ninth of every GPU's links),
+``fabric_manager_stopped`` (the global fabric manager unreachable: every GPU's GFM bit set to
+disconnected; the fabric state stays ``completed``, registered GPUs keep their routes),
 ``imex_unhealthy`` (the IMEX unit failed on some trays) and ``power_brake`` (the rack's power
-brake asserted: clocks-event reason 0x80 on every GPU).
+brake asserted: clocks-event reasons 0x88 on every GPU, the brake 0x80 and the HW slowdown
+0x08 that NVML documents the brake also sets).
 
 Shapes not recorded on real hardware (no GB200 was lent to this work): GPU name and memory are
 NVIDIA's GB200 datasheet values as NVML would spell them; PCI domains 0x0008/0x0009/0x0018/
@@ -46,6 +48,9 @@ SKU = "gb200-nvl72"  # simulator.model.SKUS key
 GPUS_PER_NODE = {SKU: GPUS_PER_TRAY}  # SKUs whose nodes have fewer GPUs than the frame's 8
 PCI_DOMAINS = ("0008", "0009", "0018", "0019")
 HW_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown  # 0x80
+# NVML's nvmlClocksEventReasonHwSlowdown (0x08) "is also set when ... External Power Brake
+# Assertion is triggered" (nvml.h): a braked GPU reports 0x88, as the brake fault shows it.
+BRAKE_REASONS = HW_POWER_BRAKE | pynvml.nvmlClocksEventReasonHwSlowdown
 IMEX = SERVICES["imex"]
 FABRIC_KINDS = frozenset(
     {fabric_faults.ROUTE, fabric_faults.SWITCH_TRAY, fabric_faults.FABRIC_MANAGER,
@@ -112,7 +117,7 @@ class Nvl72Rack:
         for g in self.gpus():
             assert g.fabric is not None
             g.fabric.health_mask = fabric_mask(DEGRADED_BW=1)
-            g.nvlink_state = [0 if link % 9 == 0 else 1 for link in range(LINKS)]
+            g.nvlink_state = tray_down_links(len(g.nvlink_state))
 
     def fabric_manager_stopped(self) -> None:
         for g in self.gpus():
@@ -125,7 +130,13 @@ class Nvl72Rack:
 
     def power_brake(self) -> None:
         for g in self.gpus():
-            g.throttle_reasons |= HW_POWER_BRAKE
+            g.throttle_reasons |= BRAKE_REASONS
+
+
+def tray_down_links(links: int) -> list[int]:
+    """A GPU's link states with one of the rack's 9 NVLink switch trays down: the tray carries
+    2 of each GB200's 18 links (links 0 and 9 here), which go inactive."""
+    return [0 if link % 9 == 0 else 1 for link in range(links)]
 
 
 def rack_of(skus: Sequence[str], i: int) -> int | None:
@@ -175,7 +186,7 @@ def apply_faults(
         return
     bw, gfm = 2, 1  # degraded bandwidth FALSE, global fabric manager CONNECTED
     route: set[int] = set()
-    imex_failed = brake = False
+    imex_failed = brake = tray_down = False
     for f in faults:
         if f.kind not in FABRIC_KINDS or not f.state_at(t) or not f.nodes:
             continue
@@ -183,7 +194,7 @@ def apply_faults(
         if f.kind == fabric_faults.ROUTE and here:
             route.add(f.gpu)
         elif f.kind == fabric_faults.SWITCH_TRAY and same_rack:
-            bw = 1  # TRUE
+            bw, tray_down = 1, True  # degraded bandwidth TRUE; the tray's links inactive
         elif f.kind == fabric_faults.FABRIC_MANAGER and same_rack:
             gfm = 2  # DISCONNECTED
         elif f.kind == fabric_faults.IMEX and here:
@@ -196,8 +207,10 @@ def apply_faults(
             gpu.fabric.health_mask = fabric_mask(
                 DEGRADED_BW=bw, GFM_STATE=gfm, ROUTE_UNHEALTHY=unhealthy
             )
+        if tray_down:
+            gpu.nvlink_state = tray_down_links(len(gpu.nvlink_state))
         if brake:
-            gpu.throttle_reasons |= HW_POWER_BRAKE
+            gpu.throttle_reasons |= BRAKE_REASONS
     if units is not None:
         if imex_failed:
             units.set(IMEX, "failed", "failed", restarts=5)

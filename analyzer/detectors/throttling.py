@@ -10,13 +10,17 @@ import numpy as np
 
 from analyzer.detectors.emit import ev, gpu_subject, mask_findings
 from analyzer.detectors.groups import like_reference, split_by_model
+from analyzer.detectors.power_brake import BRAKE
 from analyzer.detectors.series import first_true_time, last_valid
 from analyzer.findings import Finding
 from analyzer.window import THROTTLE_REASONS, Window
 from exporter import catalog
 
 # hw_power_brake_slowdown is the power-brake detector's (analyzer.detectors.power_brake): the
-# brake is the rack's power feed, judged per rack, never one cordon per GPU.
+# brake is the rack's power feed, judged per rack, never one cordon per GPU. NVML sets
+# hw_slowdown (0x08) with the brake (0x80) too: "also set when ... External Power Brake
+# Assertion is triggered" (nvml.h, nvmlClocksEventReasonHwSlowdown), so a poll with the brake
+# asserted does not count its hw_slowdown here (a braked rack reports 0x88 on every GPU).
 HARDWARE = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown")
 
 
@@ -41,6 +45,8 @@ class ThrottlingDetector:
         idx = [THROTTLE_REASONS.index(r) for r in HARDWARE]
         hw = a[..., idx]
         active = np.nan_to_num(hw, nan=0.0) >= 0.5
+        braked = np.nan_to_num(a[..., THROTTLE_REASONS.index(BRAKE)], nan=0.0) >= 0.5
+        active[..., HARDWARE.index("hw_slowdown")] &= ~braked
         anyr = active.any(axis=-1)
         tail = anyr[window.tail(self.span)]
         seen = ~np.isnan(hw[window.tail(self.span)]).all(axis=-1)

@@ -20,7 +20,7 @@ fixtures/kmsg/xid_corpus.yaml holds the shapes seen in public reports, each with
 NVLink5 XIDs (144-150, Blackwell) carry more after the number: ``<unit> Fatal|Nonfatal XC0|XC1
 i<n> Link <nn> (<intrinfo> <error status> ...)``, e.g. ``NVRM: Xid (PCI:0000:04:00): 145,
 RLW_REMAP Fatal XC0 i0 Link 00 (0x00000004 0x00000040 0x00000000 0x00000000)``
-(fixtures/kmsg/nvlink5_xid.log, with its origin). :func:`nvlink5_detail` reads the unit, the
+(fixtures/xid/nvlink5_xid.log; its origin in fixtures/xid/README.md). :func:`nvlink5_detail` reads the unit, the
 link, the error status and the sub-code NVIDIA's decode table keys on: bits 20-25 of intrinfo
 (NVIDIA, "XID 144-150 Decode"; gpud's kmsg parser reads the same bits). Its meaning is the
 analyzer's and the alerts' business.

@@ -30,11 +30,11 @@ KINDS = (
     FaultKind(ROUTE, "gpu", _served, help="one GB200 GPU's NVLink fabric route unhealthy"),
     FaultKind(SWITCH_TRAY, "node", _served,
               help="an NVLink switch tray of the named tray's rack down: every GPU of the rack"
-              " at degraded bandwidth"),
+              " at degraded bandwidth, links 0 and 9 down"),
     FaultKind(FABRIC_MANAGER, "node", _served,
               help="the rack's global fabric manager unreachable (every GPU's GFM bit set)"),
     FaultKind(IMEX, "node", _served, help="the tray's nvidia-imex unit failed"),
     FaultKind(POWER_BRAKE, "node", _served, hardware=False,
-              help="the rack's hardware power brake asserted (clocks-event 0x80 on every GPU):"
-              " the facility's, never a drain"),
+              help="the rack's hardware power brake asserted (clocks-event 0x88 on every GPU:"
+              " the brake and the HW slowdown NVML sets with it): the facility's, never a drain"),
 )  # fmt: skip

@@ -50,7 +50,7 @@ def routes(labels: dict[str, str]) -> list[str]:
 def test_amtool_check_config_accepts_the_example() -> None:
     rc, out, err = amtool("check-config", str(CONFIG))
     assert rc == 0, out + err
-    assert "SUCCESS" in out and "3 inhibit rules" in out
+    assert "SUCCESS" in out and "4 inhibit rules" in out
 
 
 def test_amtool_check_config_rejects_a_broken_route(tmp_path: Path) -> None:
@@ -149,9 +149,9 @@ def _alert(name: str, **labels: str) -> dict[str, Any]:
 def _states(am: Alertmanager) -> dict[tuple[str, str, str], str]:
     body = json.loads(http_get(f"{am.url}/api/v2/alerts"))
     return {
-        (a["labels"]["alertname"], a["labels"]["node"], a["labels"].get("gpu", "")): a["status"][
-            "state"
-        ]
+        (a["labels"]["alertname"], a["labels"].get("node", ""), a["labels"].get("gpu", "")): a[
+            "status"
+        ]["state"]
         for a in body
     }
 
@@ -161,6 +161,8 @@ def test_real_alertmanager_inhibits_as_configured(alertmanager: Alertmanager) ->
         _alert("GpuwardenExporterDown", node="n1", severity="critical", component="exporter"),
         _alert("GpuXidFatalHardware", node="n2", gpu="1", xid="79", severity="critical",
                action="drain", fault_class="xid_fatal"),
+        _alert("NvlinkDomainFabricDegraded", nvlink_domain="c.7", scope="domain",
+               severity="critical", action="notify", fault_class="switch"),
     ]  # fmt: skip
     # The sources first, as in life (a node goes down before its GPUs' alerts would fire).
     alertmanager.post_alerts(sources)
@@ -176,6 +178,10 @@ def test_real_alertmanager_inhibits_as_configured(alertmanager: Alertmanager) ->
                    action="notify", fault_class="thermal"),
             _alert("InfinibandErrorRateHigh", node="n2", device="mlx5_0", port="1",
                    severity="warning", action="cordon", fault_class="infiniband"),
+            _alert("NvlinkDown", node="t1", gpu="0", link="0", nvlink_domain="c.7",
+                   severity="critical", action="drain", fault_class="nvlink"),
+            _alert("NvlinkDown", node="t2", gpu="0", link="0", nvlink_domain="c.8",
+                   severity="critical", action="drain", fault_class="nvlink"),
         ]
     )  # fmt: skip
     expected = {
@@ -185,6 +191,9 @@ def test_real_alertmanager_inhibits_as_configured(alertmanager: Alertmanager) ->
         ("GpuThrottlingSustained", "n2", "1"): "suppressed",  # fatal on the same GPU
         ("GpuThrottlingSustained", "n2", "2"): "active",  # another GPU
         ("InfinibandErrorRateHigh", "n2", ""): "active",  # not a GPU alert
+        ("NvlinkDomainFabricDegraded", "", ""): "active",
+        ("NvlinkDown", "t1", "0"): "suppressed",  # its NVLink domain is down: one incident
+        ("NvlinkDown", "t2", "0"): "active",  # another domain
     }
     # Alertmanager's inhibitor learns of source alerts asynchronously: poll until it settles.
     with contextlib.suppress(TimeoutError):

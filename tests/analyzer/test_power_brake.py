@@ -95,3 +95,23 @@ def test_a_node_that_stopped_reporting_is_not_counted_as_braked() -> None:
     w.metrics[catalog.GPU_THROTTLE.name][-1, 4:, :, :] = np.nan
     found = PowerBrakeDetector().detect(w)
     assert [f.kind for f in found] == ["power_brake"] and found[0].node == "gb200-003"
+
+
+HW_SLOWDOWN = THROTTLE_REASONS.index("hw_slowdown")
+
+
+def test_a_rack_wide_brake_reported_as_0x88_is_one_facility_finding_and_no_throttling() -> None:
+    # NVML sets HW slowdown (0x08) with the brake (0x80): a braked rack reports 0x88.
+    w = window({(n, g): T for n in (3, 4, 5) for g in range(GPUS)})
+    a = w.metrics[catalog.GPU_THROTTLE.name]
+    a[..., HW_SLOWDOWN] = a[..., BRAKE]
+    assert ThrottlingDetector().detect(w) == []  # no per-GPU throttle finding, no cordon
+    found = PowerBrakeDetector().detect(w)
+    assert kinds(found) == [("rack-b", "rack=rack-b", "facility_power_brake", "notify")]
+
+
+def test_hw_slowdown_without_the_brake_is_still_a_throttling_finding() -> None:
+    w = window({})
+    w.metrics[catalog.GPU_THROTTLE.name][:, 2, 1, HW_SLOWDOWN] = 1.0
+    (f,) = ThrottlingDetector().detect(w)
+    assert (f.node, f.subject, f.kind, f.action) == ("gb200-002", "gpu=1", "throttling", "cordon")

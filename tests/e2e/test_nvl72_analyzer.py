@@ -1,9 +1,10 @@
 """``gpuwarden simulate --skus gb200-nvl72:2`` (two NVL72 racks of 18 trays x 4 GB200) served
 over HTTP, scraped by a real Prometheus and read by the analyzer's Prometheus source: the
 GPUs' fabric info gives each node its NVLink domain (``Window.nvlink_domain_of``) and their
-fabric health reaches the fabric detector. A switch tray down in rack 0 is ONE
-``switch_degraded`` finding naming that rack's domain (no per-GPU finding there); one GPU's
-route unhealthy in rack 1 is a finding for that GPU only."""
+fabric health reaches the fabric detector. A switch tray down in rack 0 (degraded bandwidth and
+2 links down on every GPU) is ONE ``switch_degraded`` finding naming that rack's domain (no
+per-GPU or per-link finding there); one GPU's route unhealthy in rack 1 is a finding for that
+GPU only; rack 1's power brake is one facility finding (notify), no GPU's throttling."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ def sim() -> Simulator:
     nodes = s.fleet.nodes
     s.inject({"node": nodes[3], "kind": "nvlink_switch_tray_down"})  # rack 0
     s.inject({"node": nodes[20], "kind": "fabric_route_unhealthy", "target": "gpu2"})  # rack 1
+    s.inject({"node": nodes[30], "kind": "rack_power_brake"})  # rack 1: 0x88 on every GPU
     clock.t += 5.0  # past the faults' onset
     return s
 
@@ -104,11 +106,23 @@ def test_nvl72_fabric_through_prometheus_gives_one_domain_finding_and_one_gpu_fi
     assert {w.nvlink_domain_of[ix[n]] for n in nodes[:18]} == {rack0}
     assert {w.nvlink_domain_of[ix[n]] for n in nodes[18:]} == {rack1}
     found = Engine(default_detectors()).cycle(w)
-    fabric = sorted((f.node, f.subject, f.kind) for f in found if f.detector == "fabric")
+    # the tray down takes 2 links of every GPU of rack 0 down too: the fabric and NVLink
+    # detectors both see the domain, and it is still ONE finding naming it, no link finding
+    fabric = sorted(
+        (f.node, f.subject, f.kind)
+        for f in found
+        if f.detector in ("fabric", "nvlink") and f.kind != "nvlink_errors"
+    )
     assert fabric == [
         (rack0, f"nvlink_domain={rack0}", "switch_degraded"),
         (nodes[20], "gpu=2", "fabric_degraded"),
     ]
+    # the rack-wide brake (0x88: NVML sets HW slowdown with it) is one facility finding that
+    # notifies, and no GPU of the rack is a throttling finding
+    brake = [
+        (f.node, f.kind, f.action) for f in found if f.detector in ("power_brake", "throttling")
+    ]
+    assert brake == [(rack1, "facility_power_brake", "notify")]
     # the fabric info is read as identity: one instant query, one series per node
     info = next(q for q in QUERIES if q.metric is c.GPU_FABRIC_INFO)
     assert src.stats.series[info.name] == 36.0

@@ -1,7 +1,10 @@
 """A whole NVLink domain down (alerts/fabric.rules.yml, ``scope="domain"``) is one incident
 with one action: while it fires no node of the domain is drained, cordoned, rebooted or
-reset one by one; the held decisions are journaled as part of the domain incident. A rack
-(FindingFacilityPowerBrake's node label) is never acted on nor denied as an unknown node."""
+reset one by one; the held decisions are journaled as part of the domain incident. A node's
+domain is known from the topology, or from the alerts themselves (``nvlink_domain``, joined
+from gpuwarden_gpu_fabric_info by the rules). An NVLink alert on a node of a multi-node domain
+waits out a settle window, so the domain alert can arrive first. A rack (FindingFacilityPowerBrake's
+node label) is never acted on nor denied as an unknown node."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from remediation import nvlink
 from remediation import policy as policy_mod
 from remediation.backends.dryrun import DryRunBackend
 from remediation.clock import FakeClock
@@ -47,11 +51,11 @@ def domain_alert(
 
 
 class World:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, topology: dict[str, dict[str, str]] | None = None) -> None:
         self.clock = FakeClock()
         self.journal = Journal(tmp / "state.db")
-        pol = policy_mod.loads(LIVE_POLICY)
-        self.backend = DryRunBackend(self.journal, TOPOLOGY, self.clock.now)
+        pol = policy_mod.loads(LIVE_POLICY.replace("|memory", "|memory|nvlink"))
+        self.backend = DryRunBackend(self.journal, topology or TOPOLOGY, self.clock.now)
         self.engine = Engine(self.journal, self.backend, pol, self.clock, Metrics())
         self.executor = Executor(self.journal, self.backend, pol, self.clock.now)
 
@@ -159,3 +163,95 @@ def test_a_facility_power_brake_on_a_rack_is_a_quiet_notification(world: World) 
     assert (d["verdict"], d["action"]) == ("allow", "notify")
     assert world.journal.scalar("SELECT COUNT(*) FROM decisions WHERE verdict='deny'") == 0
     assert world.actions() == [] and world.journal.node("rack-a") is None
+
+
+# A Slurm site with no nvlink_domain in its topology: the nodes are known, their domain is not.
+RACKS_ONLY = {n: {"rack": d["rack"]} for n, d in TOPOLOGY.items()}
+
+
+@pytest.fixture
+def slurm(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path, RACKS_ONLY)
+    yield w
+    w.journal.close()
+
+
+def nvlink_down(node: str, dom: str = DOM_A, **labels: str) -> Alert:
+    return alert(node, fault_class="nvlink", alertname="NvlinkDown", nvlink_domain=dom, **labels)
+
+
+def test_without_topology_a_node_alert_naming_its_domain_is_held_by_the_domain_incident(
+    slurm: World,
+) -> None:
+    slurm.feed(domain_alert())
+    (inc,) = slurm.domain_incidents()
+    d = slurm.feed(alert("gpu-node-002", nvlink_domain=DOM_A))
+    assert (d["verdict"], d["guard"]) == ("deny", "domain")
+    assert json.loads(d["evidence"])["domain_incident"] == inc["id"]
+    assert slurm.feed(alert("gpu-node-006", nvlink_domain=DOM_B))["action"] == "drain"
+    assert slurm.actions() == ["gpu-node-006"]
+
+
+def test_a_domain_learned_from_an_earlier_alert_holds_a_later_alert_without_the_label(
+    slurm: World,
+) -> None:
+    slurm.feed(alert("gpu-node-003", action="notify", nvlink_domain=DOM_A, fp="fp-early"))
+    slurm.feed(domain_alert())
+    d = slurm.feed(alert("gpu-node-003"))  # e.g. an XID rule that does not join the domain
+    assert (d["verdict"], d["guard"]) == ("deny", "domain")
+    assert slurm.journal.get(nvlink.MEMBER_KEY + "gpu-node-003") == DOM_A
+    assert slurm.actions() == []
+
+
+def test_a_switch_tray_down_is_one_incident_and_no_drain_though_node_alerts_arrive_first(
+    slurm: World,
+) -> None:
+    # Link XIDs and link-down alerts of every tray fire before the domain alert (for: 5m).
+    for i in range(1, 5):
+        d = slurm.feed(alert(f"gpu-node-{i:03d}", xid_class="link", nvlink_domain=DOM_A, xid="149"))
+        assert (d["verdict"], d["guard"]) == ("deny", nvlink.SETTLE_GUARD)
+    slurm.clock.advance(300)
+    slurm.feed(domain_alert())
+    slurm.clock.advance(nvlink.SETTLE_S)
+    slurm.engine.tick()  # the window passed: decided again, now as part of the incident
+    todo = slurm.journal.todo()
+    assert len(todo) == 4
+    for _, a in todo:
+        assert slurm.engine.decide(a) is None
+    (inc,) = slurm.domain_incidents()
+    held = slurm.journal.rows(
+        "SELECT node FROM decisions WHERE guard='domain' "
+        "AND json_extract(evidence, '$.domain_incident')=?",
+        (inc["id"],),
+    )
+    assert len(held) == 4 and slurm.actions() == []
+
+
+def test_a_lone_nvlink_fault_is_drained_once_the_settle_window_has_passed(slurm: World) -> None:
+    d = slurm.feed(nvlink_down("gpu-node-004", gpu="1", link="0"))
+    assert (d["verdict"], d["guard"], d["action"]) == ("deny", nvlink.SETTLE_GUARD, "drain")
+    slurm.clock.advance(nvlink.SETTLE_S / 2)
+    slurm.engine.tick()
+    assert slurm.journal.todo() == []  # still settling
+    slurm.clock.advance(nvlink.SETTLE_S / 2)
+    slurm.engine.tick()
+    ((_, again),) = slurm.journal.todo()
+    aid = slurm.engine.decide(again)
+    assert aid is not None
+    slurm.executor.run({"id": aid})
+    assert slurm.actions() == ["gpu-node-004"]
+
+
+def test_a_settling_alert_that_resolved_is_not_decided_again(slurm: World) -> None:
+    firing = nvlink_down("gpu-node-004")
+    slurm.feed(firing)
+    slurm.feed(nvlink_down("gpu-node-004", status="resolved"))
+    slurm.clock.advance(nvlink.SETTLE_S)
+    slurm.engine.tick()
+    assert [a for _, a in slurm.journal.todo() if a.status == "firing"] == []
+    assert slurm.actions() == []
+
+
+def test_an_alert_of_a_node_in_no_nvlink_domain_is_not_held_to_settle(slurm: World) -> None:
+    d = slurm.feed(alert("gpu-node-007", fault_class="nvlink", alertname="NvlinkDown"))
+    assert (d["verdict"], d["action"]) == ("allow", "drain")

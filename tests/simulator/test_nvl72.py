@@ -87,10 +87,11 @@ def test_imex_down_on_most_trays_is_one_domain_alert(tmp_path: Path) -> None:
     assert out.count('alertname="ImexDomainDown"') == 1, out
 
 
-def test_a_rack_power_brake_sets_reason_0x80_on_every_gpu() -> None:
+def test_a_rack_power_brake_sets_reasons_0x88_on_every_gpu_as_nvml_documents() -> None:
     rack = Nvl72Rack.build(0)
     rack.power_brake()
     samples = scrape(rack)
-    brake = [s for s in samples if s.metric is c.GPU_THROTTLE
-             and s.labels["reason"] == "hw_power_brake_slowdown"]  # fmt: skip
-    assert len(brake) == 72 and all(s.value == 1 for s in brake)
+    for reason in ("hw_power_brake_slowdown", "hw_slowdown"):  # 0x80, and 0x08 set with it
+        on = [s for s in samples if s.metric is c.GPU_THROTTLE
+              and s.labels["reason"] == reason]  # fmt: skip
+        assert len(on) == 72 and all(s.value == 1 for s in on), reason

@@ -82,5 +82,11 @@ def test_injected_fabric_faults_reach_the_served_trays_of_their_rack_only() -> N
     brake = [v for labels, v in samples(sim.metrics(nodes[18]), c.GPU_THROTTLE.name)
              if labels["reason"] == "hw_power_brake_slowdown"]  # fmt: skip
     assert brake == [1.0] * 4
+    slow = [v for labels, v in samples(sim.metrics(nodes[18]), c.GPU_THROTTLE.name)
+            if labels["reason"] == "hw_slowdown"]  # fmt: skip
+    assert slow == [1.0] * 4  # NVML sets HW slowdown (0x08) with the brake
+    down = [labels["link"] for labels, v in samples(rack0, c.NVLINK_UP.name) if v == 0]
+    assert sorted(set(down), key=int) == ["0", "9"] and len(down) == 8  # 2 links of 4 GPUs
+    assert not [v for labels, v in samples(tray20, c.NVLINK_UP.name) if v == 0]
     assert not [v for labels, v in samples(rack0, c.GPU_THROTTLE.name)
                 if labels["reason"] == "hw_power_brake_slowdown" and v]  # fmt: skip
