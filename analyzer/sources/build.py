@@ -268,6 +268,7 @@ QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.GPU_ECC_ERRORS,
     catalog.GPU_ROW_REMAP_PENDING,
     catalog.GPU_ROW_REMAP_FAILED,
+    catalog.GPU_REMAPPED_ROWS,  # the marginal detector's correctable remaps
     catalog.GPU_PCIE_GENERATION,
     catalog.GPU_PCIE_GENERATION_MAX,
     catalog.GPU_PCIE_WIDTH,

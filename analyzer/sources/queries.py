@@ -190,6 +190,9 @@ QUERIES: tuple[Query, ...] = (
     Query(c.GPU_ECC_ERRORS, moved_only=True),
     Query(c.GPU_ROW_REMAP_PENDING),
     Query(c.GPU_ROW_REMAP_FAILED),
+    # rows remapped so far, only GPUs with any (a healthy GPU costs nothing): the marginal
+    # detector's correctable_remaps signal
+    Query(c.GPU_REMAPPED_ROWS, absent_means=0.0),
     Query(c.GPU_PCIE_GENERATION),
     Query(c.GPU_PCIE_GENERATION_MAX),
     Query(c.GPU_PCIE_WIDTH),

@@ -79,9 +79,12 @@ NEEDS: Mapping[str, tuple[Need, ...]] = {
     FAIL_SLOW: (_n(c.GPU_UTILIZATION, "utilization"), _n(c.GPU_SM_CLOCK, "SM clock"),
                 *CAP_SIGHT),
     "storage": (_n(c.STORAGE_PROBE_UP, "checkpoint storage probes"),),
-    # either signal suffices: the detector judges each it has (state "cannot" with neither)
+    # any signal suffices: the detector judges each it has (state "cannot" with none)
     "marginal": (_n(c.NVLINK_ERRORS, "NVLink error counters (rate vs peers)", False),
-                 Need(c.IB_COUNTER.name, "IB symbol-error counter (rate vs peers)", False)),
+                 Need(c.IB_COUNTER.name, "IB symbol-error counter (rate vs peers)", False),
+                 _n(c.GPU_SM_CLOCK, "SM clock under load (a GPU a few percent slow)", False),
+                 _n(c.GPU_PCIE_WIDTH_MAX, "PCIe maximum width (a link below it)", False),
+                 _n(c.GPU_REMAPPED_ROWS, "correctable row remaps", False)),
 }  # fmt: skip
 # detectors whose "clocks or power below the peers'" may be an admin's cap: without either
 # input they only notify (analyzer.detectors.capsight)
@@ -94,6 +97,7 @@ _ENABLE_ONLY_NATIVE = {
     c.JOB_STEP_SECONDS.name: "published by the training job (gpuwarden-exporter --step-dir)",
     c.STORAGE_PROBE_UP.name: "gpuwarden-exporter's storage probes",
     c.GPU_FABRIC_HEALTH.name: "DCGM has no fabric-health field (NVML's GPU fabric info)",
+    c.GPU_REMAPPED_ROWS.name: "gpuwarden-exporter (the dcgm reader does not read remap counts)",
 }
 _IB_FAMILIES = (c.IB_PORT_STATE.name, c.IB_PORT_RATE.name, c.IB_COUNTER.name)
 NODE_EXPORTER_IB = ("node_exporter's infiniband collector (on by default; "
