@@ -77,13 +77,22 @@ class DcgmRelabel:
         return out
 
 
+# a ReplicaSet's pod: ``<deployment>-<pod-template-hash>-<5 random>``, both drawn from
+# Kubernetes' safe alphabet (k8s.io/apimachinery/pkg/util/rand: no vowels, no 0 1 3)
+_SAFE = "[bcdfghjklmnpqrstvwxz2456789]"
+_REPLICA = re.compile(rf"-{_SAFE}{{6,10}}-{_SAFE}{{5}}$")
+
+
 def _job(labels: Mapping[str, str]) -> str:
     """A Kubernetes pod's job: ``namespace/pod`` without the rank suffix a training operator
-    adds (``-worker-3``, ``-launcher``, ``-7``), so that a job's pods are one job's peers."""
+    adds (``-worker-3``, ``-launcher``, ``-7``) or the ReplicaSet hash and random suffix of a
+    Deployment's pod (``cuda-75454ffb9f-8ljq7``: ``cuda``), so that a job's pods are one
+    job's peers."""
     pod = labels.get("pod", "")
     if not pod:
         return ""
-    base = re.sub(r"(-(worker|master|launcher|chief|ps|evaluator))?(-\d+)?$", "", pod)
+    base = _REPLICA.sub("", pod)
+    base = re.sub(r"(-(worker|master|launcher|chief|ps|evaluator))?(-\d+)?$", "", base)
     return f"{labels.get('namespace', '')}/{base or pod}"
 
 
