@@ -102,6 +102,9 @@ _ENABLE_ONLY_NATIVE = {
 _IB_FAMILIES = (c.IB_PORT_STATE.name, c.IB_PORT_RATE.name, c.IB_COUNTER.name)
 NODE_EXPORTER_IB = ("node_exporter's infiniband collector (on by default; "
                     "--collector.infiniband), or gpuwarden-exporter")  # fmt: skip
+# node_exporter reads a port's hw_counters/ (local_ack_timeout_err, rnr_nak_retry_err) from
+# v1.11.0 on (prometheus/node_exporter#2827); 1.5.0 (Debian 12) serves only counters/
+NODE_EXPORTER_HW = ("local_ack_timeout_err", "rnr_nak_retry_err")
 
 
 def csv_lines(family: str, generation: str = catalog_dcgm.DEFAULT) -> list[str]:
@@ -153,6 +156,18 @@ def _has(w: Window, need: Need, nodes: np.ndarray, xid_read: bool) -> bool:
     return a is not None and a.shape[0] == len(w.t) and not np.isnan(a[:, nodes]).all()
 
 
+def _ib_counters_unserved(w: Window, nodes: np.ndarray) -> list[str]:
+    """On a node_exporter group whose IB error counters hold data, the hw_counters/ ones that
+    hold none: they may only not have moved (counters are read moved-only), or be unserved by
+    a node_exporter before v1.11.0, so "judges IB error counters" does not hide them."""
+    served = [k for k, a in w.ib_counters.items() if not np.isnan(a[:, nodes]).all()]
+    lack = [k for k in NODE_EXPORTER_HW if k not in served]
+    if not served or not lack:
+        return []
+    return [f"IB error counters without data here: {', '.join(lack)} (unmoved, or unserved: "
+            "node_exporter reads hw_counters/ from v1.11.0 on)"]  # fmt: skip
+
+
 def groups(w: Window) -> dict[str, np.ndarray]:
     out: dict[str, list[int]] = {}
     for i in range(len(w.nodes)):
@@ -180,6 +195,8 @@ def report(w: Window, xid_dialects: Sequence[str] = (NATIVE, DCGM)) -> dict[str,
                 n.what == k for n in have)]  # fmt: skip
             if det in CAP_LIKE and blind[nodes].all():
                 notes.append(NOTIFY_ONLY)
+            if det == "infiniband" and NODE_EXPORTER in dialect:
+                notes += _ib_counters_unserved(w, nodes)
             if det == "xid" and DCGM in dialect:
                 notes.append("dcgm's XID field is the last code: a repeat of it is invisible")
             dets.append({

@@ -6,9 +6,12 @@ each series ``device`` and ``port``; it sets no node label (Prometheus adds ``in
 State and rate map one to one (same numbering, bytes per second); the error counters the
 infiniband detector judges (``catalog.IB_ERROR_COUNTERS``) are one counter each, each read by
 a query of its own relabelled ``counter=<sysfs file>`` so that they land in
-``Window.ib_counters`` exactly as the native ones do. There is no per-port error sum to gate
-on: each counter is read moved-only (an instant ``changes()`` query, then only the series
-that moved).
+``Window.ib_counters`` exactly as the native ones do. The two hw_counters/ files
+(``local_ack_timeout_err``, ``rnr_nak_retry_err``) are served from node_exporter v1.11.0 on
+(prometheus/node_exporter#2827); an older one (1.5.0, as
+tests/analyzer/test_recorded_node_exporter.py runs it) serves the other seven, and coverage
+names the two it lacks. There is no per-port error sum to gate on: each counter is read
+moved-only (an instant ``changes()`` query, then only the series that moved).
 """
 
 from __future__ import annotations
