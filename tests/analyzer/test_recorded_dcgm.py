@@ -20,7 +20,7 @@ from exporter import catalog as c
 from . import scrapeeval as se
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dcgm"
-LKE = FIXTURES / "recorded-lke-rtx4000ada.txt"  # GPU Operator v25.10.0, driver 580.95.05
+LKE = FIXTURES / "recorded-lke-rtx4000ada.txt"  # DCGM 4.4.1, dcgm-exporter 4.6.0
 T4 = FIXTURES / "recorded-datadog-t4.txt"  # driver 460.106.00, no pci_bus_id / err_code
 A30 = FIXTURES / "recorded-issue317-a30-mig.txt"  # MIG: one series per GPU instance
 
