@@ -6,8 +6,12 @@ rule of alerts/*.rules.yml is rewritten by :func:`dashboards.dcgm_translate.tran
 (names, units, labels from the metric catalogue); a rule that needs a series dcgm-exporter
 does not serve is left out and listed, with the reason, at the top of its file. Alerts keep
 their names, severity, action and fault class, and carry ``node`` (copied from dcgm's host
-label) as every gpuwarden alert does. The finding, pipeline and remediation alerts read
-gpuwarden's own services' series and work unchanged on either fleet: load them as they are.
+label) as every gpuwarden alert does. The XID rules are generated anew from the XID catalogue
+over dcgm's last-XID gauge (alerts/dcgm_xid.py: a repeat of the same XID is invisible there);
+the InfiniBand rules are rewritten over node_exporter's infiniband series instead
+(alerts/dcgm_infiniband.py: dcgm-exporter serves no HCA field). The finding, pipeline and
+remediation alerts read gpuwarden's own services' series and work unchanged on either fleet:
+load them as they are.
 
     python alerts/generate_dcgm_rules.py           # rewrite alerts/dcgm/
     python alerts/generate_dcgm_rules.py --check   # exit 1 if a committed file is stale
@@ -18,8 +22,11 @@ tests/alerts/test_dcgm_variant.py fails when the committed files drift from thei
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -33,6 +40,20 @@ LINKS = "{{ with $labels.link }}{{ . }}{{ else }}(all links: dcgm sums them){{ e
 HARDWARE = ("gpu", "memory", "nvlink", "infiniband", "xid", "storage")
 SOURCES = [ROOT / "alerts" / f"{n}.rules.yml" for n in HARDWARE]
 OUTPUT = ROOT / "alerts" / "dcgm"
+
+
+def _sibling(name: str) -> ModuleType:
+    """A module of alerts/ (a folder of scripts, not a package), loaded by its path."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "alerts" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+XID, IB = _sibling("generate_xid_rules"), _sibling("dcgm_infiniband")
+DCGM_XID = _sibling("dcgm_xid")
+Translator = Callable[[dict[str, Any], set[str]], dict[str, Any]]
 
 
 def _rule(rule: dict[str, Any], produced: set[str]) -> dict[str, Any]:
@@ -57,14 +78,26 @@ def _annotation(text: str) -> str:
     return text.replace("{{ $labels.link }}", LINKS)
 
 
-def convert(doc: dict[str, Any], produced: set[str]) -> tuple[dict[str, Any], list[str]]:
+def _ib_rule(rule: dict[str, Any], produced: set[str]) -> dict[str, Any]:
+    """An InfiniBand rule over node_exporter's series (node from instance, records renamed)."""
+    out = {**rule, "expr": IB.translate(str(rule["expr"]), produced)}
+    if "record" in rule:
+        out["record"] = record_name(rule["record"])
+    if "annotations" in rule:
+        notes = {k: IB.translate(str(v), produced) for k, v in rule["annotations"].items()}
+        out["annotations"] = notes
+    return out
+
+
+def convert(doc: dict[str, Any], produced: set[str], rule_of: Translator = _rule
+            ) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
     """The variant of one rule file, and the rules left out (``name: reason``)."""
     groups, left_out = [], []
     for group in doc.get("groups", []):
         rules = []
         for rule in group["rules"]:
             try:
-                rules.append(_rule(rule, produced))
+                rules.append(rule_of(rule, produced))
             except Untranslatable as e:
                 left_out.append(f"{rule.get('alert') or rule.get('record')}: {e}")
                 continue
@@ -88,13 +121,44 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
+def xid_document(native: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The XID rules over dcgm's last-XID gauge, from the catalogue as the native ones are
+    (no NVLink5 decode on dcgm: every XID alerts per class), and the native rules left out."""
+    cat = {x: {k: v for k, v in e.items() if k != "subcodes"}
+           for x, e in XID.load_catalogue().items()}  # fmt: skip
+    native_record = XID.increase_record(XID.FATAL_WINDOW)
+    record = record_name(native_record)
+    rules: list[dict[str, Any]] = DCGM_XID.recordings(cat, record)
+    for rule in XID.fatal_rules(cat) + XID.warning_rules(cat):
+        out = DCGM_XID.alert(rule, native_record, record)
+        out["expr"] = with_node(out["expr"])
+        out["annotations"] = {k: _annotation(v) for k, v in out["annotations"].items()}
+        rules.append(out)
+    kept = {r.get("alert") or r.get("record") for r in rules}
+    left_out = []
+    for group in native["groups"]:
+        for r in group["rules"]:
+            name = r.get("alert") or r["record"]
+            if name in kept or record_name(name) in kept:
+                continue
+            reason = DCGM_XID.LEFT_OUT.get(name, "it reads the per-XID counter or NVLink domains,"
+                                           " which dcgm-exporter does not serve")  # fmt: skip
+            left_out.append(f"{name}: {reason}")
+    group = {**native["groups"][0], "name": "gpuwarden-dcgm-xid-alerts", "rules": rules}
+    return {"groups": [group]}, list(dict.fromkeys(left_out))
+
+
 def render_all() -> dict[str, str]:
     """File name -> text of every variant file (one per hardware rule file)."""
     produced: set[str] = set()
     out = {}
     docs = {p.name: yaml.safe_load(p.read_text()) for p in SOURCES}
     for name in sorted(docs, key=lambda n: (n != "gpu.rules.yml", n)):  # records first
-        doc, left_out = convert(docs[name], produced)  # none kept: the file says why
+        if name == "xid.rules.yml":
+            doc, left_out = xid_document(docs[name])
+        else:  # none kept: the file says why
+            rule_of = _ib_rule if name == "infiniband.rules.yml" else _rule
+            doc, left_out = convert(docs[name], produced, rule_of)
         head = [f"# GENERATED by alerts/generate_dcgm_rules.py from alerts/{name}: do not edit.",
                 "# The dcgm-exporter variant (dashboards/dcgm_translate.py); findings, pipeline"
                 " and remediation rules apply unchanged."]  # fmt: skip

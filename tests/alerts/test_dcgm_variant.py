@@ -46,13 +46,37 @@ def test_regenerating_the_variant_gives_the_committed_bytes() -> None:
 
 
 def test_every_variant_alert_keeps_its_native_name_and_routing_labels_and_reads_no_gpuwarden_series():
-    native = {r["alert"]: r for p in GEN.SOURCES for r in _rules(p) if "alert" in r}
+    native: dict[str, list[dict]] = {}
+    for p in GEN.SOURCES:
+        for r in _rules(p):
+            if "alert" in r:
+                native.setdefault(r["alert"], []).append(r["labels"])
     alerts = [r for p in VARIANT for r in _rules(p) if "alert" in r]
-    assert len(alerts) >= 4
+    assert len(alerts) >= 30
     for r in alerts:
-        assert r["labels"] == native[r["alert"]]["labels"], r["alert"]
+        assert r["labels"] in native[r["alert"]], r["alert"]
         assert "gpuwarden_" not in r["expr"].replace("gpuwarden_dcgm:", "")
-        assert '"node", "$1", "Hostname"' in r["expr"]  # remediation keys on node
+        # remediation keys on node: from dcgm's Hostname, or node_exporter's instance (the
+        # InfiniBand recordings take it there, for their joins)
+        assert any(s in r["expr"] for s in ('"node", "$1", "Hostname"', '"node", "$1", "instance"',
+                                            "gpuwarden_dcgm:infiniband_")), r["alert"]  # fmt: skip
+
+
+def test_every_xid_class_that_alerts_natively_alerts_on_dcgm_with_the_same_labels() -> None:
+    def label_sets(path: Path, prefix: str) -> set[str]:
+        return {repr(sorted(r["labels"].items())) for r in _rules(path)
+                if r.get("alert", "").startswith(prefix)}  # fmt: skip
+
+    for prefix in ("GpuXidFatal", "GpuXidError"):
+        native = label_sets(ALERTS / "xid.rules.yml", prefix)
+        assert native and label_sets(ALERTS / "dcgm" / "xid.rules.yml", prefix) == native
+
+
+def test_infiniband_port_state_and_error_counters_are_read_from_node_exporter() -> None:
+    alerts = {r["alert"]: r["expr"] for r in _rules(ALERTS / "dcgm" / "infiniband.rules.yml")
+              if "alert" in r}  # fmt: skip
+    assert "node_infiniband_state_id" in alerts["InfinibandPortDown"]
+    assert "node_infiniband_link_downed_total" in alerts["InfinibandLinkFlapping"]
 
 
 def test_each_rule_left_out_is_listed_with_its_reason() -> None:
