@@ -715,6 +715,8 @@ GPU_FABRIC_HEALTH = _m(
 # it runs on the switch trays, not the compute nodes) and the IMEX daemon (multi-node NVLink
 # memory export, GB200/GB300). Read from systemd (``systemctl show``); a unit not installed on
 # this node has no series.
+# The services of fabric_service_*, in the order the analyzer's arrays index them (last axis).
+FABRIC_SERVICES = ("fabricmanager", "imex")
 FABRIC_SERVICE_UP = _m(
     "fabric_service_up",
     "gauge",
