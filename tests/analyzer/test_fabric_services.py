@@ -152,3 +152,32 @@ def test_the_embedded_scrape_path_finds_the_simulator_s_unhealthy_imex_on_its_tr
     assert keys(FabricServicesDetector().detect(w)) == [
         (nodes[5], "service=imex", "fabric_service_down", "notify")
     ]
+
+
+def test_the_prometheus_path_places_each_service_on_its_axis_and_finds_the_domain():
+    import asyncio
+
+    from analyzer.sources.prometheus import PrometheusSource
+
+    from .fakeprom import FakeProm
+
+    prom = FakeProm()
+    cluster, clique = DOM.split(".")
+    for t in np.arange(0.0, 700.0, 15.0):
+        for n in ("a", "b", "c"):
+            prom.add(catalog.GPU_UP.name, {"node": n, "gpu": "0"}, t, 1.0)
+            prom.add(catalog.GPU_FABRIC_INFO.name,
+                     {"node": n, "gpu": "0", "state": "completed", "status": "success",
+                      "cluster_uuid": cluster, "clique_id": clique}, t, 1.0)  # fmt: skip
+            down = n != "c" and t >= 600.0  # IMEX fails on a and b; c runs no Fabric Manager
+            prom.add(catalog.FABRIC_SERVICE_UP.name,
+                     {"node": n, "service": "imex", "state": "failed" if down else "active"},
+                     t, 0.0 if down else 1.0)  # fmt: skip
+    src = PrometheusSource("http://fake", window=600.0, step=15.0, http=prom)  # type: ignore[arg-type]
+    w = asyncio.run(src.read(690.0 + src.settle))
+    a = w.get(catalog.FABRIC_SERVICE_UP)
+    assert a is not None and a.shape[1:] == (3, len(SERVICES))
+    assert np.isnan(a[:, :, SERVICES.index("fabricmanager")]).all()
+    assert keys(FabricServicesDetector().detect(w)) == [
+        (DOM, f"nvlink_domain={DOM}", "domain_fabric_service_down", "notify")
+    ]
