@@ -9,7 +9,6 @@ package (:mod:`simulator.exporter_source`), loaded only when asked for.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -98,7 +97,7 @@ def collectors_for(
         out.append(PodsCollector(pod_resources, gpu.identities, node, mig=gpu.mig_devices))
     if storage is not None and storage.mounts:
         out.append(StorageCollector(storage, node))
-    if fabric_units is not None:  # Fabric Manager / IMEX units (systemd hosts only)
+    if fabric_units is not None:  # Fabric Manager / IMEX units (or why they cannot be read)
         out.append(FabricServicesCollector(fabric_units, node))
     return out
 
@@ -154,6 +153,7 @@ def assemble(settings: ExporterSettings) -> Assembly:
         kmsg_backlog=settings.kmsg_backlog,
         storage=storage_prober(settings),
         step_dir=settings.step_dir,
-        fabric_units=SystemctlUnits() if shutil.which("systemctl") else None,
+        # always: without systemctl the collector says so (exporter_field_unavailable)
+        fabric_units=SystemctlUnits(),
     )
     return Assembly(cols)

@@ -1007,8 +1007,9 @@ COLLECTION_CYCLES = _m(
 FIELD_UNAVAILABLE = _m(
     "exporter_field_unavailable",
     "gauge",
-    "1 for each catalogue metric this exporter cannot serve for this GPU; reason says why"
-    " (e.g. gpm_unsupported: profiling needs Hopper or newer, or a DCGM host engine).",
+    "1 for each catalogue metric this exporter cannot serve for this GPU (gpu empty: for the"
+    " node); reason says why (e.g. gpm_unsupported: profiling needs Hopper or newer, or a"
+    " DCGM host engine; systemctl_missing: no systemd to read the fabric services from).",
     ("node", "gpu", "metric", "reason"),
 )
 KMSG_LOST = _m(

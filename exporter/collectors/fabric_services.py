@@ -5,7 +5,10 @@ Reads, once per cycle, the units of the services the NVLink fabric needs on this
 registration) and ``nvidia-imex`` (GB200/GB300 NVL72: IMEX exports GPU memory across the
 trays of an NVLink domain; DCGM's DCGM_FR_IMEX_UNHEALTHY). A unit not installed on the node
 (Fabric Manager on a GB200 compute tray, where it runs on the switch trays) has no series; a
-``systemctl`` that cannot run costs a read error, not the scrape.
+``systemctl`` that fails costs a read error, not the scrape. Where there is no systemd to ask
+(no ``systemctl`` in the image, or no systemd bus in the container: a Kubernetes DaemonSet
+without the host's /run/systemd) ``exporter_field_unavailable{metric="gpuwarden_fabric_service_up",
+gpu=""}`` says why (``systemctl_missing``, ``systemd_unreachable``) instead of silence.
 Unit names: NVIDIA Fabric Manager User Guide and IMEX guide (docs.nvidia.com/datacenter/tesla/).
 """
 
@@ -16,7 +19,7 @@ from collections.abc import Sequence
 from exporter import catalog as c
 from exporter.catalog import Sample
 from exporter.collectors.base import ReadErrors
-from exporter.sources.systemd_units import UnitReader, parse_show
+from exporter.sources.systemd_units import SystemdUnavailable, UnitReader, parse_show
 
 SERVICES = {"fabricmanager": "nvidia-fabricmanager.service", "imex": "nvidia-imex.service"}
 
@@ -37,6 +40,9 @@ class FabricServicesCollector:
         for service, unit in sorted(self._services.items()):
             try:
                 state = parse_show(self._units.show(unit))
+            except SystemdUnavailable as e:  # no systemd here: say so once, not per unit
+                name = c.FABRIC_SERVICE_UP.name
+                return [c.FIELD_UNAVAILABLE.make(1.0, self._node, "", name, e.reason)]
             except OSError:
                 self.read_errors.add("systemctl")
                 continue

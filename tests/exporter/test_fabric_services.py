@@ -10,7 +10,12 @@ import pytest
 
 from exporter import catalog as c
 from exporter.collectors.fabric_services import FabricServicesCollector
-from exporter.sources.systemd_units import FakeUnits, SystemctlUnits, parse_show
+from exporter.sources.systemd_units import (
+    FakeUnits,
+    SystemctlUnits,
+    SystemdUnavailable,
+    parse_show,
+)
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures/systemd"
 FM, IMEX = "nvidia-fabricmanager.service", "nvidia-imex.service"
@@ -89,3 +94,43 @@ def test_the_real_reader_turns_a_missing_or_failing_systemctl_into_oserror() -> 
     for run in (missing, failing):
         with pytest.raises(OSError):
             SystemctlUnits(run).show(FM)
+
+
+@pytest.mark.parametrize(
+    ("stderr", "reason"),
+    [
+        (None, "systemctl_missing"),
+        ("Failed to connect to bus: No such file or directory", "systemd_unreachable"),
+        ("System has not been booted with systemd as init system (PID 1).", "systemd_unreachable"),
+    ],
+)
+def test_the_real_reader_tells_no_systemd_here_from_a_failing_one(stderr, reason) -> None:
+    def run(argv, **kw):
+        if stderr is None:
+            raise FileNotFoundError("systemctl")
+        return subprocess.CompletedProcess(argv, 1, stdout="", stderr=stderr)
+
+    with pytest.raises(SystemdUnavailable) as e:
+        SystemctlUnits(run).show(FM)
+    assert e.value.reason == reason
+
+
+def test_a_unit_systemctl_rejects_is_a_plain_read_error_not_a_missing_systemd() -> None:
+    def run(argv, **kw):
+        return subprocess.CompletedProcess(argv, 1, stdout="", stderr="Access denied")
+
+    with pytest.raises(OSError) as e:
+        SystemctlUnits(run).show(FM)
+    assert not isinstance(e.value, SystemdUnavailable)
+
+
+def test_no_systemd_on_the_host_says_why_once_instead_of_silence() -> None:
+    units = FakeUnits()
+    units.error = SystemdUnavailable("systemctl_missing", "systemctl: not found")
+    col = FabricServicesCollector(units, "n1")
+    (s,) = col.collect()
+    assert s.metric is c.FIELD_UNAVAILABLE and s.value == 1.0
+    assert dict(s.labels) == {"node": "n1", "gpu": "", "metric": c.FABRIC_SERVICE_UP.name,
+                              "reason": "systemctl_missing"}  # fmt: skip
+    assert col.read_errors.counts.get("systemctl", 0) == 0
+
