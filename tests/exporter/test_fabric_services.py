@@ -133,4 +133,3 @@ def test_no_systemd_on_the_host_says_why_once_instead_of_silence() -> None:
     assert dict(s.labels) == {"node": "n1", "gpu": "", "metric": c.FABRIC_SERVICE_UP.name,
                               "reason": "systemctl_missing"}  # fmt: skip
     assert col.read_errors.counts.get("systemctl", 0) == 0
-
