@@ -25,6 +25,7 @@ from exporter.collectors.storage import StorageCollector
 from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
 from exporter.sources.dcgm import DcgmProfiling, load_bindings
+from exporter.sources.imex_ctl import ImexCtl, ImexCtlRunner
 from exporter.sources.jobmap import DirJobMap
 from exporter.sources.kmsg import KernelLogReader
 from exporter.sources.kmsg_state import XidStateFile
@@ -66,6 +67,7 @@ def collectors_for(
     storage: StorageProber | None = None,
     step_dir: str | None = None,
     fabric_units: UnitReader | None = None,
+    imex: ImexCtl | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
@@ -98,7 +100,7 @@ def collectors_for(
     if storage is not None and storage.mounts:
         out.append(StorageCollector(storage, node))
     if fabric_units is not None:  # Fabric Manager / IMEX units (or why they cannot be read)
-        out.append(FabricServicesCollector(fabric_units, node))
+        out.append(FabricServicesCollector(fabric_units, node, imex=imex))
     return out
 
 
@@ -155,5 +157,6 @@ def assemble(settings: ExporterSettings) -> Assembly:
         step_dir=settings.step_dir,
         # always: without systemctl the collector says so (exporter_field_unavailable)
         fabric_units=SystemctlUnits(),
+        imex=ImexCtlRunner(),
     )
     return Assembly(cols)

@@ -731,6 +731,14 @@ FABRIC_SERVICE_RESTARTS = _m(
     " reloaded or the node reboots).",
     ("node", "service"),
 )
+FABRIC_IMEX_READY = _m(
+    "fabric_imex_ready",
+    "gauge",
+    "1 while the local IMEX daemon answers READY to nvidia-imex-ctl -q, else 0 (the unit can be"
+    " active while the daemon is not ready: peers unreachable, a bad nodes file); status is the"
+    " first word it answered. Only on nodes where nvidia-imex.service is installed.",
+    ("node", "status"),
+)
 GPU_POD_INFO = _m(
     "gpu_kubernetes_pod_info",
     "gauge",

@@ -9,6 +9,9 @@ trays of an NVLink domain; DCGM's DCGM_FR_IMEX_UNHEALTHY). A unit not installed 
 (no ``systemctl`` in the image, or no systemd bus in the container: a Kubernetes DaemonSet
 without the host's /run/systemd) ``exporter_field_unavailable{metric="gpuwarden_fabric_service_up",
 gpu=""}`` says why (``systemctl_missing``, ``systemd_unreachable``) instead of silence.
+Where ``nvidia-imex.service`` is installed, the daemon's own status too (``nvidia-imex-ctl -q``:
+:mod:`exporter.sources.imex_ctl`) -> ``fabric_imex_ready``; without the binary,
+``exporter_field_unavailable{metric="gpuwarden_fabric_imex_ready", reason="imex_ctl_missing"}``.
 Unit names: NVIDIA Fabric Manager User Guide and IMEX guide (docs.nvidia.com/datacenter/tesla/).
 """
 
@@ -19,6 +22,7 @@ from collections.abc import Sequence
 from exporter import catalog as c
 from exporter.catalog import Sample
 from exporter.collectors.base import ReadErrors
+from exporter.sources.imex_ctl import ImexCtl, ImexCtlMissing, parse_query
 from exporter.sources.systemd_units import SystemdUnavailable, UnitReader, parse_show
 
 SERVICES = {"fabricmanager": "nvidia-fabricmanager.service", "imex": "nvidia-imex.service"}
@@ -28,9 +32,14 @@ class FabricServicesCollector:
     name = "fabric_services"
 
     def __init__(
-        self, units: UnitReader, node: str, services: dict[str, str] | None = None
+        self,
+        units: UnitReader,
+        node: str,
+        services: dict[str, str] | None = None,
+        imex: ImexCtl | None = None,
     ) -> None:
         self._units = units
+        self._imex = imex
         self._node = node
         self._services = dict(SERVICES if services is None else services)
         self.read_errors = ReadErrors()
@@ -52,4 +61,20 @@ class FabricServicesCollector:
             out.append(c.FABRIC_SERVICE_UP.make(up, self._node, service, state.active))
             if state.restarts is not None:
                 out.append(c.FABRIC_SERVICE_RESTARTS.make(state.restarts, self._node, service))
+            if service == "imex":
+                out += self._imex_status()
         return out
+
+    def _imex_status(self) -> list[Sample]:
+        """The IMEX daemon's answer, on a node where its unit is installed."""
+        if self._imex is None:
+            return []
+        try:
+            status = parse_query(self._imex.query())
+        except ImexCtlMissing:
+            name = c.FABRIC_IMEX_READY.name
+            return [c.FIELD_UNAVAILABLE.make(1.0, self._node, "", name, "imex_ctl_missing")]
+        except OSError:
+            self.read_errors.add("imex_ctl")
+            return []
+        return [c.FABRIC_IMEX_READY.make(1.0 if status.ready else 0.0, self._node, status.status)]
