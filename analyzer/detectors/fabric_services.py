@@ -3,7 +3,8 @@
 Reads ``fabric_service_up`` (T, node, service in :data:`exporter.catalog.FABRIC_SERVICES`
 order; 1 active, 0 not, NaN: a node without the unit has no series) and the window's NVLink domains
 (``Window.nvlink_domain_of``, as :mod:`analyzer.detectors.fabric`). A service is down on a node
-when its unit was not active on each of the last ``k`` samples.
+when its unit was not active on each of the last ``k`` samples; IMEX also when its daemon did not
+answer READY (``fabric_imex_ready`` 0, where the exporter reads it) on each of them.
 
 Like the fabric detector's ``switch_degraded``: a service down on most nodes of a domain
 (>= ``domain_fraction`` of the domain's nodes that run it, and >= ``domain_min_nodes``) is ONE
@@ -41,10 +42,17 @@ class FabricServicesDetector:
             return []
         tail = a[-self.k :]
         down = (~np.isnan(tail) & (tail < 0.5)).all(axis=0)  # (N, S)
+        runs = ~np.isnan(a[-1])
+        ready = window.get(catalog.FABRIC_IMEX_READY)
+        if ready is not None and ready.shape == a.shape[:2]:  # an active unit, daemon not ready
+            r = ready[-self.k :]
+            i = services.index("imex")
+            down[:, i] |= (~np.isnan(r) & (r < 0.5)).all(axis=0)
+            runs[:, i] |= ~np.isnan(ready[-1])
         since = float(window.t[-self.k])
         out: list[Finding] = []
         for dom, nodes in sorted(_domains(window).items()):
-            f = self._domain(dom, nodes, down, ~np.isnan(a[-1]), since)
+            f = self._domain(dom, nodes, down, runs, since)
             if f is not None:
                 out.append(f)
                 down[nodes] = False  # counted in the domain's finding
@@ -53,8 +61,8 @@ class FabricServicesDetector:
             out.append(Finding(
                 window.nodes[int(n)], f"service={svc}", "fabric_service_down", "warning",
                 "notify", self.name, 1.0, since, ev(down=1.0),
-                f"{LABEL[svc]} (nvidia-{svc}.service) is not active on this node while the"
-                " rest of its NVLink domain runs it: restart the daemon, do not drain",
+                f"{LABEL[svc]} (nvidia-{svc}.service) is not active or not ready on this node"
+                " while the rest of its NVLink domain runs it: restart the daemon, do not drain",
             ))  # fmt: skip
         return out
 

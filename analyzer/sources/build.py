@@ -42,6 +42,8 @@ _GPU_FAMILY_AXES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
 NODE_FAMILY_AXES: dict[str, tuple[str, tuple[str, ...]]] = {
     catalog.FABRIC_SERVICE_UP.name: ("service", catalog.FABRIC_SERVICES),
 }
+# node-level families without an axis: (T, nodes); their other labels are merged by max
+NODE_SCALARS = frozenset({catalog.FABRIC_IMEX_READY.name})
 _IB_COUNTER_FAMILIES = (catalog.IB_COUNTER.name, catalog.IB_HW_COUNTER.name)
 
 
@@ -159,6 +161,12 @@ def build_window(
             if a is None:
                 a = arrays[metric.name] = np.full((T, len(nodes), len(values)), np.nan)
             a[s.index, n, values.index(s.labels[label])] = s.values
+            continue
+        if metric.name in NODE_SCALARS:  # (T, nodes): the IMEX daemon's readiness
+            a = arrays.get(metric.name)
+            if a is None:
+                a = arrays[metric.name] = np.full((T, len(nodes)), np.nan)
+            a[s.index, n] = np.fmax(a[s.index, n], s.values)
             continue
         pos = _position(metric, s.labels, n, port_ix)
         if pos is None:
@@ -300,5 +308,6 @@ QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.GPU_FABRIC_HEALTH,
     catalog.GPU_FABRIC_INFO,
     catalog.FABRIC_SERVICE_UP,  # Fabric Manager / IMEX down, per node and NVLink domain
+    catalog.FABRIC_IMEX_READY,  # an active IMEX unit whose daemon is not ready is down too
 )
 QUERIED_NAMES = frozenset(m.name for m in QUERIED)

@@ -18,6 +18,7 @@ from analyzer.sources.build import (
     _GPU_FAMILY_AXES,
     _IB_COUNTER_FAMILIES,
     NODE_FAMILY_AXES,
+    NODE_SCALARS,
     NVLINKS,
     node_models,
 )
@@ -151,6 +152,9 @@ def assemble(
             ok = v_ix >= 0
             a = _array(arrays, q.metric.name, (T, N, len(values)))
             a[:, n_ix[ok], v_ix[ok]] = m.vals[ok].T
+        elif q.metric.name in NODE_SCALARS:  # (T, nodes)
+            a = _array(arrays, q.metric.name, (T, N))
+            a[:, n_ix] = m.vals.T
         else:
             assert gpu_col is not None
             _place_gpu(arrays, q, m, n_ix, gpu_col, T, N, gpus)

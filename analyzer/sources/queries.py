@@ -227,6 +227,8 @@ QUERIES: tuple[Query, ...] = (
     # means "not installed here" (Fabric Manager on a GB200 compute tray), not "active", and
     # the domain's share is of the nodes that run the service
     Query(c.FABRIC_SERVICE_UP, keep=("node", "service")),
+    # the IMEX daemon's own answer (nvidia-imex-ctl -q), one series a node where IMEX runs
+    Query(c.FABRIC_IMEX_READY, keep=("node",)),
     # checkpoint storage, per (node, mount): analyzer.detectors.storage
     Query(c.STORAGE_PROBE_UP, keep=("node", "mount")),
     Query(c.STORAGE_PROBE_DURATION, keep=("node", "mount"), matchers='op="fsync"'),

@@ -82,6 +82,29 @@ def test_a_node_without_the_units_says_nothing():
     )
 
 
+def with_imex_ready(w: Window, not_ready: list[int]) -> Window:
+    """``w`` with every node's IMEX daemon READY but those in ``not_ready`` (all samples)."""
+    r = np.ones((T, len(w.nodes)))
+    r[:, not_ready] = 0.0
+    metrics = {**w.metrics, catalog.FABRIC_IMEX_READY.name: r}
+    return Window(t=w.t, nodes=w.nodes, metrics=metrics, nvlink_domain_of=w.nvlink_domain_of)
+
+
+def test_an_active_imex_unit_whose_daemon_is_not_ready_is_imex_down_on_that_node():
+    (f,) = FabricServicesDetector().detect(with_imex_ready(window({}), [1]))
+    assert (f.node, f.subject, f.kind) == ("gb200-001", "service=imex", "fabric_service_down")
+
+
+def test_daemons_not_ready_on_half_a_domain_are_the_domain_s_finding():
+    found = FabricServicesDetector().detect(with_imex_ready(window({(0, "imex"): T}), [1, 2]))
+    assert keys(found) == [(DOM, f"nvlink_domain={DOM}", "domain_fabric_service_down", "notify")]
+    assert found[0].evidence["imex_down"] == 3
+
+
+def test_ready_daemons_add_nothing():
+    assert FabricServicesDetector().detect(with_imex_ready(window({}), [])) == []
+
+
 def test_a_unit_down_for_fewer_than_k_samples_is_not_yet_down():
     assert FabricServicesDetector(k=3).detect(window({(2, "imex"): 2})) == []
 
@@ -115,8 +138,12 @@ def test_the_detector_is_in_the_default_set_and_its_input_in_the_coverage_needs(
     from analyzer.sources.dialects.coverage import NEEDS
 
     assert any(isinstance(d, FabricServicesDetector) for d in default_detectors())
-    assert [n.what for n in NEEDS["fabric_services"]] == [catalog.FABRIC_SERVICE_UP.name]
-    assert catalog.FABRIC_SERVICE_UP.name in QUERIED_NAMES
+    assert [n.what for n in NEEDS["fabric_services"]] == [
+        catalog.FABRIC_SERVICE_UP.name,
+        catalog.FABRIC_IMEX_READY.name,
+    ]
+    assert [n.essential for n in NEEDS["fabric_services"]] == [True, False]
+    assert {catalog.FABRIC_SERVICE_UP.name, catalog.FABRIC_IMEX_READY.name} <= QUERIED_NAMES
 
 
 def test_the_prometheus_read_is_per_node_and_service_without_the_state_label():
@@ -169,6 +196,10 @@ def test_the_prometheus_path_places_each_service_on_its_axis_and_finds_the_domai
             prom.add(catalog.GPU_FABRIC_INFO.name,
                      {"node": n, "gpu": "0", "state": "completed", "status": "success",
                       "cluster_uuid": cluster, "clique_id": clique}, t, 1.0)  # fmt: skip
+            # c's daemon answers READY under two status series (a restart): merged per node
+            prom.add(catalog.FABRIC_IMEX_READY.name,
+                     {"node": n, "status": "READY" if n == "c" or t < 600.0 else "NOT_READY"},
+                     t, 1.0 if n == "c" or t < 600.0 else 0.0)  # fmt: skip
             down = n != "c" and t >= 600.0  # IMEX fails on a and b; c runs no Fabric Manager
             prom.add(catalog.FABRIC_SERVICE_UP.name,
                      {"node": n, "service": "imex", "state": "failed" if down else "active"},
@@ -178,6 +209,28 @@ def test_the_prometheus_path_places_each_service_on_its_axis_and_finds_the_domai
     a = w.get(catalog.FABRIC_SERVICE_UP)
     assert a is not None and a.shape[1:] == (3, len(SERVICES))
     assert np.isnan(a[:, :, SERVICES.index("fabricmanager")]).all()
+    r = w.get(catalog.FABRIC_IMEX_READY)
+    assert r is not None and r.shape == (len(w.t), 3) and r[-1].tolist() == [0.0, 0.0, 1.0]
     assert keys(FabricServicesDetector().detect(w)) == [
         (DOM, f"nvlink_domain={DOM}", "domain_fabric_service_down", "notify")
     ]
+
+
+def test_the_scrape_window_merges_a_daemon_s_status_series_per_node_and_keeps_services_apart():
+    from analyzer.sources.build import RawSeries, build_window
+
+    grid = np.arange(4) * 15.0
+    i01, i23 = np.array([0, 1]), np.array([2, 3])
+    up, ready = catalog.FABRIC_SERVICE_UP.name, catalog.FABRIC_IMEX_READY.name
+    w = build_window([
+        RawSeries(up, {"node": "a", "service": "imex", "state": "active"}, i01, np.ones(2)),
+        RawSeries(up, {"node": "a", "service": "imex", "state": "failed"}, i23, np.zeros(2)),
+        RawSeries(up, {"node": "a", "service": "nonsense", "state": "active"}, i01, np.ones(2)),
+        RawSeries(ready, {"node": "a", "status": "READY"}, i01, np.ones(2)),
+        RawSeries(ready, {"node": "a", "status": "NOT_READY"}, i23, np.zeros(2)),
+    ], grid, 15.0)  # fmt: skip
+    a, r = w.get(catalog.FABRIC_SERVICE_UP), w.get(catalog.FABRIC_IMEX_READY)
+    assert a is not None and r is not None
+    assert a[:, 0, SERVICES.index("imex")].tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert np.isnan(a[:, 0, SERVICES.index("fabricmanager")]).all()
+    assert r[:, 0].tolist() == [1.0, 1.0, 0.0, 0.0]
