@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.detectors.emit import ev
-from analyzer.detectors.fabric import _domains
+from analyzer.detectors.fabric import domain_nodes
 from analyzer.findings import Finding
 from analyzer.window import Window
 from exporter import catalog
@@ -51,7 +51,7 @@ class FabricServicesDetector:
             runs[:, i] |= ~np.isnan(ready[-1])
         since = float(window.t[-self.k])
         out: list[Finding] = []
-        for dom, nodes in sorted(_domains(window).items()):
+        for dom, nodes in sorted(domain_nodes(window).items()):
             f = self._domain(dom, nodes, down, runs, since)
             if f is not None:
                 out.append(f)
