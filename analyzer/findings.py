@@ -40,6 +40,8 @@ KINDS = frozenset(
         "power_brake",
         "facility_power_brake",
         "fabric_degraded",
+        "fabric_service_down",  # one node's Fabric Manager / IMEX unit not active: notify
+        "domain_fabric_service_down",  # most of an NVLink domain's: one notice for the domain
     }
 )
 SEVERITIES = ("critical", "warning", "info")
@@ -74,11 +76,21 @@ FAULT_CLASS = {
     "power_brake": "thermal",  # a clock slowdown, as throttling
     "facility_power_brake": "thermal",
     "fabric_degraded": "nvlink",
+    "fabric_service_down": "nvlink",  # as the FabricManagerDown / ImexDown alerts
+    "domain_fabric_service_down": "switch",  # as ImexDomainDown: the domain's, not a node's
 }
 # Kinds about shared infrastructure, not a machine: never more than notify (draining nodes
-# for them is wrong), and ``node`` names the scope (``cluster``), not a node.
+# for them is wrong), and ``node`` names the scope (``cluster``, an NVLink domain), not a node.
+# A node's fabric service down is notify too: restarting a daemon, not draining a node.
 NOTIFY_ONLY = frozenset(
-    {"workload_imbalance", "storage_degraded", "fleet_shift", "facility_power_brake"}
+    {
+        "workload_imbalance",
+        "storage_degraded",
+        "fleet_shift",
+        "facility_power_brake",
+        "domain_fabric_service_down",
+        "fabric_service_down",
+    }
 )
 CLUSTER = "cluster"
 
@@ -156,4 +168,6 @@ def subject_labels(subject: str) -> dict[str, str]:
         return {"rack": value}
     if kind == "nvlink_domain":
         return {"nvlink_domain": value}
+    if kind == "service":
+        return {"service": value}
     return {}

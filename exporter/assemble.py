@@ -9,7 +9,6 @@ package (:mod:`simulator.exporter_source`), loaded only when asked for.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -26,6 +25,7 @@ from exporter.collectors.storage import StorageCollector
 from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
 from exporter.sources.dcgm import DcgmProfiling, load_bindings
+from exporter.sources.imex_ctl import ImexCtl, ImexCtlRunner
 from exporter.sources.jobmap import DirJobMap
 from exporter.sources.kmsg import KernelLogReader
 from exporter.sources.kmsg_state import XidStateFile
@@ -67,6 +67,7 @@ def collectors_for(
     storage: StorageProber | None = None,
     step_dir: str | None = None,
     fabric_units: UnitReader | None = None,
+    imex: ImexCtl | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
@@ -98,8 +99,8 @@ def collectors_for(
         out.append(PodsCollector(pod_resources, gpu.identities, node, mig=gpu.mig_devices))
     if storage is not None and storage.mounts:
         out.append(StorageCollector(storage, node))
-    if fabric_units is not None:  # Fabric Manager / IMEX units (systemd hosts only)
-        out.append(FabricServicesCollector(fabric_units, node))
+    if fabric_units is not None:  # Fabric Manager / IMEX units (or why they cannot be read)
+        out.append(FabricServicesCollector(fabric_units, node, imex=imex))
     return out
 
 
@@ -154,6 +155,8 @@ def assemble(settings: ExporterSettings) -> Assembly:
         kmsg_backlog=settings.kmsg_backlog,
         storage=storage_prober(settings),
         step_dir=settings.step_dir,
-        fabric_units=SystemctlUnits() if shutil.which("systemctl") else None,
+        # always: without systemctl the collector says so (exporter_field_unavailable)
+        fabric_units=SystemctlUnits(),
+        imex=ImexCtlRunner(),
     )
     return Assembly(cols)

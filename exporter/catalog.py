@@ -715,6 +715,8 @@ GPU_FABRIC_HEALTH = _m(
 # it runs on the switch trays, not the compute nodes) and the IMEX daemon (multi-node NVLink
 # memory export, GB200/GB300). Read from systemd (``systemctl show``); a unit not installed on
 # this node has no series.
+# The services of fabric_service_*, in the order the analyzer's arrays index them (last axis).
+FABRIC_SERVICES = ("fabricmanager", "imex")
 FABRIC_SERVICE_UP = _m(
     "fabric_service_up",
     "gauge",
@@ -728,6 +730,14 @@ FABRIC_SERVICE_RESTARTS = _m(
     "Restarts systemd made of this fabric service's unit (NRestarts; resets when the unit is"
     " reloaded or the node reboots).",
     ("node", "service"),
+)
+FABRIC_IMEX_READY = _m(
+    "fabric_imex_ready",
+    "gauge",
+    "1 while the local IMEX daemon answers READY to nvidia-imex-ctl -q, else 0 (the unit can be"
+    " active while the daemon is not ready: peers unreachable, a bad nodes file); status is the"
+    " first word it answered. Only on nodes where nvidia-imex.service is installed.",
+    ("node", "status"),
 )
 GPU_POD_INFO = _m(
     "gpu_kubernetes_pod_info",
@@ -1005,8 +1015,9 @@ COLLECTION_CYCLES = _m(
 FIELD_UNAVAILABLE = _m(
     "exporter_field_unavailable",
     "gauge",
-    "1 for each catalogue metric this exporter cannot serve for this GPU; reason says why"
-    " (e.g. gpm_unsupported: profiling needs Hopper or newer, or a DCGM host engine).",
+    "1 for each catalogue metric this exporter cannot serve for this GPU (gpu empty: for the"
+    " node); reason says why (e.g. gpm_unsupported: profiling needs Hopper or newer, or a"
+    " DCGM host engine; systemctl_missing: no systemd to read the fabric services from).",
     ("node", "gpu", "metric", "reason"),
 )
 KMSG_LOST = _m(

@@ -23,6 +23,7 @@ class Detector(Protocol):
 def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]:
     """The full detector set, configured from the analyzer config's ``detectors`` mapping."""
     from analyzer.detectors.fabric import FabricDetector
+    from analyzer.detectors.fabric_services import FabricServicesDetector
     from analyzer.detectors.infiniband import InfinibandDetector
     from analyzer.detectors.marginal import MarginalDetector
     from analyzer.detectors.memory import MemoryDetector
@@ -46,6 +47,7 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
         MemoryDetector(),
         NvlinkDetector(),
         FabricDetector(),
+        FabricServicesDetector(),
         InfinibandDetector(expected_rate=cfg.get("ib_expected_rate_bytes")),
         PcieDetector(),
         ThrottlingDetector(),

@@ -50,7 +50,7 @@ class FabricDetector:
         since = np.full(degraded.shape, float(window.t[-self.k]))
         out: list[Finding] = []
         covered = np.zeros(degraded.shape[0], dtype=bool)
-        for dom, nodes in sorted(_domains(window).items()):
+        for dom, nodes in sorted(domain_nodes(window).items()):
             rep = reporting[nodes]
             bad = degraded[nodes] & rep
             if rep.any(axis=1).sum() < self.domain_min_nodes:  # one tray cannot speak for a switch
@@ -78,7 +78,8 @@ class FabricDetector:
         return out + mask_findings(window, mask, since, gpu_subject, make)
 
 
-def _domains(w: Window) -> dict[str, list[int]]:
+def domain_nodes(w: Window) -> dict[str, list[int]]:
+    """NVLink domain -> its node indices (sorted), from ``Window.nvlink_domain_of``."""
     out: dict[str, list[int]] = defaultdict(list)
     for n, dom in w.nvlink_domain_of.items():
         if 0 <= n < len(w.nodes) and dom:

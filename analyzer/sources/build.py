@@ -38,6 +38,12 @@ _GPU_FAMILY_AXES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     catalog.NVLINK_ERRORS.name: (("error_type", catalog.NVLINK_ERROR_TYPES),),
     catalog.GPU_FABRIC_HEALTH.name: (("check", catalog.FABRIC_HEALTH_CHECKS),),
 }
+# node-level families with one fixed axis: (T, nodes, len(values))
+NODE_FAMILY_AXES: dict[str, tuple[str, tuple[str, ...]]] = {
+    catalog.FABRIC_SERVICE_UP.name: ("service", catalog.FABRIC_SERVICES),
+}
+# node-level families without an axis: (T, nodes); their other labels are merged by max
+NODE_SCALARS = frozenset({catalog.FABRIC_IMEX_READY.name})
 _IB_COUNTER_FAMILIES = (catalog.IB_COUNTER.name, catalog.IB_HW_COUNTER.name)
 
 
@@ -145,6 +151,22 @@ def build_window(
             if a is None:
                 a = arrays[metric.name] = np.full((T, len(nodes), len(mounts)), np.nan)
             a[s.index, n, mount_ix[s.labels["mount"]]] = s.values
+            continue
+        if metric.name in NODE_FAMILY_AXES:  # (T, nodes, values): fabric services
+            label, values = NODE_FAMILY_AXES[metric.name]
+            if s.labels.get(label) not in values:
+                rep.skip("bad labels")
+                continue
+            a = arrays.get(metric.name)
+            if a is None:
+                a = arrays[metric.name] = np.full((T, len(nodes), len(values)), np.nan)
+            a[s.index, n, values.index(s.labels[label])] = s.values
+            continue
+        if metric.name in NODE_SCALARS:  # (T, nodes): the IMEX daemon's readiness
+            a = arrays.get(metric.name)
+            if a is None:
+                a = arrays[metric.name] = np.full((T, len(nodes)), np.nan)
+            a[s.index, n] = np.fmax(a[s.index, n], s.values)
             continue
         pos = _position(metric, s.labels, n, port_ix)
         if pos is None:
@@ -285,5 +307,7 @@ QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.STORAGE_PROBE_DURATION,
     catalog.GPU_FABRIC_HEALTH,
     catalog.GPU_FABRIC_INFO,
+    catalog.FABRIC_SERVICE_UP,  # Fabric Manager / IMEX down, per node and NVLink domain
+    catalog.FABRIC_IMEX_READY,  # an active IMEX unit whose daemon is not ready is down too
 )
 QUERIED_NAMES = frozenset(m.name for m in QUERIED)

@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.sources.build import _GPU_FAMILY_AXES, _IB_COUNTER_FAMILIES, NVLINKS, node_models
+from analyzer.sources.build import (
+    _GPU_FAMILY_AXES,
+    _IB_COUNTER_FAMILIES,
+    NODE_FAMILY_AXES,
+    NODE_SCALARS,
+    NVLINKS,
+    node_models,
+)
 from analyzer.sources.counters import counter_increases, node_presence
 from analyzer.sources.dialects import DCGM, NATIVE
 from analyzer.sources.dialects.dcgm import generation_of_query, last_xid_events, vanished_as_lost
@@ -139,6 +146,15 @@ def assemble(
         elif "mount" in q.labels:  # (T, nodes, mounts)
             a = _array(arrays, q.metric.name, (T, N, len(mounts)))
             a[:, n_ix, np.searchsorted(np.array(mounts), mount_cols[q.name])] = m.vals.T
+        elif q.metric.name in NODE_FAMILY_AXES:  # (T, nodes, values): fabric services
+            label, values = NODE_FAMILY_AXES[q.metric.name]
+            v_ix = np.array([values.index(x) if x in values else -1 for x in _col(m, q, label)])
+            ok = v_ix >= 0
+            a = _array(arrays, q.metric.name, (T, N, len(values)))
+            a[:, n_ix[ok], v_ix[ok]] = m.vals[ok].T
+        elif q.metric.name in NODE_SCALARS:  # (T, nodes)
+            a = _array(arrays, q.metric.name, (T, N))
+            a[:, n_ix] = m.vals.T
         else:
             assert gpu_col is not None
             _place_gpu(arrays, q, m, n_ix, gpu_col, T, N, gpus)

@@ -222,6 +222,13 @@ QUERIES: tuple[Query, ...] = (
         matchers='cluster_uuid!=""',
         every=300.0,
     ),
+    # Fabric Manager / IMEX units per node (at most 2 series a node, only on nodes that run
+    # them), for analyzer.detectors.fabric_services. Read whole, not sparse: an absent series
+    # means "not installed here" (Fabric Manager on a GB200 compute tray), not "active", and
+    # the domain's share is of the nodes that run the service
+    Query(c.FABRIC_SERVICE_UP, keep=("node", "service")),
+    # the IMEX daemon's own answer (nvidia-imex-ctl -q), one series a node where IMEX runs
+    Query(c.FABRIC_IMEX_READY, keep=("node",)),
     # checkpoint storage, per (node, mount): analyzer.detectors.storage
     Query(c.STORAGE_PROBE_UP, keep=("node", "mount")),
     Query(c.STORAGE_PROBE_DURATION, keep=("node", "mount"), matchers='op="fsync"'),

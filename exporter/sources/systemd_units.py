@@ -30,6 +30,20 @@ class UnitState:
         return self.load not in ("not-found", "")
 
 
+class SystemdUnavailable(OSError):
+    """No systemd to ask on this host: ``systemctl`` not installed (a container image without
+    it: the Kubernetes DaemonSet) or no systemd bus to reach (a container without the host's
+    /run/systemd). ``reason`` is the ``exporter_field_unavailable`` reason."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+# systemctl's words when it runs but there is no systemd to talk to (systemctl(1), sd-bus)
+NO_SYSTEMD = ("Failed to connect to bus", "System has not been booted with systemd")
+
+
 class UnitReader(Protocol):
     def show(self, unit: str) -> str:
         """``systemctl show`` output for one unit; raises OSError when systemctl cannot run."""
@@ -64,8 +78,12 @@ class SystemctlUnits:
                 ["systemctl", "show", "--property=" + ",".join(PROPERTIES), unit],
                 capture_output=True, text=True, timeout=TIMEOUT, check=False,
             )  # fmt: skip
-        except (subprocess.TimeoutExpired, FileNotFoundError) as e:
+        except FileNotFoundError as e:
+            raise SystemdUnavailable("systemctl_missing", f"systemctl show {unit}: {e}") from e
+        except subprocess.TimeoutExpired as e:
             raise OSError(f"systemctl show {unit}: {e}") from e
+        if done.returncode != 0 and any(w in done.stderr for w in NO_SYSTEMD):
+            raise SystemdUnavailable("systemd_unreachable", done.stderr.strip())
         if done.returncode != 0:
             raise OSError(f"systemctl show {unit}: exit {done.returncode}: {done.stderr.strip()}")
         return done.stdout

@@ -64,6 +64,8 @@ NEEDS: Mapping[str, tuple[Need, ...]] = {
              _n(c.GPU_PCIE_GENERATION_MAX, "PCIe maximum generation"),
              _n(c.GPU_PCIE_WIDTH_MAX, "PCIe maximum width")),
     "fabric": (_n(c.GPU_FABRIC_HEALTH, "NVLink fabric health per GPU"),),
+    "fabric_services": (_n(c.FABRIC_SERVICE_UP, "Fabric Manager / IMEX unit state"),
+                        _n(c.FABRIC_IMEX_READY, "IMEX daemon readiness", False)),
     "throttling": (_n(c.GPU_THROTTLE, "clock event reasons"),
                    _n(c.GPU_POWER_LIMIT, "power limit", False)),
     "power_brake": (_n(c.GPU_THROTTLE, "clock event reasons (the power-brake reason)"),),
@@ -98,6 +100,8 @@ _ENABLE_ONLY_NATIVE = {
     c.STORAGE_PROBE_UP.name: "gpuwarden-exporter's storage probes",
     c.GPU_FABRIC_HEALTH.name: "DCGM has no fabric-health field (NVML's GPU fabric info)",
     c.GPU_REMAPPED_ROWS.name: "gpuwarden-exporter (the dcgm reader does not read remap counts)",
+    c.FABRIC_SERVICE_UP.name: "gpuwarden-exporter's fabric_services collector (systemd units)",
+    c.FABRIC_IMEX_READY.name: "gpuwarden-exporter's fabric_services collector (nvidia-imex-ctl)",
 }
 _IB_FAMILIES = (c.IB_PORT_STATE.name, c.IB_PORT_RATE.name, c.IB_COUNTER.name)
 NODE_EXPORTER_IB = ("node_exporter's infiniband collector (on by default; "
