@@ -6,8 +6,9 @@ external power brake assertion", driven by the board's or the rack's power syste
 GPU). The software power cap (``sw_power_cap``, 0x4) is normal under load and never counts.
 
 A brake asserted on ``consecutive`` polls in a row is held, not a blip. The brake is the
-facility's: when it holds on most nodes of one rack at once (``rack_fraction`` of the rack's
-reporting nodes, at least ``rack_min_nodes``), it is ONE ``facility_power_brake`` finding
+facility's: when it is asserted on most nodes of one rack at once (``rack_fraction`` of the
+rack's reporting nodes in any of the last polls, at least ``rack_min_nodes``) and held on one
+of them, it is ONE ``facility_power_brake`` finding
 naming the rack (an NVL72 rack is its NVLink domain where the inventory names no rack):
 notify only, never a drain, since the machines are fine and draining a rack for its power
 feed loses its work for nothing. A brake on a node of an otherwise unbraked rack is the node's
@@ -49,7 +50,12 @@ class PowerBrakeDetector:
             return []
         brake = a[..., THROTTLE_REASONS.index(BRAKE)]
         tail = brake[-self.consecutive :]
-        held = (np.nan_to_num(tail, nan=0.0) >= 0.5).all(axis=0)  # (N, G): every poll braked
+        on = np.nan_to_num(tail, nan=0.0) >= 0.5
+        held = on.all(axis=0)  # (N, G): every poll braked
+        # asserted in any recent poll: a rack's nodes are scraped at different moments, so at
+        # a facility brake's onset some are held while the rest are a poll or two behind; they
+        # count toward the rack (a per-node cordon for a facility event is wrong)
+        asserted = on.any(axis=0).any(axis=1)
         seen = ~np.isnan(brake[-1])  # the node reports now (a missing node is not braked)
         held &= seen
         if not held.any():
@@ -62,7 +68,7 @@ class PowerBrakeDetector:
             braked = [n for n in reporting if held[n].any()]
             if len(reporting) < self.rack_min_nodes or not braked:
                 continue
-            if len(braked) < self.rack_fraction * len(reporting):
+            if sum(bool(asserted[n]) for n in reporting) < self.rack_fraction * len(reporting):
                 continue
             racked[braked] = True
             positions = {int(g) for n in braked for g in np.flatnonzero(held[n])}

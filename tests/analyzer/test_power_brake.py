@@ -115,3 +115,13 @@ def test_hw_slowdown_without_the_brake_is_still_a_throttling_finding() -> None:
     w.metrics[catalog.GPU_THROTTLE.name][:, 2, 1, HW_SLOWDOWN] = 1.0
     (f,) = ThrottlingDetector().detect(w)
     assert (f.node, f.subject, f.kind, f.action) == ("gb200-002", "gpu=1", "throttling", "cordon")
+
+
+def test_a_rack_brake_whose_nodes_are_polls_apart_is_still_one_facility_finding() -> None:
+    """Scrapes of a rack's nodes are staggered: at onset one node has held the brake for the
+    N polls while the others are a poll or two behind. No node of that rack is cordoned."""
+    found = PowerBrakeDetector(consecutive=4).detect(
+        window({(3, 0): 4, (4, 0): 2, (5, 0): 3}))  # fmt: skip
+    assert [(f.kind, f.action) for f in found] == [("facility_power_brake", "notify")]
+    alone = PowerBrakeDetector(consecutive=4).detect(window({(3, 0): 4}))  # the rest unbraked
+    assert [(f.kind, f.action) for f in alone] == [("power_brake", "cordon")]
