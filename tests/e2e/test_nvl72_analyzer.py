@@ -9,7 +9,6 @@ GPU only; rack 1's power brake is one facility finding (notify), no GPU's thrott
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 
@@ -24,7 +23,7 @@ from exporter import catalog as c
 from simulator import nvl72
 from simulator.cli import SimulateSettings, make_simulator
 from simulator.simulator import Simulator
-from tests.e2e.test_nvl72_fabric import _config
+from tests.e2e.nodeserve import scrape_config, serve_nodes
 from tests.realcomp import run_prometheus
 from tests.simulator.test_server import Clock
 
@@ -47,33 +46,8 @@ def sim() -> Simulator:
 
 @pytest.fixture
 def server(sim: Simulator) -> Iterator[str]:
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            node = self.path.removeprefix("/nodes/").removesuffix("/metrics")
-            if node not in sim.fleet.nodes:
-                self.send_error(404)
-                return
-            with lock:
-                body = sim.metrics(node)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve_nodes(lambda n: sim.metrics(n) if n in sim.fleet.nodes else None) as address:
+        yield address
 
 
 def _read(url: str) -> tuple:
@@ -92,7 +66,7 @@ def test_nvl72_fabric_through_prometheus_gives_one_domain_finding_and_one_gpu_fi
     sim: Simulator, server: str
 ) -> None:
     nodes = list(sim.fleet.nodes)
-    config = _config(server, nodes).replace("rule_files: [fabric.rules.yml]\n", "")
+    config = scrape_config(server, nodes)
     config = config.replace("scrape_interval: 2s, scrape_timeout: 2s", "scrape_interval: 1s")
     with run_prometheus(config) as prom:
         prom.wait_for("count(up == 1) == 36", timeout=120)

@@ -9,15 +9,14 @@ The rules wait 5 minutes (``for``); the test reads the alerts while pending (Pro
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from exporter.exposition import render
 from simulator.nvl72 import Nvl72Rack, tray_collectors
+from tests.e2e.nodeserve import scrape_config, serve_nodes
 from tests.realcomp import run_prometheus
 
 pytestmark = pytest.mark.real
@@ -37,49 +36,19 @@ def racks() -> list[Nvl72Rack]:
 def server(racks: list[Nvl72Rack]) -> Iterator[str]:
     trays = {t.node: tray_collectors(t) for r in racks for t in r.trays}
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            node = self.path.removeprefix("/nodes/").removesuffix("/metrics")
-            if node not in trays:
-                self.send_error(404)
-                return
-            body = render(s for col in trays[node] for s in col.collect())
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
+    def body(node: str) -> bytes | None:
+        cols = trays.get(node)
+        return None if cols is None else render(s for col in cols for s in col.collect())
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-def _config(address: str, nodes: list[str]) -> str:
-    jobs = "\n".join(
-        f"  - job_name: {n}\n    metrics_path: /nodes/{n}/metrics\n"
-        f"    static_configs: [{{targets: ['{address}']}}]"
-        for n in nodes
-    )
-    return (
-        "global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 1s}\n"
-        "rule_files: [fabric.rules.yml]\n"
-        f"scrape_configs:\n{jobs}\n"
-    )
+    with serve_nodes(body) as address:
+        yield address
 
 
 def test_nvl72_fabric_faults_page_per_domain_and_per_gpu_as_they_should(
     racks: list[Nvl72Rack], server: str
 ) -> None:
     nodes = [t.node for r in racks for t in r.trays]
-    config = _config(server, nodes)
+    config = scrape_config(server, nodes, ["fabric.rules.yml"])
     with run_prometheus(config, {"fabric.rules.yml": RULES.read_text()}) as prom:
         prom.wait_for("count(up == 1) == 36", timeout=120)
         # 72 GPUs of rack 1 degraded and one of rack 2, all recorded: still one domain alert

@@ -16,10 +16,8 @@ The domain and GPU alerts wait 5 minutes (``for``); the test reads them while pe
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from remediation.model import Alert
 from simulator import nvl72
 from simulator.cli import SimulateSettings, make_simulator
 from simulator.simulator import Simulator
+from tests.e2e.nodeserve import scrape_config, serve_nodes
 from tests.realcomp import run_prometheus
 from tests.simulator.test_server import Clock
 
@@ -62,44 +61,8 @@ def sim() -> Simulator:
 
 @pytest.fixture
 def server(sim: Simulator) -> Iterator[str]:
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            node = self.path.removeprefix("/nodes/").removesuffix("/metrics")
-            if node not in sim.fleet.nodes:
-                self.send_error(404)
-                return
-            with lock:
-                body = sim.metrics(node)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-def _config(address: str, nodes: list[str]) -> str:
-    jobs = "\n".join(
-        f"  - job_name: {n}\n    metrics_path: /nodes/{n}/metrics\n"
-        f"    static_configs: [{{targets: ['{address}']}}]"
-        for n in nodes
-    )
-    return (
-        "global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 1s}\n"
-        f"rule_files: [{', '.join(RULES)}]\n"
-        f"scrape_configs:\n{jobs}\n"
-    )
+    with serve_nodes(lambda n: sim.metrics(n) if n in sim.fleet.nodes else None) as address:
+        yield address
 
 
 def _delivered(alerts: list[dict[str, Any]]) -> list[Alert]:
@@ -153,7 +116,7 @@ def test_a_switch_tray_down_is_one_incident_and_no_drain_and_one_bad_route_drain
 ) -> None:
     nodes = list(sim.fleet.nodes)
     rack0 = fabric_domain(*(str(v) for v in nvl72.domain(0)))
-    with run_prometheus(_config(server, nodes), RULES) as prom:
+    with run_prometheus(scrape_config(server, nodes, RULES), RULES) as prom:
         prom.wait_for("count(up == 1) == 36", timeout=120)
         # the tray's links are down on every GPU of rack 0: 72 GPUs x 2 links
         prom.wait_for(f"count({c.NVLINK_UP.name} == 0) == 144", timeout=60)
