@@ -173,7 +173,8 @@ quarantined_then_probation_over(svc, node, clock)
 svc.engine.tick()  # the run starts
 clock.advance(100000)
 svc.engine.tick()  # past its deadline: concluded failed, stopped, escalated
-print("not killed")
+print("not killed; decisions:", [tuple(r) for r in svc.journal.rows(
+    "SELECT action, verdict, guard, reason FROM decisions WHERE node=? ORDER BY id", (node,))])
 """
 
 # (kill -9 right after the command holding this, armed after one holding that ("-": at
