@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from simulator.simulator import Simulator
+
 
 @contextlib.contextmanager
 def serve_nodes(body: Callable[[str], bytes | None]) -> Iterator[str]:
@@ -53,3 +55,10 @@ def scrape_config(address: str, nodes: Sequence[str], rule_files: Sequence[str] 
         "global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 1s}\n"
         f"{rules}scrape_configs:\n{jobs}\n"
     )
+
+
+@contextlib.contextmanager
+def serve_simulator(sim: Simulator) -> Iterator[str]:
+    """The simulator's nodes, as ``gpuwarden simulate`` serves them (unknown node: 404)."""
+    with serve_nodes(lambda n: sim.metrics(n) if n in sim.fleet.nodes else None) as address:
+        yield address

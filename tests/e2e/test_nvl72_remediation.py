@@ -37,7 +37,7 @@ from remediation.model import Alert
 from simulator import nvl72
 from simulator.cli import SimulateSettings, make_simulator
 from simulator.simulator import Simulator
-from tests.e2e.nodeserve import scrape_config, serve_nodes
+from tests.e2e.nodeserve import scrape_config, serve_simulator
 from tests.realcomp import run_prometheus
 from tests.simulator.test_server import Clock
 
@@ -61,7 +61,7 @@ def sim() -> Simulator:
 
 @pytest.fixture
 def server(sim: Simulator) -> Iterator[str]:
-    with serve_nodes(lambda n: sim.metrics(n) if n in sim.fleet.nodes else None) as address:
+    with serve_simulator(sim) as address:
         yield address
 
 
