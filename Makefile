@@ -56,9 +56,11 @@ demo-check: venv system-deps
 bench: venv system-deps
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
-# Remediation's rails under 20,000 random interleavings (make test runs 200; docs/remediation.md).
-soak: venv
+# Remediation's rails under 20,000 random interleavings (make test runs 200; docs/remediation.md)
+# and kill -9 at 40 moments of a checkpoint_restart on the real slurmctld (make test: 8).
+soak: venv system-deps
 	GPUWARDEN_SOAK_EXAMPLES=20000 $(BIN)/pytest -q -p no:logging tests/remediation/test_invariants.py
+	GPUWARDEN_CRASH_RUNS=40 $(BIN)/pytest -q -p no:logging tests/remediation/test_crash_checkpoint.py
 
 # Mutation testing of remediation's guards, engine and executor ([tool.mutmut] in pyproject).
 mutation: venv
