@@ -150,3 +150,47 @@ def test_the_state_round_trips_through_the_journal_and_a_bad_value_reads_as_heal
         kv.data[storage.KV_KEY] = bad
         assert storage.load(kv).unhealthy == {} and storage.load(kv).on_node == {}
         assert storage.held_back(kv, None, ["n1"]) is None
+
+
+def test_a_mount_label_with_a_leading_double_slash_or_a_trailing_x_is_still_its_mount() -> None:
+    assert storage.normalize("//mnt/ckpt") == "/mnt/ckpt"  # normpath alone keeps a leading //
+    h = StorageHealth()
+    h.observe("firing", {**CLUSTER, "mount": "/mnt/ckpt-X"}, "MAX")
+    assert h.checkpoint_blocked("/mnt/ckpt-X/job") == (
+        "storage /mnt/ckpt-X unhealthy (CheckpointStorageDegraded: MAX)"
+    )
+
+
+def test_the_scope_label_makes_an_alert_with_a_node_cluster_wide_and_no_node_is_cluster_too() -> (
+    None
+):
+    h = StorageHealth()
+    h.observe("firing", {**CLUSTER, "node": "n1"})
+    assert h.unhealthy_mount("/mnt/ckpt") and h.on_node == {}
+    h = StorageHealth()
+    h.observe("firing", {k: v for k, v in PROBE.items() if k != "node"})
+    assert h.unhealthy_mount("/mnt/ckpt") and h.on_node == {}
+    h = StorageHealth()
+    h.observe("firing", {**PROBE, "scope": "node"})
+    assert not h.unhealthy_mount("/mnt/ckpt") and h.unhealthy_mount("/mnt/ckpt", "n1")
+
+
+def test_a_resolve_of_an_alert_never_seen_is_taken_and_changes_nothing() -> None:
+    h = StorageHealth()
+    assert h.observe("resolved", CLUSTER) and h.observe("resolved", PROBE)
+    assert h.unhealthy == {} and h.on_node == {}
+    h.observe("firing", CLUSTER)
+    assert h.observe("resolved", {**CLUSTER, "alertname": "CheckpointStorageSlow"})
+    assert h.unhealthy_mount("/mnt/ckpt")
+
+
+def test_the_stored_state_is_the_same_text_whatever_order_the_alerts_came_in() -> None:
+    one, two = StorageHealth(), StorageHealth()
+    for h, order in ((one, ("/b", "/a")), (two, ("/a", "/b"))):
+        for m in order:
+            h.observe("firing", {**CLUSTER, "mount": m})
+            h.observe("firing", {**PROBE, "mount": m, "node": f"n{m[-1]}"})
+    assert one.to_json() == two.to_json()
+    assert (
+        one.to_json().index('"cluster"') < one.to_json().index('"/a"') < one.to_json().index('"/b"')
+    )
