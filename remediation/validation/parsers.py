@@ -5,7 +5,8 @@ fail, skip, with the GPUs they concern and the warning text) and numeric measure
 (bandwidths in GB/s). Formats, with fixtures in ``fixtures/validation/`` (origins there):
 
 - ``dcgmi diag -r N``: the box table (category rows ``|-----  Stress  ---``; result cells
-  ``Pass - All``, ``Fail - GPU: 3``, ``Pass - GPUs: 0, 1``; continuation and ``Warning`` rows).
+  ``Pass - All``, ``Fail - GPU: 3``, ``Pass - GPUs: 0, 1``, ``Warn``, ``Skip``, ``Not Run``;
+  continuation and ``Warning`` rows; a result cell after a warning is a result, not its text).
 - ``dcgmi diag -r N -j``: ``{"DCGM GPU Diagnostic": {"test_categories": [{"category",
   "tests": [{"name", "results": [{"gpu_id"|"gpu_ids", "status", "warnings"}]}]}]}}``.
 - nccl-tests ``all_reduce_perf``: the size table (out-of-place and in-place ``busbw``) and
@@ -83,7 +84,7 @@ def _gpu_list(text: str) -> tuple[int, ...]:
 
 _ROW = re.compile(r"^\|\s*(?P<name>[^|]*?)\s*\|\s*(?P<value>.*?)\s*\|$")
 _CATEGORY = re.compile(r"^[|+]-----\s+(?P<cat>[A-Za-z ]+?)\s+-+\+")
-_RESULT = re.compile(r"^(?P<st>Pass|Fail|Skip|Warn)(?:\s*-\s*(?P<who>.*))?$", re.I)
+_RESULT = re.compile(r"^(?P<st>Pass|Fail|Skip|Warn|Not Run)(?:\s*-\s*(?P<who>.*))?$", re.I)
 _META_CATEGORIES = {"metadata"}
 
 
@@ -122,8 +123,11 @@ def parse_dcgmi_diag_text(text: str) -> ToolResult:
             warning.append(value)
             continue
         if not name and warning:
-            warning.append(value)
-            continue
+            if not _RESULT.match(value):  # the warning's next line
+                warning.append(value)
+                continue
+            flush_warning()  # another result cell of the same test, after a warning
+
         if name:
             flush_warning()
             current = name
@@ -178,7 +182,9 @@ def parse_dcgmi_diag_json(text: str) -> ToolResult:
         raise ParseError("dcgmi diag -j output has no 'DCGM GPU Diagnostic.test_categories'")
     checks: list[Check] = []
     for cat in body["test_categories"]:
-        for test in cat.get("tests", []) if isinstance(cat, dict) else []:
+        for test in (cat.get("tests") or []) if isinstance(cat, dict) else []:
+            if not isinstance(test, dict):
+                raise ParseError(f"dcgmi diag -j: a test entry is not an object: {test!r:.60}")
             name = str(test.get("name", "?"))
             for res in test.get("results", []) or []:
                 checks.append(_json_result(name, res))
