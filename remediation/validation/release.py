@@ -552,6 +552,22 @@ class Validator:
                 self._again(node, "quarantined")
             return
         if final == "passed":
+            if firing := e.journal.firing_fingerprints(node):  # fired since the verdict (a
+                # pause parked its release, or it raced the conclusion): out, and the
+                # alert's own resolve starts probation again
+                with e.journal.tx() as db:
+                    db.execute(
+                        "UPDATE nodes SET state='quarantined', resolved_at=NULL WHERE node=? "
+                        "AND state IN ('validating','probation')",
+                        (node,),
+                    )
+                why = (
+                    f"validation {vid} passed, but {len(firing)} alert(s) fire for {node} now: "
+                    "not released; their resolve starts probation again"
+                )
+                e._record(None, node, fc, "validate", deny("validation", why),
+                          {"validation": vid, "firing": sorted(firing)})  # fmt: skip
+                return
             who = f"validation {vid}" + (f" ({r['who']})" if trigger == "manual" else "")
             if not e.release(node, manual=trigger == "manual", who=who).allow:
                 self._again(node, "quarantined")

@@ -589,3 +589,23 @@ Rails.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_the_rails_hold_under_any_interleaving = Rails.TestCase
+
+
+def test_a_release_a_pause_parked_is_not_made_once_a_new_fault_fires_for_the_node() -> None:
+    """Found by `make soak` (20,000 interleavings): a validation passed while paused (its
+    release parked), the node's fault fired again, the pause was lifted: the parked release
+    let the node back with that fault firing."""
+    s = Rails()
+    try:
+        s.start_jobs(jobs=[])
+        s.through_probation(node="gpu-node-001")
+        s.pause(paused=True)
+        s.through_probation(node="gpu-node-001")
+        s.storm(nodes=["gpu-node-001", "gpu-node-002", "gpu-node-003", "gpu-node-004"])
+        s.pause(paused=False)
+        s.scheduler_silent_until_it_pages()
+        s.a_node_with_a_fault_firing_is_never_schedulable_unless_an_operator_released_it()
+        s.a_node_with_an_open_fault_is_never_schedulable_unless_policy_allowed_it()
+        assert s.journal.node("gpu-node-001")["state"] == "quarantined"  # type: ignore[index]
+    finally:
+        s.teardown()
