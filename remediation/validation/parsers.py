@@ -214,6 +214,8 @@ def parse_dcgmi_diag(text: str) -> ToolResult:
 # -- nccl-tests ----------------------------------------------------------------------------
 
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<v>[0-9.]+)", re.M)
+# nccl-tests' own verdict on the values: "# Out of bounds values : 3 FAILED" (else "0 OK")
+_OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*\d+\s+FAILED", re.M)
 _MAX_BYTES = re.compile(
     r"maxBytes\s+(?P<max>\d+)\s+step:\s*(?P<step>\d+)\((?P<kind>factor|bytes)\)"
 )
@@ -263,7 +265,7 @@ def parse_nccl_tests(text: str) -> ToolResult:
     if avg:
         out["avg_busbw_gbps"] = float(avg.group("v"))
     check = Check("data correctness", "fail" if wrong else "pass", (), f"#wrong={wrong}")
-    if "Out of bounds values" in text and "FAILED" in text:
+    if _OUT_OF_BOUNDS.search(text):  # not any FAILED (NCCL WARN lines say it too)
         check = Check("data correctness", "fail", (), "out of bounds values")
     return ToolResult("nccl-tests", (check,), out)
 
