@@ -55,23 +55,25 @@ validation:
 """
 
 
-def stub(tmp: Path, outputs: list[str]) -> Path:
-    """A tool that prints the next recorded output each time it runs (the last one after)."""
+def stub(tmp: Path, outputs: list[str], delay: float = 0.0) -> Path:
+    """A tool that prints the next recorded output each time it runs (the last one after),
+    ``delay`` seconds after it starts."""
     for i, name in enumerate(outputs):
         (tmp / f"out{i}").write_text((FIX / name).read_text())
     s = tmp / "stub.sh"
     s.write_text(
         f"#!/bin/sh\nn=$(cat {tmp}/count 2>/dev/null || echo 0)\necho $((n+1)) > {tmp}/count\n"
-        f'i=$n; [ "$i" -ge {len(outputs)} ] && i={len(outputs) - 1}\ncat {tmp}/out$i\n'
+        f'i=$n; [ "$i" -ge {len(outputs)} ] && i={len(outputs) - 1}\nsleep {delay:g}\n'
+        f"cat {tmp}/out$i\n"
     )
     s.chmod(0o755)
     return s
 
 
 def make(tmp: Path, clock: FakeClock, outputs: list[str], max_attempts: int = 3,
-         more: str = "") -> Service:  # fmt: skip
+         more: str = "", delay: float = 0.0) -> Service:  # fmt: skip
     text = (
-        POLICY.replace("STUB", str(stub(tmp, outputs)))
+        POLICY.replace("STUB", str(stub(tmp, outputs, delay)))
         .replace("MAX", str(max_attempts))
         .replace("MORE", more)
     )
@@ -247,7 +249,9 @@ async def test_on_demand_validation_over_the_api_is_journaled_and_changes_nothin
     tmp_path: Path,
 ) -> None:
     clock = FakeClock()
-    svc = make(tmp_path, clock, ["all_reduce_perf-slow.txt"])
+    # the suite runs a second: still running when the second request comes (not finished
+    # and concluded by a tick in between on a busy machine)
+    svc = make(tmp_path, clock, ["all_reduce_perf-slow.txt"], delay=1.0)
     fault_then_resolve(svc, clock)
     async with TestClient(TestServer(build_app(svc))) as client:
         r = await client.post(f"/api/v1/nodes/{NODE}/validate")
