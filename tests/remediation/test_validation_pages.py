@@ -5,6 +5,8 @@ pause holds back for a node (``parked``), in each state a node can be in."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +93,16 @@ def test_a_paused_running_validation_says_what_follows_waits(tmp_path: Path) -> 
     svc.engine.tick()
     [run] = svc.validator.list(NODE, 1)
     svc.engine.set_paused(True, "op")
-    assert svc.validator.parked(NODE) == (
-        f"validation {run['id']} running; what follows waits for resume (paused)"
-    )
+    try:
+        assert svc.validator.parked(NODE) == (
+            f"validation {run['id']} running; what follows waits for resume (paused)"
+        )
+    finally:  # no suite process outlives the test (mutmut reaps orphans and trips on them)
+        runner = svc.validator.runner
+        assert isinstance(runner, LocalSuiteRunner)
+        for p in list(runner.procs.values()):
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(5)
 
 
 def test_a_paused_verdict_names_the_release_or_the_escalation_it_holds_back(
