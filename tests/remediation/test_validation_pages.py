@@ -37,13 +37,28 @@ def test_a_stop_never_confirmed_pages_once_with_its_error_and_counts_each_try(
 ) -> None:
     clock = FakeClock()
     svc = make(tmp_path, clock, ["all_reduce_perf-slow.txt"])
+    StopFails.tries = 0
     svc.validator.runner = StopFails(str(tmp_path / "runs"))
     fault_then_resolve(svc, clock)
     clock.advance(61)
     svc.engine.tick()
     vid = int(concluded(svc)["id"])
+    # the conclusion tried its stop once already
+    assert svc.journal.scalar("SELECT stop_tries FROM validations") == 1 == StopFails.tries
+    tries: list[int] = []  # the column after each tick: one more failed stop each time
+    pages: list[int] = []
     for _ in range(PAGE_AFTER + 2):
         svc.engine.tick()
+        tries.append(int(svc.journal.scalar("SELECT stop_tries FROM validations")))
+        pages.append(
+            int(
+                svc.journal.scalar(
+                    "SELECT COUNT(*) FROM decisions WHERE reason LIKE '%could not be stopped%'"
+                )
+            )
+        )
+    assert tries == list(range(2, PAGE_AFTER + 4))
+    assert pages == [int(t >= PAGE_AFTER) for t in tries]  # on the PAGE_AFTER-th try, once
     row = svc.journal.rows("SELECT stop_tries, stop_error, state FROM validations")[0]
     assert row["state"] == "stopping" and row["stop_tries"] >= PAGE_AFTER + 1
     assert row["stop_error"] == "OSError: scontrol: Socket timed out on send/recv"
