@@ -4,27 +4,16 @@ the text of a held-back checkpoint, and a journal value that cannot be read."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from remediation import storage
+from remediation.journal import Journal
 from remediation.storage import StorageHealth
 
 CLUSTER = {"alertname": "CheckpointStorageDegraded", "fault_class": "storage",
            "mount": "/mnt/ckpt", "scope": "cluster"}  # fmt: skip
 PROBE = {"alertname": "CheckpointStorageProbeFailing", "fault_class": "storage",
          "mount": "/mnt/ckpt", "node": "n1"}  # fmt: skip
-
-
-class DictKV:
-    def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-
-    def get(self, key: str, default: str | None = None) -> str | None:
-        return self.data.get(key, default)
-
-    def put(self, key: str, value: str | None) -> None:
-        if value is None:
-            self.data.pop(key, None)
-        else:
-            self.data[key] = value
 
 
 def test_a_storage_alerts_decision_says_what_is_held_back_and_that_no_node_drains() -> None:
@@ -128,8 +117,10 @@ def test_a_storage_alert_without_a_mount_is_taken_and_changes_nothing() -> None:
     assert h.unhealthy == {}
 
 
-def test_the_state_round_trips_through_the_journal_and_a_bad_value_reads_as_healthy() -> None:
-    kv = DictKV()
+def test_the_state_round_trips_through_the_journal_and_a_bad_value_reads_as_healthy(
+    tmp_path: Path,
+) -> None:
+    kv = Journal(tmp_path / "state.db")
     assert storage.held_back(kv, "/mnt/ckpt", ["n1"]) is None
     h = storage.load(kv)
     h.observe("firing", CLUSTER, "fleet")
@@ -145,9 +136,9 @@ def test_the_state_round_trips_through_the_journal_and_a_bad_value_reads_as_heal
     again.observe("resolved", CLUSTER)
     again.observe("resolved", PROBE)
     storage.save(kv, again)
-    assert storage.KV_KEY not in kv.data  # nothing unhealthy: nothing stored
+    assert kv.get(storage.KV_KEY) is None  # nothing unhealthy: nothing stored
     for bad in ("not json", "[1, 2]", "null", '{"cluster": null, "nodes": null}', ""):
-        kv.data[storage.KV_KEY] = bad
+        kv.put(storage.KV_KEY, bad)
         assert storage.load(kv).unhealthy == {} and storage.load(kv).on_node == {}
         assert storage.held_back(kv, None, ["n1"]) is None
 

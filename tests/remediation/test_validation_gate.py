@@ -18,6 +18,8 @@ from tests.remediation.test_validation_release import (
     make,
     process,
     state,
+    stop_suites,
+    until_concluded,
 )
 
 
@@ -63,9 +65,7 @@ def test_with_a_runner_the_gate_starts_the_suite_with_its_trigger_and_who(tmp_pa
         assert svc.validator.gate(rec(svc), "probation", "probation") is True
         assert runs(svc) == 1
     finally:
-        for p in list(svc.validator.runner.procs.values()):  # type: ignore[union-attr]
-            p.kill()
-            p.wait(5)
+        stop_suites(svc)
 
 
 def test_while_paused_the_gate_holds_the_release_and_starts_nothing(tmp_path: Path) -> None:
@@ -85,15 +85,6 @@ def test_a_fault_class_without_a_suite_is_released_without_one(tmp_path: Path) -
     assert runs(svc) == 0
 
 
-def concluded(svc: Service) -> dict[str, Any]:
-    for _ in range(400):
-        svc.engine.tick()
-        [last] = svc.validator.list(NODE, 1)
-        if last["state"] != "running":
-            return dict(last)
-    raise AssertionError("still running")
-
-
 def test_a_parked_pass_is_not_released_when_the_fault_fires_again_before_resume(
     tmp_path: Path,
 ) -> None:
@@ -103,7 +94,7 @@ def test_a_parked_pass_is_not_released_when_the_fault_fires_again_before_resume(
     clock.advance(61)
     svc.engine.tick()
     svc.engine.set_paused(True, "op")
-    vid = int(concluded(svc)["id"])
+    vid = int(until_concluded(svc)["id"])
     svc.engine.tick()
     again = alert(NODE, "nvlink", "drain", starts_at="2026-11-29T11:00:00Z", fp="fp-again")
     svc.journal.accept([again], clock.now())
@@ -135,7 +126,7 @@ def test_a_manual_releases_pass_names_who_asked_and_a_probations_does_not(tmp_pa
         svc = make(d, clock, ["all_reduce_perf-8gpu.txt"])
         fault_then_resolve(svc, clock)
         svc.validator.gate(rec(svc), trigger, who)
-        assert concluded(svc)["state"] == "passed"
+        assert until_concluded(svc)["state"] == "passed"
         assert state(svc) == "released"
         reasons = [r["reason"] for r in svc.journal.rows("SELECT reason FROM decisions")]
         assert any(r.startswith(f"released by {expected}:") for r in reasons), reasons

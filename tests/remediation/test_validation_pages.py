@@ -5,14 +5,18 @@ pause holds back for a node (``parked``), in each state a node can be in."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
 from remediation.clock import FakeClock
 from remediation.validation.release import PAGE_AFTER, LocalSuiteRunner
-from tests.remediation.test_validation_release import NODE, fault_then_resolve, make
+from tests.remediation.test_validation_release import (
+    NODE,
+    fault_then_resolve,
+    make,
+    stop_suites,
+    until_concluded,
+)
 
 
 class StopFails(LocalSuiteRunner):
@@ -21,15 +25,6 @@ class StopFails(LocalSuiteRunner):
     def stop(self, handle: dict[str, Any], verdict: str | None) -> None:
         StopFails.tries += 1
         raise OSError("scontrol: Socket timed out on send/recv")
-
-
-def concluded(svc: Any) -> dict[str, Any]:
-    for _ in range(400):
-        svc.engine.tick()
-        [last] = svc.validator.list(NODE, 1)
-        if last["state"] != "running":
-            return dict(last)
-    raise AssertionError("still running")
 
 
 def test_a_stop_never_confirmed_pages_once_with_its_error_and_counts_each_try(
@@ -42,7 +37,7 @@ def test_a_stop_never_confirmed_pages_once_with_its_error_and_counts_each_try(
     fault_then_resolve(svc, clock)
     clock.advance(61)
     svc.engine.tick()
-    vid = int(concluded(svc)["id"])
+    vid = int(until_concluded(svc)["id"])
     # the conclusion tried its stop once already
     assert svc.journal.scalar("SELECT stop_tries FROM validations") == 1 == StopFails.tries
     tries: list[int] = []  # the column after each tick: one more failed stop each time
@@ -112,12 +107,8 @@ def test_a_paused_running_validation_says_what_follows_waits(tmp_path: Path) -> 
         assert svc.validator.parked(NODE) == (
             f"validation {run['id']} running; what follows waits for resume (paused)"
         )
-    finally:  # no suite process outlives the test (mutmut reaps orphans and trips on them)
-        runner = svc.validator.runner
-        assert isinstance(runner, LocalSuiteRunner)
-        for p in list(runner.procs.values()):
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(5)
+    finally:
+        stop_suites(svc)
 
 
 def test_a_paused_verdict_names_the_release_or_the_escalation_it_holds_back(
@@ -135,7 +126,7 @@ def test_a_paused_verdict_names_the_release_or_the_escalation_it_holds_back(
         clock.advance(61)
         svc.engine.tick()
         svc.engine.set_paused(True, "op")
-        last = concluded(svc)
+        last = until_concluded(svc)
         for _ in range(3):
             svc.engine.tick()
         [last] = svc.validator.list(NODE, 1)

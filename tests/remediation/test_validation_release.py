@@ -8,7 +8,11 @@ test_validation_e2e_slurm.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -81,6 +85,28 @@ def make(tmp: Path, clock: FakeClock, outputs: list[str], max_attempts: int = 3,
     s = Settings(policy=tmp / "policy.yaml", state_db=tmp / "state.db", webhook_token=TOKEN,
                  topology=topology_file(tmp, 4), tick_s=0.2)  # fmt: skip
     return build(s, clock=clock, suite_runner=LocalSuiteRunner(str(tmp / "runs")))
+
+
+def stop_suites(svc: Service) -> None:
+    """Kill every suite a test left running and every step under it (no orphan outlives the
+    test: mutmut reaps orphans and trips on them). A step runs under coreutils ``timeout``,
+    which makes a process group of its own, so the suite's group alone is not enough: the
+    group of everything that runs from the test's directory (the suite script, ``timeout``
+    and the stub with its children) is killed."""
+    runner = svc.validator.runner
+    assert isinstance(runner, LocalSuiteRunner)
+    found = subprocess.run(
+        ["pgrep", "-f", str(runner.out_dir.parent)], capture_output=True, text=True, check=False
+    )
+    groups = set()
+    for pid in map(int, found.stdout.split()):
+        with contextlib.suppress(ProcessLookupError):
+            groups.add(os.getpgid(pid))
+    for group in groups - {os.getpgrp()}:  # each group whole: the stub's own children too
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+    for p in list(runner.procs.values()):
+        p.wait(5)
 
 
 def process(svc: Service) -> None:
@@ -174,6 +200,7 @@ def test_a_suite_past_its_deadline_fails_closed_and_escalates(tmp_path: Path) ->
     last = until_concluded(svc)
     assert last["state"] == "failed" and "timed out after 30 s" in last["reason"]
     assert actions(svc) == ["drain", "checkpoint_restart"]
+    stop_suites(svc)  # the stub sleeps on in timeout's own process group
 
 
 def test_a_runner_that_cannot_start_is_a_failed_validation(tmp_path: Path) -> None:
@@ -223,6 +250,7 @@ def test_a_new_alert_during_the_suite_cancels_it(tmp_path: Path) -> None:
     last = until_concluded(svc)
     assert last["state"] == "cancelled" and "a new alert" in last["reason"]
     assert state(svc) == "quarantined"
+    stop_suites(svc)  # the stub sleeps on in timeout's own process group
 
 
 def test_the_validation_section_is_checked_at_start_up() -> None:
