@@ -17,15 +17,37 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from remediation.backends.base import BackendError
 from remediation.gpureset.job import suite
 from remediation.gpureset.verdict import judge
+from remediation.interrupts import Deferred
+from remediation.journal import Journal
 from remediation.model import Job
+from remediation.policy import Policy
 from remediation.validation.slurm import ValidationRun, reservation_name
 
-if TYPE_CHECKING:
-    from remediation.executor import Executor
+
+class Executor(Protocol):
+    """What the saga needs of the executor that drives it (``remediation.executor``, which
+    imports this module: the saga never imports the executor back)."""
+
+    journal: Journal
+    backend: Any
+    policy: Policy
+    resetter: Any
+
+    def _step(self, a: dict[str, Any], name: str, do: Callable[[], str],
+              observed: Callable[[], bool] | None, gated: bool = True) -> str: ...  # fmt: skip
+
+    def _wait(self, a: dict[str, Any], name: str, pred: Callable[[], bool],
+              timeout: float) -> bool: ...  # fmt: skip
+
+    def _jobs(self, a: dict[str, Any], node: str) -> list[Job]: ...
+
+    def _requeue(self, a: dict[str, Any], job: Job, node: str) -> str: ...
 
 
 def gpu_of(ex: Executor, a: dict[str, Any]) -> str | None:
@@ -129,9 +151,6 @@ def reset_gpu(ex: Executor, a: dict[str, Any], node: str) -> str:
 def fall_back(ex: Executor, a: dict[str, Any], node: str, notes: list[str],
               ev: dict[str, Any]) -> str:  # fmt: skip
     """The next rung (reboot) in the same action; deferred while the node is busy."""
-    from remediation.backends.base import BackendError
-    from remediation.executor import Deferred
-
     head = f"GPU reset failed: {ev.get('why')}; fell back to reboot"
     ex._step(a, "fallback", lambda: head, None, gated=False)  # the evidence, before the reboot
     if ex.journal.step_state(int(a["id"]), "reboot") != "done":

@@ -82,3 +82,16 @@ def test_a_dry_run_reset_is_recorded_not_run(tmp_path: Path) -> None:
     [row] = svc.journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
     state, outcome = svc.executor.run(row)
     assert state == "done" and "dry-run: would reset GPU 3 on gpu-node-001" in outcome
+
+
+def test_the_reset_saga_never_imports_the_executor_that_drives_it() -> None:
+    """No import circle: the executor imports the saga, the saga only the small modules both
+    share (``remediation.interrupts``) and its own Protocol of the executor."""
+    import grimp
+
+    graph = grimp.build_graph("remediation")
+    assert graph.chain_exists("remediation.executor", "remediation.gpureset.saga")
+    assert not graph.chain_exists("remediation.gpureset.saga", "remediation.executor")
+    assert not graph.find_modules_that_directly_import("remediation.executor") & {
+        m for m in graph.modules if m.startswith("remediation.gpureset")
+    }
