@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from tests.remediation.helpers import LIVE_POLICY, alert, service
 from tests.slurmcluster import SlurmCluster
 
 pytestmark = pytest.mark.real
+REPO = Path(__file__).resolve().parents[2]
 
 # the catch-all rule for xid_fatal also allows reset_gpu; the ladder still says reboot
 ALLOW = "checkpoint_restart, reboot, inspect]"
@@ -33,7 +35,8 @@ POLICY = (
     + "reset_gpu: {timeout_s: 3, deadline_s: 40}\nvalidation: {out_dir: OUT}\n"
 )
 
-# A stand-in for nvidia-smi on the node: logs its arguments, then does what ./mode says.
+# A stand-in for nvidia-smi on the node: logs its arguments, then does what ./mode says;
+# -q prints ./smi-q.txt (a recorded R535 output of a healthy H100, fixtures/gpureset/).
 FAKE = """#!/bin/sh
 d=$(dirname "$0")
 echo "$*" >> "$d/calls.log"
@@ -47,7 +50,7 @@ case "$*" in
       hang) sleep 30; exit 0 ;;
       slow) sleep 6; echo "GPU 00000000:3B:00.0 was successfully reset."; exit 0 ;;
     esac ;;
-  *-q*) echo "GPU 00000000:3B:00.0"; echo "    Product Name : NVIDIA H100 80GB HBM3"; exit 0 ;;
+  *-q*) cat "$d/smi-q.txt"; exit 0 ;;
 esac
 exit 0
 """
@@ -61,6 +64,7 @@ def fake_smi(readable_dir: Path) -> Path:
     tool.write_text(FAKE)
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
     (d / "mode").write_text("ok\n")
+    shutil.copy(REPO / "fixtures/gpureset/smi-q-r535.161-h100.txt", d / "smi-q.txt")
     return d
 
 
