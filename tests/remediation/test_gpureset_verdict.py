@@ -186,3 +186,73 @@ def test_pending_of_other_sections_is_never_read_as_a_remap() -> None:
     hist = gpu.sections["Remapped Rows"].sections["Bank Remap Availability Histogram"]
     assert hist.fields["Max"] == "639 bank(s)"
     assert gpu.fields["Product Name"] == "NVIDIA A100-SXM4-80GB"
+
+
+def test_a_failed_or_timed_out_reset_or_a_gpu_not_answering_never_passes() -> None:
+    good = StepRun(0, text("smi-q-r535.161-h100.txt"))
+    for runs, why in [
+        ([StepRun(124, "")], "the reset job left no result"),
+        ([StepRun(124, ""), good], "the reset command timed out"),
+        ([StepRun(None, ""), good], "the reset command timed out"),
+        ([StepRun(3, "in use"), good], "the reset command failed (exit 3)"),
+        ([OK, StepRun(9, "")], "the GPU does not answer NVML after reset (exit 9)"),
+    ]:
+        passed, ev = judge(runs)
+        assert (passed, ev["why"]) == (False, why)
+    _, ev = judge([OK, good])
+    assert set(ev) == {"reset", "verify", "state", "why"}
+    assert ev["verify"] == {"exit_code": 0, "output": good.stdout.strip()[-300:]}
+    assert len(ev["verify"]["output"]) == 300 and ev["verify"]["output"].endswith("None")
+
+
+def test_retired_pages_as_a_bare_na_field_passes_anything_else_there_fails() -> None:
+    block = "    Retired Pages\n" + "\n".join(
+        field(k, "N/A") for k in ("Single Bit ECC", "Double Bit ECC", "Pending Page Blacklist")
+    )
+    assert block in text("smi-q-r535.161-h100.txt")
+    bare = edited("smi-q-r535.161-h100.txt", block, field("Retired Pages", "N/A", 4))
+    assert verdict(bare)[0] is True
+    unknown = bare.replace(field("Retired Pages", "N/A", 4), field("Retired Pages", "n/a", 4))
+    passed, why = verdict(unknown)
+    assert not passed and "Retired Pages: 'n/a' (unknown)" in why
+
+
+def test_drain_and_reset_recommended_is_judged_even_when_reset_required_is_deprecated() -> None:
+    key = "Drain and Reset Recommended"
+    old = field(key, "Requested functionality has been deprecated")
+    passed, why = verdict(edited("smi-q-r570.124-rtx5090.txt", old, field(key, "Yes")))
+    assert not passed and f"GPU Reset Status/{key}: Yes" in why
+
+
+def test_every_finding_is_named_in_the_why() -> None:
+    out = edited("smi-q-r570.124-rtx5090.txt", field("GPU Recovery Action", "None", 4) + "\n", "")
+    out = out.replace(field("Pending Page Blacklist", "N/A"), field("Pending Page Blacklist", ""))
+    assert verdict(out)[1] == (
+        "the GPU still reports after reset: Retired Pages/Pending Page Blacklist: '' "
+        "(unknown: not judged healthy); GPU Reset Status: no readable reset state "
+        "(deprecated, no recovery action)"
+    )
+
+
+def test_blank_lines_and_sibling_sections_keep_their_place_in_the_tree() -> None:
+    # R570 prints blank lines inside the PCI section (a public V100 output, see the README)
+    rollovers = field("Replay Number Rollovers", "0")
+    out = edited("smi-q-r535.161-h100.txt", rollovers, rollovers + "\n\n")
+    [(_, gpu)] = parse(out).gpus
+    assert gpu.sections["PCI"].fields["Tx Throughput"] == "3875 KB/s"
+    assert gpu.sections["Remapped Rows"].fields["Pending"] == "No"
+    ecc = gpu.sections["ECC Errors"]
+    assert set(ecc.sections) >= {"Volatile", "Aggregate"}
+    assert ecc.sections["Aggregate"].fields["SRAM Threshold Exceeded"] == "No"
+    assert verdict(out)[0] is True
+
+
+def test_an_output_without_a_readable_driver_version_says_unknown() -> None:
+    body = text("smi-q-r565.57-h100.txt")
+    headless = body[body.index("GPU 0000") :]
+    assert parse(headless).driver == ""
+    assert judge_output(headless) == ([], {**judge_output(body)[1], "driver": "unknown"})
+    empty = body.replace(
+        "Driver Version                            : 565.57.01", "Driver Version :"
+    )
+    assert parse(empty).driver == "" and judge_output(empty)[1]["driver"] == "unknown"
