@@ -226,3 +226,27 @@ def test_a_jobs_gpus_are_read_from_gres_detail_or_are_unknown(
 
     got = gpu_indices({"gres_detail": detail} if detail is not None else {}, node, nodes)
     assert (None if got is None else set(got)) == want
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine.tick's probation release (and its validation gate) does not ask "
+    "remediation.gpureset.release.blocked; engine.py is outside this change (issue 31 lead)",
+)
+def test_an_automatic_release_after_probation_waits_for_a_running_reset(
+    svc: Service, slurm: FakeSlurm
+) -> None:
+    """The same hole as the manual release, through probation: the XID alert resolves while
+    the reset job runs, probation (60 s here) passes, and the engine releases the node,
+    superseding the reset action; nothing cancels or concludes the reset job."""
+    aid = decide(svc)
+    assert drive(svc, slurm, aid, "reset_done")[0] == "waiting"
+    done = alert(NODE, "xid_fatal", "reboot", status="resolved", gpu="3", xid="79",
+                 reset_suffices="true")  # fmt: skip
+    svc.journal.accept([done], svc.clock.now())
+    svc.engine.decide(done)
+    for _ in range(3):
+        svc.clock.advance(100)  # type: ignore[attr-defined]
+        svc.engine.tick()
+    [row] = svc.journal.rows("SELECT state FROM actions WHERE id=?", (aid,))
+    assert row["state"] == "waiting" and slurm.ours(NODE)
