@@ -38,11 +38,14 @@ from typing import Any
 
 from remediation import storage
 from remediation.backends.base import Backend, BackendError
+from remediation.gpureset.saga import gpu_of, reset_gpu
+from remediation.interrupts import Deferred, IntakeClosed, Paused, Superseded, Waiting
 from remediation.journal import Journal
 from remediation.model import Job
 from remediation.policy import Policy
 
 TERMINAL = ("done", "failed", "superseded")
+__all__ = ["Deferred", "Executor", "IntakeClosed", "Paused", "Superseded", "Waiting"]
 
 # An action with an open saga: a job held by a ``hold`` step whose ``requeue`` step (the
 # release) has not happened. A manual release must not drop it (the job would stay held for
@@ -52,26 +55,6 @@ OPEN_SAGA = (
     "AND h.state IN ('started','done','failed') AND NOT EXISTS (SELECT 1 FROM steps r WHERE "
     "r.action_id=h.action_id AND r.step='requeue:'||substr(h.step,6) AND r.state='done'))"
 )
-
-
-class Deferred(Exception):
-    """The action waits for a condition (an idle node); it stays in the journal as deferred."""
-
-
-class Waiting(Exception):
-    """A wait step's condition does not hold yet and its deadline has not passed."""
-
-
-class Paused(Exception):
-    """The pause switch is on: no side effect now; the action resumes after ``resume``."""
-
-
-class IntakeClosed(Paused):
-    """The storm breaker is open or the service is stopping: parked like a pause."""
-
-
-class Superseded(Exception):
-    """The node was released (a new epoch) after this action was decided."""
 
 
 def ack_path(ack_dir: str, job_id: str) -> Path:
@@ -222,8 +205,6 @@ class Executor:
             return None
         if not hasattr(self.backend, "isolate_gpu"):
             return None
-        from remediation.gpureset.saga import gpu_of
-
         gpu = gpu_of(self, a)
         if gpu is None or self.journal.step_state(int(a["id"]), "take_out") is not None:
             return None
@@ -263,8 +244,6 @@ class Executor:
             self._step(a, "mark", mark, None)  # idempotent: repeated after a crash
             return out
         if act == "reset_gpu":
-            from remediation.gpureset.saga import reset_gpu
-
             return f"{out}; " + reset_gpu(self, a, node)
         if act == "reboot":
             busy = self.backend.jobs_on(node)  # read fresh: the reboot waits for an idle node

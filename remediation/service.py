@@ -21,6 +21,7 @@ from remediation.backends.slurm import SlurmBackend
 from remediation.clock import Clock, SystemClock
 from remediation.engine import Engine
 from remediation.executor import Executor
+from remediation.gpureset import release as reset_release
 from remediation.journal import HELD_STATES, Journal
 from remediation.metrics import Metrics
 from remediation.pager import AlertmanagerPager, NoPager
@@ -63,6 +64,10 @@ class Service:
         """A manual release: validated first when the policy says so (202 and the run),
         else released now (200, or 409 with the denying guard)."""
         vp, rec = self.policy.validation, self.journal.node(node)
+        resetting = reset_release.blocked(self.journal, self.executor.resetter, node)
+        if resetting is not None:  # never back in service under a running reset job
+            return 409, {"node": node, "released": False, "guard": "gpu_reset",
+                         "reason": resetting}  # fmt: skip
         if self.engine.paused and vp.manual_release and _needs_validation(vp, rec):
             return 409, {"node": node, "released": False, "guard": "paused",
                          "reason": "remediation is paused: the validation this release needs "

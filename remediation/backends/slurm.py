@@ -25,6 +25,7 @@ from remediation.model import REASON_PREFIX, Job, NodeView
 
 RESERVATION_PREFIX = "gpuwarden-validate-"  # the validation runner's reservations
 MAINT = {"MAINT", "MAINTENANCE"}
+LIVE_JOB = ("RUNNING", "SUSPENDED", "CONFIGURING")  # a job on the node, as jobs_on counts it
 
 
 class SlurmBackend:
@@ -81,24 +82,40 @@ class SlurmBackend:
     def node(self, name: str) -> NodeView | None:
         return next((n for n in self.fleet() if n.name == name), None)
 
+    @staticmethod
+    def _job(j: Mapping[str, Any]) -> Job:
+        return Job(
+            str(slurmstate.number(j["job_id"])),
+            slurmstate.job_state(j),
+            expand(str(j.get("nodes") or "")),
+            slurmstate.number(j.get("restart_cnt")),
+            slurmstate.held(j),
+        )
+
     def _jobs(self) -> list[Job]:
-        jobs = []
-        for j in self._json("squeue", "--json").get("jobs", []):
-            nodes = expand(str(j.get("nodes") or ""))
-            jobs.append(
-                Job(
-                    str(slurmstate.number(j["job_id"])),
-                    slurmstate.job_state(j),
-                    nodes,
-                    slurmstate.number(j.get("restart_cnt")),
-                    slurmstate.held(j),
-                )
-            )
-        return jobs
+        return [self._job(j) for j in self._json("squeue", "--json").get("jobs", [])]
 
     def jobs_on(self, node: str) -> tuple[Job, ...]:
-        live = ("RUNNING", "SUSPENDED", "CONFIGURING")
-        return tuple(j for j in self._jobs() if node in j.nodes and j.state in live)
+        return tuple(j for j in self._jobs() if node in j.nodes and j.state in LIVE_JOB)
+
+    def jobs_on_gpu(self, node: str, gpu: str) -> tuple[tuple[Job, ...], str]:
+        """The jobs a reset of GPU ``gpu`` must move, and how they were found: those whose
+        allocation on the node (``gres_detail``, GRES ``IDX``) holds the GPU, and, failing
+        closed, those whose GPUs cannot be told (no GPU GRES, an unreadable entry). Jobs
+        holding only other GPUs of the node keep running."""
+        moved: list[Job] = []
+        kept: list[Job] = []
+        for j in self._json("squeue", "--json").get("jobs", []):
+            job = self._job(j)
+            if node not in job.nodes or job.state not in LIVE_JOB:
+                continue
+            gpus = slurmstate.gpu_indices(j, node, job.nodes)
+            (kept if gpus is not None and gpu not in gpus else moved).append(job)
+        others = ", ".join(j.job_id for j in kept) or "none"
+        return tuple(moved), (
+            f"the jobs holding GPU {gpu} or whose GPUs are unknown (gres IDX); kept on other "
+            f"GPUs: {others}"
+        )
 
     def job(self, job_id: str) -> Job | None:
         return next((j for j in self._jobs() if j.job_id == job_id), None)

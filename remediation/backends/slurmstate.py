@@ -11,9 +11,12 @@ became ``{"set": .., "infinite": .., "number": ..}`` objects from 23.11. Recorde
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+# One GPU entry of a ``gres_detail`` string: ``gpu:2(IDX:1-2)``, ``gpu:h100:1(IDX:3)``
+GRES_GPU = re.compile(r"(?:^|,)gpu(?::[^:(,]+)?:\d+\(IDX:([^)]*)\)")
 # Base states and derived names that mean "not in service" (sinfo's long names included).
 OUT_STATES = {"down", "drained", "draining", "fail", "failing", "future", "maint", "error"}
 OUT_FLAGS = {"DRAIN", "DRAINED", "DRAINING", "FAIL", "MAINTENANCE", "MAINT", "REBOOT_ISSUED"}
@@ -64,3 +67,27 @@ def held(j: Mapping[str, Any]) -> bool:
     """Held (requeuehold, scontrol hold, --hold): pending with a JobHeld* reason."""
     reason = str(j.get("state_reason") or "")
     return job_state(j) == "PENDING" and (reason.startswith("JobHeld") or j.get("hold") is True)
+
+
+def _indices(idx: str) -> frozenset[str] | None:
+    """``0-1,3`` -> {0, 1, 3}; None for anything else (``N/A``)."""
+    out: set[str] = set()
+    for part in idx.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or not (hi or lo).isdigit() or int(lo) > int(hi or lo):
+            return None
+        out.update(str(i) for i in range(int(lo), int(hi or lo) + 1))
+    return frozenset(out)
+
+
+def gpu_indices(j: Mapping[str, Any], node: str, nodes: Sequence[str]) -> frozenset[str] | None:
+    """The GPU indices (GRES ``IDX``) a job holds on ``node``, from ``squeue --json``'s
+    ``gres_detail`` (one string per node of the job, in its node list's order: 21.08 to
+    24.11); None where it cannot be told (no such field, no GPU entry, an unknown index)."""
+    detail = j.get("gres_detail")
+    if not isinstance(detail, list) or node not in nodes or len(detail) != len(nodes):
+        return None
+    found = [_indices(m.group(1)) for m in GRES_GPU.finditer(str(detail[list(nodes).index(node)]))]
+    if not found or any(f is None for f in found):
+        return None
+    return frozenset().union(*[f for f in found if f is not None])

@@ -1,5 +1,6 @@
 """The reset as a validation-style suite: run on the node like a validation suite (a Slurm
-job in gpuwarden's maintenance reservation, or a Kubernetes Job bound to the node), two
+job in gpuwarden's maintenance reservation, not exclusive: the jobs of the node's other
+GPUs keep running beside it; or a Kubernetes Job bound to the node), two
 steps: the reset (persistence mode off around it when it was on) and the verification that
 the GPU answers NVML again. Pure: builds the Suite; the suite runners do the I/O."""
 
@@ -37,4 +38,5 @@ def suite(p: ResetPolicy, index: str) -> Suite:
             Step("reset", ("sh", "-c", reset_shell(p, index)), p.timeout_s, "exit_code"),
             Step("verify", p.argv(p.verify_command, index), 60.0, "exit_code"),
         ),
+        exclusive=False,  # the jobs of the node's other GPUs keep running beside it
     )

@@ -1,7 +1,7 @@
 """The ``reset_gpu`` action as a saga of persisted steps, driven by the executor's tick.
 
-take_out (the node's drain, done by the executor) -> requeue the jobs on the GPU (Slurm
-shows no per-GPU allocation to the backend, so every job of the node moves; Kubernetes moves
+take_out (the node's drain, done by the executor) -> requeue the jobs on the GPU (Slurm: the
+jobs whose GRES allocation holds it or cannot be read, the others keep running; Kubernetes:
 the pods whose DRA claims hold the GPU, else the node's GPU pods) -> ``reset_start`` (the
 reset suite submitted in gpuwarden's reservation, or a privileged Job bound to the node on
 Kubernetes; its run recorded) -> ``reset_done`` (a persisted deadline: no thread waits) -> ``reset_verdict``
@@ -17,15 +17,37 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from remediation.backends.base import BackendError
 from remediation.gpureset.job import suite
 from remediation.gpureset.verdict import judge
+from remediation.interrupts import Deferred, Superseded
+from remediation.journal import Journal
 from remediation.model import Job
+from remediation.policy import Policy
 from remediation.validation.slurm import ValidationRun, reservation_name
 
-if TYPE_CHECKING:
-    from remediation.executor import Executor
+
+class Executor(Protocol):
+    """What the saga needs of the executor that drives it (``remediation.executor``, which
+    imports this module: the saga never imports the executor back)."""
+
+    journal: Journal
+    backend: Any
+    policy: Policy
+    resetter: Any
+
+    def _step(self, a: dict[str, Any], name: str, do: Callable[[], str],
+              observed: Callable[[], bool] | None, gated: bool = True) -> str: ...  # fmt: skip
+
+    def _wait(self, a: dict[str, Any], name: str, pred: Callable[[], bool],
+              timeout: float) -> bool: ...  # fmt: skip
+
+    def _jobs(self, a: dict[str, Any], node: str) -> list[Job]: ...
+
+    def _requeue(self, a: dict[str, Any], job: Job, node: str) -> str: ...
 
 
 def gpu_of(ex: Executor, a: dict[str, Any]) -> str | None:
@@ -52,8 +74,9 @@ def _found(ex: Executor, node: str, run_id: str) -> ValidationRun | None:
 
 def _jobs(ex: Executor, a: dict[str, Any], node: str, gpu: str | None) -> list[Job]:
     """The jobs the reset must move, listed once and journaled (step ``jobs``, the
-    executor's format): where the backend tells which pods use the GPU (Kubernetes: DRA
-    claims, else the node's GPU pods) only those, else every job of the node (Slurm)."""
+    executor's format; ``jobs_scope`` says how they were found): where the backend tells
+    which jobs use the GPU (Slurm: GRES IDX; Kubernetes: DRA claims, else the node's GPU
+    pods) only those, else every job of the node."""
     aid = int(a["id"])
     on_gpu = getattr(ex.backend, "jobs_on_gpu", None)
     if on_gpu is None or gpu is None or ex.journal.step_state(aid, "jobs") == "done":
@@ -93,6 +116,11 @@ def reset_gpu(ex: Executor, a: dict[str, Any], node: str) -> str:
 
     def start() -> str:
         run = ex.resetter.start(node, suite(p, gpu), run_id, str(a["reason"]))  # type: ignore[union-attr]
+        if ex.journal.epoch(node) != int(a.get("epoch") or 0):
+            # released while the job was being submitted: the operator wins, the job goes
+            ex.resetter.finish(run, None)  # type: ignore[union-attr]
+            raise Superseded(f"superseded: {node} released during the reset's submit; "
+                             "reset job cancelled")  # fmt: skip
         return json.dumps(dataclasses.asdict(run))
 
     ex._step(a, "reset_start", start, None)
@@ -129,9 +157,6 @@ def reset_gpu(ex: Executor, a: dict[str, Any], node: str) -> str:
 def fall_back(ex: Executor, a: dict[str, Any], node: str, notes: list[str],
               ev: dict[str, Any]) -> str:  # fmt: skip
     """The next rung (reboot) in the same action; deferred while the node is busy."""
-    from remediation.backends.base import BackendError
-    from remediation.executor import Deferred
-
     head = f"GPU reset failed: {ev.get('why')}; fell back to reboot"
     ex._step(a, "fallback", lambda: head, None, gated=False)  # the evidence, before the reboot
     if ex.journal.step_state(int(a["id"]), "reboot") != "done":

@@ -107,8 +107,9 @@ class SlurmValidation:
             script.write_text(batch_script(suite, out))
             script.chmod(0o755)
             self._ok("scontrol", "update", f"NodeName={node}", "State=RESUME")
+            whole = ["--exclusive"] if suite.exclusive else []
             job = self._ok("sbatch", "--parsable", f"--reservation={res}", f"--nodelist={node}",
-                           "--exclusive", f"--job-name=gpuwarden-validate-{node}",
+                           *whole, f"--job-name=gpuwarden-validate-{node}",
                            f"--output={out / 'job.log'}", f"--chdir={out}",
                            str(script)).strip().split(";")[0]  # fmt: skip
         except (BackendError, OSError) as e:

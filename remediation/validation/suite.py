@@ -55,6 +55,9 @@ class Step:
 class Suite:
     name: str
     steps: tuple[Step, ...]
+    # the whole node (Slurm --exclusive): a validation suite; the GPU reset runs beside the
+    # jobs of the node's other GPUs, which it leaves running
+    exclusive: bool = True
 
 
 @dataclass(frozen=True)

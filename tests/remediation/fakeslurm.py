@@ -34,6 +34,7 @@ class FakeJob:
     excluded: set[str] = field(default_factory=set)
     signals: int = 0
     completing: int = 0  # ticks left in COMPLETING after a requeue
+    gpus: tuple[int, ...] | None = None  # GRES IDX on each of its nodes (None: no GPU GRES)
 
 
 class FakeSlurm:
@@ -125,6 +126,10 @@ class FakeSlurm:
             "state_reason": "JobHeldAdmin" if j.held else "None",
             "nodes": ",".join(j.nodes),
             "restart_cnt": j.restarts,
+            # as squeue --json 22.05 shows it: one string per node of the job
+            "gres_detail": []
+            if j.gpus is None
+            else [f"gpu:{len(j.gpus)}(IDX:{','.join(map(str, j.gpus))})" for _ in j.nodes],
         }
 
     # ------------------------------------------------------------------ the world moves

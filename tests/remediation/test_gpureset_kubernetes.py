@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import kmock
@@ -37,10 +38,13 @@ POLICY = (
     + "validation: {kubernetes: {image: registry.local/gpu-validate:1}}\n"
 )
 PODS, JOBS = kmock.resource("v1/pods"), kmock.resource("batch/v1/jobs")
+SMI_Q = (
+    Path(__file__).resolve().parents[2] / "fixtures/gpureset/smi-q-r565.57-h100.txt"
+).read_text()
 OK_LOG = (
     "===gpuwarden-step 0 begin===\nGPU 00000000:3B:00.0 was successfully reset.\n"
-    "===gpuwarden-step 0 rc=0===\n===gpuwarden-step 1 begin===\nGPU 00000000:3B:00.0\n"
-    "    Product Name : NVIDIA H100 80GB HBM3\n===gpuwarden-step 1 rc=0===\n"
+    f"===gpuwarden-step 0 rc=0===\n===gpuwarden-step 1 begin===\n{SMI_Q}"
+    "===gpuwarden-step 1 rc=0===\n"
 )
 FAIL_LOG = (
     "===gpuwarden-step 0 begin===\nUnable to reset GPU 00000000:3B:00.0: In use by another "

@@ -15,7 +15,8 @@ from remediation.validation.suite import StepRun
 from tests.remediation.helpers import LIVE_POLICY, alert, service, topology_file
 
 OK = StepRun(0, "GPU 00000000:3B:00.0 was successfully reset.")
-ANSWERS = StepRun(0, "GPU 00000000:3B:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n")
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "gpureset"
+ANSWERS = StepRun(0, (FIX / "smi-q-r535.161-h100.txt").read_text())
 
 
 def test_a_reset_passes_only_when_both_steps_exit_zero_and_the_gpu_answers_cleanly() -> None:
@@ -25,7 +26,7 @@ def test_a_reset_passes_only_when_both_steps_exit_zero_and_the_gpu_answers_clean
     assert verdict.judge([StepRun(124, ""), ANSWERS])[1]["why"] == "the reset command timed out"
     assert verdict.judge([StepRun(3, "in use"), ANSWERS])[1]["why"].endswith("(exit 3)")
     assert "NVML" in verdict.judge([OK, StepRun(9, "")])[1]["why"]
-    still = StepRun(0, "GPU 0: Pending : Yes\n")
+    still = StepRun(0, (FIX / "smi-q-r555.42-a100-remap-pending.txt").read_text())
     assert verdict.judge([OK, still])[0] is False
     assert verdict.judge([OK, StepRun(0, "Unable to determine: GPU requires reset")])[0] is False
 
@@ -82,3 +83,16 @@ def test_a_dry_run_reset_is_recorded_not_run(tmp_path: Path) -> None:
     [row] = svc.journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
     state, outcome = svc.executor.run(row)
     assert state == "done" and "dry-run: would reset GPU 3 on gpu-node-001" in outcome
+
+
+def test_the_reset_saga_never_imports_the_executor_that_drives_it() -> None:
+    """No import circle: the executor imports the saga, the saga only the small modules both
+    share (``remediation.interrupts``) and its own Protocol of the executor."""
+    import grimp
+
+    graph = grimp.build_graph("remediation")
+    assert graph.chain_exists("remediation.executor", "remediation.gpureset.saga")
+    assert not graph.chain_exists("remediation.gpureset.saga", "remediation.executor")
+    assert not graph.find_modules_that_directly_import("remediation.executor") & {
+        m for m in graph.modules if m.startswith("remediation.gpureset")
+    }

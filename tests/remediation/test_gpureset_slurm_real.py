@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from tests.remediation.helpers import LIVE_POLICY, alert, service
 from tests.slurmcluster import SlurmCluster
 
 pytestmark = pytest.mark.real
+REPO = Path(__file__).resolve().parents[2]
 
 # the catch-all rule for xid_fatal also allows reset_gpu; the ladder still says reboot
 ALLOW = "checkpoint_restart, reboot, inspect]"
@@ -33,7 +35,8 @@ POLICY = (
     + "reset_gpu: {timeout_s: 3, deadline_s: 40}\nvalidation: {out_dir: OUT}\n"
 )
 
-# A stand-in for nvidia-smi on the node: logs its arguments, then does what ./mode says.
+# A stand-in for nvidia-smi on the node: logs its arguments, then does what ./mode says;
+# -q prints ./smi-q.txt (a recorded R535 output of a healthy H100, fixtures/gpureset/).
 FAKE = """#!/bin/sh
 d=$(dirname "$0")
 echo "$*" >> "$d/calls.log"
@@ -47,7 +50,7 @@ case "$*" in
       hang) sleep 30; exit 0 ;;
       slow) sleep 6; echo "GPU 00000000:3B:00.0 was successfully reset."; exit 0 ;;
     esac ;;
-  *-q*) echo "GPU 00000000:3B:00.0"; echo "    Product Name : NVIDIA H100 80GB HBM3"; exit 0 ;;
+  *-q*) cat "$d/smi-q.txt"; exit 0 ;;
 esac
 exit 0
 """
@@ -61,6 +64,7 @@ def fake_smi(readable_dir: Path) -> Path:
     tool.write_text(FAKE)
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC | stat.S_IXGRP | stat.S_IXOTH)
     (d / "mode").write_text("ok\n")
+    shutil.copy(REPO / "fixtures/gpureset/smi-q-r535.161-h100.txt", d / "smi-q.txt")
     return d
 
 
@@ -222,3 +226,62 @@ def test_kill_9_of_the_service_mid_reset_reconciles_after_the_restart(
     assert (fake_smi / "calls.log").read_text().count("-r -i 3") == 1  # one reset job only
     assert sc.node_state(node)["reason"] == "gpuwarden: validation gpu reset passed"
     sc.run("scontrol", "delete", f"ReservationName={reservation_name(node)}", check=False)
+
+
+def test_on_real_slurm_only_the_job_holding_the_gpu_moves_the_other_gpus_job_keeps_running(
+    svc: Service, clean_slurm: SlurmCluster
+) -> None:
+    """Job A holds GPU 0 (GRES IDX 0), job B GPUs 1-2 of the same node; a reset of GPU 1
+    requeues B only (it runs on the other node), A keeps running, and the reset job runs
+    beside A in the reservation (not --exclusive) and passes."""
+    sc, (node, other) = clean_slurm, clean_slurm.live[:2]
+    sc.run("scontrol", "update", f"NodeName={other}", "State=DRAIN", "Reason=test setup")
+    a = sc.sbatch("--gres=gpu:1", "--wrap", "sleep 600")  # both on node: the other is out
+    b = sc.sbatch("--gres=gpu:2", "--requeue", "--wrap", "sleep 600")  # no -w: may move
+    wait_running(sc, a, b)
+    sc.run("scontrol", "update", f"NodeName={other}", "State=RESUME")
+    aid = svc.engine.decide(alert(node, "xid_fatal", "reboot", alertname="GpuXidFatalHardware",
+                                  gpu="1", xid="79", reset_suffices="true"))  # fmt: skip
+    assert aid is not None
+    state, outcome = drive(svc, aid, 90)
+    assert state == "done" and "GPU 1 reset and verified" in outcome, outcome
+    jobs = {j["job_id"]: j for j in json.loads(sc.run("squeue", "--json"))["jobs"]}
+    assert str(jobs[int(a)]["nodes"]) == node and jobs[int(a)]["restart_cnt"] == 0
+    assert str(jobs[int(b)]["nodes"]) != node and jobs[int(b)]["restart_cnt"] == 1
+    assert "kept on other GPUs: " + a in steps(svc, aid)["jobs_scope"][1]
+
+
+def wait_running(sc: SlurmCluster, *ids: str) -> None:
+    from tests.realcomp import wait_until
+
+    def running() -> bool:
+        out = json.loads(sc.run("squeue", "--json"))["jobs"]
+        return {str(j["job_id"]) for j in out if str(j["job_state"]) in ("RUNNING", "['RUNNING']")
+                } >= set(ids)  # fmt: skip
+
+    wait_until(running, 30, 0.2, f"jobs {ids} running")
+
+
+def test_on_real_slurm_a_release_during_the_reset_is_refused_and_the_reservation_stays(
+    svc: Service, clean_slurm: SlurmCluster, readable_dir: Path, fake_smi: Path, tmp_path: Path
+) -> None:
+    """Settled on the real slurmctld: a release while the reset job runs would have
+    deleted the reservation under it and resumed the node; it is refused, the job finishes
+    in its reservation, and the release works once it ended."""
+    node = clean_slurm.live[0]
+    (fake_smi / "mode").write_text("slow\n")  # 6 s: time to ask for the release
+    svc.journal.close()
+    (tmp_path / "slow").mkdir()
+    svc = build(clean_slurm, readable_dir, fake_smi, tmp_path / "slow", timeout_s=12)
+    aid = svc.engine.decide(xid_alert(node))
+    assert aid is not None
+    [row] = svc.journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
+    assert svc.executor.run(row)[0] == "waiting"  # submitted, running
+    status, body = svc.request_release(node, "alice")
+    assert status == 409 and body["guard"] == "gpu_reset", body
+    assert reservation_name(node) in clean_slurm.run("scontrol", "show", "reservation")
+    state, outcome = drive(svc, aid)
+    assert state == "done" and "GPU 3 reset and verified" in outcome, outcome
+    status, body = svc.request_release(node, "alice")
+    assert status == 200, body
+    assert "DRAIN" not in clean_slurm.node_state(node)["flags"]
