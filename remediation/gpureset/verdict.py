@@ -15,6 +15,11 @@ What is read, in every driver generation's wording (the fields are NVIDIA's, see
   ``GPU Recovery Action`` replaces them): ``GPU Recovery Action`` must be ``None`` (Reset,
   Reboot, Drain P2P, Drain and Reset: NVML_GPU_RECOVERY_ACTION_*).
 
+- ``ECC Errors`` / ``Channel Repair Pending``, ``TPC Repair Pending`` (a repair waits for a
+  reset), ``Unrepairable Memory`` and ``Aggregate`` / ``SRAM Threshold Exceeded`` (RMA): R575
+  and newer print them (recorded on a real H200 with R580, ``fixtures/device/``); judged
+  where printed.
+
 Fail closed: an output with no GPU block or several, a section missing (every driver since
 R470 prints ``Retired Pages`` and ``Remapped Rows``, ``N/A`` where the GPU lacks the
 feature), a value that is not one of the known answers, or reset signals of which none is
@@ -74,6 +79,29 @@ def _memory(gpu: Section, state: dict[str, str], bad: list[str]) -> None:
           "a row remap waits for a reset")  # fmt: skip
     _flag(state, bad, "Remapped Rows/Remapping Failure Occurred",
           rows.fields.get("Remapping Failure Occurred"), "row remapping failed: RMA")  # fmt: skip
+    _repairs(gpu, state, bad)
+
+
+# R575+ print these under ``ECC Errors`` (fixtures/device/h200-r580/nvidia-smi-q.txt); older
+# drivers do not, so each is judged only where printed.
+REPAIRS = (
+    ("Channel Repair Pending", "a memory channel repair waits for a reset"),
+    ("TPC Repair Pending", "a TPC repair waits for a reset"),
+    ("Unrepairable Memory", "memory the GPU cannot repair: RMA"),
+)
+
+
+def _repairs(gpu: Section, state: dict[str, str], bad: list[str]) -> None:
+    ecc = gpu.sections.get("ECC Errors")
+    if ecc is None:
+        return
+    for key, meaning in REPAIRS:
+        if key in ecc.fields:
+            _flag(state, bad, f"ECC Errors/{key}", ecc.fields[key], meaning)
+    aggregate = ecc.sections.get("Aggregate")
+    if aggregate is not None and "SRAM Threshold Exceeded" in aggregate.fields:
+        _flag(state, bad, "ECC Errors/Aggregate/SRAM Threshold Exceeded",
+              aggregate.fields["SRAM Threshold Exceeded"], "SRAM errors past NVIDIA's RMA threshold")  # fmt: skip
 
 
 def _reset_state(gpu: Section, state: dict[str, str], bad: list[str]) -> None:

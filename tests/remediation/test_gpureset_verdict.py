@@ -71,6 +71,7 @@ def test_the_evidence_names_the_driver_the_gpu_and_every_field_read() -> None:
         "Retired Pages/Pending Page Blacklist": "N/A",
         "Remapped Rows/Pending": "No",
         "Remapped Rows/Remapping Failure Occurred": "No",
+        "ECC Errors/Aggregate/SRAM Threshold Exceeded": "No",
         "GPU Reset Status/Reset Required": "No",
         "GPU Reset Status/Drain and Reset Recommended": "No",
         "GPU Recovery Action": "None",
@@ -256,3 +257,36 @@ def test_an_output_without_a_readable_driver_version_says_unknown() -> None:
         "Driver Version                            : 565.57.01", "Driver Version :"
     )
     assert parse(empty).driver == "" and judge_output(empty)[1]["driver"] == "unknown"
+
+
+R580 = FIX.parent / "device" / "h200-r580" / "nvidia-smi-q.txt"
+
+
+def test_a_healthy_h200_recorded_on_a_real_r580_driver_passes_the_reset() -> None:
+    passed, why = verdict(R580.read_text())
+    assert passed, why
+    bad, state = judge_output(R580.read_text())
+    assert bad == []
+    assert state["driver"] == "580.159.04" and state["GPU Recovery Action"] == "None"
+    assert state["ECC Errors/Channel Repair Pending"] == "No"
+
+
+@pytest.mark.parametrize(
+    ("line", "new"),
+    [
+        ("        Channel Repair Pending                         : No", "Yes"),
+        ("        TPC Repair Pending                             : No", "Yes"),
+        ("        Unrepairable Memory                            : No", "Yes"),
+        ("            SRAM Threshold Exceeded                    : No", "Yes"),
+        ("        Channel Repair Pending                         : No", "Maybe"),
+        ("    GPU Recovery Action                                : None", "Reset"),
+    ],
+)
+def test_an_r580_repair_pending_unrepairable_memory_or_sram_threshold_fails_the_reset(
+    line: str, new: str
+) -> None:
+    t = R580.read_text()
+    assert t.count(line) == 1
+    passed, why = verdict(t.replace(line, line.rsplit(":", 1)[0] + ": " + new))
+    assert not passed
+    assert new in why
