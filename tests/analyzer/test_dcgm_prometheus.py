@@ -70,7 +70,7 @@ def test_the_detectors_find_the_faults_on_both_halves_and_say_where_the_signal_i
     assert ("gpu-node-003", "gpu=1", "ecc_uncorrectable") in found
     lost = found[("gpu-node-003", "gpu=5", "gpu_lost")]  # its series vanished, siblings stay
     assert lost.action == "drain"
-    nvl = found[("gpu-node-004", "link=gpu2/0", "nvlink_errors")]
+    nvl = found[("gpu-node-004", "gpu=2", "nvlink_errors")]  # a per-GPU sum: no link index
     assert nvl.evidence["reduced_signal"] == 1.0 and "not to a link" in nvl.summary
     assert ("gpu-node-004", "port=mlx5_1/1", "ib_port_down") in found
     xid = found[("gpu-node-003", "gpu=1", "xid_fatal")]
