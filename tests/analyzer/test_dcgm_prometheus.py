@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from analyzer.cli import main as cli_main
-from analyzer.detectors import default_detectors
+from analyzer.detectors import capsight, default_detectors
 from analyzer.engine import Engine
 from analyzer.sources.dialects import coverage
 from analyzer.sources.dialects.identity import NodeMap
 from analyzer.sources.queries import QUERIES
+from analyzer.window import THROTTLE_REASONS
 from exporter import catalog as c
 from exporter import catalog_dcgm as cd
 from simulator.telemetry import DCGM_DEFAULTS, dcgm_fields
@@ -187,10 +188,64 @@ def test_on_dcgm_exporters_default_counters_coverage_asks_for_exactly_the_fields
     asked = set(re.findall(r"^(DCGM_\w+), ", advice, re.M))
     read = {f.name: q.metric.name for q in QUERIES for f in q.metric.dcgm
             if f.sum_over in ((), ("link",))}  # fmt: skip
-    lack = set(read) - set(cd.DEFAULT_COUNTERS) | {c.DCGM_CLOCK_EVENTS_COUNT.name}
+    lack = set(read) - set(cd.DEFAULT_COUNTERS) | {
+        c.DCGM_CLOCK_EVENTS_COUNT.name,
+        c.DCGM_CLOCK_EVENTS.name,
+    }
     # a default field the simulator does not model (profiling activity) is asked for too
     unmodelled = {f for f, m in read.items() if m not in last[0].metrics}
     assert asked == lack | unmodelled and c.GPU_SM_CLOCK.dcgm[0].name not in asked
     by = {d["detector"]: d for d in group["detectors"]}
     assert by["memory"]["state"] == "partial" and by["pcie"]["state"] == "cannot"
     assert coverage.NOTIFY_ONLY in by[coverage.FAIL_SLOW]["notes"]
+
+
+def _thermal(f):
+    f.inject("thermal_throttle", f.nodes[1], "gpu4", onset=300)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("bitmask", ["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                                     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"])  # fmt: skip
+def test_a_thermally_throttled_gpu_is_explained_as_thermal_from_dcgms_reasons_bitmask(
+    tmp_path, bitmask
+):
+    # the defaults fleet (no power limit) that also serves the reasons bitmask (either of its
+    # names) and the violation counters: the GPU's slow clock has its reason
+    with dcgmfleet.served(tmp_path, 4, _thermal, fields=dcgm_fields(DCGM_DEFAULTS),
+                          clock_reasons=bitmask, violations=True) as (url, _f, end):  # fmt: skip
+        w, src = dcgmfleet.read(url, end)
+    assert src.found is not None and bitmask in src.found.names
+    reasons = w.get(c.GPU_THROTTLE)
+    assert reasons is not None
+    hot = reasons[-1, 1, 4]
+    for r in ("hw_thermal_slowdown", "sw_thermal_slowdown"):
+        assert hot[THROTTLE_REASONS.index(r)] == 1.0, r
+    thermal = [THROTTLE_REASONS.index(r) for r in ("hw_thermal_slowdown", "sw_thermal_slowdown")]
+    assert np.nansum(reasons[-1][..., thermal]) == 2  # no other GPU is held down by heat
+    assert not np.isnan(reasons[-1]).any()  # a GPU serving the bitmask: absent reasons read 0
+    found = {(f.node, f.subject, f.kind): f for f in Engine(default_detectors()).cycle(w)}
+    got = found[("gpu-node-002", "gpu=4", "throttling")]
+    assert "hw_thermal_slowdown" in got.summary and got.action == "cordon"
+    assert not [f for f in found.values() if capsight.EVIDENCE in f.evidence]
+    rep = coverage.report(w)
+    by = {d["detector"]: d for d in rep["groups"][0]["detectors"]}
+    assert "clock event reasons" in by["throttling"]["judges"]
+    assert coverage.NOTIFY_ONLY not in by[coverage.FAIL_SLOW]["notes"]
+
+
+@pytest.mark.real
+def test_with_only_dcgms_violation_counters_a_thermal_slowdown_is_thermal_and_never_a_cordon(
+    tmp_path,
+):
+    with dcgmfleet.served(tmp_path, 4, _thermal, fields=dcgm_fields(DCGM_DEFAULTS),
+                          violations=True) as (url, _f, end):  # fmt: skip
+        w, _ = dcgmfleet.read(url, end)
+    reasons = w.get(c.GPU_THROTTLE)
+    assert reasons is not None
+    held = reasons[-1, 1, 4] == 1.0
+    assert [THROTTLE_REASONS[i] for i in np.flatnonzero(held)] == ["sw_thermal_slowdown"]
+    found = {(f.node, f.subject, f.kind): f for f in Engine(default_detectors()).cycle(w)}
+    got = found[("gpu-node-002", "gpu=4", "throttling")]
+    assert got.action == "notify"  # thermal, but hardware or software is not told apart
+    assert not [f for f in found.values() if capsight.EVIDENCE in f.evidence]

@@ -138,8 +138,10 @@ def enable(need: Need, dialect: str, generation: str = catalog_dcgm.DEFAULT) -> 
     if need.what in _IB_FAMILIES and DCGM in dialect and NODE_EXPORTER not in dialect:
         return NODE_EXPORTER_IB
     if DCGM in dialect and need.what == c.GPU_THROTTLE.name:
-        f = c.DCGM_CLOCK_EVENTS_COUNT
-        return f"add to dcgm-exporter's counters CSV:\n{f.name}, {f.type}, {f.help}"
+        # the bitmask (each reason as collected) or dcgm-exporter's per-reason count
+        lines = [f"{f.name}, {f.type}, {f.help}"
+                 for f in (c.DCGM_CLOCK_EVENTS, c.DCGM_CLOCK_EVENTS_COUNT)]  # fmt: skip
+        return "add to dcgm-exporter's counters CSV (either):\n" + "\n".join(lines)
     if DCGM in dialect and need.what not in _ENABLE_ONLY_NATIVE:
         lines = csv_lines(need.what, generation)
         if lines:
