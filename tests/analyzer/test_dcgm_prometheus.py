@@ -249,3 +249,21 @@ def test_with_only_dcgms_violation_counters_a_thermal_slowdown_is_thermal_and_ne
     got = found[("gpu-node-002", "gpu=4", "throttling")]
     assert got.action == "notify"  # thermal, but hardware or software is not told apart
     assert not [f for f in found.values() if capsight.EVIDENCE in f.evidence]
+
+
+@pytest.mark.real
+def test_a_gpu_whose_pcie_link_trained_a_generation_low_is_found_on_a_dcgm_fleet(tmp_path):
+    def gen4(f):  # a PCIe-bound straggler: the full width, one generation down
+        f.inject("pcie_downgrade", f.nodes[1], "gpu3", {"generation": 4, "width": 16}, onset=300)
+
+    with dcgmfleet.served(tmp_path, 4, gen4) as (url, _f, end):
+        w, _ = dcgmfleet.read(url, end)
+    assert w.get(c.GPU_PCIE_GENERATION_MAX) is None  # dcgm-exporter serves no maximum
+    found = {(f.node, f.subject, f.kind): f for f in Engine(default_detectors()).cycle(w)}
+    got = found[("gpu-node-002", "gpu=3", "pcie_downgrade")]
+    assert got.evidence["generation"] == 4.0 and got.evidence["peer_generation"] == 5.0
+    assert [k for k in found if k[2] == "pcie_downgrade"] == [("gpu-node-002", "gpu=3",
+                                                               "pcie_downgrade")]  # fmt: skip
+    (group,) = coverage.report(w)["groups"]
+    pcie = next(d for d in group["detectors"] if d["detector"] == "pcie")
+    assert pcie["state"] == "partial" and "peers" in pcie["cannot"][0]["enable"]
