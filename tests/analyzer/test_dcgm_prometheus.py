@@ -267,3 +267,33 @@ def test_a_gpu_whose_pcie_link_trained_a_generation_low_is_found_on_a_dcgm_fleet
     (group,) = coverage.report(w)["groups"]
     pcie = next(d for d in group["detectors"] if d["detector"] == "pcie")
     assert pcie["state"] == "partial" and "peers" in pcie["cannot"][0]["enable"]
+
+
+def _three_misses(f):
+    """Issue 31's three dcgm misses at once on a mixed A100/H100 fleet."""
+    f.inject("thermal_throttle", f.nodes[1], "gpu4", onset=300)  # an H100
+    f.inject("pcie_downgrade", f.nodes[5], "gpu2", {"generation": 3, "width": 16},
+             onset=300)  # an A100 (a Gen4 part) trained at Gen3  # fmt: skip
+    f.inject("nvlink_errors", f.nodes[2], "gpu5/10", onset=300)
+
+
+@pytest.mark.real
+def test_a_mixed_dcgm_fleet_finds_the_thermal_gpu_the_slow_pcie_link_and_names_the_nvlink_gpu(
+    tmp_path,
+):
+    with dcgmfleet.served(tmp_path, 8, _three_misses, skus=["h100"] * 4 + ["a100"] * 4,
+                          clock_reasons="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                          violations=True) as (url, _f, end):  # fmt: skip
+        w, _ = dcgmfleet.read(url, end)
+    assert set(w.sku) == {"h100-sxm", "a100-sxm"}
+    engine = Engine(default_detectors())
+    found = [f for _ in range(2) for f in engine.cycle(w)]
+    got = {(f.node, f.subject, f.kind): f for f in found}
+    thermal = got[("gpu-node-002", "gpu=4", "throttling")]
+    assert "hw_thermal_slowdown" in thermal.summary
+    assert ("gpu-node-006", "gpu=2", "pcie_downgrade") in got
+    assert ("gpu-node-003", "gpu=5", "nvlink_errors") in got
+    assert not [f for f in found if f.subject.startswith("link=")]  # no link index made up
+    assert not [f for f in found if capsight.EVIDENCE in f.evidence]
+    faulty = {"gpu-node-002", "gpu-node-003", "gpu-node-006"}
+    assert not [f for f in found if f.node not in faulty and f.action in ("drain", "cordon")]
