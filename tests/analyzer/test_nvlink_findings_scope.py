@@ -69,3 +69,18 @@ def test_the_same_sums_on_a_gpuwarden_node_stay_a_link_finding():
     # gpuwarden's exporter measures each link: its link index is real and kept
     [f] = NvlinkDetector().detect(_dcgm_nvlink_window("gpuwarden"))
     assert f.subject == "link=gpu5/0"
+
+
+def test_every_finding_about_an_nvlink_domain_is_pushed_scoped_to_it():
+    from analyzer.findings import Finding
+
+    for kind, detector in (("switch_degraded", "fabric"),
+                           ("domain_fabric_service_down", "fabric_services")):  # fmt: skip
+        f = Finding(DOM, f"nvlink_domain={DOM}", kind, "critical", "notify", detector, 1.0, 0.0)
+        [alert] = alertmanager_alerts([f], now=0.0, resolve_after=45)
+        assert remediation_nvlink.domain_of(alert["labels"]) == DOM, kind
+        assert "node" not in alert["labels"], kind
+    # a node's own finding keeps its node and gets no scope
+    f = Finding("gb200-001", "gpu=3", "fabric_degraded", "warning", "drain", "fabric", 1.0, 0.0)
+    [alert] = alertmanager_alerts([f], now=0.0, resolve_after=45)
+    assert alert["labels"]["node"] == "gb200-001" and "scope" not in alert["labels"]
