@@ -17,6 +17,7 @@ from analyzer.findings import CLUSTER, Finding, subject_labels
 from exporter import catalog
 
 ALERTNAME = "GpuwardenFinding"
+DOMAIN = "domain"  # the scope label of a finding about an NVLink domain
 
 
 def _family(m: catalog.MetricDef, rows: Iterable[tuple[Mapping[str, str], float]]) -> Metric:
@@ -143,6 +144,11 @@ def alertmanager_alerts(
         if f.node == CLUSTER:  # a shared fault (storage): about no node; remediation reads scope
             del labels["node"]
             labels["scope"] = CLUSTER
+        elif "nvlink_domain" in labels:  # a whole NVLink domain (its switch tray, fabric, IMEX):
+            # about no node, as alerts/fabric.rules.yml's domain alerts; remediation reads
+            # scope + nvlink_domain (remediation/nvlink.py) and holds the domain's nodes
+            del labels["node"]
+            labels["scope"] = DOMAIN
         evidence = ", ".join(f"{k}={v:.4g}" for k, v in f.evidence.items())
         alert: dict[str, Any] = {
             "labels": labels,

@@ -8,6 +8,10 @@ clock-event reasons (a cap says ``sw_power_cap`` / ``applications_clocks_setting
 dcgm-exporter's default-counters.csv (4.5.x-4.8.x) enables neither
 (``DCGM_FI_DEV_ENFORCED_POWER_LIMIT`` is not listed, ``DCGM_EXP_CLOCK_EVENTS_COUNT`` is
 commented out), so on such a node a capped healthy GPU and a slow part are the same series.
+The dcgm reader also takes the reasons from DCGM's clock-event reasons bitmask
+(``DCGM_FI_DEV_CLOCKS_EVENT_REASONS``, formerly ``..._CLOCK_THROTTLE_REASONS``) and its power
+and thermal violation counters where a fleet serves them (``analyzer.sources.dialects.dcgm``):
+any of them is sight.
 The issue's rule: a verdict must not drain a healthy node on an administrative difference;
 so there a finding from those detectors only notifies, and says why (:func:`downgrade`).
 Pure numpy, no state.

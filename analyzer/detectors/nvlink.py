@@ -4,7 +4,10 @@ Reads ``nvlink_up`` (T, node, gpu, link) and ``nvlink_errors_total`` (T, node, g
 error_type), only the last few samples (the arrays are the largest in the window). Per-link
 findings (``link=gpu3/7``). A healthy link sees about one CRC error in days, so errors in
 ``k`` of the last ``n`` samples with at least ``min_errors`` in total are already a trend;
-a rate above ``drain_rate`` recommends a drain.
+a rate above ``drain_rate`` recommends a drain. On a node read through dcgm-exporter the
+error counters are per-GPU sums over the GPU's links (the reader places them on link 0): the
+finding names the GPU (``gpu=5``), never a link index nobody measured (an engineer would
+reseat the wrong cable).
 
 On NVL72 racks the GPUs of 18 nodes share one NVLink switch domain (the inventory's
 ``nvlink_domain``): a switch tray that fails takes the same links down on every GPU of the
@@ -18,9 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzer.detectors.emit import ev, link_subject, mask_findings
+from analyzer.detectors.emit import ev, gpu_subject, link_subject, mask_findings
 from analyzer.detectors.series import increases, last_valid
 from analyzer.findings import Finding
+from analyzer.sources.dialects import DCGM
 from analyzer.window import Window
 from exporter import catalog
 
@@ -103,4 +107,9 @@ class NvlinkDetector:
             return Finding(node, subj, "nvlink_errors", "warning", action, self.name, conf, s,
                            ev(errors_per_s=r, errors=errors[ix]), "NVLink errors recurring")  # fmt: skip
 
-        return mask_findings(window, mask, since, link_subject, make)
+        summed = {i for i, d in window.dialect_of.items() if DCGM in d.split("+")}
+
+        def subject(ix: tuple[int, ...]) -> str:
+            return gpu_subject(ix) if ix[0] in summed else link_subject(ix)
+
+        return mask_findings(window, mask, since, subject, make)

@@ -2,13 +2,23 @@
 generation while busy (GPUs legitimately drop the generation at idle to save power).
 
 Reads ``gpu_pcie_link_{generation,width}{,_max}`` and ``gpu_utilization_ratio`` (T, node, gpu).
+Where no maximum is served (dcgm-exporter has no maximum-link field) the reference is the
+GPU's peers: the median link of the busy GPUs of the same model (at least ``min_nodes`` nodes
+of it), and no higher than the median of the GPU's own node, so a GPU is a finding only when
+it trained below both its same-model peers and its siblings. A fleet whose GPUs of a model all
+run at a lower generation, or a node whose GPUs all do (its platform, a configuration), is no
+finding; different models are never compared.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 
 from analyzer.detectors.emit import ev, gpu_subject, mask_findings
+from analyzer.detectors.groups import split_by_model
 from analyzer.detectors.series import first_true_time, k_of_n_known
 from analyzer.findings import Finding
 from analyzer.window import Window
@@ -18,8 +28,10 @@ from exporter import catalog
 class PcieDetector:
     name = "pcie"
 
-    def __init__(self, k: int = 2, n: int = 3, busy: float = 0.2):
+    def __init__(self, k: int = 2, n: int = 3, busy: float = 0.2, peer_n: int = 12,
+                 min_nodes: int = 3):  # fmt: skip
         self.k, self.n, self.busy = k, n, busy
+        self.peer_n, self.min_nodes = peer_n, min_nodes
 
     def detect(self, window: Window) -> list[Finding]:
         if window.empty:
@@ -30,16 +42,21 @@ class PcieDetector:
         )
         width, wmax = window.get(catalog.GPU_PCIE_WIDTH), window.get(catalog.GPU_PCIE_WIDTH_MAX)
         util = window.get(catalog.GPU_UTILIZATION)
+        with np.errstate(invalid="ignore"):
+            busy = None if util is None else util >= self.busy
+        wref = gref = None
+        if width is not None:
+            wref = self._reference(window, width, wmax, None)
+        if gen is not None:
+            gref = self._reference(window, gen, gmax, busy)
         flags = known = None
         with np.errstate(invalid="ignore"):
-            if width is not None and wmax is not None:
-                wref = _ref(wmax)
+            if width is not None and wref is not None:
                 flags, known = width < wref, ~np.isnan(width) & ~np.isnan(wref)
-            if gen is not None and gmax is not None:
-                gref = _ref(gmax)
+            if gen is not None and gref is not None:
                 g, gk = gen < gref, ~np.isnan(gen) & ~np.isnan(gref)
-                if util is not None:
-                    g &= util >= self.busy
+                if util is not None and busy is not None and util.shape == gen.shape:
+                    g &= busy
                     gk &= ~np.isnan(util)
                 flags = g if flags is None else (flags | g)
                 known = gk if known is None else (known & gk)
@@ -53,6 +70,7 @@ class PcieDetector:
 
         def make(node: str, subj: str, s: float, ix: tuple[int, ...]) -> Finding:
             n, g = ix
+            peers = math.isnan(_last(gmax, n, g)) and math.isnan(_last(wmax, n, g))
             return Finding(
                 node,
                 subj,
@@ -67,11 +85,49 @@ class PcieDetector:
                     generation_max=_last(gmax, n, g),
                     width=_last(width, n, g),
                     width_max=_last(wmax, n, g),
+                    **(
+                        {"peer_generation": _last(gref, n, g), "peer_width": _last(wref, n, g)}
+                        if peers
+                        else {}
+                    ),
                 ),
-                "PCIe link running below its maximum",
+                "PCIe link running below its same-model peers' (no maximum exported)"
+                if peers
+                else "PCIe link running below its maximum",
             )
 
         return mask_findings(window, mask, since, gpu_subject, make)
+
+    def _reference(self, w: Window, cur: np.ndarray, maxarr: np.ndarray | None,
+                   busy: np.ndarray | None) -> np.ndarray:  # fmt: skip
+        """(T, N, G): the exported maximum, else (where none is) the peers' link."""
+        ref = _ref(maxarr) if maxarr is not None and maxarr.shape == cur.shape else None
+        if ref is not None and not np.isnan(ref).any():
+            return ref
+        peers = np.broadcast_to(self._peers(w, cur, busy)[None], cur.shape)
+        return peers if ref is None else np.where(np.isnan(ref), peers, ref)
+
+    def _peers(self, w: Window, cur: np.ndarray, busy: np.ndarray | None) -> np.ndarray:
+        """(N, G): per GPU, the lower of its model's median link (over the nodes of the model
+        with a value, at least ``min_nodes``) and its node's median; NaN where none."""
+        tail = cur[-self.peer_n :]
+        if busy is not None and busy.shape == cur.shape:
+            tail = np.where(busy[-self.peer_n :], tail, np.nan)
+        N = len(w.nodes)
+        out = np.full(cur.shape[1:], np.nan)
+        if cur.ndim != 3 or cur.shape[1] != N:
+            return out
+        with warnings.catch_warnings():  # an all-NaN GPU or node: no value, expected
+            warnings.simplefilter("ignore", RuntimeWarning)
+            typical = np.nanmedian(tail, axis=0)  # (N, G)
+            for sku, idx in split_by_model(w, np.arange(N)):
+                have = idx[np.isfinite(typical[idx]).any(axis=1)]
+                if not sku or len(have) < self.min_nodes:
+                    continue  # an unknown model, or too few peers: no judgement
+                model = float(np.nanmedian(typical[have]))
+                node = np.nanmedian(typical[idx], axis=1)
+                out[idx] = np.fmin(model, node)[:, None]
+        return out
 
 
 def _ref(maxarr: np.ndarray) -> np.ndarray:

@@ -28,11 +28,11 @@ from collections import defaultdict
 import numpy as np
 
 from analyzer.detectors import capsight, workload
-from analyzer.detectors.failslow import FailSlow
+from analyzer.detectors.failslow import NOT_A_REASON, FailSlow
 from analyzer.detectors.groups import split_by_model
 from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
-from analyzer.window import Window
+from analyzer.window import THROTTLE_REASONS, Window
 from exporter import catalog
 
 BUSY = 0.05
@@ -200,6 +200,9 @@ class StragglerDetector:
             else "notify"
         )
         why = "clocks below its peers" if slow_clock else "no clock deficit (may be workload)"
+        held = reasons_held(w, int(idx[n]), g, self.n)
+        if held:  # what holds its clocks down (thermal, a cap): the throttling detector's too
+            why += f" (held down by {', '.join(held)})"
         why += f"; by {self._by}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -222,6 +225,22 @@ class StragglerDetector:
             return False
         mine = z[n] if g is None else z[n, g : g + 1]
         return bool(workload.clocks_behind(np.nanmedian(mine)[None], self.clock_z)[0])
+
+
+def reasons_held(w: Window, node: int, gpu: int | None, n: int) -> list[str]:
+    """The clock-event reasons (not idle or display) held for at least half of the last ``n``
+    known samples on the node's GPU ``gpu`` (None: any of its GPUs), in NVML's bit order."""
+    a = w.get(catalog.GPU_THROTTLE)
+    if a is None or a.ndim != 4 or a.shape[-1] != len(THROTTLE_REASONS):
+        return []
+    tail = a[-n:, node] if gpu is None else a[-n:, node, gpu : gpu + 1]
+    known = ~np.isnan(tail).all(axis=2)  # (T, G): a sample of that GPU's reasons
+    with np.errstate(invalid="ignore"):
+        on = np.nan_to_num(tail, nan=0.0) >= 0.5
+    share = on.sum(axis=0) / np.maximum(known.sum(axis=0), 1)[:, None]  # (G, reasons)
+    hot = (share >= 0.5) & (known.sum(axis=0) > 0)[:, None]
+    return [r for i, r in enumerate(THROTTLE_REASONS)
+            if r not in NOT_A_REASON and bool(hot[:, i].any())]  # fmt: skip
 
 
 def _imbalance(w: Window, job: str, idx: np.ndarray, nodes: np.ndarray, shape: str,

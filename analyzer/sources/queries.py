@@ -89,6 +89,8 @@ class Query:
     by: tuple[str, ...] = ()
     divide: float = 1.0
     relabel: Relabel | None = None
+    # a short name for a long ``source`` expression (the query's key in stats and logs)
+    label: str = ""
     # an info series read for its labels only (identity that changes rarely, e.g. a GPU's
     # NVLink domain): one instant query at the window's end, ``count by`` the kept labels (the
     # value: how many series name that row), at a cold start and then every ``every`` seconds;
@@ -116,7 +118,7 @@ class Query:
         """The query's key in the source's state and stats: the metric's name, or
         ``dialect:metric:source`` for a foreign reading of it."""
         if self.dialect:
-            return f"{self.dialect}:{self.metric.name}:{self.source}"
+            return f"{self.dialect}:{self.metric.name}:{self.label or self.source}"
         return self.metric.name
 
     @functools.cached_property  # read per series of every response

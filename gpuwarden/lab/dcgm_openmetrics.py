@@ -21,7 +21,13 @@ label anywhere:
   ``device``/``port`` and ``instance="<node>:9100"``;
 - with ``clock_events`` (a field dcgm-exporter ships commented out): its
   ``DCGM_EXP_CLOCK_EVENTS_COUNT{clock_event=...}``, how often each reason was reported within
-  its 5-minute window, a series only for reasons reported.
+  its 5-minute window, a series only for reasons reported;
+- with ``clock_reasons`` (a name: ``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`` or DCGM's newer
+  ``DCGM_FI_DEV_CLOCKS_EVENT_REASONS``): the clock-event reasons bitmask of each GPU (NVML's
+  bits, ``exporter.catalog.THROTTLE_REASONS``), as collected;
+- with ``violations``: ``DCGM_FI_DEV_POWER_VIOLATION`` / ``DCGM_FI_DEV_THERMAL_VIOLATION``,
+  cumulative nanoseconds the GPU spent held down by a power reason (power cap, power brake) /
+  a thermal one (HW or SW thermal slowdown), as collected.
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ DRIVER = "550.90.07"
 CLOCK_EVENTS_WINDOW = 300.0  # dcgm-exporter's clock-events-count window (default 300000 ms)
 THROTTLE = tuple(c.THROTTLE_REASONS)
 _EVENT_OF = {v: k for k, v in c.DCGM_CLOCK_EVENT_REASONS.items()}
+VIOLATION_REASONS = {  # DCGM's violation counters and the clock-event reasons behind each
+    "DCGM_FI_DEV_POWER_VIOLATION": ("sw_power_cap", "hw_power_brake_slowdown"),
+    "DCGM_FI_DEV_THERMAL_VIOLATION": ("sw_thermal_slowdown", "hw_thermal_slowdown"),
+}
 _IB = {c.IB_PORT_STATE.name: c.NODE_IB_STATE, c.IB_PORT_RATE.name: c.NODE_IB_RATE}
 
 
@@ -94,6 +104,8 @@ class DcgmScrapeRecorder:
         clock_events: bool = False,
         generation: str = catalog_dcgm.DEFAULT,
         fields: Collection[str] | None = None,
+        clock_reasons: str = "",
+        violations: bool = False,
     ) -> None:
         lo, hi = part or (0, len(nodes))
         self.rows = slice(lo, hi)
@@ -113,6 +125,9 @@ class DcgmScrapeRecorder:
         self.generation = generation
         self._renames = catalog_dcgm.RENAMES[generation]
         self._events: deque[tuple[float, np.ndarray]] = deque()  # (t, reasons held) per step
+        self.clock_reasons, self.violations = clock_reasons, violations
+        self._violation_ns: dict[str, np.ndarray] = {}  # cumulative, per field
+        self._last_t: float | None = None
         self.samples = 0
         self.steps = 0
 
@@ -160,6 +175,8 @@ class DcgmScrapeRecorder:
         self._xids(frame, lo, N, G, gpu_ok, labels, ts)
         if self.clock_events:
             self._clock_events(frame, rows, gpu_ok, labels, ts)
+        if self.clock_reasons or self.violations:
+            self._reasons(frame, rows, gpu_ok, labels, ts, fresh)
         self._ib(frame, rows, present, ts)
         self.steps += 1
 
@@ -199,6 +216,32 @@ class DcgmScrapeRecorder:
                        f'window_size_in_ms="{int(CLOCK_EVENTS_WINDOW * 1000)}"}} '
                        f"{int(counts[n, g, r])}{ts}")  # fmt: skip
         self._emit(name, out)
+
+    def _reasons(self, frame: Any, rows: slice, gpu_ok: np.ndarray, labels: list[list[str]],
+                 ts: str, fresh: bool) -> None:  # fmt: skip
+        a = frame.metrics.get(c.GPU_THROTTLE.name)
+        if a is None:
+            return
+        held = np.nan_to_num(np.asarray(a[rows], dtype=float)) > 0.5  # (N, G, reasons)
+        dt = 0.0 if self._last_t is None else frame.t - self._last_t
+        self._last_t = frame.t
+        fields: dict[str, np.ndarray] = {}
+        if self.clock_reasons:
+            bits = np.array([c.THROTTLE_REASONS[r] for r in THROTTLE])
+            fields[self.clock_reasons] = (held * bits).sum(axis=-1)
+        if self.violations:
+            for name, reasons in VIOLATION_REASONS.items():
+                on = held[..., [THROTTLE.index(r) for r in reasons]].any(axis=-1)
+                acc = self._violation_ns.setdefault(name, np.zeros(on.shape))
+                acc += on * dt * 1e9
+                fields[name] = acc
+        for name, v in fields.items():
+            if fresh or name not in self._held:
+                self._held[name] = np.array(v, dtype=float)
+            self._types[name] = "counter" if name in VIOLATION_REASONS else "gauge"
+            out = [f"{name}{{{labels[n][g]}}} {self._held[name][n, g]:.0f}{ts}"
+                   for n, g in zip(*np.nonzero(gpu_ok), strict=True)]  # fmt: skip
+            self._emit(name, out)
 
     def _ib(self, frame: Any, rows: slice, present: np.ndarray, ts: str) -> None:
         def port(n: int, p: int) -> str:

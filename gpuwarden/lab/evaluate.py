@@ -37,7 +37,7 @@ from simulator.telemetry import TELEMETRIES
 from simulator.topology import port_name
 
 # simulate's telemetries, and the commonly enabled fields plus dcgm-exporter's clock events
-EVAL_TELEMETRIES = (*TELEMETRIES, "dcgm-exporter+clock-events")
+EVAL_TELEMETRIES = (*TELEMETRIES, "dcgm-exporter+clock-events", "dcgm-exporter+reasons")
 
 
 class Ablation:
@@ -455,7 +455,10 @@ def _parser() -> argparse.ArgumentParser:
                    "+ node_exporter would serve it, a third path beside gpuwarden's: with the "
                    "commonly enabled fields (ECC, NVLink errors, power limit, row remaps, PCIe "
                    "link, SM activity); :defaults: only those default-counters.csv enables; "
-                   "+clock-events: commonly enabled plus DCGM_EXP_CLOCK_EVENTS_COUNT")  # fmt: skip
+                   "+clock-events: commonly enabled plus DCGM_EXP_CLOCK_EVENTS_COUNT; "
+                   "+reasons: commonly enabled plus the clock-event reasons bitmask "
+                   "(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) and the power/thermal violation "
+                   "counters")  # fmt: skip
     p.add_argument("--out", default="out/evaluation")
     return p
 

@@ -47,8 +47,12 @@ BLOCK = 7200.0
 
 
 # dcgm-exporter: the commonly enabled fields; :defaults: default-counters.csv's alone;
-# +clock-events: commonly enabled plus the one commented-out CSV line the throttling detector needs
-TELEMETRIES = ("gpuwarden", DCGM, DCGM_DEFAULTS, "dcgm-exporter+clock-events")
+# +clock-events: commonly enabled plus the one commented-out CSV line the throttling detector
+# needs; +reasons: commonly enabled plus DCGM's clock-event reasons bitmask (its legacy name
+# DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) and the power/thermal violation counters
+REASONS = "dcgm-exporter+reasons"
+BITMASK = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+TELEMETRIES = ("gpuwarden", DCGM, DCGM_DEFAULTS, "dcgm-exporter+clock-events", REASONS)
 
 
 class Recorder:
@@ -57,9 +61,10 @@ class Recorder:
     a dcgm-exporter + node_exporter fleet would have served it (``dcgm``)."""
 
     def __init__(self, epoch: float, workdir: Path, dcgm: bool = False,
-                 clock_events: bool = False, fields: frozenset[str] | None = None) -> None:  # fmt: skip
+                 clock_events: bool = False, fields: frozenset[str] | None = None,
+                 reasons: bool = False) -> None:  # fmt: skip
         self.epoch, self.workdir, self.want_dcgm = epoch, workdir, dcgm
-        self.clock_events, self.fields = clock_events, fields
+        self.clock_events, self.fields, self.reasons = clock_events, fields, reasons
         self.om: ScrapeRecorder | None = None
         self.dcgm: DcgmScrapeRecorder | None = None
         self.fleet: Any = None
@@ -72,7 +77,9 @@ class Recorder:
             if self.want_dcgm:
                 self.dcgm = DcgmScrapeRecorder(fleet.nodes, gpu_uuid, names, self.epoch,
                                                self.workdir, clock_events=self.clock_events,
-                                               fields=self.fields)  # fmt: skip
+                                               fields=self.fields,
+                                               clock_reasons=BITMASK if self.reasons else "",
+                                               violations=self.reasons)  # fmt: skip
         self.om.push(frame, jobs, missed)
         if self.dcgm is not None:
             self.dcgm.push(frame, jobs, missed)
@@ -154,7 +161,7 @@ def run_seed_via_prometheus(seed: int, nodes: int, horizon: float, step: float =
         work = Path(tmp)
         rec = Recorder(epoch, work, dcgm=telemetry != "gpuwarden",
                        clock_events=telemetry.endswith("+clock-events"),
-                       fields=dcgm_fields(telemetry))  # fmt: skip
+                       fields=dcgm_fields(telemetry), reasons=telemetry == REASONS)  # fmt: skip
         t0 = time.perf_counter()
         direct = run_seed(seed, nodes, horizon, step, cycle, per_kind, controls, compare=False,
                           missed_scrapes=missed_scrapes, tap=rec)  # fmt: skip

@@ -34,6 +34,7 @@ def epoch() -> float:
 @contextmanager
 def served(tmp: Path, nodes: int, faults: Callable[[Fleet], None], native_nodes: int = 0,
            overlap: bool = False, generations: Sequence[str] = (), last: list[Any] | None = None,
+           skus: Sequence[str] | None = None,
            **dcgm_kw: Any) -> Iterator[tuple[str, Fleet, float]]:  # fmt: skip
     """Simulate ``nodes`` for HORIZON seconds with ``faults`` injected; the first
     ``native_nodes`` are recorded as gpuwarden's exporter serves them, the rest as dcgm-exporter
@@ -41,10 +42,12 @@ def served(tmp: Path, nodes: int, faults: Callable[[Fleet], None], native_nodes:
     gpuwarden fleet with ``--compat dcgm`` and node_exporter serves it); ``generations``: one
     dcgm-exporter naming generation per dcgm node (exporter.catalog_dcgm, as the exporter's
     ``--compat dcgm:<gen>`` names them; default 4.8 for all); ``last`` gets the last frame;
+    ``skus``: a model per node (a mixed fleet, every node busy);
     yields (Prometheus URL, fleet, Unix time of the last scrape)."""
     require_binary("promtool")
     require_binary("prometheus")
-    fleet = Fleet(nodes, seed=3)
+    fleet = Fleet(nodes, seed=3) if skus is None else Fleet(nodes, seed=3, skus=skus,
+                                                            idle_fraction=0.0)  # fmt: skip
     faults(fleet)
     names = [SKUS[k].name for k in fleet.sku_of]
     t0 = epoch()

@@ -105,3 +105,17 @@ def test_the_same_gpu_with_reasons_exported_and_none_active_is_a_fail_slow_drain
     assert [(f.node, f.action) for f in found] == [(f"gpu-{CAPPED:02d}", "drain")]
     assert capsight.EVIDENCE not in found[0].evidence
     assert "no clock-event reason" in found[0].summary
+
+
+def test_a_straggler_held_down_by_a_thermal_reason_says_so():
+    # dcgm's reasons bitmask read (analyzer.sources.dialects.dcgm): the slow node's GPUs hold
+    # HW thermal slowdown; its straggler finding names what holds its clocks down
+    w = _read(_dcgm_series(seed=5), reasons=True, job=True)
+    reasons = w.metrics[c.GPU_THROTTLE.name]
+    reasons[:, CAPPED, :, THROTTLE_REASONS.index("hw_thermal_slowdown")] = 1.0
+    reasons[:, :, :, THROTTLE_REASONS.index("gpu_idle")] = 1.0  # not a reason: never named
+    det = StragglerDetector()
+    found = [f for _ in range(2) for f in det.detect(w) if f.kind == "straggler"]
+    assert found and {f.node for f in found} == {f"gpu-{CAPPED:02d}"}
+    assert "held down by hw_thermal_slowdown" in found[-1].summary
+    assert "gpu_idle" not in found[-1].summary

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from analyzer.cli import main as cli_main
-from analyzer.detectors import default_detectors
+from analyzer.detectors import capsight, default_detectors
 from analyzer.engine import Engine
 from analyzer.sources.dialects import coverage
 from analyzer.sources.dialects.identity import NodeMap
 from analyzer.sources.queries import QUERIES
+from analyzer.window import THROTTLE_REASONS
 from exporter import catalog as c
 from exporter import catalog_dcgm as cd
 from simulator.telemetry import DCGM_DEFAULTS, dcgm_fields
@@ -70,7 +71,7 @@ def test_the_detectors_find_the_faults_on_both_halves_and_say_where_the_signal_i
     assert ("gpu-node-003", "gpu=1", "ecc_uncorrectable") in found
     lost = found[("gpu-node-003", "gpu=5", "gpu_lost")]  # its series vanished, siblings stay
     assert lost.action == "drain"
-    nvl = found[("gpu-node-004", "link=gpu2/0", "nvlink_errors")]
+    nvl = found[("gpu-node-004", "gpu=2", "nvlink_errors")]  # a per-GPU sum: no link index
     assert nvl.evidence["reduced_signal"] == 1.0 and "not to a link" in nvl.summary
     assert ("gpu-node-004", "port=mlx5_1/1", "ib_port_down") in found
     xid = found[("gpu-node-003", "gpu=1", "xid_fatal")]
@@ -187,10 +188,112 @@ def test_on_dcgm_exporters_default_counters_coverage_asks_for_exactly_the_fields
     asked = set(re.findall(r"^(DCGM_\w+), ", advice, re.M))
     read = {f.name: q.metric.name for q in QUERIES for f in q.metric.dcgm
             if f.sum_over in ((), ("link",))}  # fmt: skip
-    lack = set(read) - set(cd.DEFAULT_COUNTERS) | {c.DCGM_CLOCK_EVENTS_COUNT.name}
+    lack = set(read) - set(cd.DEFAULT_COUNTERS) | {
+        c.DCGM_CLOCK_EVENTS_COUNT.name,
+        c.DCGM_CLOCK_EVENTS.name,
+    }
     # a default field the simulator does not model (profiling activity) is asked for too
     unmodelled = {f for f, m in read.items() if m not in last[0].metrics}
     assert asked == lack | unmodelled and c.GPU_SM_CLOCK.dcgm[0].name not in asked
     by = {d["detector"]: d for d in group["detectors"]}
     assert by["memory"]["state"] == "partial" and by["pcie"]["state"] == "cannot"
     assert coverage.NOTIFY_ONLY in by[coverage.FAIL_SLOW]["notes"]
+
+
+def _thermal(f):
+    f.inject("thermal_throttle", f.nodes[1], "gpu4", onset=300)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("bitmask", ["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                                     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"])  # fmt: skip
+def test_a_thermally_throttled_gpu_is_explained_as_thermal_from_dcgms_reasons_bitmask(
+    tmp_path, bitmask
+):
+    # the defaults fleet (no power limit) that also serves the reasons bitmask (either of its
+    # names) and the violation counters: the GPU's slow clock has its reason
+    with dcgmfleet.served(tmp_path, 4, _thermal, fields=dcgm_fields(DCGM_DEFAULTS),
+                          clock_reasons=bitmask, violations=True) as (url, _f, end):  # fmt: skip
+        w, src = dcgmfleet.read(url, end)
+    assert src.found is not None and bitmask in src.found.names
+    reasons = w.get(c.GPU_THROTTLE)
+    assert reasons is not None
+    hot = reasons[-1, 1, 4]
+    for r in ("hw_thermal_slowdown", "sw_thermal_slowdown"):
+        assert hot[THROTTLE_REASONS.index(r)] == 1.0, r
+    thermal = [THROTTLE_REASONS.index(r) for r in ("hw_thermal_slowdown", "sw_thermal_slowdown")]
+    assert np.nansum(reasons[-1][..., thermal]) == 2  # no other GPU is held down by heat
+    assert not np.isnan(reasons[-1]).any()  # a GPU serving the bitmask: absent reasons read 0
+    found = {(f.node, f.subject, f.kind): f for f in Engine(default_detectors()).cycle(w)}
+    got = found[("gpu-node-002", "gpu=4", "throttling")]
+    assert "hw_thermal_slowdown" in got.summary and got.action == "cordon"
+    assert not [f for f in found.values() if capsight.EVIDENCE in f.evidence]
+    rep = coverage.report(w)
+    by = {d["detector"]: d for d in rep["groups"][0]["detectors"]}
+    assert "clock event reasons" in by["throttling"]["judges"]
+    assert coverage.NOTIFY_ONLY not in by[coverage.FAIL_SLOW]["notes"]
+
+
+@pytest.mark.real
+def test_with_only_dcgms_violation_counters_a_thermal_slowdown_is_thermal_and_never_a_cordon(
+    tmp_path,
+):
+    with dcgmfleet.served(tmp_path, 4, _thermal, fields=dcgm_fields(DCGM_DEFAULTS),
+                          violations=True) as (url, _f, end):  # fmt: skip
+        w, _ = dcgmfleet.read(url, end)
+    reasons = w.get(c.GPU_THROTTLE)
+    assert reasons is not None
+    held = reasons[-1, 1, 4] == 1.0
+    assert [THROTTLE_REASONS[i] for i in np.flatnonzero(held)] == ["sw_thermal_slowdown"]
+    found = {(f.node, f.subject, f.kind): f for f in Engine(default_detectors()).cycle(w)}
+    got = found[("gpu-node-002", "gpu=4", "throttling")]
+    assert got.action == "notify"  # thermal, but hardware or software is not told apart
+    assert not [f for f in found.values() if capsight.EVIDENCE in f.evidence]
+
+
+@pytest.mark.real
+def test_a_gpu_whose_pcie_link_trained_a_generation_low_is_found_on_a_dcgm_fleet(tmp_path):
+    def gen4(f):  # a PCIe-bound straggler: the full width, one generation down
+        f.inject("pcie_downgrade", f.nodes[1], "gpu3", {"generation": 4, "width": 16}, onset=300)
+
+    with dcgmfleet.served(tmp_path, 4, gen4) as (url, _f, end):
+        w, _ = dcgmfleet.read(url, end)
+    assert w.get(c.GPU_PCIE_GENERATION_MAX) is None  # dcgm-exporter serves no maximum
+    found = {(f.node, f.subject, f.kind): f for f in Engine(default_detectors()).cycle(w)}
+    got = found[("gpu-node-002", "gpu=3", "pcie_downgrade")]
+    assert got.evidence["generation"] == 4.0 and got.evidence["peer_generation"] == 5.0
+    assert [k for k in found if k[2] == "pcie_downgrade"] == [("gpu-node-002", "gpu=3",
+                                                               "pcie_downgrade")]  # fmt: skip
+    (group,) = coverage.report(w)["groups"]
+    pcie = next(d for d in group["detectors"] if d["detector"] == "pcie")
+    assert pcie["state"] == "partial" and "peers" in pcie["cannot"][0]["enable"]
+
+
+def _three_misses(f):
+    """Issue 31's three dcgm misses at once on a mixed A100/H100 fleet."""
+    f.inject("thermal_throttle", f.nodes[1], "gpu4", onset=300)  # an H100
+    f.inject("pcie_downgrade", f.nodes[5], "gpu2", {"generation": 3, "width": 16},
+             onset=300)  # an A100 (a Gen4 part) trained at Gen3  # fmt: skip
+    f.inject("nvlink_errors", f.nodes[2], "gpu5/10", onset=300)
+
+
+@pytest.mark.real
+def test_a_mixed_dcgm_fleet_finds_the_thermal_gpu_the_slow_pcie_link_and_names_the_nvlink_gpu(
+    tmp_path,
+):
+    with dcgmfleet.served(tmp_path, 8, _three_misses, skus=["h100"] * 4 + ["a100"] * 4,
+                          clock_reasons="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                          violations=True) as (url, _f, end):  # fmt: skip
+        w, _ = dcgmfleet.read(url, end)
+    assert set(w.sku) == {"h100-sxm", "a100-sxm"}
+    engine = Engine(default_detectors())
+    found = [f for _ in range(2) for f in engine.cycle(w)]
+    got = {(f.node, f.subject, f.kind): f for f in found}
+    thermal = got[("gpu-node-002", "gpu=4", "throttling")]
+    assert "hw_thermal_slowdown" in thermal.summary
+    assert ("gpu-node-006", "gpu=2", "pcie_downgrade") in got
+    assert ("gpu-node-003", "gpu=5", "nvlink_errors") in got
+    assert not [f for f in found if f.subject.startswith("link=")]  # no link index made up
+    assert not [f for f in found if capsight.EVIDENCE in f.evidence]
+    faulty = {"gpu-node-002", "gpu-node-003", "gpu-node-006"}
+    assert not [f for f in found if f.node not in faulty and f.action in ("drain", "cordon")]

@@ -453,3 +453,17 @@ def test_a_failed_discovery_keeps_gpuwardens_queries_and_the_cycle_and_tries_aga
     assert w.nodes == ("n1",) and src.queries == QUERIES and "discovery" in src.errors
     _ = asyncio.run(src.read(t0 + 15))
     assert prom.discoveries == 2 and any(q.dialect for q in src.queries)
+
+
+def test_clock_event_reasons_are_read_from_whichever_of_the_bitmask_names_and_counters_exist():
+    legacy, new = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", c.DCGM_CLOCK_EVENTS.name
+    for names in ({legacy}, {new}, {"DCGM_FI_DEV_THERMAL_VIOLATION"}):
+        (q,) = [q for q in dcgm.queries(present=frozenset(names)) if q.metric is c.GPU_THROTTLE]
+        assert all(n in q.source for n in names) and q.name.endswith(":clock-event reasons")
+        assert q.by[-1] == c.DCGM_CLOCK_EVENT_LABEL
+        assert discover.parse(names).names == frozenset(names)  # discovery knows them
+    assert not [q for q in dcgm.queries(present=frozenset({c.GPU_SM_CLOCK.dcgm[0].name}))
+                if q.metric is c.GPU_THROTTLE]  # fmt: skip
+    # the bitmask's bits are NVML's: HW thermal is 0x40
+    src = dcgm.clock_reasons_source(frozenset({legacy}))
+    assert f'({legacy} % 128 >= bool 64) == 1, "clock_event", "hw_thermal"' in src

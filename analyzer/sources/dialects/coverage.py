@@ -59,10 +59,11 @@ NEEDS: Mapping[str, tuple[Need, ...]] = {
     "infiniband": (_n(c.IB_PORT_STATE, "IB port state"),
                    _n(c.IB_PORT_RATE, "IB port rate", False),
                    Need(c.IB_COUNTER.name, "IB error counters", False)),
+    # without the maximum link a GPU is judged against its same-model peers and siblings
     "pcie": (_n(c.GPU_PCIE_GENERATION, "PCIe link generation"),
              _n(c.GPU_PCIE_WIDTH, "PCIe link width"),
-             _n(c.GPU_PCIE_GENERATION_MAX, "PCIe maximum generation"),
-             _n(c.GPU_PCIE_WIDTH_MAX, "PCIe maximum width")),
+             _n(c.GPU_PCIE_GENERATION_MAX, "PCIe maximum generation", False),
+             _n(c.GPU_PCIE_WIDTH_MAX, "PCIe maximum width", False)),
     "fabric": (_n(c.GPU_FABRIC_HEALTH, "NVLink fabric health per GPU"),),
     "fabric_services": (_n(c.FABRIC_SERVICE_UP, "Fabric Manager / IMEX unit state"),
                         _n(c.FABRIC_IMEX_READY, "IMEX daemon readiness", False)),
@@ -94,8 +95,10 @@ CAP_LIKE = ("peer", "straggler", FAIL_SLOW)
 
 _ENABLE_ONLY_NATIVE = {
     c.NVLINK_UP.name: "dcgm-exporter has no per-link NVLink state field",
-    c.GPU_PCIE_GENERATION_MAX.name: "dcgm-exporter has no maximum-link field",
-    c.GPU_PCIE_WIDTH_MAX.name: "dcgm-exporter has no maximum-link field",
+    c.GPU_PCIE_GENERATION_MAX.name: "dcgm-exporter has no maximum-link field (a link is"
+    " judged against its same-model peers' and its node's instead)",
+    c.GPU_PCIE_WIDTH_MAX.name: "dcgm-exporter has no maximum-link field (a link is judged"
+    " against its same-model peers' and its node's instead)",
     c.JOB_STEP_SECONDS.name: "published by the training job (gpuwarden-exporter --step-dir)",
     c.STORAGE_PROBE_UP.name: "gpuwarden-exporter's storage probes",
     c.GPU_FABRIC_HEALTH.name: "DCGM has no fabric-health field (NVML's GPU fabric info)",
@@ -138,8 +141,10 @@ def enable(need: Need, dialect: str, generation: str = catalog_dcgm.DEFAULT) -> 
     if need.what in _IB_FAMILIES and DCGM in dialect and NODE_EXPORTER not in dialect:
         return NODE_EXPORTER_IB
     if DCGM in dialect and need.what == c.GPU_THROTTLE.name:
-        f = c.DCGM_CLOCK_EVENTS_COUNT
-        return f"add to dcgm-exporter's counters CSV:\n{f.name}, {f.type}, {f.help}"
+        # the bitmask (each reason as collected) or dcgm-exporter's per-reason count
+        lines = [f"{f.name}, {f.type}, {f.help}"
+                 for f in (c.DCGM_CLOCK_EVENTS, c.DCGM_CLOCK_EVENTS_COUNT)]  # fmt: skip
+        return "add to dcgm-exporter's counters CSV (either):\n" + "\n".join(lines)
     if DCGM in dialect and need.what not in _ENABLE_ONLY_NATIVE:
         lines = csv_lines(need.what, generation)
         if lines:

@@ -47,8 +47,10 @@ from exporter import catalog, catalog_dcgm
 REDUCED: Mapping[str, str] = {
     catalog.NVLINK_ERRORS.name: "dcgm-exporter sums NVLink errors over the GPU's links:"
     " localized to the GPU, not to a link",
-    catalog.GPU_THROTTLE.name: "dcgm-exporter counts clock events over its window"
-    " (5 min by default): a reason reads as held until it leaves that window",
+    catalog.GPU_THROTTLE.name: "dcgm-exporter's clock-event reasons: the bitmask is sampled"
+    " every collect (30 s); DCGM_EXP_CLOCK_EVENTS_COUNT holds a reason until it leaves its"
+    " window (5 min by default); the violation counters say power or thermal, not hardware"
+    " or software",
 }
 _BY = (*IDENTITY_LABELS, "gpu")
 # dcgm-exporter names its host in every series (unless started with --no-hostname): then
@@ -133,10 +135,11 @@ def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = No
         if present is None or xid in present:
             out.append(Query(catalog.DCGM_LAST_XID, keep=("node", "gpu"), dialect=DCGM,
                              source=xid, by=by, relabel=plain, anchored=True))  # fmt: skip
-    ev = catalog.DCGM_CLOCK_EVENTS_COUNT.name
-    if present is None or ev in present:  # reasons reported within dcgm's window: held
+    reasons = clock_reasons_source(present)
+    if reasons:
         out.append(Query(catalog.GPU_THROTTLE, keep=("node", "gpu", "reason"), dialect=DCGM,
-                         source=f"{ev} > bool 0", by=(*by, catalog.DCGM_CLOCK_EVENT_LABEL),
+                         source=reasons, label="clock-event reasons",
+                         by=(*by, catalog.DCGM_CLOCK_EVENT_LABEL),
                          relabel=DcgmRelabel(nm, renames=((catalog.DCGM_CLOCK_EVENT_LABEL,
                                                            "reason"),))))  # fmt: skip
     for q in QUERIES:
@@ -154,6 +157,68 @@ def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = No
                                  divide=divide, relabel=DcgmRelabel(nm, fixed=fixed),
                                  moved_only=q.moved_only))  # fmt: skip
     return tuple(out)
+
+
+# The clock-event reasons bitmask (DCGM field 112): DCGM's header names it
+# DCGM_FI_DEV_CLOCKS_EVENT_REASONS, older releases DCGM_FI_DEV_CLOCK_THROTTLE_REASONS
+# (fixtures/dcgm/dcgm-4.6.1-field-names.tsv); its bits are NVML's nvmlClocksEventReason*
+# (catalog.THROTTLE_REASONS: 0x04 SW power cap, 0x08 HW slowdown, 0x20 SW thermal, 0x40 HW
+# thermal, 0x80 HW power brake, ...), sampled at each collect.
+BITMASKS = (catalog.DCGM_CLOCK_EVENTS.name, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+# DCGM's violation counters: cumulative time the GPU was held below its application clocks by
+# power / by thermal limits (NVML nvmlPerfPolicyType_t, violationTime; DCGM's header says ns,
+# older headers and dcgm-exporter 3.x's CSVs say us). A counter that moved within
+# VIOLATION_RANGE reads as that reason held: whatever the unit, never a fraction of it. They
+# say power or thermal only, not hardware or software: read as the software reasons
+# (sw_power_cap: a cap, normal; sw_thermal_slowdown: the throttling detector notifies), so a
+# violation alone never cordons; the bitmask, where served, names the hardware reasons.
+VIOLATIONS: Mapping[str, str] = {  # dcgm field -> dcgm-exporter's clock_event name
+    "DCGM_FI_DEV_POWER_VIOLATION": "power_cap",
+    "DCGM_FI_DEV_THERMAL_VIOLATION": "sw_thermal",
+}
+VIOLATION_RANGE = "90s"  # three dcgm collect intervals of 30 s
+
+
+def clock_reason_names() -> frozenset[str]:
+    """Every dcgm name the clock-reasons reading knows (for discovery)."""
+    return frozenset({*BITMASKS, *VIOLATIONS, catalog.DCGM_CLOCK_EVENTS_COUNT.name})
+
+
+def clock_reasons_source(present: frozenset[str] | None = None) -> str:
+    """One PromQL expression of every clock-event reason the present fields say is held, one
+    series per (GPU, ``clock_event``) with value 1 (only reasons held: a healthy GPU costs one
+    presence series per field, ``clock_event`` empty, which tells that the GPU serves reasons,
+    so its absent ones read 0). Each field's part carries its own ``dcgm_field`` label so the
+    reader's ``max by`` merges them (a reason any field says is held is held), where ``or``
+    alone would keep only the first. "" when no such field is present."""
+    have = [x for x in sorted(clock_reason_names()) if present is None or x in present]
+    parts = []
+    for name in have:
+        if name == catalog.DCGM_CLOCK_EVENTS_COUNT.name:
+            # dcgm-exporter's per-reason count within its window (5 min by default): held
+            # while reported within it; 0 rows stand for the GPU's presence
+            parts.append(_tag(f"{name} > bool 0", name))
+            continue
+        parts.append(_tag(f"{name} * 0", name))  # presence, clock_event ""
+        if name in VIOLATIONS:
+            held = f"(increase({name}[{VIOLATION_RANGE}]) > 0) * 0 + 1"
+            parts.append(_tag(_event(held, VIOLATIONS[name]), name))
+            continue
+        for reason, bit in catalog.THROTTLE_REASONS.items():
+            held = f"({name} % {2 * bit} >= bool {bit}) == 1"
+            parts.append(_tag(_event(held, _EVENT_NAME[reason]), name))
+    return " or ".join(parts)
+
+
+_EVENT_NAME = {v: k for k, v in catalog.DCGM_CLOCK_EVENT_REASONS.items()}
+
+
+def _event(expr: str, event: str) -> str:
+    return f'label_replace({expr}, "{catalog.DCGM_CLOCK_EVENT_LABEL}", "{event}", "", "")'
+
+
+def _tag(expr: str, name: str) -> str:
+    return f'label_replace({expr}, "dcgm_field", "{name}", "", "")'
 
 
 def presence_names(present: frozenset[str] | None = None) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ RECHECK = 3600.0  # seconds between discoveries
 def known_names() -> frozenset[str]:
     """Every foreign name some reader can translate."""
     dc = {n for f in catalog.dcgm_fields().values() for n, _ in names_of(f)}
-    dc |= {*_markers(), catalog.DCGM_CLOCK_EVENTS_COUNT.name}
+    dc |= {*_markers(), *dcgm.clock_reason_names()}
     ib = {catalog.NODE_IB_STATE, catalog.NODE_IB_RATE, *catalog.NODE_IB_ERRORS.values()}
     return frozenset(dc | ib)
 
