@@ -49,9 +49,16 @@ from simulator.nvml_fake import (
     FakeNvml,
     fabric_mask,
 )
+from simulator.topology import (
+    NVL72_GPUS_PER_TRAY,
+    NVL72_SKU,
+    NVL72_SWITCH_TRAY_LINKS,
+    NVL72_TRAYS,
+    nvl72_rack_of,
+)
 
-TRAYS, GPUS_PER_TRAY, LINKS = 18, 4, NVLINK5_LINKS
-SKU = "gb200-nvl72"  # simulator.model.SKUS key
+TRAYS, GPUS_PER_TRAY, LINKS = NVL72_TRAYS, NVL72_GPUS_PER_TRAY, NVLINK5_LINKS
+SKU = NVL72_SKU  # simulator.model.SKUS key
 GPUS_PER_NODE = {SKU: GPUS_PER_TRAY}  # SKUs whose nodes have fewer GPUs than the frame's 8
 PCI_DOMAINS = GB200_PCI_DOMAINS
 HW_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown  # 0x80
@@ -136,15 +143,13 @@ class Nvl72Rack:
 def tray_down_links(links: int) -> list[int]:
     """A GPU's link states with one of the rack's 9 NVLink switch trays down: the tray carries
     2 of each GB200's 18 links (links 0 and 9 here), which go inactive."""
-    return [0 if link % 9 == 0 else 1 for link in range(links)]
+    return [0 if link in NVL72_SWITCH_TRAY_LINKS else 1 for link in range(links)]
 
 
 def rack_of(skus: Sequence[str], i: int) -> int | None:
-    """The NVL72 rack (0, 1, ...) of fleet node ``i``: the fleet's GB200 nodes, in order, 18 to
-    a rack (``--skus gb200-nvl72:N`` lays them out so); None for other SKUs."""
-    if skus[i] != SKU:
-        return None
-    return sum(1 for s in skus[:i] if s == SKU) // TRAYS
+    """The NVL72 rack (0, 1, ...) of fleet node ``i``, None for other SKUs (the layout is
+    simulator.topology's, which the fabric faults read too)."""
+    return nvl72_rack_of(skus, i)
 
 
 def domain(rack: int) -> tuple[str, int]:
