@@ -7,7 +7,8 @@ node_exporter dialect reads them). :func:`translate` rewrites a native expressio
 state and rate map one to one; a counter family selected by ``counter`` becomes one series per
 sysfs file, relabelled ``counter=<file>``; every series gets ``node`` from ``instance``'s host
 part (node_exporter sets no node label), so the native ``on (node, device, port)`` joins and
-the alert text work unchanged. A counter node_exporter does not serve is dropped from a
+the alert text work unchanged, and ``Hostname`` (the same value) beside it, so the dcgm
+dashboards, which select every host by dcgm-exporter's host label, find the HCAs too. A counter node_exporter does not serve is dropped from a
 selection; a series it has no form of (the HCA model's info) makes the rule untranslatable.
 """
 
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import re
 
-from dashboards.dcgm_translate import RECORD_PREFIX, Untranslatable
+from dashboards.dcgm_translate import HOST_LABEL, RECORD_PREFIX, Untranslatable
 from exporter import catalog as c
 
 # instance "host:9100" -> node "host" (analyzer.sources.dialects.identity.host_of)
 NODE_FROM_INSTANCE = '"node", "$1", "instance", "(.+?)(?::[0-9]+)?"'
+HOST_FROM_NODE = f'"{HOST_LABEL}", "$1", "node", "(.*)"'  # dcgm-exporter's host label
 INSTANT = {
     c.IB_PORT_STATE.name: c.NODE_IB_STATE,
     c.IB_PORT_RATE.name: c.NODE_IB_RATE,
@@ -39,7 +41,7 @@ _MATCHER = re.compile(r'^\s*counter\s*(=~|=)\s*"([^"]*)"\s*$')
 
 
 def with_node(expr: str) -> str:
-    return f"label_replace({expr}, {NODE_FROM_INSTANCE})"
+    return f"label_replace(label_replace({expr}, {NODE_FROM_INSTANCE}), {HOST_FROM_NODE})"
 
 
 def _counters(m: re.Match[str]) -> str:

@@ -35,7 +35,12 @@ _MATCHER = re.compile(r'\s*([a-zA-Z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s
 _LABEL_TOKEN = re.compile(r"(?<![$\w.\"])(node|uuid)\b(?!\s*\()")
 _RECORD = re.compile(r"\bgpuwarden:")
 # series of gpuwarden's own services, not of the node agent: the same on a dcgm fleet
-SERVICES = (c.FINDING.name, c.PREFIX + "analyzer_", c.PREFIX + "remediation_")
+SERVICES = (
+    c.FINDING.name,
+    c.PREFIX + "analyzer_",
+    c.PREFIX + "remediation_",
+    c.PREFIX + "accounting_",  # failure accounting: from remediation's journal, any fleet
+)
 
 
 class Untranslatable(ValueError):

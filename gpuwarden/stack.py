@@ -21,9 +21,23 @@ from typing import Any
 import yaml
 
 from gpuwarden.processes import Supervisor
+from simulator.telemetry import is_dcgm
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_DIR = ROOT / "alerts"
+
+
+def rule_files(telemetry: str = "gpuwarden") -> list[Path]:
+    """The rule files Prometheus loads for a fleet of ``telemetry``: the native ones, with each
+    hardware file replaced by its dcgm-exporter variant (alerts/dcgm/, same name) on a dcgm
+    fleet, as docs/alerts.md tells a dcgm operator to do. The others stay: findings, pipeline,
+    placement and remediation read gpuwarden's own services' series, which either fleet has;
+    fabric's have no dcgm variant (they stay silent on a dcgm fleet)."""
+    native = sorted(RULES_DIR.glob("*.rules.yml"))
+    if not is_dcgm(telemetry):
+        return native
+    return [RULES_DIR / "dcgm" / p.name if (RULES_DIR / "dcgm" / p.name).exists() else p
+            for p in native]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -240,7 +254,7 @@ class Stack:
         s = f"{self.opts.scrape_interval_s:g}s"
         config = {
             "global": {"scrape_interval": s, "evaluation_interval": s},
-            "rule_files": sorted(str(p) for p in RULES_DIR.glob("*.rules.yml")),
+            "rule_files": [str(p) for p in rule_files(self.opts.telemetry)],
             "alerting": {
                 "alertmanagers": [
                     {

@@ -179,7 +179,7 @@ class Fleet:
             raise ValueError(f"time goes forward only: step({t1}) after {t0}")
         self.jobs.advance(t1, self.rng, self._blocked)
         eff = Effects(self.topo.n_nodes)
-        s = Step(eff, self.state, self.jobs, t0, t1, self.rng)
+        s = Step(eff, self.state, self.jobs, t0, t1, self.rng, self.sku_of)
         self._reboots_clear(t0, t1)
         for f in self._active(t0, t1):
             KINDS[f.kind].apply(f, self._step_for(f, s))

@@ -10,7 +10,8 @@ writes: ``4,<seq>,<usec>,-;NVRM: Xid (PCI:0000:18:00): 79, pid=..., name=..., <t
 from __future__ import annotations
 
 from simulator.effects import Event
-from simulator.topology import HGX_BUSES, kernel_pci
+from simulator.nvml_fake import GB200_PCI_DOMAINS
+from simulator.topology import NVL72_SKU, kernel_pci
 
 PCI_IDS = {"h100": "10de:2330", "h200": "10de:2335", "a100": "10de:20b2", "l40s": "10de:26b9"}
 TEXT = {
@@ -29,13 +30,25 @@ TEXT = {
 }
 
 
+def _pci(gpu: int, sku: str) -> str:
+    """The kernel's ``dddd:bb:dd`` of a GPU: an NVL72 tray's GPUs sit in their own PCI domains
+    (as the NVML fake's GB200, ``0018:01:00``), an HGX board's on its buses."""
+    return f"{GB200_PCI_DOMAINS[gpu]}:01:00" if sku == NVL72_SKU else kernel_pci(gpu)
+
+
 def message(e: Event, sku: str = "h100") -> str:
     """The NVRM message of one event (without the kmsg envelope)."""
-    pci = kernel_pci(e.gpu)
+    pci = _pci(e.gpu, sku)
     if e.text == "fallen_off_bus":
         return (
             f"NVRM: The NVIDIA GPU {pci}.0\\x0aNVRM: (PCI ID: {PCI_IDS[sku]}) installed in this"
             " system has\\x0aNVRM: fallen off the bus and is not responding to commands."
+        )
+    if e.text.startswith("nvlink5:"):  # NVLink5 (144-150): no pid/name, the unit's decode key
+        unit, severity, link, intrinfo = e.text.split(":")[1:]
+        return (
+            f"NVRM: Xid (PCI:{pci}): {e.xid}, {unit} {severity} XC0 i0 Link {int(link):02d}"
+            f" ({intrinfo} 0x00000000 0x00000000 0x00000000)"
         )
     if e.text.startswith("nvlink:"):
         link = e.text.split(":", 1)[1]
@@ -54,5 +67,5 @@ def kmsg_lines(e: Event, seq: int, sku: str = "h100") -> list[str]:
     return [
         f"4,{seq},{usec},-;{message(e, sku)}",
         " SUBSYSTEM=pci",
-        f" DEVICE=+pci:0000:{HGX_BUSES[e.gpu]}:00.0",
+        f" DEVICE=+pci:{_pci(e.gpu, sku)}.0",
     ]

@@ -16,9 +16,10 @@ disconnected; the fabric state stays ``completed``, registered GPUs keep their r
 brake asserted: clocks-event reasons 0x88 on every GPU, the brake 0x80 and the HW slowdown
 0x08 that NVML documents the brake also sets).
 
-Shapes not recorded on real hardware (no GB200 was lent to this work): GPU name and memory are
-NVIDIA's GB200 datasheet values as NVML would spell them; PCI domains 0x0008/0x0009/0x0018/
-0x0019 follow the addresses in gpud's GB200 log examples (``PCI:0018:01:00``).
+Shapes not recorded on real hardware (no GB200 was lent to this work): the GB200 GPU
+(:meth:`simulator.nvml_fake.FakeGpuState.gb200`, beside the other models' shapes, so the fake
+never imports this module) has NVIDIA's datasheet name and memory and the PCI domains of
+gpud's GB200 log examples.
 
 ``gpuwarden simulate --skus gb200-nvl72:N`` lays N racks of 18 trays out (simulator.cli.racks);
 each tray serves 4 of the frame's 8 GPU columns (simulator.topology.GPUS), with its rack's
@@ -41,12 +42,25 @@ from exporter.collectors.gpu import GpuCollector
 from exporter.sources.systemd_units import FakeUnits
 from simulator.faults import fabric as fabric_faults
 from simulator.faults.base import Fault
-from simulator.nvml_fake import FakeFabric, FakeGpuState, FakeNvml, fabric_mask
+from simulator.nvml_fake import (
+    GB200_PCI_DOMAINS,
+    NVLINK5_LINKS,
+    FakeGpuState,
+    FakeNvml,
+    fabric_mask,
+)
+from simulator.topology import (
+    NVL72_GPUS_PER_TRAY,
+    NVL72_SKU,
+    NVL72_SWITCH_TRAY_LINKS,
+    NVL72_TRAYS,
+    nvl72_rack_of,
+)
 
-TRAYS, GPUS_PER_TRAY, LINKS = 18, 4, 18
-SKU = "gb200-nvl72"  # simulator.model.SKUS key
+TRAYS, GPUS_PER_TRAY, LINKS = NVL72_TRAYS, NVL72_GPUS_PER_TRAY, NVLINK5_LINKS
+SKU = NVL72_SKU  # simulator.model.SKUS key
 GPUS_PER_NODE = {SKU: GPUS_PER_TRAY}  # SKUs whose nodes have fewer GPUs than the frame's 8
-PCI_DOMAINS = ("0008", "0009", "0018", "0019")
+PCI_DOMAINS = GB200_PCI_DOMAINS
 HW_POWER_BRAKE = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown  # 0x80
 # NVML's nvmlClocksEventReasonHwSlowdown (0x08) "is also set when ... External Power Brake
 # Assertion is triggered" (nvml.h): a braked GPU reports 0x88, as the brake fault shows it.
@@ -59,16 +73,9 @@ FABRIC_KINDS = frozenset(
 
 
 def gb200(index: int, node: str, cluster: str, clique: int) -> FakeGpuState:
-    """One idle GB200 GPU of a compute tray, registered in its rack's NVLink domain."""
-    gpu = FakeGpuState.h100(index, node)
-    gpu.uuid = "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpuwarden/nvl72/{node}/{index}"))
-    gpu.name = "NVIDIA GB200"
-    gpu.pci_bus_id = f"0000{PCI_DOMAINS[index]}:01:00.0"
-    gpu.power_limit_mw, gpu.memory_total = 1_200_000, 198_642_237_440
-    gpu.nvlink_state = [1] * LINKS
-    gpu.nvlink_tx_bytes, gpu.nvlink_rx_bytes = [0] * LINKS, [0] * LINKS
-    gpu.fabric = FakeFabric(cluster_uuid=cluster, clique_id=clique, health_mask=fabric_mask())
-    return gpu
+    """One idle GB200 GPU of a compute tray, registered in its rack's NVLink domain (the shape
+    is the NVML fake's, beside the other GPU models': :meth:`FakeGpuState.gb200`)."""
+    return FakeGpuState.gb200(index, node, cluster, clique)
 
 
 @dataclass
@@ -136,15 +143,13 @@ class Nvl72Rack:
 def tray_down_links(links: int) -> list[int]:
     """A GPU's link states with one of the rack's 9 NVLink switch trays down: the tray carries
     2 of each GB200's 18 links (links 0 and 9 here), which go inactive."""
-    return [0 if link % 9 == 0 else 1 for link in range(links)]
+    return [0 if link in NVL72_SWITCH_TRAY_LINKS else 1 for link in range(links)]
 
 
 def rack_of(skus: Sequence[str], i: int) -> int | None:
-    """The NVL72 rack (0, 1, ...) of fleet node ``i``: the fleet's GB200 nodes, in order, 18 to
-    a rack (``--skus gb200-nvl72:N`` lays them out so); None for other SKUs."""
-    if skus[i] != SKU:
-        return None
-    return sum(1 for s in skus[:i] if s == SKU) // TRAYS
+    """The NVL72 rack (0, 1, ...) of fleet node ``i``, None for other SKUs (the layout is
+    simulator.topology's, which the fabric faults read too)."""
+    return nvl72_rack_of(skus, i)
 
 
 def domain(rack: int) -> tuple[str, int]:

@@ -20,6 +20,8 @@ from typing import Any
 import pynvml
 
 LINKS = 18  # NVLink 4 on H100/H200 SXM: 18 links per GPU
+NVLINK5_LINKS = 18  # GB200: 18 NVLink5 links per GPU
+GB200_PCI_DOMAINS = ("0008", "0009", "0018", "0019")  # a compute tray's 4 GPUs
 
 # Field name -> NVML entry point that reads it (documentation for users of the fake).
 FIELDS: dict[str, str] = {
@@ -266,6 +268,26 @@ class FakeGpuState:
         gpu.mem_clock_mhz = gpu.mem_clock_max_mhz = 9001
         gpu.pcie_gen = gpu.pcie_gen_max = 4
         gpu.nvlink_state, gpu.nvlink_tx_bytes, gpu.nvlink_rx_bytes = [], [], []
+        return gpu
+
+    @classmethod
+    def gb200(cls, index: int, seed: str = "", cluster: str = "", clique: int = 0) -> FakeGpuState:
+        """An idle GB200 GPU of an NVL72 compute tray (NVLink5, 18 links), registered in the
+        NVLink domain ``cluster``/``clique`` (simulator.nvl72 builds the racks; a fleet node's
+        domain is set by the node view). ``seed`` is the tray's node name: the UUID follows it
+        and the slot. Not recorded on real hardware: name and memory are NVIDIA's GB200
+        datasheet values as NVML would spell them; PCI domains 0x0008/0x0009/0x0018/0x0019
+        follow the addresses in gpud's GB200 log examples (``PCI:0018:01:00``)."""
+        gpu = cls.h100(index, seed)
+        gpu.uuid = "GPU-" + str(
+            uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"gpuwarden/nvl72/{seed}/{index}")
+        )
+        gpu.name = "NVIDIA GB200"
+        gpu.pci_bus_id = f"0000{GB200_PCI_DOMAINS[index]}:01:00.0"
+        gpu.power_limit_mw, gpu.memory_total = 1_200_000, 198_642_237_440
+        gpu.nvlink_state = [1] * NVLINK5_LINKS
+        gpu.nvlink_tx_bytes, gpu.nvlink_rx_bytes = [0] * NVLINK5_LINKS, [0] * NVLINK5_LINKS
+        gpu.fabric = FakeFabric(cluster_uuid=cluster, clique_id=clique, health_mask=fabric_mask())
         return gpu
 
     def partition(self, profile: str = "1g.10gb", count: int = MAX_MIG_DEVICES) -> None:
@@ -837,16 +859,10 @@ def hgx_node(model: str = "h100", seed: str = "", gpus: int = 8, **kw: Any) -> F
     return FakeNvml([factory(i, seed) for i in range(gpus)], **kw)
 
 
-def _gb200(index: int, seed: str = "") -> FakeGpuState:
-    from simulator.nvl72 import gb200  # the tray model owns the GB200 shape
-
-    return gb200(index, seed, cluster="", clique=0)  # the node view sets the rack's domain
-
-
 FACTORIES = {
     "h100": FakeGpuState.h100,
     "h200": FakeGpuState.h200,
     "a100": FakeGpuState.a100,
     "l40s": FakeGpuState.l40s,
-    "gb200-nvl72": _gb200,
+    "gb200-nvl72": FakeGpuState.gb200,  # the node view sets the rack's domain
 }  # the simulator's SKUs (simulator.model.SKUS), by key

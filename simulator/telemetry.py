@@ -11,7 +11,7 @@ collectors as always): dcgm-exporter's families are kept as they are (its names,
 labels: ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``,
 the last-XID gauge), with dcgm-exporter's ``hpc_job`` label on the GPUs of a job (its HPC job
 mapping); gpuwarden's InfiniBand series become node_exporter's ``node_infiniband_*``
-(``device``, ``port``; the error counters by their node_exporter names); every other
+(``device``, ``port``; the data and error counters by their node_exporter names); every other
 ``gpuwarden_*`` series is dropped. No ``node`` label is left: Prometheus's ``instance`` and
 dcgm's ``Hostname`` are all the analyzer gets, as on a real fleet.
 """
@@ -37,7 +37,9 @@ HELP = (
 _SERIES = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _GPU = re.compile(r'(?:^|,)gpu="(\d+)"')
-_IB_PLAIN = {c.IB_PORT_STATE.name: c.NODE_IB_STATE, c.IB_PORT_RATE.name: c.NODE_IB_RATE}
+_IB_PLAIN = {c.IB_PORT_STATE.name: c.NODE_IB_STATE, c.IB_PORT_RATE.name: c.NODE_IB_RATE,
+             c.IB_TRANSMIT.name: c.NODE_IB_DATA["port_xmit_data"],
+             c.IB_RECEIVE.name: c.NODE_IB_DATA["port_rcv_data"]}  # fmt: skip
 _IB_COUNTERS = (c.IB_COUNTER.name, c.IB_HW_COUNTER.name)
 
 

@@ -8,7 +8,7 @@ Nothing here is random, so a node keeps its identity whatever the seed.
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -18,6 +18,18 @@ PORTS = 8  # one 400 Gb/s compute port per GPU, port p on rail p
 # PCI buses of the 8 GPUs on an HGX H100/H200 board (as nvml_fake.HGX_BUSES).
 HGX_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
 SKUS = ("h100", "h200")
+# GB200 NVL72 racks (simulator.nvl72): the SKU key, 18 compute trays of 4 GPUs to a rack, and the
+# links of each GPU one of the rack's 9 NVLink switch trays carries (2 of its 18)
+NVL72_SKU, NVL72_TRAYS, NVL72_GPUS_PER_TRAY = "gb200-nvl72", 18, 4
+NVL72_SWITCH_TRAY_LINKS = (0, 9)
+
+
+def nvl72_rack_of(skus: Sequence[str], i: int) -> int | None:
+    """The NVL72 rack (0, 1, ...) of fleet node ``i``: the fleet's GB200 nodes, in order, 18 to
+    a rack (``--skus gb200-nvl72:N`` lays them out so); None for other SKUs."""
+    if skus[i] != NVL72_SKU:
+        return None
+    return sum(1 for s in skus[:i] if s == NVL72_SKU) // NVL72_TRAYS
 
 
 def node_name(i: int) -> str:

@@ -15,6 +15,8 @@ On a MIG GPU the parenthesis also names the instance, ``(PCI:dddd:bb:dd GPU-I:05
 ``(PCI:dddd:bb:dd GPU-I:05 GPU-CI:01)`` (open-gpu-kernel-modules, kernel_rc_notification.c,
 ``"PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u"``); drivers before about 2010 printed a bare
 ``bus:device`` without domain or ``PCI:``, e.g. ``NVRM: Xid (0001:00): 8, Channel 00000002``.
+A line cut short after the code (``NVRM: Xid (PCI:0000:01:00): 154 (``) still counts that
+XID for that GPU; one cut before the code or inside the address names nothing and is dropped.
 fixtures/kmsg/xid_corpus.yaml holds the shapes seen in public reports, each with its origin.
 
 NVLink5 XIDs (144-150, Blackwell) carry more after the number: ``<unit> Fatal|Nonfatal XC0|XC1
@@ -161,7 +163,9 @@ _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?"
     r"(?P<pci>(?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{2,4}:[0-9a-fA-F]{2}(?:\.\d)?)"
     r"(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\):"
-    r" (?P<xid>\d+)(?:, |,?$)"
+    # after the code: ", " (every driver), or the line's end, or a space where a log line was
+    # cut short after the code ("...): 154 ("): the code and the GPU are still named, so count it
+    r" (?P<xid>\d+)(?:, |,?$|\s+(?!\d))"
     r"(?:pid=(?P<pid>'<unknown>'|<unknown>|\d+)(?:, |,?$))?"
     r"(?:name=(?P<name>[^,]*)(?:, |,?$))?"
     r"(?P<text>.*)$"

@@ -107,6 +107,7 @@ class Step:
     t0: float
     t1: float
     rng: np.random.Generator
+    skus: tuple[str, ...] = ()  # per node: its SKU key (rack-wide faults find their rack)
 
     def event(
         self, node: int, gpu: int, xid: int, text: str, at: float, counted: bool = True

@@ -191,3 +191,45 @@ def test_every_alert_is_documented_in_docs_alerts_md() -> None:
     doc = (ROOT / "docs" / "alerts.md").read_text()
     missing = [name for name in ALERT_NAMES if f"`{name}`" not in doc]
     assert not missing, f"docs/alerts.md does not list {missing}"
+
+
+_DURATION = re.compile(r"(\d+)([smhd])")
+
+
+def _seconds(text: str) -> int:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return sum(int(n) * units[u] for n, u in _DURATION.findall(text))
+
+
+def _doc_alert_rows() -> list[tuple[int, str, dict[str, str]]]:
+    """(line, alert, column -> cell) of every row of docs/alerts.md's alert tables."""
+    rows, header = [], None
+    lines = (ROOT / "docs" / "alerts.md").read_text().splitlines()
+    for i, line in enumerate(lines, 1):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| alert |"):
+            header = cells
+        elif not line.startswith("|"):
+            header = None
+        elif header and cells[0].startswith("`"):
+            rows.append((i, cells[0].strip("`"), dict(zip(header, cells, strict=False))))
+    return rows
+
+
+def test_the_for_and_keep_firing_durations_in_docs_alerts_md_are_the_rules() -> None:
+    rules: dict[str, list[Rule]] = {}
+    for rule in alerting_rules():
+        rules.setdefault(str(rule.alert), []).append(rule)
+    rows = _doc_alert_rows()
+    assert len(rows) > 2 * 40, "docs/alerts.md's alert tables were not found"
+    wrong = []
+    for line, name, cells in rows:
+        column = next(k for k in cells if k.startswith("for"))
+        fors = {_seconds(str(r.body.get("for", "0s"))) for r in rules[name]}
+        keeps = {_seconds(str(r.body.get("keep_firing_for", "0s"))) for r in rules[name]}
+        for clause in cells[column].split(";"):  # "3m; per node 1m / 2m": one per rule
+            said = [_seconds(f"{n}{u}") for n, u in _DURATION.findall(clause)]
+            if said[0] not in fors or (len(said) > 1 and said[1] not in keeps):
+                wrong.append(f"line {line} {name}: says {cells[column]!r}, rules' for "
+                             f"{sorted(fors)} s, keep firing {sorted(keeps)} s")  # fmt: skip
+    assert not wrong, "\n".join(wrong)

@@ -87,3 +87,12 @@ def test_every_variant_query_parses_with_promtool(tmp_path: Path) -> None:
     r = promtool("check", "rules", str(path))
     out = r.stdout.decode() + r.stderr.decode()
     assert r.returncode == 0 and f"SUCCESS: {len(rules)} rules found" in out, out
+
+
+def test_the_reliability_variant_keeps_every_panel_since_the_journal_is_the_same_on_any_fleet():
+    """Failure accounting is remediation's (its journal), not the node agent's: on a dcgm fleet
+    the Reliability dashboard shows the same panels, not an empty board."""
+    variant = BOARDS["gpuwarden-reliability-dcgm"]
+    native = NATIVE["gpuwarden-reliability"]
+    assert [p["title"] for p in variant["panels"]] == [p["title"] for p in native["panels"]]
+    assert "Not observable" not in variant["description"]

@@ -75,16 +75,6 @@ def _delivered(alerts: list[dict[str, Any]]) -> list[Alert]:
     return out
 
 
-def _link_xid(node: str, domain: str) -> Alert:
-    labels = {
-        "alertname": "GpuXidFatalLink", "node": node, "gpu": "0", "xid": "149",
-        "severity": "critical", "action": "drain", "fault_class": "xid_fatal",
-        "xid_class": "link", "nvlink_domain": domain, "reset_suffices": "false",
-        "nvidia_resolution": "WORKFLOW_NVLINK5_ERR",
-    }  # fmt: skip
-    return Alert(f"xid-{node}", "2026-12-03T10:00:00Z", "firing", labels, {"summary": "x"})
-
-
 class Remediation:
     """The engine on the shipped default policy, dry-run backend, no NVLink domain in the
     topology (the trays are known to the scheduler, nothing more)."""
@@ -134,13 +124,20 @@ def test_a_switch_tray_down_is_one_incident_and_no_drain_and_one_bad_route_drain
         for a in firing
         if a["metric"].get("node") in nodes[:18] and a["metric"].get("action") != "hold"
     ]  # (a scrape timed out on a busy machine may show a node as unwatched: hold)
-    assert rack0_alerts == []  # nothing per node or per GPU in the broken rack
+    # per GPU of the broken rack only the link XIDs its driver logs (149 NETIR_LINK_DOWN, the
+    # peer gone: 2 links x 4 GPUs x 18 trays), each labelled with the rack's domain so that
+    # Alertmanager's inhibition and remediation's domain guard hold them under the one incident
+    xids = [m for m in rack0_alerts if m["alertname"] == "GpuXidNvlink5"]
+    assert len({(m["node"], m["gpu"]) for m in xids}) == 72
+    assert {(m["xid"], m["unit"], m["subcode"], m["nvlink_domain"]) for m in xids} == {
+        ("149", "NETIR_LINK_EVT/NETIR_LINK_DOWN", "32", rack0)
+    }
+    assert [m for m in rack0_alerts if m not in xids] == []  # nothing else per node or GPU
 
-    # Remediation, worst order: the node alerts first, the domain alert 5 minutes later. A
-    # real tray down also logs link XIDs on every tray at once (no `for`); the simulator logs
-    # none, so they are added as the generated XID rules label them (alerts/tests/xid_test.yml).
+    # Remediation, worst order: the node alerts first (the link XIDs every tray logs at once,
+    # no `for`), the domain alert 5 minutes later.
     rem = Remediation(tmp_path, nodes)
-    alerts = _delivered(firing) + [_link_xid(n, rack0) for n in nodes[:18]]
+    alerts = _delivered(firing)
     scoped = [a for a in alerts if a.labels.get("scope") == "domain"]
     rem.deliver([a for a in alerts if a not in scoped])
     rem.clock.advance(300)

@@ -67,3 +67,11 @@ def test_a_mig_line_names_the_parent_gpu_and_the_instance() -> None:
 def test_a_domainless_legacy_address_lands_on_domain_zero() -> None:
     [e] = XidLineStream().feed("NVRM: Xid (0003:00): 8, Channel 00000002").events
     assert (e.pci_key, e.xid, e.text) == ("0000:03:00", 8, "Channel 00000002")
+
+
+def test_a_truncated_line_that_still_names_its_code_and_gpu_counts_that_xid() -> None:
+    result = XidLineStream().feed("NVRM: Xid (PCI:0000:01:00): 154 (")
+    assert [(e.pci_key, e.xid) for e in result.events] == [("0000:01:00", 154)]
+    assert result.malformed == 0
+    # cut inside the address, the line names no GPU: nothing is counted for a guessed one
+    assert not XidLineStream().feed("NVRM: Xid (PCI:0000:5d:0").events

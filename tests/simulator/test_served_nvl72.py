@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from analyzer import xidcat
 from exporter import catalog as c
 from simulator import nvl72
 from simulator.cli import SimulateSettings, make_simulator
@@ -90,3 +91,28 @@ def test_injected_fabric_faults_reach_the_served_trays_of_their_rack_only() -> N
     assert not [v for labels, v in samples(tray20, c.NVLINK_UP.name) if v == 0]
     assert not [v for labels, v in samples(rack0, c.GPU_THROTTLE.name)
                 if labels["reason"] == "hw_power_brake_slowdown" and v]  # fmt: skip
+
+
+def test_a_switch_tray_down_logs_xid_149_peer_link_down_for_each_lost_link_of_its_rack() -> None:
+    """NVIDIA's decode: XID 149 NETIR_LINK_EVT/NETIR_LINK_DOWN, a sub-code whose investigatory
+    action is INVESTIGATE_PEER_DEVICE (the NVSwitch at the link's far end went down)."""
+    clock = Clock()
+    sim = Simulator(make_simulator(NVL72).fleet, clock=clock, wall=lambda: 1.8e9)
+    nodes = sim.fleet.nodes
+    sim.inject({"node": nodes[3], "kind": "nvlink_switch_tray_down"})  # rack 0
+    clock.t += 5.0
+    for i in (0, 17):  # any tray of the rack, not only the named one
+        body = sim.metrics(nodes[i])
+        xids = {labels["gpu"]: v for labels, v in samples(body, c.GPU_XID_ERRORS.name)
+                if labels["xid"] == "149"}  # fmt: skip
+        assert xids == {str(g): 2.0 for g in range(4)}, nodes[i]  # links 0 and 9 of each GPU
+        rows = {(labels["unit"], labels["error_status"], labels["subcode"])
+                for labels, _ in samples(body, c.GPU_XID_NVLINK5_ERRORS.name)}  # fmt: skip
+        assert rows == {("NETIR_LINK_EVT/NETIR_LINK_DOWN", "0x00000000", "32")}
+        row = xidcat.load_catalog().get(149).subcode("NETIR_LINK_EVT/NETIR_LINK_DOWN", 0, 32)
+        assert row is not None and row.nvidia.investigatory == "INVESTIGATE_PEER_DEVICE"
+    other = sim.metrics(nodes[18])  # rack 1 keeps its switch trays
+    assert not [v for labels, v in samples(other, c.GPU_XID_ERRORS.name) if labels["xid"] == "149"]
+    (event, *_) = [e for e in sim.fleet.events if e.xid == 149]
+    assert len([e for e in sim.fleet.events if e.xid == 149]) == 18 * 4 * 2
+    assert event.t == sim.fleet.truth()[0]["onset"]  # logged once, when the tray went down

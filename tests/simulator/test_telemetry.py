@@ -67,6 +67,18 @@ def test_infiniband_comes_as_node_exporters_series_with_device_and_port(sim):
     assert len(state) == 8 and set(state) == {4.0}  # every port active, node_exporter's code
 
 
+def test_infiniband_port_data_comes_as_node_exporters_byte_counters(sim):
+    """The dcgm dashboards' port-traffic panels read them (node_exporter's port_data_*_bytes)."""
+    series = _series(sim.metrics(sim.fleet.nodes[1]))
+    for name in c.NODE_IB_DATA.values():
+        ports = {(lab["device"], lab["port"]) for n, lab, _ in series if n == name}
+        assert len(ports) == 8, name
+    assert (
+        f"# TYPE {c.NODE_IB_DATA['port_xmit_data']} counter"
+        in sim.metrics(sim.fleet.nodes[1]).decode()
+    )
+
+
 def test_a_gpu_of_a_job_carries_dcgm_exporters_hpc_job_label():
     body = (
         b"# HELP DCGM_FI_DEV_GPU_TEMP t\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
