@@ -116,7 +116,7 @@ async def test_a_rule_the_read_back_does_not_show_in_force_is_never_reported_iso
     existing(emu, "None")
     stale = copy.deepcopy(rule_now(emu))  # e.g. a mutating webhook puts the effect back
     emu["get", RULES, kmock.name(NAME)][1:] << stale
-    with pytest.raises(BackendError, match="not in force on read-back: taint .* effect None"):
+    with pytest.raises(BackendError, match=r"not in force on read-back: taint \S+ effect None"):
         await asyncio.to_thread(iso_of(emu).isolate, "gpu-node-001", "3", "x")
     assert evicted == []
 
@@ -151,8 +151,9 @@ async def test_a_dry_run_preview_never_weakens_a_live_rule_nor_touches_anothers(
     assert patches(emu) == [] and evicted == []
 
 
-@pytest.mark.parametrize(("status", "why"), [(500, "HTTP 500"),
-                                            (429, "a PodDisruptionBudget blocks it (429)")])
+@pytest.mark.parametrize(
+    ("status", "why"), [(500, "HTTP 500"), (429, "a PodDisruptionBudget blocks it (429)")]
+)
 async def test_an_eviction_refused_for_another_reason_names_it_not_a_disruption_budget(
     emu: kmock.KubernetesEmulator,  # noqa: F811
     status: int,
