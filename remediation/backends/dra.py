@@ -37,6 +37,12 @@ def rule_name(node: str, gpu: str) -> str:
     return f"gpuwarden-{node}-gpu{gpu}"
 
 
+def parse_name(name: str) -> tuple[str, str] | None:
+    """(node, gpu) of a rule named by :func:`rule_name`; None for any other name."""
+    node, _, gpu = name.removeprefix("gpuwarden-").rpartition("-gpu")
+    return (node, gpu) if name.startswith("gpuwarden-") and node and gpu.isdigit() else None
+
+
 def _index(device: Obj) -> int | None:
     attrs = device.get("attributes") or (device.get("basic") or {}).get("attributes") or {}
     raw = (attrs.get("index") or {}).get("int")
@@ -241,8 +247,7 @@ class DraIsolation:
         out = []
         for r in self.active():
             meta, spec = r.get("metadata") or {}, r.get("spec") or {}
-            name = str(meta.get("name", "")).removeprefix("gpuwarden-")
-            node, _, gpu = name.rpartition("-gpu")
+            node, gpu = parse_name(str(meta.get("name"))) or ("", "")
             out.append({
                 "node": node, "gpu": gpu, "tier": "isolated",
                 "reason": (meta.get("annotations") or {}).get("gpuwarden.io/reason", ""),
@@ -253,9 +258,11 @@ class DraIsolation:
         return out
 
     def active(self) -> list[dict[str, Any]]:
-        """Our rules (node/GPU from the name), for the placement listing and reconciliation."""
+        """Our rules: labelled gpuwarden's and named as it names them (node/GPU from the
+        name), for the placement listing and reconciliation."""
         return [
             r
             for r in self.api.list_custom(GROUP, TAINT_RULES, "devicetaintrules")
             if ((r.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == "gpuwarden"
+            and parse_name(str((r.get("metadata") or {}).get("name", ""))) is not None
         ]
