@@ -5,7 +5,10 @@ the node's ResourceSlice (driver ``gpu.nvidia.com``, pool = the node, the device
 (Eviction API, PodDisruptionBudgets respected) only the pods whose ResourceClaims hold that
 device; ``NoExecute`` (only where policy says) lets the control plane evict them itself;
 ``None`` is the dry-run preview (the rule is visible, nothing changes). The node's other
-GPUs keep serving. Release deletes the rule.
+GPUs keep serving. A GPU is reported isolated (and its pods evicted) only once gpuwarden's
+rule with the wanted effect, selecting exactly that device, is read back: a rule of that
+name found in place (the preview, typically) is patched if it is ours, never changed if it
+is not. Release deletes only gpuwarden's rules.
 """
 
 from __future__ import annotations
