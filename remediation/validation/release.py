@@ -256,7 +256,9 @@ class Validator:
             e = self.engine
             try:
                 gpus = self.gpus_only(rec["node"])
-            except Exception:  # the DRA rules unreadable: the GPU stays out, asked next tick
+            except Exception as ex:  # the DRA rules unreadable: held, asked again next tick
+                log.warning("validation of %s waits: DRA device taints unreadable: %s",
+                            rec["node"], ex)  # fmt: skip
                 return True
             if gpus:  # one GPU out, the node in service: never cordoned to run the suite
                 why = (f"suite {suite.name} not run: only GPU(s) {', '.join(gpus)} of "
@@ -357,8 +359,8 @@ class Validator:
         needs the whole node: running one there would cordon it for a one-GPU fault."""
         b = self.engine.backend
         dra = getattr(b, "dra", None)
-        if dra is None or not hasattr(dra, "listing"):
-            return ()
+        if not self.engine.policy.dra_isolation or dra is None or not hasattr(dra, "listing"):
+            return ()  # (without dra_isolation gpuwarden makes no DeviceTaintRule)
         live = ("NoSchedule", "NoExecute")  # a dry-run's preview (None) holds nothing
         rows = [r for r in dra.listing() if (r.get("evidence") or {}).get("effect") in live]
         gpus = tuple(sorted({str(r["gpu"]) for r in rows if r.get("node") == node}))

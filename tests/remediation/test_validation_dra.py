@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import kmock
 import pytest
@@ -25,6 +26,7 @@ from tests.remediation.test_kubernetes import node, writes
 from tests.remediation.test_validation_kubernetes import JOBS
 from tests.remediation.test_validation_release import POLICY, process
 
+RULES = kmock.resource("resource.k8s.io/v1alpha3/devicetaintrules")
 DRA_NODE, PLAIN_NODE = "gpu-node-001", "gpu-node-002"  # only the first publishes a ResourceSlice
 
 
@@ -111,4 +113,31 @@ async def test_a_gpu_fault_on_a_node_without_a_dra_device_is_still_cordoned_and_
     assert emu.objects[job]["spec"]["template"]["spec"]["nodeName"] == PLAIN_NODE
     spec = emu.objects[kmock.resource("v1/nodes"), None, PLAIN_NODE].get("spec") or {}
     assert spec.get("unschedulable")  # the node path: cordoned for the fault, suite first
+    svc.journal.close()
+
+
+async def test_unreadable_device_taints_hold_the_gpu_out_and_start_nothing_until_readable(
+    emu: kmock.KubernetesEmulator,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    svc = service(emu, tmp_path, clock)
+    await asyncio.to_thread(gpu_fault_then_resolve, svc, clock, DRA_NODE)
+    clock.advance(61)
+    down = [True]
+
+    def rules(req: Any) -> Any:
+        if down[0]:
+            raise kmock.KubernetesError(status=500)
+        return {"items": [dict(o.raw) for k, o in list(emu.objects.items()) if k[0] == RULES]}
+
+    emu["get", RULES] << rules
+    await asyncio.to_thread(svc.engine.tick)
+    assert svc.journal.node(DRA_NODE)["state"] == "probation"  # type: ignore[index]
+    assert node_writes(emu, DRA_NODE) == [] and svc.validator.list(DRA_NODE, 5) == []
+    assert [k for k in list(emu.objects) if k[0] == RULES]  # the GPU still out
+    down[0] = False
+    await asyncio.to_thread(svc.engine.tick)  # readable again: released, still uncordoned
+    assert svc.journal.node(DRA_NODE)["state"] == "released"  # type: ignore[index]
+    assert node_writes(emu, DRA_NODE) == []
     svc.journal.close()
