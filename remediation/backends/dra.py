@@ -31,7 +31,7 @@ def _epoch(ts: Any) -> float | None:
     import datetime as dt
 
     try:
-        return dt.datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+        return dt.datetime.fromisoformat(str(ts)).timestamp()  # "Z" read since Python 3.11
     except ValueError:
         return None
 
@@ -183,7 +183,7 @@ class DraIsolation:
                                                body)  # fmt: skip
         if status == 409:
             raise BackendError(f"DeviceTaintRule {name} changed while being patched (HTTP 409)")
-        if status not in (200, 201):
+        if status != 200:
             raise BackendError(f"DeviceTaintRule {name} ({why}): patch answered HTTP {status}")
         return None
 
