@@ -233,39 +233,42 @@ class DraIsolation:
     def release_node(self, node: str, previews_only: bool = False) -> list[str]:
         """Delete every rule of ours on the node (``previews_only``: only the dry-run's
         effect-None previews, never a rule a live run made); the GPUs released."""
-        prefix, out = rule_name(node, ""), []
-        for r in self.active():
-            name = str((r.get("metadata") or {}).get("name", ""))
-            gpu = name.removeprefix(prefix)
-            if previews_only and _effect(r) != "None":
+        out = []
+        for n, gpu, r in self._ours():
+            if n != node or (previews_only and _effect(r) != "None"):
                 continue
-            if name.startswith(prefix) and gpu.isdigit():
-                self._delete(r)
-                out.append(gpu)
+            self._delete(r)
+            out.append(gpu)
         return out
 
     def listing(self) -> list[dict[str, Any]]:
-        """Our rules as placement rows: node, gpu, tier ``isolated``, reason, since, until
+        """Our rules as placement rows: node, gpu, tier (``isolated``; ``preview`` for a rule
+        whose effect keeps nothing off the GPU, as the dry-run's), reason, since, until
         (None: held until released), evidence (the rule's selector and effect)."""
         out = []
-        for r in self.active():
+        for node, gpu, r in self._ours():
             meta, spec = r.get("metadata") or {}, r.get("spec") or {}
-            node, gpu = parse_name(str(meta.get("name"))) or ("", "")
+            effect = _effect(r)
             out.append({
-                "node": node, "gpu": gpu, "tier": "isolated",
+                "node": node, "gpu": gpu,
+                "tier": "isolated" if effect in ("NoSchedule", "NoExecute") else "preview",
                 "reason": (meta.get("annotations") or {}).get("gpuwarden.io/reason", ""),
                 "since": _epoch(meta.get("creationTimestamp")), "until": None,
-                "evidence": {"device": spec.get("deviceSelector"),
-                             "effect": (spec.get("taint") or {}).get("effect")},
+                "evidence": {"device": spec.get("deviceSelector"), "effect": effect},
             })  # fmt: skip
         return out
 
     def active(self) -> list[dict[str, Any]]:
-        """Our rules: labelled gpuwarden's and named as it names them (node/GPU from the
-        name), for the placement listing and reconciliation."""
-        return [
-            r
-            for r in self.api.list_custom(GROUP, TAINT_RULES, "devicetaintrules")
-            if ((r.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == "gpuwarden"
-            and parse_name(str((r.get("metadata") or {}).get("name", ""))) is not None
-        ]
+        """Our rules, for the placement listing and reconciliation."""
+        return [r for _, _, r in self._ours()]
+
+    def _ours(self) -> list[tuple[str, str, Obj]]:
+        """(node, gpu, rule) of every rule labelled gpuwarden's and named as it names them
+        (another name is not ours to list or delete, whatever its label)."""
+        out = []
+        for r in self.api.list_custom(GROUP, TAINT_RULES, "devicetaintrules"):
+            meta = r.get("metadata") or {}
+            parsed = parse_name(str(meta.get("name")))
+            if (meta.get("labels") or {}).get(MANAGED_BY) == "gpuwarden" and parsed is not None:
+                out.append((*parsed, r))
+        return out

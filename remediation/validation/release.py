@@ -359,8 +359,8 @@ class Validator:
         needs the whole node: running one there would cordon it for a one-GPU fault."""
         b = self.engine.backend
         dra = getattr(b, "dra", None)
-        if not self.engine.policy.dra_isolation or dra is None or not hasattr(dra, "listing"):
-            return ()  # (without dra_isolation gpuwarden makes no DeviceTaintRule)
+        if dra is None or not hasattr(dra, "listing"):  # (read whatever the policy says now,
+            return ()  # as the release does: rules made before dra_isolation was turned off)
         live = ("NoSchedule", "NoExecute")  # a dry-run's preview (None) holds nothing
         rows = [r for r in dra.listing() if (r.get("evidence") or {}).get("effect") in live]
         gpus = tuple(sorted({str(r["gpu"]) for r in rows if r.get("node") == node}))

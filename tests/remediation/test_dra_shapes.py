@@ -195,6 +195,11 @@ def test_a_previews_only_release_skips_live_rules_and_deletes_every_preview_afte
                                                               effect, "r")  # fmt: skip
     assert iso(api).release_node(NODE, previews_only=True) == ["1", "3"]
     assert sorted(api.rules) == [dra.rule_name(NODE, "0"), dra.rule_name(NODE, "2")]
+    neighbour = dra.rule_name(NODE + "-gpu2", "3")  # starts like NODE's rules; not NODE's
+    api.rules[neighbour] = dra.taint_rule(NODE + "-gpu2", "3", NODE, "gpu-3", "None", "r")
+    assert iso(api).release_node(NODE) == ["0", "2"]
+    assert sorted(api.rules) == [neighbour]
+    api.rules[dra.rule_name(NODE, "0")] = dra.taint_rule(NODE, "0", NODE, "gpu-0", "None", "r")
     assert iso(api).release(NODE, "0") == f"DeviceTaintRule {dra.rule_name(NODE, '0')} deleted"
     assert iso(api).release(NODE, "0").endswith("already gone")
 
@@ -212,3 +217,7 @@ def test_the_listing_row_says_node_gpu_reason_since_and_evidence() -> None:
                                                "device": "gpu-3"}, "effect": "NoSchedule"}}]  # fmt: skip
     rule["metadata"]["creationTimestamp"] = "yesterday"
     assert iso(api).listing()[0]["since"] is None
+    rule["spec"]["taint"]["effect"] = "None"  # a preview keeps nothing off the GPU
+    assert iso(api).listing()[0]["tier"] == "preview"
+    rule["spec"]["taint"]["effect"] = "NoExecute"
+    assert iso(api).listing()[0]["tier"] == "isolated"

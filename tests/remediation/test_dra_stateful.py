@@ -217,6 +217,9 @@ class FakeDraApi:
         if owner_of(r) != "gpuwarden":
             self.violations.append(f"deleted {name}, which is not gpuwarden's")
         effect = (r.get("spec") or {}).get("taint", {}).get("effect")
+        of = self.context.get("release_of")
+        if of is not None and (dra.parse_name(name) or ("",))[0] != of:
+            self.violations.append(f"the release of {of} deleted {name}")
         if self.context.get("previews_only") and effect != "None":
             self.violations.append(f"a previews-only release deleted {name} ({effect})")
         del self.rules[name]
@@ -304,11 +307,11 @@ class DraRules(RuleBasedStateMachine):
 
     @rule(node=node_st, gpu=gpu_st, faults=faults_st)
     def release_gpu(self, node: str, gpu: str, faults: list[tuple[str, int]]) -> None:
-        self.call(faults, {}, self.iso.release, node, gpu)
+        self.call(faults, {"release_of": node}, self.iso.release, node, gpu)
 
     @rule(node=node_st, previews_only=st.booleans(), faults=faults_st)
     def release_node(self, node: str, previews_only: bool, faults: list[tuple[str, int]]) -> None:
-        ctx = {"previews_only": previews_only}
+        ctx = {"previews_only": previews_only, "release_of": node}
         gone, err = self.call(faults, ctx, self.iso.release_node, node, previews_only)
         if err is not None or previews_only:
             return
@@ -327,10 +330,12 @@ class DraRules(RuleBasedStateMachine):
         assert self.api.violations == [], self.api.violations
 
     @invariant()
-    def the_listing_shows_only_gpuwardens_rules(self) -> None:
+    def the_listing_shows_only_gpuwardens_rules_and_isolated_only_with_an_effect(self) -> None:
         for row in self.iso.listing():
-            assert owner_of(self.api.rules[f"gpuwarden-{row['node']}-gpu{row['gpu']}"]) == (
-                "gpuwarden")  # fmt: skip
+            rule = self.api.rules[dra.rule_name(row["node"], row["gpu"])]
+            assert owner_of(rule) == "gpuwarden"
+            effect = rule["spec"]["taint"]["effect"]
+            assert (row["tier"] == "isolated") == (effect in ("NoSchedule", "NoExecute"))
 
 
 DraRules.TestCase.settings = settings(
