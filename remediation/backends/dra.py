@@ -5,7 +5,10 @@ the node's ResourceSlice (driver ``gpu.nvidia.com``, pool = the node, the device
 (Eviction API, PodDisruptionBudgets respected) only the pods whose ResourceClaims hold that
 device; ``NoExecute`` (only where policy says) lets the control plane evict them itself;
 ``None`` is the dry-run preview (the rule is visible, nothing changes). The node's other
-GPUs keep serving. Release deletes the rule.
+GPUs keep serving. A GPU is reported isolated (and its pods evicted) only once gpuwarden's
+rule with the wanted effect, selecting exactly that device, is read back: a rule of that
+name found in place (the preview, typically) is patched if it is ours, never changed if it
+is not. Release deletes only gpuwarden's rules.
 """
 
 from __future__ import annotations
@@ -21,19 +24,26 @@ TAINT_RULES = "v1alpha3"  # DeviceTaintRule (alpha, feature gate DRADeviceTaints
 DRIVER = "gpu.nvidia.com"
 TAINT_KEY = "gpuwarden.io/gpu-fault"
 EFFECTS = ("NoSchedule", "NoExecute", "None")
+MANAGED_BY = "app.kubernetes.io/managed-by"
 
 
 def _epoch(ts: Any) -> float | None:
     import datetime as dt
 
     try:
-        return dt.datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+        return dt.datetime.fromisoformat(str(ts)).timestamp()  # "Z" read since Python 3.11
     except ValueError:
         return None
 
 
 def rule_name(node: str, gpu: str) -> str:
     return f"gpuwarden-{node}-gpu{gpu}"
+
+
+def parse_name(name: str) -> tuple[str, str] | None:
+    """(node, gpu) of a rule named by :func:`rule_name`; None for any other name."""
+    node, _, gpu = name.removeprefix("gpuwarden-").rpartition("-gpu")
+    return (node, gpu) if name.startswith("gpuwarden-") and node and gpu.isdigit() else None
 
 
 def _index(device: Obj) -> int | None:
@@ -76,13 +86,35 @@ def taint_rule(node: str, gpu: str, pool: str, device: str, effect: str, reason:
     return {
         "apiVersion": f"{GROUP}/{TAINT_RULES}",
         "kind": "DeviceTaintRule",
-        "metadata": {"name": rule_name(node, gpu), "labels": {"app.kubernetes.io/managed-by":
-                     "gpuwarden"}, "annotations": {"gpuwarden.io/reason": reason[:200]}},
+        "metadata": {"name": rule_name(node, gpu), "labels": {MANAGED_BY: "gpuwarden"},
+                     "annotations": {"gpuwarden.io/reason": reason[:200]}},
         "spec": {
             "deviceSelector": {"driver": driver, "pool": pool, "device": device},
             "taint": {"key": TAINT_KEY, "value": "true", "effect": effect},
         },
     }  # fmt: skip
+
+
+def _effect(rule: Obj) -> Any:
+    return ((rule.get("spec") or {}).get("taint") or {}).get("effect")
+
+
+def mismatch(rule: Obj | None, want: Obj) -> str | None:
+    """Why ``rule`` (as read) is not ``want`` in force: None when it is gpuwarden's, with
+    the wanted taint and effect, and selects exactly the wanted device."""
+    if rule is None:
+        return "absent"
+    owner = (((rule.get("metadata") or {}).get("labels")) or {}).get(MANAGED_BY)
+    if owner != "gpuwarden":
+        return f"managed-by {owner!r}"
+    spec = rule.get("spec") or {}
+    key, effect = (spec.get("taint") or {}).get("key"), _effect(rule)
+    if (key, effect) != (TAINT_KEY, want["spec"]["taint"]["effect"]):
+        return f"taint {key} effect {effect}"
+    sel = {k: v for k, v in (spec.get("deviceSelector") or {}).items() if v not in (None, "", [])}
+    if sel != want["spec"]["deviceSelector"]:
+        return f"selects {sel}"
+    return None
 
 
 class DraIsolation:
@@ -91,16 +123,24 @@ class DraIsolation:
 
     def isolate(self, node: str, gpu: str, reason: str, effect: str = "NoSchedule",
                 dry_run: bool = False) -> str:  # fmt: skip
-        """Taint one GPU; evict only its pods (NoSchedule). Dry-run: a None-effect preview."""
+        """Taint one GPU; evict only its pods (NoSchedule). Dry-run: a None-effect preview.
+        The rule is read back: BackendError (the step is retried) unless gpuwarden's rule
+        with this effect selects the device, whatever was there before (see :meth:`_adopt`)."""
         slices = self.api.list_custom(GROUP, SLICES, "resourceslices")
         pool, device = find_device(slices, node, gpu, self.driver)
         effect = "None" if dry_run else effect
-        status = self.api.create_cluster_custom(
-            GROUP, TAINT_RULES, "devicetaintrules",
-            taint_rule(node, gpu, pool, device, effect, reason, self.driver),
-        )  # fmt: skip
-        if status not in (200, 201, 409):
-            raise BackendError(f"DeviceTaintRule for {node} GPU {gpu}: HTTP {status}")
+        want = taint_rule(node, gpu, pool, device, effect, reason, self.driver)
+        name = rule_name(node, gpu)
+        status = self.api.create_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", want)
+        if status == 409:  # a rule of that name exists: in force only once it is what we want
+            left = self._adopt(name, want, dry_run)
+            if left is not None:
+                return left
+        elif status not in (200, 201):
+            raise BackendError(f"DeviceTaintRule {name}: create answered HTTP {status}")
+        why = mismatch(self.read(name), want)
+        if why is not None:
+            raise BackendError(f"DeviceTaintRule {name} not in force on read-back: {why}")
         pods = holders(self.api.list_custom(GROUP, SLICES, "resourceclaims"), self.driver, pool,
                        device)  # fmt: skip
         if effect == "None":
@@ -108,6 +148,44 @@ class DraIsolation:
         if effect == "NoExecute":
             return f"{device} tainted NoExecute; the control plane evicts {len(pods)} pod(s)"
         return f"{device} tainted NoSchedule; " + self._evict(pods)
+
+    def read(self, name: str) -> Obj | None:
+        return self.api.read_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", name)
+
+    def _adopt(self, name: str, want: Obj, dry_run: bool) -> str | None:
+        """A rule named ``name`` exists. Ours but another effect or selector (typically the
+        dry-run's effect-None preview): patched to ``want``, conditional on the
+        resourceVersion read (409: changed meanwhile, the step fails and is retried). Not
+        ours: never changed (BackendError). Dry-run changes nothing with an effect: a live
+        rule or another owner's is left, and the preview says so (a str)."""
+        rule = self.read(name)
+        why = mismatch(rule, want)
+        if rule is None or why is None:
+            return None  # gone since (the read-back fails) or already what we want
+        meta = rule.get("metadata") or {}
+        owner = (meta.get("labels") or {}).get(MANAGED_BY)
+        effect = _effect(rule)
+        if dry_run and (owner != "gpuwarden" or effect != "None"):
+            return f"preview: DeviceTaintRule {name} exists ({why}); left as it is"
+        if owner != "gpuwarden":
+            raise BackendError(f"DeviceTaintRule {name} exists and is not gpuwarden's (managed-by "
+                               f"{owner!r}): not changed; delete or rename it")  # fmt: skip
+        old = (rule.get("spec") or {}).get("deviceSelector") or {}
+        sel = want["spec"]["deviceSelector"]
+        body = {
+            "metadata": {"annotations": want["metadata"]["annotations"]},
+            "spec": {"deviceSelector": {**{k: None for k in old if k not in sel}, **sel},
+                     "taint": want["spec"]["taint"]},
+        }  # fmt: skip
+        if meta.get("resourceVersion"):
+            body["metadata"]["resourceVersion"] = meta["resourceVersion"]
+        status = self.api.patch_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", name,
+                                               body)  # fmt: skip
+        if status == 409:
+            raise BackendError(f"DeviceTaintRule {name} changed while being patched (HTTP 409)")
+        if status != 200:
+            raise BackendError(f"DeviceTaintRule {name} ({why}): patch answered HTTP {status}")
+        return None
 
     def nodes(self) -> set[str]:
         """The nodes whose GPUs this driver publishes in ResourceSlices (allocated by DRA)."""
@@ -123,50 +201,74 @@ class DraIsolation:
         return set(holders(claims, self.driver, pool, device))
 
     def _evict(self, pods: list[tuple[str, str]]) -> str:
-        blocked = [f"{ns}/{name}" for ns, name in pods
-                   if self.api.evict(ns, name) not in (200, 201, 404)]  # fmt: skip
-        if blocked:
-            raise BackendError(f"eviction of {', '.join(blocked)} refused (PodDisruptionBudget)")
+        failed = []
+        for ns, name in pods:
+            status = self.api.evict(ns, name)
+            if status not in (200, 201, 404):
+                why = "a PodDisruptionBudget blocks it (429)" if status == 429 else f"HTTP {status}"
+                failed.append(f"{ns}/{name}: {why}")
+        if failed:  # the device stays tainted; the executor retries the eviction
+            raise BackendError(f"eviction refused: {'; '.join(failed)}")
         return f"evicted {len(pods)} pod(s) using it: " + ", ".join(f"{n}/{p}" for n, p in pods)
 
     def release(self, node: str, gpu: str) -> str:
-        self.api.delete_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", rule_name(node, gpu))
-        return f"DeviceTaintRule {rule_name(node, gpu)} deleted"
+        """Delete the GPU's rule if it is gpuwarden's; another owner's rule is left."""
+        name = rule_name(node, gpu)
+        rule = self.read(name)
+        if rule is None:
+            return f"DeviceTaintRule {name} already gone"
+        return self._delete(rule)
+
+    def _delete(self, rule: Obj) -> str:
+        """Delete this version of ``rule`` if it is gpuwarden's: one changed since it was
+        read (a preview made live meanwhile) is not deleted (409, an error)."""
+        meta = rule.get("metadata") or {}
+        name, owner = str(meta.get("name")), (meta.get("labels") or {}).get(MANAGED_BY)
+        if owner != "gpuwarden":
+            return f"DeviceTaintRule {name} is not gpuwarden's (managed-by {owner!r}): left"
+        self.api.delete_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", name,
+                                       str(meta.get("resourceVersion") or ""))  # fmt: skip
+        return f"DeviceTaintRule {name} deleted"
 
     def release_node(self, node: str, previews_only: bool = False) -> list[str]:
         """Delete every rule of ours on the node (``previews_only``: only the dry-run's
         effect-None previews, never a rule a live run made); the GPUs released."""
-        prefix, out = rule_name(node, ""), []
-        for r in self.active():
-            name = str((r.get("metadata") or {}).get("name", ""))
-            gpu = name.removeprefix(prefix)
-            effect = ((r.get("spec") or {}).get("taint") or {}).get("effect")
-            if previews_only and effect != "None":
+        out = []
+        for n, gpu, r in self._ours():
+            if n != node or (previews_only and _effect(r) != "None"):
                 continue
-            if name.startswith(prefix) and gpu.isdigit():
-                self.release(node, gpu)
-                out.append(gpu)
+            self._delete(r)
+            out.append(gpu)
         return out
 
     def listing(self) -> list[dict[str, Any]]:
-        """Our rules as placement rows: node, gpu, tier ``isolated``, reason, since, until
+        """Our rules as placement rows: node, gpu, tier (``isolated``; ``preview`` for a rule
+        whose effect keeps nothing off the GPU, as the dry-run's), reason, since, until
         (None: held until released), evidence (the rule's selector and effect)."""
         out = []
-        for r in self.active():
+        for node, gpu, r in self._ours():
             meta, spec = r.get("metadata") or {}, r.get("spec") or {}
-            name = str(meta.get("name", "")).removeprefix("gpuwarden-")
-            node, _, gpu = name.rpartition("-gpu")
+            effect = _effect(r)
             out.append({
-                "node": node, "gpu": gpu, "tier": "isolated",
+                "node": node, "gpu": gpu,
+                "tier": "isolated" if effect in ("NoSchedule", "NoExecute") else "preview",
                 "reason": (meta.get("annotations") or {}).get("gpuwarden.io/reason", ""),
                 "since": _epoch(meta.get("creationTimestamp")), "until": None,
-                "evidence": {"device": spec.get("deviceSelector"),
-                             "effect": (spec.get("taint") or {}).get("effect")},
+                "evidence": {"device": spec.get("deviceSelector"), "effect": effect},
             })  # fmt: skip
         return out
 
     def active(self) -> list[dict[str, Any]]:
-        """Our rules (node/GPU from the name), for the placement listing and reconciliation."""
-        return [r for r in self.api.list_custom(GROUP, TAINT_RULES, "devicetaintrules")
-                if ((r.get("metadata") or {}).get("labels") or {}).get(
-                    "app.kubernetes.io/managed-by") == "gpuwarden"]  # fmt: skip
+        """Our rules, for the placement listing and reconciliation."""
+        return [r for _, _, r in self._ours()]
+
+    def _ours(self) -> list[tuple[str, str, Obj]]:
+        """(node, gpu, rule) of every rule labelled gpuwarden's and named as it names them
+        (another name is not ours to list or delete, whatever its label)."""
+        out = []
+        for r in self.api.list_custom(GROUP, TAINT_RULES, "devicetaintrules"):
+            meta = r.get("metadata") or {}
+            parsed = parse_name(str(meta.get("name")))
+            if (meta.get("labels") or {}).get(MANAGED_BY) == "gpuwarden" and parsed is not None:
+                out.append((*parsed, r))
+        return out

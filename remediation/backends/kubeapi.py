@@ -55,7 +55,22 @@ class KubeApi(Protocol):
         """Create a cluster-scoped object; returns the HTTP status (409: it exists)."""
         ...
 
-    def delete_cluster_custom(self, group: str, version: str, plural: str, name: str) -> None: ...
+    def read_cluster_custom(self, group: str, version: str, plural: str, name: str) -> Obj | None:
+        """One cluster-scoped object; None when it does not exist (404)."""
+        ...
+
+    def patch_cluster_custom(
+        self, group: str, version: str, plural: str, name: str, body: Obj
+    ) -> int:
+        """JSON merge patch; returns the HTTP status (409: its ``resourceVersion`` is stale)."""
+        ...
+
+    def delete_cluster_custom(
+        self, group: str, version: str, plural: str, name: str, resource_version: str = ""
+    ) -> None:
+        """Delete (404: already gone); ``resource_version``: only that version of it (409 if
+        it changed since)."""
+        ...
 
     # batch/v1 Jobs and pod logs: validation suites run as a Job pinned to the node.
     def create_job(self, namespace: str, body: Obj) -> int: ...
@@ -190,11 +205,31 @@ class OfficialKubeApi:
             return int(e.status)
         return 201
 
-    def delete_cluster_custom(self, group: str, version: str, plural: str, name: str) -> None:
+    def read_cluster_custom(self, group: str, version: str, plural: str, name: str) -> Obj | None:
+        return self._or_none(self._custom().get_cluster_custom_object, group, version, plural,
+                             name)  # fmt: skip
+
+    def patch_cluster_custom(
+        self, group: str, version: str, plural: str, name: str, body: Obj
+    ) -> int:
         from kubernetes.client import ApiException
 
         try:
-            self._raw(self._custom().delete_cluster_custom_object, group, version, plural, name)
+            self._raw(self._custom().patch_cluster_custom_object, group, version, plural, name,
+                      body, _content_type="application/merge-patch+json")  # fmt: skip
+        except ApiException as e:
+            return int(e.status)
+        return 200
+
+    def delete_cluster_custom(
+        self, group: str, version: str, plural: str, name: str, resource_version: str = ""
+    ) -> None:
+        from kubernetes.client import ApiException, V1DeleteOptions, V1Preconditions
+
+        pre = V1Preconditions(resource_version=resource_version) if resource_version else None
+        try:
+            self._raw(self._custom().delete_cluster_custom_object, group, version, plural, name,
+                      body=V1DeleteOptions(preconditions=pre))  # fmt: skip
         except ApiException as e:
             if e.status != 404:
                 raise

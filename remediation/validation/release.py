@@ -254,6 +254,19 @@ class Validator:
             if self._running(rec["node"]) or self.engine.paused:
                 return True  # (paused: nothing starts; the release waits for resume)
             e = self.engine
+            try:
+                gpus = self.gpus_only(rec["node"])
+            except Exception as ex:  # the DRA rules unreadable: held, asked again next tick
+                log.warning("validation of %s waits: DRA device taints unreadable: %s",
+                            rec["node"], ex)  # fmt: skip
+                return True
+            if gpus:  # one GPU out, the node in service: never cordoned to run the suite
+                why = (f"suite {suite.name} not run: only GPU(s) {', '.join(gpus)} of "
+                       f"{rec['node']} out (DRA device taints) and the suite needs the whole "
+                       "node, which stays in service; released after probation")  # fmt: skip
+                e._record(None, rec["node"], rec.get("fault_class") or "", "validate",
+                          Verdict(True, "validation", why), {"gpus": list(gpus)})  # fmt: skip
+                return False
             if self.runner is None and (e.policy.dry_run or e.backend.name == "dry-run"):
                 v = Verdict(
                     True, "dry_run", f"dry-run: suite {suite.name} would run first; not run"
@@ -278,6 +291,15 @@ class Validator:
                 raise ValidationError(f"a validation of {node} is already running")
             if e.paused:  # a run lifts the drain into our reservation: a change of service
                 raise ValidationError("remediation is paused: no validation starts until resume")
+            try:
+                gpus = self.gpus_only(node)
+            except Exception as ex:  # fail closed: nothing starts on what cannot be read
+                raise ValidationError(f"DRA device taints of {node} unreadable: {ex}") from ex
+            if gpus:
+                raise ValidationError(
+                    f"only GPU(s) {', '.join(gpus)} of {node} are out (DRA device taints): "
+                    "a validation suite needs the whole node, which stays in service"
+                )
             name = suite_name or (s.name if (s := self.vp.suite_for(rec["fault_class"])) else None)
             if name is None and len(self.vp.suites) == 1:
                 name = next(iter(self.vp.suites))
@@ -330,6 +352,22 @@ class Validator:
             got = self.get(vid)
             assert got is not None
             return got
+
+    def gpus_only(self, node: str) -> tuple[str, ...]:
+        """The GPUs gpuwarden holds out of ``node`` through DRA device taints when that is
+        all it holds (the node itself not cordoned by gpuwarden); () otherwise. A suite
+        needs the whole node: running one there would cordon it for a one-GPU fault."""
+        b = self.engine.backend
+        dra = getattr(b, "dra", None)
+        if dra is None or not hasattr(dra, "listing"):  # (read whatever the policy says now,
+            return ()  # as the release does: rules made before dra_isolation was turned off)
+        live = ("NoSchedule", "NoExecute")  # a dry-run's preview (None) holds nothing
+        rows = [r for r in dra.listing() if (r.get("evidence") or {}).get("effect") in live]
+        gpus = tuple(sorted({str(r["gpu"]) for r in rows if r.get("node") == node}))
+        if not gpus:
+            return ()
+        view = b.node(node)
+        return () if view is None or view.ours else gpus
 
     def _running(self, node: str) -> bool:
         return self.running(node) is not None

@@ -292,6 +292,7 @@ def test_remediation_rbac_grants_exactly_what_its_kubernetes_backend_needs(docs:
         # one-GPU isolation: DRA device taints (remediation/backends/dra.py)
         (DRA, "resourceslices", "list"), (DRA, "resourceclaims", "list"),
         (DRA, "devicetaintrules", "list"), (DRA, "devicetaintrules", "create"),
+        (DRA, "devicetaintrules", "get"), (DRA, "devicetaintrules", "patch"),
         (DRA, "devicetaintrules", "delete"),
     }  # fmt: skip
     assert not any("resourceNames" in r or "nonResourceURLs" in r for r in role["rules"])
@@ -464,6 +465,8 @@ KUBEAPI_GRANTS: dict[str, set[tuple[str, str, str]]] = {
                       ("bus.volcano.sh", "commands", "create")},
     "delete_custom": {(SNR, "selfnoderemediations", "delete")},
     "create_cluster_custom": {(DRA, "devicetaintrules", "create")},
+    "read_cluster_custom": {(DRA, "devicetaintrules", "get")},
+    "patch_cluster_custom": {(DRA, "devicetaintrules", "patch")},
     "delete_cluster_custom": {(DRA, "devicetaintrules", "delete")},
 }  # fmt: skip
 
