@@ -162,6 +162,7 @@ class Stack:
         (w / "webhook.token").write_text(self.token + "\n")
         (w / "webhook.token").chmod(0o600)
         argv = _py(
+            "gpuwarden",  # the umbrella's remediation: with failure accounting's series
             "remediation",
             "--listen",
             f"127.0.0.1:{self._port(self.urls.remediation)}",
