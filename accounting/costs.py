@@ -3,7 +3,8 @@ and capacity, clipped to the window (docs/accounting.md, "Formulas").
 
     restart   = sum over jobs of gpus x (resumed - interrupted)
     recompute = sum over jobs of gpus x (interrupted - last_checkpoint)
-    capacity  = gpus_out x (returned - mitigated)
+    capacity  = gpus_out x (returned - mitigated), less the GPU-hours an earlier incident of
+                the node already took out (outages.py: each GPU-hour out of service once)
 
 A None end time counts to the window's end, except that a restart never runs past the end
 of the job's run when that is known: a job interrupted and never resumed whose run ended
@@ -20,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from accounting import outages
 from accounting import runs as runs_mod
 from accounting.model import Ident, Incident, JobHit, JobRun
 from accounting.window import Window
@@ -110,12 +112,19 @@ def incident_costs(
     hits: dict[Ident, list[HitCost]] = defaultdict(list)
     for hit in hit_costs(incidents, window, runs):
         hits[hit.incident_id].append(hit)
-    out = [_cost(inc, hits.get(inc.id, []), window) for inc in incidents if window.holds(inc.onset)]
+    charges = outages.charges(incidents)
+    out = [
+        _cost(inc, hits.get(inc.id, []), charges.get(inc.id, []), window)
+        for inc in incidents
+        if window.holds(inc.onset)
+    ]
     out.sort(key=lambda c: (c.incident.onset, str(c.incident.id)))
     return out
 
 
-def _cost(inc: Incident, hits: list[HitCost], window: Window) -> IncidentCost:
+def _cost(
+    inc: Incident, hits: list[HitCost], charged: list[outages.Charge], window: Window
+) -> IncidentCost:
     mitigated = inc.mitigated if inc.gpus_out > 0 else None
     returned = window.until if inc.returned is None else inc.returned
     recompute = [h.recompute_s for h in hits]
@@ -128,7 +137,5 @@ def _cost(inc: Incident, hits: list[HitCost], window: Window) -> IncidentCost:
         restart_h=sum(h.restart_s for h in hits) / 3600.0,
         recompute_h=None if known is None else known / 3600.0,
         recompute_known_h=sum(r or 0.0 for r in recompute) / 3600.0,
-        capacity_h=0.0
-        if mitigated is None
-        else inc.gpus_out * window.clip(mitigated, returned) / 3600.0,
+        capacity_h=sum(gpus * window.clip(start, end) for start, end, gpus in charged) / 3600.0,
     )

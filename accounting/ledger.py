@@ -2,7 +2,9 @@
 events (incidents, actions, releases) and Prometheus, behind ``Evidence``, for what the
 journal cannot know (onset, GPU model, exposure, the jobs hit and their checkpoints).
 
-Per journal incident (cluster-wide ones, node '', are not a unit's failure and are left out):
+Per failure: a journal incident, or the incidents that share an alert (fingerprint +
+startsAt; one_per_alert). Cluster-wide incidents (node '') are not a unit's failure and are
+left out.
 detected = the earliest alert startsAt (else when remediation opened it); onset = the
 earliest evidence in Prometheus (else detected); mitigated = the first disruptive action of
 the incident that finished ``done`` (remediation.history's DISRUPTIVE: reset_gpu and
@@ -23,7 +25,7 @@ from typing import Protocol
 
 from accounting import outages
 from accounting.components import component
-from accounting.journal import History, IncidentRow, Mitigation, open_journal
+from accounting.journal import AlertSeen, History, IncidentRow, Mitigation, open_journal
 from accounting.model import Exposure, Incident, JobHit, JobRun
 
 ID_PREFIX = "gw-"
@@ -96,12 +98,45 @@ def _epoch(starts_at: str | None) -> float | None:
         return None
 
 
-def _labels(journal: History, inc: IncidentRow) -> tuple[dict[str, str], float | None]:
+def _labels(seen: list[AlertSeen]) -> tuple[dict[str, str], float | None]:
     """The first alert's labels and the earliest startsAt of the incident's alerts."""
-    seen = journal.alerts(inc)
     labels: dict[str, str] = dict(seen[0].labels) if seen else {}
     starts = [t for t in (_epoch(a.starts_at) for a in seen) if t is not None]
     return labels, min(starts) if starts else None
+
+
+def one_per_alert(journal: History) -> list[tuple[list[IncidentRow], list[AlertSeen]]]:
+    """The journal's incidents joined where they share an alert (fingerprint + startsAt),
+    each with its alerts in decision order; oldest first.
+
+    The engine opens a new incident when an alert comes back more than
+    ``incident_window_s`` after the last (policy.py): a second decision of the same alert
+    after the NVLink settle window (420 s), or on Alertmanager's repeat after a denial
+    while paused, would count one fault twice. One alert is one failure."""
+    rows = journal.incidents()
+    seen = [journal.alerts(row) for row in rows]
+    parent = list(range(len(rows)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    first: dict[tuple[str, str], int] = {}
+    for i, alerts in enumerate(seen):
+        for a in alerts:
+            j = first.setdefault((a.fingerprint, a.starts_at), i)
+            parent[max(root(i), root(j))] = min(root(i), root(j))
+    groups: dict[int, list[int]] = {}
+    for i in range(len(rows)):
+        groups.setdefault(root(i), []).append(i)
+    return [
+        (
+            [rows[i] for i in members],
+            sorted((a for i in members for a in seen[i]), key=lambda a: a.decided_at),
+        )
+        for _, members in sorted(groups.items())
+    ]
 
 
 def _gpus_out(mitigation: Mitigation | None, node_gpus: int) -> int:
@@ -121,18 +156,25 @@ def _with_acks(jobs: list[JobHit], acked: dict[str, float]) -> list[JobHit]:
     return out
 
 
-def _incident(journal: History, row: IncidentRow, evidence: Evidence) -> Incident:
-    labels, starts = _labels(journal, row)
+def _incident(
+    journal: History, rows: list[IncidentRow], alerts: list[AlertSeen], evidence: Evidence
+) -> Incident:
+    """One failure from its journal incidents (one_per_alert): the first one's id, the
+    earliest detection and the earliest mitigation of them all."""
+    row = rows[0]
+    labels, starts = _labels(alerts)
     node, gpu = row.node, labels.get("gpu") or None
-    detected = min(row.opened_at, starts) if starts is not None else row.opened_at
+    opened = min(r.opened_at for r in rows)
+    detected = opened if starts is None else min(opened, starts)
     seen = evidence.onset(node, gpu, detected)
     onset = detected if seen is None else min(seen, detected)
-    mitigation = journal.mitigation(row.id)
+    found = [m for m in (journal.mitigation(r.id) for r in rows) if m is not None]
+    mitigation = min(found, key=lambda m: m.finished_at) if found else None
     mitigated = None if mitigation is None else mitigation.finished_at
     returned = None if mitigated is None else journal.release_after(node, mitigated)
     gpus_out = _gpus_out(mitigation, evidence.gpus(node) or 0)
     jobs = evidence.jobs(node, gpu, onset, mitigated if mitigated is not None else detected)
-    jobs = _with_acks(jobs, journal.acks(row.id))
+    jobs = _with_acks(jobs, {k: v for r in rows for k, v in journal.acks(r.id).items()})
     return Incident(
         id=f"{ID_PREFIX}{row.id}",
         node=node,
@@ -173,7 +215,9 @@ def from_journal(
     evidence = evidence or NoEvidence()
     journal = open_journal(path)
     try:
-        incidents = [_incident(journal, row, evidence) for row in journal.incidents()]
+        incidents = [
+            _incident(journal, rows, alerts, evidence) for rows, alerts in one_per_alert(journal)
+        ]
         first, latest = journal.decision_span()
     finally:
         journal.close()

@@ -333,7 +333,8 @@ def test_every_interval_is_clipped_to_the_window_before_summing(
 ) -> None:
     # Window [15 h, 50 h].
     # "early" (onset 16 h): recompute from 14 h to 16 h, 2 GPUs: only 15-16 h counts = 2;
-    #   restart 16-17 h, 2 GPUs = 2; capacity 4 GPUs from 17 h to 18 h = 4.
+    #   restart 16-17 h, 2 GPUs = 2; capacity 4 GPUs from 17 h to 18 h, less GPU 0 which
+    #   "outside" (isolated alone from 10 h 20 min to 20 h) already took out = 3.
     # "late" (onset 40 h): restart 3 GPUs from 40 h, never resumed: to 50 h = 30;
     #   recompute 3 GPUs 38-40 h = 6; capacity 8 GPUs from 41 h, never returned: 9 h = 72.
     # "outside" (onset 10 h) is not in the window although its capacity runs to 20 h.
@@ -369,13 +370,13 @@ def test_every_interval_is_clipped_to_the_window_before_summing(
     got = by_id(rep)
     assert sorted(got) == ["early", "late"]
     assert got["early"]["gpu_hours_lost"] == pytest.approx(
-        {"restart": 2, "recompute": 2, "capacity": 4, "total": 8}
+        {"restart": 2, "recompute": 2, "capacity": 3, "total": 7}
     )
     assert got["late"]["gpu_hours_lost"] == pytest.approx(
         {"restart": 30, "recompute": 6, "capacity": 72, "total": 108}
     )
-    assert rep["totals"]["gpu_hours_lost"]["total"] == pytest.approx(116)
-    assert rep["totals"]["by_component"]["gpu"] == pytest.approx(8)
+    assert rep["totals"]["gpu_hours_lost"]["total"] == pytest.approx(115)
+    assert rep["totals"]["by_component"]["gpu"] == pytest.approx(7)
     assert rep["totals"]["by_component"]["host"] == pytest.approx(108)
     assert cell(rep, "H100", "gpu")["exposure_hours"] == pytest.approx(35)
     assert cell(rep, "H100", "host")["exposure_hours"] == pytest.approx(35)
