@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from accounting import gpu_models, interchange, report, text, writer
+from accounting import interchange, report, text, writer
 from accounting.interchange import InterchangeError
 from accounting.journal import DEFAULT_STATE_DB
 from accounting.model import Exposure, Incident, JobRun
@@ -76,9 +76,7 @@ class Ledger:
         exposure: Sequence[Exposure],
         runs: Sequence[JobRun] = (),
     ) -> None:
-        # one spelling per model family: "NVIDIA H100 80GB HBM3" (journal, Prometheus) and
-        # "H100" (imported history) are one cell
-        incidents, exposure = gpu_models.normalised(incidents, exposure)
+        # names are kept as given: report.build puts the spellings of one SKU in one cell
         known = {i.id for i in self.incidents}
         self.incidents += [i for i in incidents if i.id not in known]
         units = {(r.unit, r.start) for r in self.exposure}

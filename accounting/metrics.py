@@ -19,7 +19,7 @@ import yaml
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from accounting import gpu_models, ledger, outages, report
+from accounting import ledger, outages, report
 from accounting.report import Report
 from common.settings import SettingsError
 from exporter import catalog as c
@@ -88,7 +88,6 @@ def build_report(
     since = min(starts)
     if not exposure:  # no presence series: the known nodes, from the first record on
         exposure = outages.fleet_exposure(nodes, incidents, since, now, gpus_per_node, models, gpus)
-    incidents, exposure = gpu_models.normalised(incidents, exposure)
     return report.build(incidents, exposure, since=since, until=max(now, since + 1.0), runs=runs)
 
 

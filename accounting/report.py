@@ -5,13 +5,14 @@ contract's keys; ``text`` and ``html`` present the same ``Report``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from accounting import ettr as ettr_mod
-from accounting import stats
+from accounting import gpu_models, stats
 from accounting.costs import IncidentCost, incident_costs
 from accounting.model import (
     COMPONENTS,
@@ -36,6 +37,7 @@ class Cell:
     mtbf_hours: float | None
     lower90: float | None
     upper90: float | None
+    names: tuple[str, ...] = ()  # the model names given for this SKU (gpu_models.py)
 
     @property
     def few(self) -> bool:
@@ -78,10 +80,15 @@ def build(
     window = resolve(incidents, exposure, since, until, runs)
     if window is None:
         return Report(None, (), (), (), ettr_mod.Ettr(None, None, ()))
+    # one cell per SKU, whatever each source calls it; the names given shown beside it
+    incidents, exposure, names = gpu_models.normalised(incidents, exposure)
     costs = incident_costs(incidents, window, runs)
     gpus, nodes = gpu_units(exposure), node_units(exposure)
     in_window = [c.incident for c in costs]
-    cells = _cells(in_window, gpus, nodes, window)
+    cells = [
+        dataclasses.replace(c, names=names.get(c.gpu_model, ()))
+        for c in _cells(in_window, gpus, nodes, window)
+    ]
     lemons = _lemons(in_window, cells, gpus, nodes, window)
     return Report(
         window, tuple(cells), tuple(lemons), tuple(costs), ettr_mod.compute(incidents, runs, window)
@@ -194,6 +201,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "mtbf": [
             {
                 "gpu_model": c.gpu_model,
+                "gpu_model_names": list(c.names),
                 "component": c.component,
                 "failures": c.failures,
                 "exposure_hours": c.exposure_hours,

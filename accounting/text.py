@@ -71,7 +71,7 @@ def _mtbf(report: Report) -> list[str]:
     lines = [
         "MTBF per GPU model and component (exact two-sided 90% chi-squared interval,"
         " time-terminated)",
-        f"  {'model':<12} {'component':<11} {'failures':>8} {'exposure h':>14} {'MTBF h':>12}"
+        f"  {'model':<16} {'component':<11} {'failures':>8} {'exposure h':>14} {'MTBF h':>12}"
         f"  90% interval",
     ]
     for c in report.cells:
@@ -92,10 +92,19 @@ def _mtbf(report: Report) -> list[str]:
         )
         note = "  few failures: wide interval" if c.few and c.exposure_hours else ""
         lines.append(
-            f"  {c.gpu_model:<12} {c.component:<11} {c.failures:>8} {exposure:>14}"
+            f"  {c.gpu_model:<16} {c.component:<11} {c.failures:>8} {exposure:>14}"
             f" {_h(c.mtbf_hours):>12}  {interval}{note}"
         )
-    return lines
+    return lines + _given(report)
+
+
+def _given(report: Report) -> list[str]:
+    """The names each SKU was given, where one differs from it (gpu_models.py)."""
+    names: dict[str, tuple[str, ...]] = {}
+    for c in report.cells:
+        if any(n != c.gpu_model for n in c.names):
+            names[c.gpu_model] = c.names
+    return [f"  {sku} given as: {', '.join(given)}" for sku, given in sorted(names.items())]
 
 
 def _lemons(report: Report) -> list[str]:

@@ -50,6 +50,7 @@ def test_json_report_from_files_has_the_contract_keys(files, capsys) -> None:
     assert doc["totals"]["gpu_hours_lost"]["total"] == pytest.approx(24 + 24 + 32)
     assert set(doc["mtbf"][0]) == {
         "gpu_model",
+        "gpu_model_names",
         "component",
         "failures",
         "exposure_hours",
