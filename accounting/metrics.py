@@ -5,14 +5,17 @@ for ``ttl_s``) up to the clock's now, so a restarted service exports the same va
 the same journal: nothing is kept in memory that the journal does not hold. Exposure is
 the known nodes' GPUs (the topology file's ``inventory`` section: a node's ``gpus`` and
 ``model``, else ``gpus_per_node`` and unknown) from the journal's first record to now, minus the journal's
-out-of-service intervals. ETTR is exported when an ``Evidence`` (Prometheus) is injected
-and knows the job runs; from the journal alone it is unknown and absent.
+out-of-service intervals. ETTR is exported when an ``Evidence`` (Prometheus: the service's
+``--prometheus``) is injected and knows the job runs; from the journal alone it is unknown
+and absent, as it is for a scrape when Prometheus cannot answer.
 """
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from http.client import HTTPException
 from pathlib import Path
 
 import yaml
@@ -25,6 +28,7 @@ from common.settings import SettingsError
 from exporter import catalog as c
 
 BOUNDS = ("estimate", "lower90", "upper90")
+LOG = logging.getLogger("gpuwarden.accounting")
 
 
 def _gauge(d: c.MetricDef) -> GaugeMetricFamily:
@@ -160,14 +164,18 @@ class AccountingCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self.now()
         if self._cached is None or now - self._cached[0] >= self.ttl_s or now < self._cached[0]:
-            rep = build_report(
-                self.state_db,
-                now,
-                self.nodes,
-                self.gpus_per_node,
-                self.gpus,
-                self.models,
-                self.evidence,
-            )
-            self._cached = (now, list(families(rep)))
+            self._cached = (now, list(families(self._report(now))))
         yield from self._cached[1]
+
+    def _report(self, now: float) -> Report:
+        """With Prometheus when given; when it cannot answer (down, slow, a bad reply),
+        from the journal alone for this scrape: observing fails soft, and the series
+        Prometheus alone can give (ETTR) are absent rather than the scrape failing."""
+        facts = (self.state_db, now, self.nodes, self.gpus_per_node, self.gpus, self.models)
+        if self.evidence is None:
+            return build_report(*facts)
+        try:
+            return build_report(*facts, self.evidence)
+        except (OSError, ValueError, KeyError, TypeError, HTTPException) as exc:
+            LOG.warning("accounting: Prometheus evidence unavailable (%s); journal only", exc)
+            return build_report(*facts)

@@ -181,6 +181,8 @@ class Stack:
         )
         if self.urls.alertmanager:
             argv += ["--alertmanager", self.urls.alertmanager]
+        if self.urls.prometheus:  # accounting's exposure and job runs: the ETTR panel
+            argv += ["--prometheus", self.urls.prometheus]
         self.sup.start(
             "remediation",
             argv,

@@ -37,6 +37,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert-file")
     p.add_argument("--tls-key-file")
     p.add_argument("--alertmanager", help="Alertmanager URL, for silences (per-node pause)")
+    p.add_argument(
+        "--prometheus",
+        help="Prometheus URL the failure-accounting series read (exposure, job runs, ETTR)",
+    )
     p.add_argument("--topology", help="failure-domain topology YAML")
     p.add_argument("--tick-s", help="probation/release check interval (s)")
     p.add_argument("--command-timeout-s", help="timeout of each scheduler command (s)")

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from accounting.metrics import AccountingCollector, node_facts
 from accounting.model import JobHit, JobRun
+from accounting.prometheus_evidence import PrometheusEvidence, UrllibApi
 from common.settings import SettingsError
 from exporter import catalog as c
 from remediation import topology
@@ -16,6 +17,7 @@ from remediation.clock import FakeClock
 from tests.accounting.fakeevidence import FakeEvidence
 from tests.accounting.helpers import service
 from tests.accounting.test_ledger import T, _first_run, _incident
+from tests.realcomp import free_port
 from tests.remediation.helpers import alert, topology_file
 
 
@@ -157,3 +159,31 @@ def test_without_job_runs_the_ettr_series_is_absent_not_zero(tmp_path: Path) -> 
     registry.register(collector)
     got = _accounting(generate_latest(registry))
     assert not [k for k in got if k[0] == c.ACCOUNTING_ETTR.name]
+
+
+def test_a_prometheus_that_cannot_answer_costs_ettr_not_the_scrape(tmp_path: Path) -> None:
+    # nothing listens on the port: the series come from the journal alone, ETTR is absent
+    db = _first_run(tmp_path)
+    down = PrometheusEvidence(UrllibApi(f"http://127.0.0.1:{free_port()}", timeout_s=2.0))
+    collector = AccountingCollector(db, lambda: T + 36000, nodes=["gpu-node-001"], evidence=down)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    got = _accounting(generate_latest(registry))
+    count = (c.ACCOUNTING_INCIDENTS.name, (("component", "gpu"), ("gpu_model", "unknown")))
+    assert got[count] == 1
+    assert not [k for k in got if k[0] == c.ACCOUNTING_ETTR.name]
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://prom:9090", "prometheus:9090", "http://:9090", "http://p:x"]
+)
+def test_a_bad_prometheus_url_stops_the_start_with_one_line(
+    tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuwarden import remediation_service
+
+    argv = ["--prometheus", url, "--state-db", str(tmp_path / "s.db"), "--check",
+            "--allow-unauthenticated"]  # fmt: skip
+    assert remediation_service.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--prometheus: {url!r}" in err

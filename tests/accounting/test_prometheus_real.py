@@ -7,14 +7,19 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from accounting.prometheus_evidence import PrometheusEvidence
 from exporter import catalog as c
+from remediation.clock import SystemClock
+from tests.accounting.helpers import service as accounting_service
 from tests.realcomp import Prometheus, free_port, run_prometheus
+from tests.remediation.helpers import alert
 
 pytestmark = pytest.mark.real
 
@@ -101,3 +106,25 @@ def test_a_lost_gpu_reported_as_up_zero_gives_its_onset_from_a_real_prometheus(
     # four scrapes (1 s apart) were waited for; the range's step grid adds up to a second
     assert STARTED - 2.0 <= onset <= now - 1.0
     assert evidence.onset("n1", None, detected=now) == onset  # the node's: any GPU lost
+
+
+def test_the_service_given_its_prometheus_serves_the_ettr_series(
+    prom: Prometheus, tmp_path: Path
+) -> None:
+    # the demo's case: the remediation service with --prometheus (the umbrella wires accounting
+    # in) exports ETTR from the job runs Prometheus knows; job 42 runs on, hit by nothing
+    svc = accounting_service(tmp_path, clock=SystemClock(), prometheus=prom.url)
+    a = alert(
+        node="n1", action="notify", starts_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    )
+    svc.journal.accept([a], time.time())
+    svc.engine.decide(a)
+    time.sleep(0.5)
+    try:
+        families = {
+            f.name: f for f in text_string_to_metric_families(svc.metrics.render().decode())
+        }
+    finally:
+        svc.journal.close()
+    ettr = {s.labels["weighting"]: s.value for s in families[c.ACCOUNTING_ETTR.name].samples}
+    assert ettr == {"gpu_hour": 1.0, "job_count": 1.0}
