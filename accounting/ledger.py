@@ -212,15 +212,26 @@ def from_journal(
     until: float | None = None,
 ) -> tuple[list[Incident], list[Exposure], list[JobRun]]:
     """The journal's incidents (oldest first) and Prometheus' exposure and job runs."""
-    evidence = evidence or NoEvidence()
     journal = open_journal(path)
     try:
-        incidents = [
-            _incident(journal, rows, alerts, evidence) for rows, alerts in one_per_alert(journal)
-        ]
-        first, latest = journal.decision_span()
+        return from_history(journal, evidence, now, since, until)
     finally:
         journal.close()
+
+
+def from_history(
+    journal: History,
+    evidence: Evidence | None = None,
+    now: float = 0.0,
+    since: float | None = None,
+    until: float | None = None,
+) -> tuple[list[Incident], list[Exposure], list[JobRun]]:
+    """``from_journal`` over any ``History`` (the seam: a test hands it a fake)."""
+    evidence = evidence or NoEvidence()
+    incidents = [
+        _incident(journal, rows, alerts, evidence) for rows, alerts in one_per_alert(journal)
+    ]
+    first, latest = journal.decision_span()
     times = [t for t in (latest, first) if t is not None] + [i.onset for i in incidents]
     if not times:
         return incidents, [], []

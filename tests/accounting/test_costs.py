@@ -155,3 +155,39 @@ def test_a_second_interruption_inside_a_restart_is_not_counted_twice() -> None:
     assert first["gpu_hours_lost"]["recompute"] == pytest.approx(1)
     assert second["gpu_hours_lost"]["restart"] == pytest.approx(1)  # only 12 h -> 13 h is new
     assert second["gpu_hours_lost"]["recompute"] == pytest.approx(0)
+
+
+def _read(*lines: dict):  # type: ignore[no-untyped-def]
+    import json
+
+    from accounting.interchange import read_incidents
+
+    return read_incidents([json.dumps(o) for o in lines], "incidents")
+
+
+def test_one_job_hit_by_two_incidents_at_once_is_charged_to_the_first_by_id_whatever_the_order() -> (
+    None
+):
+    from accounting.costs import hit_costs
+    from accounting.window import Window
+
+    for order in (("b", "a"), ("a", "b")):
+        incs = _read(
+            *(incident(i, onset=at(10), jobs=[job("j", 4, at(10), resumed=at(12))]) for i in order)
+        )
+        costs = {h.incident_id: h.restart_s for h in hit_costs(incs, Window(at(0), at(100)))}
+        assert costs == {"a": 4 * 2 * H, "b": 0.0}
+
+
+def test_a_hit_carries_its_jobs_gpus_and_no_unknown_time_when_its_checkpoint_is_known() -> None:
+    from accounting.costs import hit_costs
+    from accounting.window import Window
+
+    incs = _read(incident("a", jobs=[job("j", 4, at(10), resumed=at(12), last_checkpoint=at(9))]))
+    (hit,) = hit_costs(incs, Window(at(0), at(100)))
+    assert hit.gpus == 4 and hit.recompute_s == 4 * H and hit.unknown_s == 0.0
+
+
+def test_incidents_with_one_onset_are_listed_by_id() -> None:
+    doc = report_of([incident("b"), incident("a")], FLEET)
+    assert [i["id"] for i in doc["incidents"]] == ["a", "b"]
