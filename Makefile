@@ -40,7 +40,7 @@ lint: venv
 	$(BIN)/lint-imports
 
 typecheck: venv
-	$(BIN)/mypy common exporter simulator analyzer remediation dashboards gpuwarden
+	$(BIN)/mypy common exporter simulator analyzer remediation accounting dashboards gpuwarden
 
 test: venv system-deps lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)

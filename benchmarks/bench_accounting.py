@@ -23,7 +23,7 @@ FLEET = (("H100", 32), ("A100", 32))  # 64 nodes x 8 GPUs
 RATE_SCALE = 8.0  # the published rates give ~125 incidents a year on 512 GPUs
 TARGET_S, TARGET_MIB = 60.0, 2048.0
 BASELINE = (
-    "import json, sys; import remediation.accounting.cli; "
+    "import json, sys; import accounting.cli; "
     "[json.loads(l) for p in sys.argv[1:] for l in open(p)]"
 )
 

@@ -1,7 +1,7 @@
 """Reliability: what failures cost (GPU-hours lost by cause and component), MTBF per GPU
 model and component with its 90 % interval, ETTR, and how fast incidents are detected,
 mitigated and repaired. Reads the remediation service's gpuwarden_accounting_* series
-(remediation/accounting/metrics.py); the full report is `gpuwarden report`."""
+(accounting/metrics.py); the full report is `gpuwarden report`."""
 
 from __future__ import annotations
 

@@ -1187,7 +1187,7 @@ REMEDIATION_ACTION_FAILURES = _m(
 )
 
 # --------------------------------------------------------------------------- failure accounting
-# Exported by the remediation service, recomputed from its journal (remediation/accounting/
+# Exported by the remediation service, recomputed from its journal (accounting/
 # metrics.py): the same journal gives the same values after a restart. Over the journal's
 # whole history, up to the scrape; GPU-time in GPU-seconds (divide by 3600 for GPU-hours).
 ACCOUNTING_LOST = _m(

@@ -19,13 +19,13 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "evaluate": ("gpuwarden.lab.evaluate", "main", "score the analyzer on the simulator, offline"),
     "remediation": (
-        "remediation.cli",
+        "gpuwarden.remediation_service",
         "main",
         "run the remediation webhook (= gpuwarden-remediation)",
     ),
     "quarantine": ("remediation.quarantine_cli", "main", "list/show/release/pause/resume/history"),
     "report": (
-        "remediation.accounting.cli",
+        "accounting.cli",
         "main",
         "what failures cost: MTBF, lemons, GPU-hours lost, ETTR",
     ),

@@ -176,6 +176,7 @@ class Stack:
         (w / "webhook.token").write_text(self.token + "\n")
         (w / "webhook.token").chmod(0o600)
         argv = _py(
+            "gpuwarden",  # the umbrella's remediation: with failure accounting's series
             "remediation",
             "--listen",
             f"127.0.0.1:{self._port(self.urls.remediation)}",
@@ -194,6 +195,8 @@ class Stack:
         )
         if self.urls.alertmanager:
             argv += ["--alertmanager", self.urls.alertmanager]
+        if self.urls.prometheus:  # accounting's exposure and job runs: the ETTR panel
+            argv += ["--prometheus", self.urls.prometheus]
         self.sup.start(
             "remediation",
             argv,

@@ -18,7 +18,7 @@ from common.settings import SettingsError
 from remediation.settings import BACKENDS, Settings
 
 if TYPE_CHECKING:
-    from remediation.service import Service
+    from remediation.service import CollectorsFor, Service
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,6 +37,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert-file")
     p.add_argument("--tls-key-file")
     p.add_argument("--alertmanager", help="Alertmanager URL, for silences (per-node pause)")
+    p.add_argument(
+        "--prometheus",
+        help="Prometheus URL the failure-accounting series read (exposure, job runs, ETTR)",
+    )
     p.add_argument("--topology", help="failure-domain topology YAML")
     p.add_argument("--tick-s", help="probation/release check interval (s)")
     p.add_argument("--command-timeout-s", help="timeout of each scheduler command (s)")
@@ -62,14 +66,16 @@ def placement_lines(svc: Service) -> tuple[list[str], list[str]]:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = None) -> int:
+    """Run the service; ``collectors`` adds series to its /metrics (the umbrella's
+    ``gpuwarden remediation`` adds failure accounting's, gpuwarden/remediation_service.py)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         s, check = load_settings(sys.argv[1:] if argv is None else argv)
         from remediation import preflight
         from remediation.service import build
 
-        svc = build(s)
+        svc = build(s, collectors=collectors)
         try:
             warnings = preflight.check(svc.policy, svc.backend.name)
         except SettingsError:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ssl
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client.registry import Collector
+
 from common.settings import SettingsError
 from remediation import auth, policy, topology
-from remediation.accounting.metrics import AccountingCollector, node_facts
 from remediation.backends.base import Backend
 from remediation.backends.dryrun import DryRunBackend
 from remediation.backends.runner import Runner, SubprocessRunner
@@ -32,6 +34,12 @@ from remediation.settings import Settings
 from remediation.silences import AlertmanagerSilences, NoSilences, Silences
 from remediation.validation.release import SuiteRunner, Validator
 from remediation.worker import Worker
+
+# More series for the service's /metrics, made by whoever assembles the service: the umbrella
+# gives failure accounting's (gpuwarden/remediation_service.py). Remediation never imports
+# accounting (docs/architecture.md); it calls this with its settings, clock and known nodes
+# while it builds, so a bad value stops the start like any other setting.
+CollectorsFor = Callable[[Settings, Clock, Sequence[str]], Iterable[Collector]]
 
 
 @dataclass
@@ -250,6 +258,7 @@ def build(
     runner: Runner | None = None,
     silences: Silences | None = None,
     suite_runner: SuiteRunner | None = None,
+    collectors: CollectorsFor | None = None,
 ) -> Service:
     pol = policy.load(s.policy)
     creds = auth.load(s.webhook_token, s.webhook_token_file, s.webhook_basic_auth_file)
@@ -270,10 +279,8 @@ def build(
         else DryRunBackend(journal, topo, clock.now, source=real)
     )
     metrics = Metrics()
-    gpus, models = node_facts(s.topology, list(topo))  # the topology file's inventory section
-    metrics.registry.register(
-        AccountingCollector(s.state_db, clock.now, nodes=list(topo), gpus=gpus, models=models)
-    )
+    for collector in collectors(s, clock, list(topo)) if collectors else ():
+        metrics.registry.register(collector)
     if silences is None:
         silences = AlertmanagerSilences(s.alertmanager) if s.alertmanager else NoSilences()
     pager = AlertmanagerPager(s.alertmanager) if s.alertmanager else NoPager()

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 BACKENDS = ("dry-run", "slurm", "kubernetes")
+
+
+def _http_url(url: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (a bad port raises here)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 @dataclass(frozen=True)
@@ -21,6 +31,9 @@ class Settings:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     alertmanager: str | None = None  # for silences
+    # Prometheus-compatible API the service's failure-accounting series read (exposure, the
+    # jobs hit, job runs and so ETTR); remediation itself never queries it
+    prometheus: str | None = None
     topology: Path | None = None
     tick_s: float = 5.0
     command_timeout_s: float = 10.0
@@ -33,6 +46,10 @@ class Settings:
             raise ValueError(f"--listen: {self.listen!r} is not HOST:PORT")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("--tls-cert-file and --tls-key-file go together")
+        if self.prometheus is not None and not _http_url(self.prometheus):
+            raise ValueError(
+                f"--prometheus: {self.prometheus!r} is not an http(s)://HOST[:PORT] URL"
+            )
         if self.tick_s <= 0 or self.command_timeout_s <= 0:
             raise ValueError("--tick-s and --command-timeout-s must be > 0")
 

@@ -35,20 +35,19 @@ def test_import_contracts_hold_for_the_whole_tree() -> None:
     assert "0 broken" in done.stdout
 
 
-def test_a_planted_upward_import_breaks_the_contracts(tmp_path: Path) -> None:
-    # A copy of the tree with one part importing the umbrella: lint-imports must fail.
-    for name in ("common", "exporter", "simulator", "analyzer", "remediation", "dashboards"):
-        os.symlink(ROOT / name, tmp_path / name)
-    (tmp_path / "gpuwarden").symlink_to(ROOT / "gpuwarden")
-    planted = tmp_path / "exporter_planted"
-    planted.mkdir()
+PARTS = ("common", "exporter", "simulator", "analyzer", "remediation", "accounting", "dashboards")
+
+
+def _lint_with_planted(tmp_path: Path, package: str, module: str, line: str) -> str:
+    """lint-imports on a copy of the tree where ``package/module`` gains ``line``; its stdout
+    when it fails (the real tree is untouched: the package is a private copy)."""
+    for name in (*PARTS, "gpuwarden"):
+        if name != package:
+            os.symlink(ROOT / name, tmp_path / name)
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    # Plant in a private copy of the exporter, so the real tree is untouched.
-    (tmp_path / "exporter").unlink()
-    exp = tmp_path / "exporter"
-    subprocess.run(["cp", "-r", str(ROOT / "exporter"), str(exp)], check=True)
-    with (exp / "counters.py").open("a") as f:
-        f.write("\nimport gpuwarden.cli  # planted upward import\n")
+    subprocess.run(["cp", "-r", str(ROOT / package), str(tmp_path / package)], check=True)
+    with (tmp_path / package / module).open("a") as f:
+        f.write(f"\n{line}  # planted\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     done = subprocess.run(
         [str(BIN / "lint-imports")],
@@ -58,8 +57,28 @@ def test_a_planted_upward_import_breaks_the_contracts(tmp_path: Path) -> None:
         timeout=120,
         env=env,
     )
-    assert done.returncode != 0
-    assert "exporter.counters -> gpuwarden.cli" in done.stdout
+    assert done.returncode != 0, done.stdout[-2000:]
+    return done.stdout
+
+
+def test_a_planted_upward_import_breaks_the_contracts(tmp_path: Path) -> None:
+    # A copy of the tree with one part importing the umbrella: lint-imports must fail.
+    out = _lint_with_planted(tmp_path, "exporter", "counters.py", "import gpuwarden.cli")
+    assert "exporter.counters -> gpuwarden.cli" in out
+
+
+def test_remediation_importing_accounting_breaks_the_contracts(tmp_path: Path) -> None:
+    out = _lint_with_planted(tmp_path, "remediation", "engine.py", "import accounting.report")
+    assert "remediation.engine -> accounting.report" in out
+
+
+@pytest.mark.parametrize("module", ["remediation.model", "remediation.history"])
+def test_accounting_reading_remediation_beside_its_seam_breaks_the_contracts(
+    tmp_path: Path, module: str
+) -> None:
+    # the seam is remediation.history, and accounting.journal alone imports it
+    out = _lint_with_planted(tmp_path, "accounting", "costs.py", f"import {module}")
+    assert f"accounting.costs -> {module}" in out
 
 
 def test_the_node_agent_package_contains_no_simulator_module() -> None:

@@ -15,7 +15,7 @@ from remediation.backends.runner import Runner
 from remediation.clock import Clock, FakeClock
 from remediation.model import Alert
 from remediation.policy import Policy
-from remediation.service import Service, build
+from remediation.service import CollectorsFor, Service, build
 from remediation.settings import Settings
 from tests.realcomp import http_get, wait_until
 
@@ -109,12 +109,13 @@ def service(
     policy_text: str = LIVE_POLICY,
     clock: Clock | None = None,
     runner: Runner | None = None,
+    collectors: CollectorsFor | None = None,
     **settings: Any,
 ) -> Service:
     pol = tmp / "policy.yaml"
     pol.write_text(policy_text)
     s = Settings(policy=pol, state_db=tmp / "state.db", webhook_token=TOKEN, tick_s=0.2, **settings)
-    return build(s, clock=clock or FakeClock(), runner=runner)
+    return build(s, clock=clock or FakeClock(), runner=runner, collectors=collectors)
 
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from accounting import report
+from accounting.interchange import exposure_from, incident_from
 from gpuwarden import cli
-from remediation.accounting import report
-from remediation.accounting.interchange import exposure_from, incident_from
 from simulator import reliability_year as ry
 
 SMALL_DENSE = ry.Setup(fleet=(("H100", 8), ("A100", 8)), rate_scale=10.0)
