@@ -1291,6 +1291,16 @@ def dcgm_names() -> frozenset[str]:
     return frozenset(f.name for d in _ALL.values() for f in d.dcgm) | {DCGM_LAST_XID.name}
 
 
+def dcgm_violation(policy: str) -> str:
+    """dcgm-exporter's violation counter of an NVML perf policy (VIOLATION_POLICIES key)."""
+    return next(f.name for f in GPU_CLOCK_VIOLATION.dcgm if f.match == (("policy", policy),))
+
+
+def dcgm_read_names() -> frozenset[str]:
+    """dcgm names the analyzer reads beyond those the drop-in renders by default."""
+    return frozenset({f.name for f in DCGM_CLOCK_REASON_BITMASKS} | {DCGM_CLOCK_EVENTS_COUNT.name})
+
+
 def dcgm_fields() -> dict[str, DcgmField]:
     """dcgm field name -> its first definition (fields fed by several metrics appear once)."""
     out: dict[str, DcgmField] = {}
@@ -1340,6 +1350,11 @@ DCGM_CLOCK_EVENTS = DcgmField(
 DCGM_CLOCK_EVENTS_COUNT = DcgmField(
     "DCGM_EXP_CLOCK_EVENTS_COUNT", "counter", help="reported clock events"
 )
+# the same bitmask (DCGM field 112) under its name before DCGM 4 (dcgm-exporter 3.x's CSVs)
+DCGM_CLOCK_THROTTLE_REASONS = DcgmField(
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", help="Current clock throttle reasons."
+)
+DCGM_CLOCK_REASON_BITMASKS = (DCGM_CLOCK_EVENTS, DCGM_CLOCK_THROTTLE_REASONS)
 DCGM_CLOCK_EVENT_LABEL = "clock_event"
 DCGM_CLOCK_EVENT_REASONS: Mapping[str, str] = {
     "gpu_idle": "gpu_idle",

@@ -51,8 +51,8 @@ CLOCK_EVENTS_WINDOW = 300.0  # dcgm-exporter's clock-events-count window (defaul
 THROTTLE = tuple(c.THROTTLE_REASONS)
 _EVENT_OF = {v: k for k, v in c.DCGM_CLOCK_EVENT_REASONS.items()}
 VIOLATION_REASONS = {  # DCGM's violation counters and the clock-event reasons behind each
-    "DCGM_FI_DEV_POWER_VIOLATION": ("sw_power_cap", "hw_power_brake_slowdown"),
-    "DCGM_FI_DEV_THERMAL_VIOLATION": ("sw_thermal_slowdown", "hw_thermal_slowdown"),
+    c.dcgm_violation("power"): ("sw_power_cap", "hw_power_brake_slowdown"),
+    c.dcgm_violation("thermal"): ("sw_thermal_slowdown", "hw_thermal_slowdown"),
 }
 _IB = {c.IB_PORT_STATE.name: c.NODE_IB_STATE, c.IB_PORT_RATE.name: c.NODE_IB_RATE}
 

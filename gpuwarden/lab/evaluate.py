@@ -457,7 +457,7 @@ def _parser() -> argparse.ArgumentParser:
                    "link, SM activity); :defaults: only those default-counters.csv enables; "
                    "+clock-events: commonly enabled plus DCGM_EXP_CLOCK_EVENTS_COUNT; "
                    "+reasons: commonly enabled plus the clock-event reasons bitmask "
-                   "(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) and the power/thermal violation "
+                   "(DCGM field 112 under its pre-4.0 name) and the power/thermal violation "
                    "counters")  # fmt: skip
     p.add_argument("--out", default="out/evaluation")
     return p

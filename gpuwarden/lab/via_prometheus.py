@@ -35,6 +35,7 @@ import numpy as np
 from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.sources.prometheus import PrometheusSource
+from exporter import catalog as c
 from gpuwarden.lab.dcgm_openmetrics import DcgmScrapeRecorder
 from gpuwarden.lab.evaluation_metrics import Episode, EpisodeTracker, Truth, score
 from gpuwarden.lab.openmetrics import ScrapeRecorder
@@ -51,7 +52,7 @@ BLOCK = 7200.0
 # needs; +reasons: commonly enabled plus DCGM's clock-event reasons bitmask (its legacy name
 # DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) and the power/thermal violation counters
 REASONS = "dcgm-exporter+reasons"
-BITMASK = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+BITMASK = c.DCGM_CLOCK_THROTTLE_REASONS.name
 TELEMETRIES = ("gpuwarden", DCGM, DCGM_DEFAULTS, "dcgm-exporter+clock-events", REASONS)
 
 

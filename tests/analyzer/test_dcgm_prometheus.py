@@ -205,8 +205,7 @@ def _thermal(f):
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("bitmask", ["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-                                     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"])  # fmt: skip
+@pytest.mark.parametrize("bitmask", [f.name for f in c.DCGM_CLOCK_REASON_BITMASKS])
 def test_a_thermally_throttled_gpu_is_explained_as_thermal_from_dcgms_reasons_bitmask(
     tmp_path, bitmask
 ):
@@ -282,7 +281,7 @@ def test_a_mixed_dcgm_fleet_finds_the_thermal_gpu_the_slow_pcie_link_and_names_t
     tmp_path,
 ):
     with dcgmfleet.served(tmp_path, 8, _three_misses, skus=["h100"] * 4 + ["a100"] * 4,
-                          clock_reasons="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                          clock_reasons=c.DCGM_CLOCK_THROTTLE_REASONS.name,
                           violations=True) as (url, _f, end):  # fmt: skip
         w, _ = dcgmfleet.read(url, end)
     assert set(w.sku) == {"h100-sxm", "a100-sxm"}

@@ -456,8 +456,8 @@ def test_a_failed_discovery_keeps_gpuwardens_queries_and_the_cycle_and_tries_aga
 
 
 def test_clock_event_reasons_are_read_from_whichever_of_the_bitmask_names_and_counters_exist():
-    legacy, new = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", c.DCGM_CLOCK_EVENTS.name
-    for names in ({legacy}, {new}, {"DCGM_FI_DEV_THERMAL_VIOLATION"}):
+    legacy, new = c.DCGM_CLOCK_THROTTLE_REASONS.name, c.DCGM_CLOCK_EVENTS.name
+    for names in ({legacy}, {new}, {c.dcgm_violation("thermal")}):
         (q,) = [q for q in dcgm.queries(present=frozenset(names)) if q.metric is c.GPU_THROTTLE]
         assert all(n in q.source for n in names) and q.name.endswith(":clock-event reasons")
         assert q.by[-1] == c.DCGM_CLOCK_EVENT_LABEL

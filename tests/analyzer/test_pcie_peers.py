@@ -15,11 +15,15 @@ from exporter import catalog as c
 T, N, G = 12, 4, 8
 
 
+def _dcgm(metric: c.MetricDef) -> str:
+    return metric.dcgm[0].name
+
+
 def _read(gen: np.ndarray, width: np.ndarray, util: np.ndarray, sku: tuple[str, ...]) -> Window:
     """The window the dcgm reader makes of dcgm-exporter's fields (its queries' ``divide``:
     generation and width as served, utilisation % -> ratio); no maximum-link series."""
-    series = {"DCGM_FI_DEV_PCIE_LINK_GEN": gen, "DCGM_FI_DEV_PCIE_LINK_WIDTH": width,
-              "DCGM_FI_DEV_GPU_UTIL": util}  # fmt: skip
+    series = {_dcgm(c.GPU_PCIE_GENERATION): gen, _dcgm(c.GPU_PCIE_WIDTH): width,
+              _dcgm(c.GPU_UTILIZATION): util}  # fmt: skip
     metrics = {}
     for q in dcgm.queries():
         if q.source in series and q.metric.name not in metrics:

@@ -67,26 +67,26 @@ def test_the_real_gpus_identity_and_readings_are_what_nvml_itself_reported() -> 
     assert one(c.GPU_MEMORY_TOTAL) == pytest.approx(GPU["memory"]["total"], rel=0.01)
     assert one(c.GPU_POWER_LIMIT) == GPU["power_limit_mw"] / 1000
     assert one(c.GPU_SM_CLOCK_MAX) == GPU["max_clock_sm"] * 1e6
-    assert one(c.by_name("gpuwarden_gpu_pcie_link_generation")) == GPU["pcie_gen"]
-    assert one(c.by_name("gpuwarden_gpu_pcie_link_width_max")) == GPU["pcie_width_max"]
-    assert one(c.by_name("gpuwarden_gpu_up")) == 1
+    assert one(c.GPU_PCIE_GENERATION) == GPU["pcie_gen"]
+    assert one(c.by_name(c.PREFIX + "gpu_pcie_link_width_max")) == GPU["pcie_width_max"]
+    assert one(c.GPU_UP) == 1
 
 
 def test_profiling_series_come_from_gpm_on_a_real_hopper_under_load() -> None:
     vals = {n: v for n, _, v in _series("metrics-native.prom")}
     assert GPU["gpm_supported"] == 1
-    assert 0.5 < vals["gpuwarden_gpu_sm_active_ratio"] <= 1.0
-    assert 0.5 < vals["gpuwarden_gpu_tensor_pipe_active_ratio"] <= 1.0
+    assert 0.5 < vals[c.by_name(c.PREFIX + "gpu_sm_active_ratio").name] <= 1.0
+    assert 0.5 < vals[c.by_name(c.PREFIX + "gpu_tensor_pipe_active_ratio").name] <= 1.0
 
 
 def test_what_the_real_gpu_cannot_serve_is_said_not_silently_dropped() -> None:
     unavailable = {
         (lab["metric"], lab["reason"])
         for n, lab, _ in _series("metrics-native.prom")
-        if n == "gpuwarden_exporter_field_unavailable"
+        if n == c.by_name(c.PREFIX + "exporter_field_unavailable").name
     }
     # no NVLink fabric is exposed to the VM (nvidia-smi -q: Fabric State N/A)
-    assert ("gpuwarden_gpu_fabric_info", "fabric_unsupported") in unavailable
+    assert (c.by_name(c.PREFIX + "gpu_fabric_info").name, "fabric_unsupported") in unavailable
     assert "Fabric" in (SNAP / "nvidia-smi-q.txt").read_text()
 
 
@@ -99,11 +99,11 @@ def test_the_dcgm_drop_in_on_real_nvml_serves_every_default_field_the_gpu_has() 
     smi = (SNAP / "nvidia-smi-extra.txt").read_text()
     assert smi.split("$ nvidia-smi nvlink -s")[1].split("$")[0].strip() == ""
     assert missing == {
-        "DCGM_FI_DRIVER_VERSION",
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+        c.DCGM_DRIVER_LABEL,
+        c.NVLINK_TRANSMIT.dcgm[0].name,
+        *(f.name for f in c.by_name(c.PREFIX + "gpu_vgpu_license_status").dcgm),
     }
     for _, labels, _ in _series("metrics-dcgm.prom"):
         if "UUID" in labels:
-            assert labels["DCGM_FI_DRIVER_VERSION"] == PROBE["driver"]
+            assert labels[c.DCGM_DRIVER_LABEL] == PROBE["driver"]
             assert labels["modelName"] == "NVIDIA H200"

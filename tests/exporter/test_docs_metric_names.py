@@ -21,6 +21,7 @@ _LATER = {r.name for gen in catalog_dcgm.RENAMES.values() for r in gen.values()}
 KNOWN = (
     catalog.names()
     | catalog.dcgm_names()
+    | catalog.dcgm_read_names()
     | _LATER
     | {*catalog_dcgm.DRIVER_LABEL.values()}
     | {n for gen in catalog_dcgm.OMITTED.values() for n in gen.values()}

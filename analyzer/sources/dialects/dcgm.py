@@ -164,7 +164,7 @@ def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = No
 # (fixtures/dcgm/dcgm-4.6.1-field-names.tsv); its bits are NVML's nvmlClocksEventReason*
 # (catalog.THROTTLE_REASONS: 0x04 SW power cap, 0x08 HW slowdown, 0x20 SW thermal, 0x40 HW
 # thermal, 0x80 HW power brake, ...), sampled at each collect.
-BITMASKS = (catalog.DCGM_CLOCK_EVENTS.name, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+BITMASKS = tuple(f.name for f in catalog.DCGM_CLOCK_REASON_BITMASKS)
 # DCGM's violation counters: cumulative time the GPU was held below its application clocks by
 # power / by thermal limits (NVML nvmlPerfPolicyType_t, violationTime; DCGM's header says ns,
 # older headers and dcgm-exporter 3.x's CSVs say us). A counter that moved within
@@ -173,8 +173,8 @@ BITMASKS = (catalog.DCGM_CLOCK_EVENTS.name, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 # (sw_power_cap: a cap, normal; sw_thermal_slowdown: the throttling detector notifies), so a
 # violation alone never cordons; the bitmask, where served, names the hardware reasons.
 VIOLATIONS: Mapping[str, str] = {  # dcgm field -> dcgm-exporter's clock_event name
-    "DCGM_FI_DEV_POWER_VIOLATION": "power_cap",
-    "DCGM_FI_DEV_THERMAL_VIOLATION": "sw_thermal",
+    catalog.dcgm_violation("power"): "power_cap",
+    catalog.dcgm_violation("thermal"): "sw_thermal",
 }
 VIOLATION_RANGE = "90s"  # three dcgm collect intervals of 30 s
 
