@@ -551,7 +551,7 @@ class Engine:
 
     def _resolved(self, alert: Alert) -> None:
         node, rec = alert.node, self.journal.node(alert.node) if alert.node else None
-        still = self.journal.firing_fingerprints(node) - {alert.fingerprint} if node else set()
+        still = self.journal.holding_fingerprints(node) - {alert.fingerprint} if node else set()
         fc = alert.labels.get("fault_class", "")
         if alert.labels.get("action") == "hold":
             v = Verdict(True, "hold", "hold resolved: watched again; no change to the node")
@@ -655,7 +655,7 @@ class Engine:
         for r in self.journal.rows(
             "SELECT * FROM nodes WHERE state='quarantined' AND resolved_at IS NOT NULL"
         ):
-            if not self.journal.firing_fingerprints(r["node"]):  # e.g. a hold resolved
+            if not self.journal.holding_fingerprints(r["node"]):  # e.g. a hold resolved
                 v = Verdict(True, "resolve", "every alert resolved; probation starts")
                 probation = {"state": "probation", "resolved_at": now}
                 self._record(
@@ -666,7 +666,7 @@ class Engine:
         for r in self.journal.rows("SELECT * FROM nodes WHERE state='probation'"):
             if now - (r["resolved_at"] or now) < (r["probation_s"] or 0):
                 continue
-            if self.journal.firing_fingerprints(r["node"]):
+            if self.journal.holding_fingerprints(r["node"]):
                 continue
             if self.validator is not None and self.validator.gate(r, "probation", "probation"):
                 continue  # the suite runs first; the validator releases the node if it passes

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from remediation import ordering
-from remediation.model import TRANSIENT_GUARDS, Alert
+from remediation.model import SOFT, TRANSIENT_GUARDS, Alert
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts(seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT UNIQUE,
@@ -214,6 +214,20 @@ class Journal:
         )
         return ordering.firing(
             (r["fingerprint"], r["starts_at"], r["status"], r["ends_at"]) for r in rows
+        )
+
+    def holding_fingerprints(self, node: str) -> set[str]:
+        """The node's alerts still firing that keep it out of service: every one but the
+        soft (``avoid``) ones, which de-prefer a node through its placement tier and never
+        hold it out (no probation or release waits for them)."""
+        rows = self.rows(
+            "SELECT fingerprint, starts_at, status, ends_at, labels FROM alerts WHERE node=? "
+            "AND stale=0 ORDER BY seq",
+            (node,),
+        )
+        hard = [r for r in rows if json.loads(r["labels"] or "{}").get("action") not in SOFT]
+        return ordering.firing(
+            (r["fingerprint"], r["starts_at"], r["status"], r["ends_at"]) for r in hard
         )
 
     def _stale(self, db: sqlite3.Connection, a: Alert, now: float) -> bool:

@@ -4,7 +4,8 @@ valid and garbage alerts, resolutions, manual releases, pauses, breaker resets, 
 jumps, restarts rebuilt from the journal, acks, faults and operators acting behind our back;
 validation runs before release (a fake suite runner that passes, fails, hangs, cannot be
 stopped or whose scheduler does not answer), checkpoint-storage alerts (any spelling of
-the mount) and out-of-order webhook deliveries (a firing replayed after its resolve).
+the mount), out-of-order webhook deliveries (a firing replayed after its resolve) and soft
+``avoid`` alerts beside the hard ones (a placement tier; never what holds a node out).
 
 CI runs ``GPUWARDEN_SOAK_EXAMPLES`` (default 200) examples; ``make soak`` runs 20,000.
 """
@@ -29,6 +30,8 @@ from remediation.executor import Executor
 from remediation.journal import HELD_STATES, Journal
 from remediation.metrics import Metrics
 from remediation.model import Alert, Verdict
+from remediation.placement.manager import Placement
+from remediation.placement.projection import RecordOnly
 from remediation.validation.release import PAGE_AFTER, Validator
 from remediation.validation.slurm import SchedulerUnknown
 from remediation.validation.suite import StepRun
@@ -54,6 +57,8 @@ rules:
     allow: [notify, cordon, drain, requeue, checkpoint_restart, reboot, inspect]
   - match: {fault_class: pcie}
     allow: [notify]
+  - match: {action: avoid}
+    allow: [avoid]
   - match: {}
     allow: [notify]
 ladders:
@@ -141,6 +146,7 @@ class Rails(RuleBasedStateMachine):
         self.down_after: dict[str, int] = {}  # domain -> the last action id before it fell
         self.released_paused: list[str] = []  # releases by gpuwarden itself while paused
         self.released_firing: list[str] = []  # releases of a node with a fault firing
+        self.judged: set[str] = set()  # nodes the tick gated or tried to release
         self._build()
 
     def _build(self) -> None:
@@ -149,6 +155,9 @@ class Rails(RuleBasedStateMachine):
         self.engine = Engine(self.journal, self.backend, self.policy, self.clock, Metrics())
         self.engine.validator = Validator(self.engine, self.suite)
         self.suite.paused = lambda: self.engine.paused
+        self.engine.placement = Placement(self.journal, self.policy.placement,
+                                          RecordOnly(lambda: NODES), self.clock.now,
+                                          self.engine.metrics, dry_run=True)  # fmt: skip
         self._watch_releases()
         self.executor = Executor(
             self.journal, self.backend, self.policy, self.clock.now, lambda: self.engine.paused
@@ -160,16 +169,28 @@ class Rails(RuleBasedStateMachine):
         probation or release while this fires"; the invariants read them;
         an assert here would be swallowed as a runner error by the validator's tick)."""
         engine, release = self.engine, self.engine.release
+        validator = engine.validator
+        gate = validator.gate
 
         def watched(node: str, manual: bool, who: str = "api") -> Verdict:
             if who != "op":
+                self.judged.add(node)
                 if engine.paused:
                     self.released_paused.append(f"{node} by {who}")
-                if firing := self.journal.firing_fingerprints(node):  # faults, holds
+                if firing := self._hard_firing(node):  # faults, holds (never an avoid)
                     self.released_firing.append(f"{node} by {who}: {sorted(firing)}")
             return release(node, manual, who)
 
+        def gated(r: dict[str, object], *args: object) -> bool:
+            self.judged.add(str(r["node"]))
+            return bool(gate(r, *args))
+
         engine.release = watched  # type: ignore[method-assign]
+        validator.gate = gated  # type: ignore[method-assign]
+
+    def _hard_firing(self, node: str) -> set[str]:
+        """The node's alerts firing by the journal, less the soft (avoid) ones."""
+        return {fp for fp in self.journal.firing_fingerprints(node) if not fp.startswith("avoid-")}
 
     def _open_faults(self, node: str) -> set[str]:
         """The node's fault alerts (not storage, domain or hold ones) firing, by the journal."""
@@ -238,6 +259,25 @@ class Rails(RuleBasedStateMachine):
         a = Alert(f"hold-{node}", "2026-01-01T00:00:00Z", "firing", labels)
         self.firing[a.fingerprint] = a
         self._send(a)
+
+    @rule(node=st.sampled_from(NODES), then=st.sampled_from(["", "fault", "probation"]))
+    def fire_avoid(self, node: str, then: str) -> None:
+        """Marginal evidence (GpuwardenMarginalNode: de-prefer, never drain), alone or beside
+        a hard fault of the same node (that may resolve and pass its probation at once)."""
+        fp = f"avoid-{node}"
+        a = self.firing.get(fp)
+        if a is None:
+            self.seq += 1
+            labels = {"alertname": "GpuwardenMarginalNode", "node": node,
+                      "fault_class": "marginal", "action": "avoid"}  # fmt: skip
+            ann = {"peer_percentile": "99.5", "group_size": "12", "value": "0.03"}
+            a = Alert(fp, f"2026-01-01T00:00:{self.seq:02d}Z#{self.seq}", "firing", labels, ann)
+            self.firing[fp] = a
+        self._send(a)
+        if then == "fault":
+            self.fire(node, "xid_fatal", 0, "drain", True)
+        elif then == "probation":
+            self.through_probation(node)
 
     @precondition(lambda self: bool(self.firing))
     @rule(data=st.data())
@@ -420,7 +460,9 @@ class Rails(RuleBasedStateMachine):
 
     @rule()
     def tick(self) -> None:
+        self.judged = set()
         self.engine.tick()
+        self.no_node_is_held_out_by_a_soft_alert_alone()
         self.slurm.schedule()
         self.every_run_ends_with_a_verdict_or_a_page()
         last = self.journal.flag_summary(0)[1]
@@ -454,6 +496,26 @@ class Rails(RuleBasedStateMachine):
             (self.clock.now() - TICK_S,),
         )
         assert not late, f"steps past their deadline after a pass: {late}"
+
+    def no_node_is_held_out_by_a_soft_alert_alone(self) -> None:
+        """After a tick: a quarantined node whose fault resolved is in probation unless a
+        hard alert (a fault, a hold) still fires for it, and a node whose probation passed
+        was judged (gated for validation or released, or the release tried) unless one
+        does: an avoid alert firing beside them holds nothing."""
+        if self.engine.paused:
+            return
+        now = self.clock.now()
+        for r in self.journal.rows("SELECT * FROM nodes WHERE state IN ('quarantined', "
+                                   "'probation') AND resolved_at IS NOT NULL"):  # fmt: skip
+            node = r["node"]
+            soft = f"avoid-{node}" in self.journal.firing_fingerprints(node)
+            if not soft or self._hard_firing(node):
+                continue
+            # (a validation that failed in this very tick puts it back: resolved_at = now)
+            held = r["state"] == "quarantined" and r["resolved_at"] < now
+            assert not held, f"{node} kept quarantined by an avoid alert alone"
+            due = now - r["resolved_at"] >= (r["probation_s"] or 0)
+            assert not due or node in self.judged, f"{node}: probation over, not judged"
 
     def every_run_ends_with_a_verdict_or_a_page(self) -> None:
         """After a tick: no run is still running past its deadline (it was concluded, even
@@ -607,5 +669,25 @@ def test_a_release_a_pause_parked_is_not_made_once_a_new_fault_fires_for_the_nod
         s.a_node_with_a_fault_firing_is_never_schedulable_unless_an_operator_released_it()
         s.a_node_with_an_open_fault_is_never_schedulable_unless_policy_allowed_it()
         assert s.journal.node("gpu-node-001")["state"] == "quarantined"  # type: ignore[index]
+    finally:
+        s.teardown()
+
+
+def test_an_avoid_alert_beside_a_resolved_fault_holds_no_node_out() -> None:
+    """Item 1 of issue 31 as a fixed interleaving: the marginal evidence fires beside a
+    hard fault, the fault resolves: probation starts and the tick releases the node."""
+    s = Rails()
+    try:
+        s.start_jobs(jobs=[])
+        s.fire_avoid(node="gpu-node-001", then="fault")
+        s.through_probation(node="gpu-node-001")
+        s.fire_avoid(node="gpu-node-002", then="")
+        s.through_probation(node="gpu-node-002")
+        for _ in range(3):
+            s.advance(31.0)
+            s.tick()
+        assert "avoid-gpu-node-001" in s.journal.firing_fingerprints("gpu-node-001")
+        for n in ("gpu-node-001", "gpu-node-002"):
+            assert s.journal.node(n)["state"] == "released", n  # type: ignore[index]
     finally:
         s.teardown()
