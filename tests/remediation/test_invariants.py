@@ -260,8 +260,13 @@ class Rails(RuleBasedStateMachine):
         self.firing[a.fingerprint] = a
         self._send(a)
 
-    @rule(node=st.sampled_from(NODES), then=st.sampled_from(["", "fault", "probation"]))
-    def fire_avoid(self, node: str, then: str) -> None:
+    @rule(
+        node=st.sampled_from(NODES),
+        then=st.sampled_from(["", "fault", "probation"]),
+        pct=st.sampled_from(["99.5", "99.9%", "NaN%", "+Inf%"]),  # NaN: humanizePercentage's
+        size=st.sampled_from(["12", "+Inf", "NaN"]),
+    )
+    def fire_avoid(self, node: str, then: str, pct: str = "99.5", size: str = "12") -> None:
         """Marginal evidence (GpuwardenMarginalNode: de-prefer, never drain), alone or beside
         a hard fault of the same node (that may resolve and pass its probation at once)."""
         fp = f"avoid-{node}"
@@ -270,7 +275,7 @@ class Rails(RuleBasedStateMachine):
             self.seq += 1
             labels = {"alertname": "GpuwardenMarginalNode", "node": node,
                       "fault_class": "marginal", "action": "avoid"}  # fmt: skip
-            ann = {"peer_percentile": "99.5", "group_size": "12", "value": "0.03"}
+            ann = {"peer_percentile": pct, "group_size": size, "value": "0.03"}
             a = Alert(fp, f"2026-01-01T00:00:{self.seq:02d}Z#{self.seq}", "firing", labels, ann)
             self.firing[fp] = a
         self._send(a)
@@ -642,6 +647,13 @@ class Rails(RuleBasedStateMachine):
     @invariant()
     def every_alert_is_accounted_for(self) -> None:
         assert self.journal.todo(1) == []
+
+    @invariant()
+    def an_avoid_alert_is_never_an_internal_error(self) -> None:
+        bad = self.journal.rows(
+            "SELECT reason FROM decisions WHERE guard='error' AND alert_key LIKE 'avoid-%'"
+        )
+        assert not bad, bad
 
 
 Rails.TestCase.settings = settings(
