@@ -8,6 +8,7 @@ answer is retried next tick; nothing here ever takes capacity out.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,10 +20,11 @@ from remediation.metrics import Metrics
 from remediation.model import Alert, NodeView, Verdict, allow, deny
 from remediation.placement import budget, tiers
 from remediation.placement.config import TIERS, PlacementPolicy
-from remediation.placement.projection import Projection, Reconciled
+from remediation.placement.projection import Projection, Reconciled, Repair
 from remediation.placement.store import Store
 from remediation.placement.tiers import Entry
 
+PREVIEWS_KEY = "placement_previews"  # journal kv: node -> the dry-run preview journaled last
 EVIDENCE_KEYS = ("metric", "value", "peer_percentile", "group_size", "promql", "window")
 
 
@@ -218,12 +220,23 @@ class Placement:
         self.skipped = dict(done.skipped)
         self.neutral = not wanted and not done.changes
         self.refresh_gauges()
+        changes = self._unseen(done.changes) if self.dry_run else done.changes
         out = []
-        for c in done.changes:
+        for c in changes:
             self.metrics.placement_repairs.labels(self.projection.name, c.kind).inc()
             v = allow("placement", ("dry-run: would " if self.dry_run else "") + c.detail)
             out.append(Event(c.node, f"placement_{c.kind}", v, {"kind": c.kind}))
         return out
+
+    def _unseen(self, changes: Sequence[Repair]) -> list[Repair]:
+        """Dry-run: nothing is applied, so the projection reports the same change every
+        tick; journal each preview once per change (as the live path journals a change
+        once), remembered in the journal so that a restart does not repeat it."""
+        seen = json.loads(self.journal.get(PREVIEWS_KEY) or "{}")
+        now = {c.node: f"{c.kind}: {c.detail}" for c in changes}
+        if now != seen:
+            self.journal.put(PREVIEWS_KEY, json.dumps(now, sort_keys=True) if now else None)
+        return [c for c in changes if seen.get(c.node) != now[c.node]]
 
     def _members(self) -> tuple[dict[str, frozenset[str]], dict[str, int]]:
         members = dict(self.projection.groups())
