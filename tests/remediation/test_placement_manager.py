@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter import catalog as c
 from remediation.clock import FakeClock
 from remediation.journal import Journal
 from remediation.metrics import Metrics
@@ -194,3 +195,93 @@ def test_the_listing_says_how_each_tier_is_shown(
     assert (row["node"], row["gpu"], row["tier"], row["reason"]) == ("n01", "1", "marginal",
                                                                     "n01 marginal")  # fmt: skip
     assert (row["since"], row["until"]) == (clock.now(), clock.now() + 86400)
+
+
+def test_a_displacement_is_counted_recorded_and_ends_the_displaced_episode(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    p = placement(tmp_path, clock)
+    p.avoid(avoid("n01", score="1"))
+    clock.advance(5)
+    v, _, events = p.avoid(avoid("n02", score="3"))
+    assert v.allow and (events[0].node, events[0].action) == ("n01", "placement_displace")
+    d = events[0].verdict
+    assert (d.allow, d.guard) == (True, "placement_budget")
+    assert d.reason == (
+        "displaced by n02: placement budget full (gpu 1/1); displaces n01 (score 1 < 3)"
+    )
+    first = episodes(p)[0]
+    assert (first["node"], first["ended_at"], first["ended_why"]) == (
+        "n01", clock.now(), "displaced by n02")  # fmt: skip
+    clips = p.metrics.registry.get_sample_value(
+        c.REMEDIATION_PLACEMENT_BUDGET_CLIPS.name, {"outcome": "displaced"}
+    )
+    assert clips == 1
+
+
+def test_a_tier_whose_alert_the_journal_no_longer_shows_firing_expires_ttl_after_the_tick(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    p = placement(tmp_path, clock)  # its alert never journaled: a missed resolution
+    p.avoid(avoid("n01"))
+    clock.advance(100)
+    assert p.tick() == []
+    [row] = p.listing()
+    assert (row["firing"], row["until"]) == (False, clock.now() + 86400)
+    clock.advance(86399)
+    assert p.tick() == []
+    clock.advance(1)
+    events = p.tick()
+    assert (events[0].node, events[0].action) == ("n01", "placement_expire")
+    v = events[0].verdict
+    assert (v.allow, v.guard, v.reason) == (True, "placement", "marginal expired (ttl 86400s)")
+    [ep] = episodes(p)  # one episode: the tick's resolution started none
+    assert (ep["ended_at"], ep["ended_why"]) == (clock.now(), "expired")
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (OSError("connection refused"), "placement projection failed: connection refused"),
+        (ValueError("bad"), "placement projection failed: ValueError: bad"),
+    ],
+)
+def test_a_projection_that_fails_is_an_event_saying_why_except_under_dry_run(
+    tmp_path: Path, clock: FakeClock, error: Exception, reason: str
+) -> None:
+    p = placement(tmp_path, clock)
+
+    def broken(wanted: Mapping[str, str], dry_run: bool = False) -> Reconciled:
+        raise error
+
+    p.projection.reconcile = broken  # type: ignore[method-assign]
+    [e] = p.avoid(avoid("n01"))[2]
+    assert (e.node, e.action, e.verdict.allow, e.verdict.guard) == (
+        "", "placement_error", False, "scheduler")  # fmt: skip
+    assert e.verdict.reason == reason
+    p.dry_run = True
+    assert p.tick() == []
+
+
+def test_a_failure_domain_caps_its_nodes_and_the_gauges_count_each_tier(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    fleet = tuple(NodeView(n, domains={"leaf": "l1" if i < 4 else "l2"})
+                  for i, n in enumerate(NODES))  # fmt: skip
+    p = placement(tmp_path, clock, PlacementPolicy(max_fraction=0.5), fleet=fleet)
+    assert p.avoid(avoid("n01"))[0].allow
+    v = p.avoid(avoid("n02"))[0]  # l1 has 4 nodes: 25 % of it is 1
+    assert (v.allow, v.reason) == (False, "placement budget full (domain:leaf=l1 1/1); "
+                                          "score 99.5 not above")  # fmt: skip
+    assert p.avoid(avoid("n05", tier="suspect"))[0].allow
+    assert p.avoid(avoid("n06"))[0].allow is False  # l2: 6 nodes, 25 % is 1
+    p.avoid(avoid("n03", fp="x", starts="2026-11-29T11:00:00Z"))
+    gauge = p.metrics.registry.get_sample_value
+    name = c.REMEDIATION_PLACEMENT_NODES.name
+    assert (gauge(name, {"tier": "marginal"}), gauge(name, {"tier": "suspect"})) == (1, 1)
+    p.release("n02", "x")
+    fleet2 = (*fleet[:4], NodeView("n07", domains={"leaf": "l1"}))
+    p.fleet = lambda: fleet2
+    p.release("n05", "bob")
+    assert p.avoid(avoid("n08"))[0].allow  # n08 in no failure domain now: the pool's cap only
+    assert (gauge(name, {"tier": "marginal"}), gauge(name, {"tier": "suspect"})) == (2, 0)
