@@ -17,7 +17,7 @@ from remediation.journal import Journal
 from remediation.metrics import Metrics
 from remediation.model import Alert, NodeView
 from remediation.placement.config import PlacementPolicy
-from remediation.placement.manager import Placement
+from remediation.placement.manager import Placement, evidence_of, score_of
 from remediation.placement.projection import Reconciled, Repair
 
 NODES = [f"n{i:02d}" for i in range(1, 11)]  # one partition of 10: one tier at a time
@@ -285,3 +285,80 @@ def test_a_failure_domain_caps_its_nodes_and_the_gauges_count_each_tier(
     p.release("n05", "bob")
     assert p.avoid(avoid("n08"))[0].allow  # n08 in no failure domain now: the pool's cap only
     assert (gauge(name, {"tier": "marginal"}), gauge(name, {"tier": "suspect"})) == (2, 0)
+
+
+def test_evidence_reads_labels_too_keeps_the_alertname_and_an_integer_group_size() -> None:
+    a = Alert("fp", "2026-11-29T10:00:00Z", "firing",
+              {"node": "n01", "metric": "nvlink", "group_size": "20.0"}, {})  # fmt: skip
+    ev = evidence_of(a)
+    assert ev == {"metric": "nvlink", "group_size": 20, "alertname": ""}
+    assert isinstance(ev["group_size"], int)
+    assert evidence_of(avoid("n01"))["alertname"] == "GpuwardenMarginalNode"
+    assert score_of(dataclasses.replace(avoid("n01"), annotations={})) == 0.0  # no evidence
+
+
+def test_a_repeat_with_a_higher_score_keeps_the_higher_one(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    p = placement(tmp_path, clock)
+    p.avoid(avoid("n01", score="1"))
+    p.avoid(avoid("n01", fp="b", score="7"))
+    assert p.store.entries()[0].score == 7.0
+
+
+def test_unreadable_placement_groups_deny_on_the_scheduler_guard(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    p = placement(tmp_path, clock)
+
+    def down() -> Mapping[str, frozenset[str]]:
+        raise OSError("sinfo: timed out")
+
+    p.projection.groups = down  # type: ignore[method-assign]
+    v, _, events = p.avoid(avoid("n01"))
+    assert (v.allow, v.guard, v.reason) == (False, "scheduler",
+                                            "placement groups unreadable: sinfo: timed out")  # fmt: skip
+    assert events == [] and p.listing() == []
+
+
+def test_live_changes_are_journaled_each_time_they_happen_with_their_kind_and_metric(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    p = placement(tmp_path, clock)
+    assert (
+        Placement(p.journal, PlacementPolicy(), p.projection, clock.now, Metrics()).dry_run is False
+    )
+    [e] = p.avoid(avoid("n01"))[2]
+    assert (e.node, e.action, dict(e.evidence)) == ("n01", "placement_apply", {"kind": "apply"})
+    assert (e.verdict.allow, e.verdict.guard, e.verdict.reason) == (
+        True,
+        "placement",
+        "mark marginal",
+    )
+    for _ in range(2):  # the same drift twice (a reconfigure): repaired and journaled each time
+        p.projection.shown.clear()  # type: ignore[attr-defined]
+        assert [x.action for x in p.tick()] == ["placement_apply"]
+    count = p.metrics.registry.get_sample_value(
+        c.REMEDIATION_PLACEMENT_REPAIRS.name, {"projection": "fake", "kind": "apply"}
+    )
+    assert count == 3
+
+
+def test_idle_ticks_reconcile_once_and_a_restart_lists_before_its_first_tick(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    p = placement(tmp_path, clock)
+    calls = []
+    real = p.projection.reconcile
+
+    def counted(wanted: Mapping[str, str], dry_run: bool = False) -> Reconciled:
+        calls.append(dict(wanted))
+        return real(wanted, dry_run)
+
+    p.projection.reconcile = counted  # type: ignore[method-assign]
+    for _ in range(4):
+        p.tick()
+    assert calls == [{}]  # nothing shown, nothing wanted: the node table is not read again
+    p.avoid(avoid("n01"))
+    again = placement(tmp_path, clock)  # a restart: listed before any tick
+    assert [r["node"] for r in again.listing()] == ["n01"]
