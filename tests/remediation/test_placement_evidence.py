@@ -43,7 +43,7 @@ def test_unusable_numbers_in_avoid_evidence_are_ignored_and_the_node_is_de_prefe
 
 
 def test_a_nan_or_infinite_score_is_zero() -> None:
-    for raw in ("NaN%", "nan", "+Inf", "-Inf", "Inf%", "x"):
+    for raw in ("NaN%", "nan", "+Inf", "-Inf", "Inf%", "x", "99X"):
         a = with_evidence(avoid("gpu-node-004"), peer_percentile=raw)
         assert score_of(a) == 0.0
         assert "peer_percentile" not in evidence_of(a)
