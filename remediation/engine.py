@@ -29,6 +29,9 @@ from remediation.placement.manager import Event, Placement
 from remediation.policy import Policy
 from remediation.silences import NoSilences, Silences
 
+# Node states a re-fired alert holds again (action_failed: its repeat drives the action)
+REFIRE_HOLDS = ("quarantined", "probation", "validating", "inspection")
+
 
 @dataclass
 class Engine:
@@ -236,6 +239,9 @@ class Engine:
         rec = self.journal.node(node) or {}
         if alert.labels.get("action", "notify") == "notify":
             return self._climb(alert, rec, now, None, alert_started, min_occurrence)
+        if rec.get("state") in REFIRE_HOLDS and self.journal.refired(alert):
+            self._held_again(alert, rec)
+            return None
         if rec.get("state") == "action_failed":
             redriven = self._redrive(alert, node, fc, rec)
             if redriven is not None:
@@ -244,6 +250,23 @@ class Engine:
         if incident["acted"]:
             return self._same_incident(alert, incident)
         return self._climb(alert, rec, now, incident, alert_started, min_occurrence)
+
+    def _held_again(self, alert: Alert, rec: dict[str, Any]) -> None:
+        """The alert instance fired again after its resolve (``ordering.refired``): the fault
+        it was, not a new one (no incident, no action, no climb); the node it holds is held
+        again, and the instance's next resolve starts probation again."""
+        state = str(rec["state"])
+        back: dict[str, Any] = {"resolved_at": None}
+        if state in ("probation", "validating"):
+            back["state"] = "quarantined"
+        why = (
+            f"the same alert (startsAt {alert.starts_at[:40]}) fires again after its resolve "
+            "(Alertmanager resolved it while its source still fired): the fault it was, not "
+            f"a new one; node {state} -> {back.get('state', state)}, held until it resolves"
+        )
+        fc = alert.labels.get("fault_class", "")
+        self._record(alert, alert.node, fc, "notify", Verdict(True, "refire", why), {},
+                     node_state=back)  # fmt: skip
 
     def _same_incident(self, alert: Alert, incident: dict[str, Any]) -> int | None:
         """A second alert of an incident that already got an action: notify only."""
@@ -551,7 +574,7 @@ class Engine:
 
     def _resolved(self, alert: Alert) -> None:
         node, rec = alert.node, self.journal.node(alert.node) if alert.node else None
-        still = self.journal.firing_fingerprints(node) - {alert.fingerprint} if node else set()
+        still = self.journal.holding_fingerprints(node) - {alert.fingerprint} if node else set()
         fc = alert.labels.get("fault_class", "")
         if alert.labels.get("action") == "hold":
             v = Verdict(True, "hold", "hold resolved: watched again; no change to the node")
@@ -655,7 +678,7 @@ class Engine:
         for r in self.journal.rows(
             "SELECT * FROM nodes WHERE state='quarantined' AND resolved_at IS NOT NULL"
         ):
-            if not self.journal.firing_fingerprints(r["node"]):  # e.g. a hold resolved
+            if not self.journal.holding_fingerprints(r["node"]):  # e.g. a hold resolved
                 v = Verdict(True, "resolve", "every alert resolved; probation starts")
                 probation = {"state": "probation", "resolved_at": now}
                 self._record(
@@ -666,7 +689,7 @@ class Engine:
         for r in self.journal.rows("SELECT * FROM nodes WHERE state='probation'"):
             if now - (r["resolved_at"] or now) < (r["probation_s"] or 0):
                 continue
-            if self.journal.firing_fingerprints(r["node"]):
+            if self.journal.holding_fingerprints(r["node"]):
                 continue
             if self.validator is not None and self.validator.gate(r, "probation", "probation"):
                 continue  # the suite runs first; the validator releases the node if it passes

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from remediation import ordering
-from remediation.model import TRANSIENT_GUARDS, Alert
+from remediation.model import SOFT, TRANSIENT_GUARDS, Alert
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts(seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT UNIQUE,
@@ -67,6 +67,9 @@ MIGRATIONS = (
     ("alerts", "annotations", "TEXT"),  # evidence some decisions read (placement: score)
     ("alerts", "ends_at", "TEXT NOT NULL DEFAULT ''"),  # a resolve's endsAt (ordering)
 )
+# alerts.stale: 1 a firing older than a resolve already seen (never decided); 2 a resolve
+# undone by a re-fire of its instance (ordering.refired), until the instance resolves again
+REFIRED = 2
 # Nodes gpuwarden holds out of service (or may hold: a failed action may have half-drained).
 HELD_STATES = ("quarantined", "probation", "inspection", "action_failed", "validating")
 
@@ -140,6 +143,9 @@ class Journal:
         new = repeated = 0
         with self.tx() as db:
             for a in alerts:
+                if self._refire(db, a, now):
+                    new += 1
+                    continue
                 if self._stale(db, a, now):
                     continue
                 cur = db.execute(
@@ -171,6 +177,13 @@ class Journal:
                     "SELECT 1 FROM nodes WHERE node=? AND state='action_failed'", (a.node,)
                 ).fetchone()
                 retry = retry or (failed is not None and a.status == "firing")
+                if a.status == "resolved":  # the resolve of a re-fire: resolved again
+                    again = db.execute(
+                        "UPDATE alerts SET stale=0, ends_at=?, received_at=? WHERE key=? AND "
+                        f"stale={REFIRED}",
+                        (a.ends_at, now, a.key),
+                    ).rowcount
+                    retry = retry or bool(again)
                 if a.status == "resolved":  # a repeated resolve still starts a probation due
                     waiting = db.execute(
                         "SELECT 1 FROM nodes WHERE node=? AND state='quarantined'", (a.node,)
@@ -216,6 +229,62 @@ class Journal:
             (r["fingerprint"], r["starts_at"], r["status"], r["ends_at"]) for r in rows
         )
 
+    def holding_fingerprints(self, node: str) -> set[str]:
+        """The node's alerts still firing that keep it out of service: every one but the
+        soft (``avoid``) ones, which de-prefer a node through its placement tier and never
+        hold it out (no probation or release waits for them)."""
+        rows = self.rows(
+            "SELECT fingerprint, starts_at, status, ends_at, labels FROM alerts WHERE node=? "
+            "AND stale=0 ORDER BY seq",
+            (node,),
+        )
+        hard = [r for r in rows if json.loads(r["labels"] or "{}").get("action") not in SOFT]
+        return ordering.firing(
+            (r["fingerprint"], r["starts_at"], r["status"], r["ends_at"]) for r in hard
+        )
+
+    def _refire(self, db: sqlite3.Connection, a: Alert, now: float) -> bool:
+        """A firing of an instance resolved longer ago than any retry lags
+        (``ordering.refired``): the instance is un-resolved (its resolve kept, marked
+        ``stale=2``) and its firing queued to be decided again; True when it was."""
+        if a.status != "firing":
+            return False
+        heard = db.execute(
+            "SELECT MIN(received_at) FROM alerts WHERE fingerprint=? AND starts_at=? AND "
+            "status='resolved' AND stale=0",
+            (a.fingerprint, a.starts_at),
+        ).fetchone()[0]
+        if heard is None or not ordering.refired(float(heard), now):
+            return False
+        db.execute(
+            f"UPDATE alerts SET stale={REFIRED} WHERE fingerprint=? AND starts_at=? AND "
+            "status='resolved' AND stale=0",
+            (a.fingerprint, a.starts_at),
+        )
+        ann = json.dumps(dict(a.annotations), sort_keys=True)
+        cur = db.execute(
+            "INSERT OR IGNORE INTO alerts(key,fingerprint,starts_at,status,node,labels,"
+            "received_at,annotations,ends_at) VALUES(?,?,?,?,?,?,?,?,'')",
+            (a.key, a.fingerprint, a.starts_at, a.status, a.node,
+             json.dumps(dict(a.labels), sort_keys=True), now, ann),
+        )  # fmt: skip
+        if not cur.rowcount:  # its first firing was journaled: decided again
+            db.execute(
+                "UPDATE alerts SET processed=0, repeats=repeats+1, annotations=? WHERE key=?",
+                (ann, a.key),
+            )
+        return True
+
+    def refired(self, a: Alert) -> bool:
+        """This alert instance fired again after a resolve (see ``_refire``)."""
+        return bool(
+            self.scalar(
+                "SELECT 1 FROM alerts WHERE fingerprint=? AND starts_at=? AND "
+                f"status='resolved' AND stale={REFIRED}",
+                (a.fingerprint, a.starts_at),
+            )
+        )
+
     def _stale(self, db: sqlite3.Connection, a: Alert, now: float) -> bool:
         """A firing older than a resolve already seen for its fingerprint: journaled as
         stale (a decision, processed), never decided on; True when it was."""
@@ -224,8 +293,9 @@ class Journal:
         resolved = [
             (r[0], r[1])
             for r in db.execute(
-                "SELECT starts_at, ends_at FROM alerts WHERE fingerprint=? AND status='resolved'",
-                (a.fingerprint,),
+                "SELECT starts_at, ends_at FROM alerts WHERE fingerprint=? AND status='resolved' "
+                f"AND NOT (stale={REFIRED} AND starts_at=?)",  # a re-fire's repeat: not stale
+                (a.fingerprint, a.starts_at),
             )
         ]
         if not ordering.stale(a.status, a.starts_at, resolved):

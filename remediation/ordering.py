@@ -13,6 +13,16 @@ or not newer than its ``startsAt``) is stale (journaled as such, never acted on)
 instance beginning exactly when the last one ended is new. Alertmanager merges an alert
 whose new instance overlaps the last one into it (one ``startsAt``), so a genuine new
 instance never begins before the last one's end. Pure; the journal calls it on intake.
+
+One exception: a "firing" of the very instance a resolve ended (the same ``startsAt``)
+heard more than ``REFIRE_AFTER_S`` after that resolve is a re-fire, not a retry. Its source
+kept firing while Alertmanager could not hear it (Prometheus restarted or out of reach for
+longer than the alert's ``endsAt``, so Alertmanager resolved it), and Alertmanager, which
+merges only overlapping instances, sends it again with its original ``startsAt``. A retry
+cannot lag that far: Alertmanager retries a notification only within the flush that sent
+it, and a flush is bounded by ``group_interval`` (5 m by default), begun before the resolve
+was sent. A re-fire is the same fault firing again (the journal un-resolves the instance;
+the engine holds the node again as the same incident); a retry stays stale.
 """
 
 from __future__ import annotations
@@ -23,6 +33,17 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")  # Go prints nanoseconds; Python reads microseconds
+
+
+# No retry of a notification sent before a resolve is heard later than this after the
+# resolve (twice Alertmanager's default group_interval, its retries' bound)
+REFIRE_AFTER_S = 600.0
+
+
+def refired(resolve_heard_at: float, now: float) -> bool:
+    """A firing of an instance whose resolve was heard at ``resolve_heard_at`` is a re-fire
+    (the same fault firing again), not a stale retry."""
+    return now - resolve_heard_at > REFIRE_AFTER_S
 
 
 def ts(value: str | None) -> float:

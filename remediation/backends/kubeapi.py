@@ -18,7 +18,7 @@ class KubeApi(Protocol):
 
     def read_node(self, name: str) -> Obj | None: ...
 
-    def patch_node(self, name: str, body: Obj) -> None: ...
+    def patch_node(self, name: str, body: Obj | list[Obj]) -> None: ...
 
     def list_pods(self, node: str | None) -> list[Obj]:
         """Pods on ``node`` (every pod when None)."""
@@ -122,7 +122,7 @@ class OfficialKubeApi:
     def read_node(self, name: str) -> Obj | None:
         return self._or_none(self.core.read_node, name)
 
-    def patch_node(self, name: str, body: Obj) -> None:
+    def patch_node(self, name: str, body: Obj | list[Obj]) -> None:
         self._raw(self.core.patch_node, name, body)
 
     def list_pods(self, node: str | None) -> list[Obj]:

@@ -2,7 +2,10 @@
 (``gpuwarden.io/marginal``: the scheduler scores the node down, still uses it when nothing
 else fits), ``suspect`` a NoSchedule taint (``gpuwarden.io/suspect``; canary and soak
 workloads tolerate it); both carry the label ``gpuwarden.io/health-tier``. Foreign taints
-are never touched: every patch rewrites the taint list keeping all keys that are not ours.
+are never touched: the taints change by a JSON patch (RFC 6902) of gpuwarden's own entries
+only, each tested where it was read before it is removed, so a taint someone else adds at
+the same moment (a cordon's quarantine taint) is kept; a patch whose test fails (the list
+moved under it) is rejected whole, and the node is read again and patched again.
 
 Fails open by design: PreferNoSchedule only scores, so a stale marginal taint left by a
 stopped gpuwarden costs placement preference, never capacity.
@@ -50,12 +53,39 @@ def shown_tier(n: Obj) -> tuple[str | None, str | None]:
     return taint, (_meta(n).get("labels") or {}).get(TIER_LABEL) or None
 
 
-def patch_for(n: Obj, tier: str | None) -> Obj:
-    """The node patch showing ``tier`` (None: neutral), foreign taints kept as they are."""
-    taints = [t for t in (n.get("spec") or {}).get("taints") or [] if t.get("key") not in OUR_KEYS]
+TRIES = 3  # a rejected patch (the taints moved since the read): read again, patch again
+
+
+def _taint(tier: str) -> Obj:
+    return {"key": f"gpuwarden.io/{tier}", "value": "true", "effect": TAINTS[tier]}
+
+
+def taint_ops(n: Obj, tier: str | None) -> list[Obj]:
+    """The JSON patch that makes the node's taints show ``tier`` (None: neutral), touching
+    only ours: each of ours tested at its index and removed (highest index first), ours
+    appended. A node read without a taint list gets one only if its spec is still as read."""
+    spec = n.get("spec") or {}
+    taints = spec.get("taints") or []
+    if not taints:
+        if tier is None:
+            return []
+        return [
+            {"op": "test", "path": "/spec", "value": spec},
+            {"op": "add", "path": "/spec/taints", "value": [_taint(tier)]},
+        ]
+    ops: list[Obj] = []
+    for i in reversed(range(len(taints))):
+        if taints[i].get("key") in OUR_KEYS:
+            ops.append({"op": "test", "path": f"/spec/taints/{i}", "value": taints[i]})
+            ops.append({"op": "remove", "path": f"/spec/taints/{i}"})
     if tier is not None:
-        taints.append({"key": f"gpuwarden.io/{tier}", "value": "true", "effect": TAINTS[tier]})
-    return {"metadata": {"labels": {TIER_LABEL: tier}}, "spec": {"taints": taints}}
+        ops.append({"op": "add", "path": "/spec/taints/-", "value": _taint(tier)})
+    return ops
+
+
+def label_patch(tier: str | None) -> Obj:
+    """A merge patch of our label alone (None removes it); other labels are kept."""
+    return {"metadata": {"labels": {TIER_LABEL: tier}}}
 
 
 class KubePlacement:
@@ -81,6 +111,22 @@ class KubePlacement:
             kind = "restore" if want is None else ("apply" if shown is None else "repair")
             detail = f"taint {taint or 'none'}, label {label or 'none'} -> {want or 'neutral'}"
             if not dry_run:
-                self.api.patch_node(name, patch_for(n, want))
+                self._show(name, n, want)
             changes.append(Repair(name, kind, detail))
         return Reconciled(tuple(changes))
+
+    def _show(self, name: str, n: Obj, want: str | None) -> None:
+        """Our taint, then our label, as ``want``; a rejected taint patch is planned again
+        from a fresh read (TRIES in all, then the error: the tick retries)."""
+        for attempt in range(TRIES):
+            if shown_tier(n)[0] == want:
+                break
+            try:
+                self.api.patch_node(name, taint_ops(n, want))
+                break
+            except Exception:
+                if attempt == TRIES - 1:
+                    raise
+                n = self.api.read_node(name) or n
+        if shown_tier(n)[1] != want:
+            self.api.patch_node(name, label_patch(want))

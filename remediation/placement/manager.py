@@ -8,6 +8,8 @@ answer is retried next tick; nothing here ever takes capacity out.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,10 +20,11 @@ from remediation.metrics import Metrics
 from remediation.model import Alert, NodeView, Verdict, allow, deny
 from remediation.placement import budget, tiers
 from remediation.placement.config import TIERS, PlacementPolicy
-from remediation.placement.projection import Projection, Reconciled
+from remediation.placement.projection import Projection, Reconciled, Repair
 from remediation.placement.store import Store
 from remediation.placement.tiers import Entry
 
+PREVIEWS_KEY = "placement_previews"  # journal kv: node -> the dry-run preview journaled last
 EVIDENCE_KEYS = ("metric", "value", "peer_percentile", "group_size", "promql", "window")
 
 
@@ -36,28 +39,37 @@ class Event:
 
 
 def evidence_of(alert: Alert) -> dict[str, Any]:
-    """The marginal evidence an alert carries (labels or annotations)."""
+    """The marginal evidence an alert carries (labels or annotations). A number that does
+    not read as a finite one ("NaN%", what humanizePercentage renders for a NaN; "+Inf") is
+    left out, never an error and never a made-up value."""
     got = {k: alert.annotations.get(k) or alert.labels.get(k) for k in EVIDENCE_KEYS}
     out: dict[str, Any] = {k: v for k, v in got.items() if v}
-    for k in ("value", "peer_percentile"):
+    for k in ("value", "peer_percentile", "group_size"):
         if k in out:
-            out[k] = _float(out[k])
-    if "group_size" in out:
-        out["group_size"] = int(_float(out["group_size"]))
+            n = _number(out[k])
+            if n is None:
+                del out[k]
+            else:
+                out[k] = int(n) if k == "group_size" else n
     out["alertname"] = alert.labels.get("alertname", "")
     return out
 
 
-def _float(v: Any) -> float:
+def _number(v: Any) -> float | None:
+    """A finite number ("99.5%" is 99.5), else None."""
     try:
-        return float(str(v).strip().rstrip("%"))
+        n = float(str(v).strip().rstrip("%"))
     except (TypeError, ValueError):
-        return 0.0
+        return None
+    return n if math.isfinite(n) else None
 
 
 def score_of(alert: Alert) -> float:
+    """How bad the evidence is (the budget keeps the worst): the ``score`` label or
+    annotation, else the peer percentile; 0 when unusable."""
     raw = alert.labels.get("score") or alert.annotations.get("score")
-    return _float(raw if raw is not None else alert.annotations.get("peer_percentile", 0))
+    n = _number(raw if raw is not None else alert.annotations.get("peer_percentile", 0))
+    return 0.0 if n is None else n
 
 
 class Placement:
@@ -115,17 +127,6 @@ class Placement:
         if not adm.allow:
             self.metrics.placement_clips.labels("denied").inc()
             return deny("placement_budget", adm.reason), ev, []
-        events = []
-        if adm.displace is not None:
-            self.metrics.placement_clips.labels("displaced").inc()
-            self.store.end(adm.displace, now, f"displaced by {node}")
-            events.append(
-                Event(
-                    adm.displace,
-                    "placement_displace",
-                    allow("placement_budget", f"displaced by {node}: {adm.reason}"),
-                )
-            )
         ttl = tiers.ttl_for(self.policy, rec)
         reason = alert.annotations.get("summary") or alert.labels.get("alertname", "avoid")
         e = Entry(
@@ -141,7 +142,19 @@ class Placement:
             alert.fingerprint,
             ev,
         )
-        self.store.put(e, new_episode=True)
+        events = []
+        if adm.displace is None:
+            self.store.put(e, new_episode=True)
+        else:  # the new tier and the end of the one it displaces commit together
+            self.metrics.placement_clips.labels("displaced").inc()
+            self.store.displace(adm.displace, e, f"displaced by {node}")
+            events.append(
+                Event(
+                    adm.displace,
+                    "placement_displace",
+                    allow("placement_budget", f"displaced by {node}: {adm.reason}"),
+                )
+            )
         why = f"{tier} for {ttl:.0f}s after the last evidence ({rec} recurrence(s)); {adm.reason}"
         return (
             allow("placement", why),
@@ -207,12 +220,23 @@ class Placement:
         self.skipped = dict(done.skipped)
         self.neutral = not wanted and not done.changes
         self.refresh_gauges()
+        changes = self._unseen(done.changes) if self.dry_run else done.changes
         out = []
-        for c in done.changes:
+        for c in changes:
             self.metrics.placement_repairs.labels(self.projection.name, c.kind).inc()
             v = allow("placement", ("dry-run: would " if self.dry_run else "") + c.detail)
             out.append(Event(c.node, f"placement_{c.kind}", v, {"kind": c.kind}))
         return out
+
+    def _unseen(self, changes: Sequence[Repair]) -> list[Repair]:
+        """Dry-run: nothing is applied, so the projection reports the same change every
+        tick; journal each preview once per change (as the live path journals a change
+        once), remembered in the journal so that a restart does not repeat it."""
+        seen = json.loads(self.journal.get(PREVIEWS_KEY) or "{}")
+        now = {c.node: f"{c.kind}: {c.detail}" for c in changes}
+        if now != seen:
+            self.journal.put(PREVIEWS_KEY, json.dumps(now, sort_keys=True) if now else None)
+        return [c for c in changes if seen.get(c.node) != now[c.node]]
 
     def _members(self) -> tuple[dict[str, frozenset[str]], dict[str, int]]:
         members = dict(self.projection.groups())

@@ -46,4 +46,4 @@ class RecordOnly:
         return {"fleet": known} if known else {}
 
     def reconcile(self, wanted: Mapping[str, str], dry_run: bool = False) -> Reconciled:
-        return Reconciled(tuple(Repair(n, "apply", f"would mark {t}") for n, t in wanted.items()))
+        return Reconciled(tuple(Repair(n, "apply", f"mark {t}") for n, t in wanted.items()))

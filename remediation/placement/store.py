@@ -5,6 +5,7 @@ Its own tables, created here, so the journal's schema stays as it is."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 from remediation.journal import Journal
@@ -46,37 +47,17 @@ class Store:
 
     def put(self, e: Entry, new_episode: bool) -> None:
         with self.journal.tx() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO placement(node,gpu,tier,reason,since,last_evidence,"
-                "ttl_s,firing,score,fingerprint,evidence) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    e.node,
-                    e.gpu,
-                    e.tier,
-                    e.reason,
-                    e.since,
-                    e.last_evidence,
-                    e.ttl_s,
-                    int(e.firing),
-                    e.score,
-                    e.fingerprint,
-                    json.dumps(dict(e.evidence), sort_keys=True, default=str),
-                ),
-            )
-            if new_episode:
-                db.execute(
-                    "INSERT INTO placement_history(node, started_at) VALUES(?,?)", (e.node, e.since)
-                )
+            _put(db, e, new_episode)
 
     def end(self, node: str, now: float, why: str) -> bool:
         with self.journal.tx() as db:
-            gone = db.execute("DELETE FROM placement WHERE node=?", (node,)).rowcount
-            db.execute(
-                "UPDATE placement_history SET ended_at=?, ended_why=? WHERE node=? "
-                "AND ended_at IS NULL",
-                (now, why, node),
-            )
-        return bool(gone)
+            return _end(db, node, now, why)
+
+    def displace(self, old: str, e: Entry, why: str) -> None:
+        """``e`` starts and ``old`` ends in one transaction: never one without the other."""
+        with self.journal.tx() as db:
+            _end(db, old, e.since, why)
+            _put(db, e, new_episode=True)
 
     def budget_denied(self) -> list[tuple[str, str, str]]:
         """(key, node, fingerprint) of the journaled firing alerts whose last decision was a
@@ -105,6 +86,37 @@ class Store:
             )
             or 0
         )
+
+
+def _put(db: sqlite3.Connection, e: Entry, new_episode: bool) -> None:
+    db.execute(
+        "INSERT OR REPLACE INTO placement(node,gpu,tier,reason,since,last_evidence,"
+        "ttl_s,firing,score,fingerprint,evidence) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            e.node,
+            e.gpu,
+            e.tier,
+            e.reason,
+            e.since,
+            e.last_evidence,
+            e.ttl_s,
+            int(e.firing),
+            e.score,
+            e.fingerprint,
+            json.dumps(dict(e.evidence), sort_keys=True, default=str),
+        ),
+    )
+    if new_episode:
+        db.execute("INSERT INTO placement_history(node, started_at) VALUES(?,?)", (e.node, e.since))
+
+
+def _end(db: sqlite3.Connection, node: str, now: float, why: str) -> bool:
+    gone = db.execute("DELETE FROM placement WHERE node=?", (node,)).rowcount
+    db.execute(
+        "UPDATE placement_history SET ended_at=?, ended_why=? WHERE node=? AND ended_at IS NULL",
+        (now, why, node),
+    )
+    return bool(gone)
 
 
 def _entry(r: dict[str, Any]) -> Entry:

@@ -421,7 +421,7 @@ class Validator:
         rec = e.journal.node(r["node"]) or {}
         handle = json.loads(r["handle"]) if r["handle"] else None
         released = (rec.get("epoch") or 0) != (r["epoch"] or 0) or rec.get("state") == "released"
-        firing = bool(e.journal.firing_fingerprints(r["node"]))
+        firing = bool(e.journal.holding_fingerprints(r["node"]))
         moved_on = r["trigger"] != "on_demand" and (rec.get("state") != "validating" or firing)
         if released or moved_on:
             why = "node released" if released else "a new alert fires for the node"
@@ -590,7 +590,7 @@ class Validator:
                 self._again(node, "quarantined")
             return
         if final == "passed":
-            if firing := e.journal.firing_fingerprints(node):  # fired since the verdict (a
+            if firing := e.journal.holding_fingerprints(node):  # fired since the verdict (a
                 # pause parked its release, or it raced the conclusion): out, and the
                 # alert's own resolve starts probation again
                 with e.journal.tx() as db:

@@ -4,7 +4,8 @@ valid and garbage alerts, resolutions, manual releases, pauses, breaker resets, 
 jumps, restarts rebuilt from the journal, acks, faults and operators acting behind our back;
 validation runs before release (a fake suite runner that passes, fails, hangs, cannot be
 stopped or whose scheduler does not answer), checkpoint-storage alerts (any spelling of
-the mount) and out-of-order webhook deliveries (a firing replayed after its resolve).
+the mount), out-of-order webhook deliveries (a firing replayed after its resolve) and soft
+``avoid`` alerts beside the hard ones (a placement tier; never what holds a node out).
 
 CI runs ``GPUWARDEN_SOAK_EXAMPLES`` (default 200) examples; ``make soak`` runs 20,000.
 """
@@ -21,14 +22,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from remediation import ordering
 from remediation import policy as policy_mod
 from remediation.backends.slurm import SlurmBackend
 from remediation.clock import FakeClock
-from remediation.engine import Engine
+from remediation.engine import REFIRE_HOLDS, Engine
 from remediation.executor import Executor
 from remediation.journal import HELD_STATES, Journal
 from remediation.metrics import Metrics
 from remediation.model import Alert, Verdict
+from remediation.placement.manager import Placement
+from remediation.placement.projection import RecordOnly
 from remediation.validation.release import PAGE_AFTER, Validator
 from remediation.validation.slurm import SchedulerUnknown
 from remediation.validation.suite import StepRun
@@ -54,6 +58,8 @@ rules:
     allow: [notify, cordon, drain, requeue, checkpoint_restart, reboot, inspect]
   - match: {fault_class: pcie}
     allow: [notify]
+  - match: {action: avoid}
+    allow: [avoid]
   - match: {}
     allow: [notify]
 ladders:
@@ -141,6 +147,7 @@ class Rails(RuleBasedStateMachine):
         self.down_after: dict[str, int] = {}  # domain -> the last action id before it fell
         self.released_paused: list[str] = []  # releases by gpuwarden itself while paused
         self.released_firing: list[str] = []  # releases of a node with a fault firing
+        self.judged: set[str] = set()  # nodes the tick gated or tried to release
         self._build()
 
     def _build(self) -> None:
@@ -149,6 +156,9 @@ class Rails(RuleBasedStateMachine):
         self.engine = Engine(self.journal, self.backend, self.policy, self.clock, Metrics())
         self.engine.validator = Validator(self.engine, self.suite)
         self.suite.paused = lambda: self.engine.paused
+        self.engine.placement = Placement(self.journal, self.policy.placement,
+                                          RecordOnly(lambda: NODES), self.clock.now,
+                                          self.engine.metrics, dry_run=True)  # fmt: skip
         self._watch_releases()
         self.executor = Executor(
             self.journal, self.backend, self.policy, self.clock.now, lambda: self.engine.paused
@@ -160,16 +170,28 @@ class Rails(RuleBasedStateMachine):
         probation or release while this fires"; the invariants read them;
         an assert here would be swallowed as a runner error by the validator's tick)."""
         engine, release = self.engine, self.engine.release
+        validator = engine.validator
+        gate = validator.gate
 
         def watched(node: str, manual: bool, who: str = "api") -> Verdict:
             if who != "op":
+                self.judged.add(node)
                 if engine.paused:
                     self.released_paused.append(f"{node} by {who}")
-                if firing := self.journal.firing_fingerprints(node):  # faults, holds
+                if firing := self._hard_firing(node):  # faults, holds (never an avoid)
                     self.released_firing.append(f"{node} by {who}: {sorted(firing)}")
             return release(node, manual, who)
 
+        def gated(r: dict[str, object], *args: object) -> bool:
+            self.judged.add(str(r["node"]))
+            return bool(gate(r, *args))
+
         engine.release = watched  # type: ignore[method-assign]
+        validator.gate = gated  # type: ignore[method-assign]
+
+    def _hard_firing(self, node: str) -> set[str]:
+        """The node's alerts firing by the journal, less the soft (avoid) ones."""
+        return {fp for fp in self.journal.firing_fingerprints(node) if not fp.startswith("avoid-")}
 
     def _open_faults(self, node: str) -> set[str]:
         """The node's fault alerts (not storage, domain or hold ones) firing, by the journal."""
@@ -239,6 +261,30 @@ class Rails(RuleBasedStateMachine):
         self.firing[a.fingerprint] = a
         self._send(a)
 
+    @rule(
+        node=st.sampled_from(NODES),
+        then=st.sampled_from(["", "fault", "probation"]),
+        pct=st.sampled_from(["99.5", "99.9%", "NaN%", "+Inf%"]),  # NaN: humanizePercentage's
+        size=st.sampled_from(["12", "+Inf", "NaN"]),
+    )
+    def fire_avoid(self, node: str, then: str, pct: str = "99.5", size: str = "12") -> None:
+        """Marginal evidence (GpuwardenMarginalNode: de-prefer, never drain), alone or beside
+        a hard fault of the same node (that may resolve and pass its probation at once)."""
+        fp = f"avoid-{node}"
+        a = self.firing.get(fp)
+        if a is None:
+            self.seq += 1
+            labels = {"alertname": "GpuwardenMarginalNode", "node": node,
+                      "fault_class": "marginal", "action": "avoid"}  # fmt: skip
+            ann = {"peer_percentile": pct, "group_size": size, "value": "0.03"}
+            a = Alert(fp, f"2026-01-01T00:00:{self.seq:02d}Z#{self.seq}", "firing", labels, ann)
+            self.firing[fp] = a
+        self._send(a)
+        if then == "fault":
+            self.fire(node, "xid_fatal", 0, "drain", True)
+        elif then == "probation":
+            self.through_probation(node)
+
     @precondition(lambda self: bool(self.firing))
     @rule(data=st.data())
     def resolve(self, data: st.DataObject) -> None:
@@ -248,18 +294,39 @@ class Rails(RuleBasedStateMachine):
         self.resolved.append(a)
 
     @precondition(lambda self: bool(self.resolved))
-    @rule(data=st.data(), resolve_again=st.booleans())
-    def replay_out_of_order(self, data: st.DataObject, resolve_again: bool) -> None:
+    @rule(data=st.data(), resolve_again=st.booleans(), late=st.booleans())
+    def replay_out_of_order(self, data: st.DataObject, resolve_again: bool, late: bool) -> None:
         """Alertmanager's retry of a firing delivered after its resolve (and maybe the
-        resolve repeated): the node's state and its actions do not move."""
+        resolve repeated): the node's state and its actions do not move. Heard longer after
+        the resolve than a retry can lag, it is the same alert firing again (its source
+        kept firing while Alertmanager could not hear it): a node held for it is held
+        again, with no new action or incident."""
         a = data.draw(st.sampled_from(self.resolved))
         if a.fingerprint in self.firing:
             return  # fired again since (a new instance): not a replay
-        before = self.journal.node(a.node), self.journal.scalar("SELECT COUNT(*) FROM actions")
+        if late:
+            self.clock.advance(ordering.REFIRE_AFTER_S + 1)
+        heard = self.journal.scalar(
+            "SELECT MIN(received_at) FROM alerts WHERE fingerprint=? AND starts_at=? AND "
+            "status='resolved' AND stale=0",
+            (a.fingerprint, a.starts_at),
+        )
+        refire = heard is not None and self.clock.now() - heard > ordering.REFIRE_AFTER_S
+        count = "SELECT (SELECT COUNT(*) FROM actions) || '/' || (SELECT COUNT(*) FROM incidents)"
+        before = self.journal.node(a.node), self.journal.scalar(count)
         self._send(a)
-        after = self.journal.node(a.node), self.journal.scalar("SELECT COUNT(*) FROM actions")
-        assert after == before, f"a stale firing of {a.fingerprint} moved {a.node}"
+        after = self.journal.node(a.node), self.journal.scalar(count)
+        if not refire:
+            assert after == before, f"a stale firing of {a.fingerprint} moved {a.node}"
+        else:
+            self.firing[a.fingerprint] = a  # firing again, until its resolve
+            hard = a.labels.get("action") not in ("avoid", "hold", "notify")  # a fault's
+            if hard and before[0] is not None and before[0]["state"] in REFIRE_HOLDS:
+                assert after[1] == before[1], f"a re-fire of {a.fingerprint} counted as new"
+                assert after[0] is not None and after[0]["state"] in ("quarantined",
+                                                                      "inspection"), after[0]  # fmt: skip
         if resolve_again:
+            self.firing.pop(a.fingerprint, None)
             self._send(Alert(a.fingerprint, a.starts_at, "resolved", a.labels))
 
     @rule(
@@ -420,7 +487,9 @@ class Rails(RuleBasedStateMachine):
 
     @rule()
     def tick(self) -> None:
+        self.judged = set()
         self.engine.tick()
+        self.no_node_is_held_out_by_a_soft_alert_alone()
         self.slurm.schedule()
         self.every_run_ends_with_a_verdict_or_a_page()
         last = self.journal.flag_summary(0)[1]
@@ -454,6 +523,26 @@ class Rails(RuleBasedStateMachine):
             (self.clock.now() - TICK_S,),
         )
         assert not late, f"steps past their deadline after a pass: {late}"
+
+    def no_node_is_held_out_by_a_soft_alert_alone(self) -> None:
+        """After a tick: a quarantined node whose fault resolved is in probation unless a
+        hard alert (a fault, a hold) still fires for it, and a node whose probation passed
+        was judged (gated for validation or released, or the release tried) unless one
+        does: an avoid alert firing beside them holds nothing."""
+        if self.engine.paused:
+            return
+        now = self.clock.now()
+        for r in self.journal.rows("SELECT * FROM nodes WHERE state IN ('quarantined', "
+                                   "'probation') AND resolved_at IS NOT NULL"):  # fmt: skip
+            node = r["node"]
+            soft = f"avoid-{node}" in self.journal.firing_fingerprints(node)
+            if not soft or self._hard_firing(node):
+                continue
+            # (a validation that failed in this very tick puts it back: resolved_at = now)
+            held = r["state"] == "quarantined" and r["resolved_at"] < now
+            assert not held, f"{node} kept quarantined by an avoid alert alone"
+            due = now - r["resolved_at"] >= (r["probation_s"] or 0)
+            assert not due or node in self.judged, f"{node}: probation over, not judged"
 
     def every_run_ends_with_a_verdict_or_a_page(self) -> None:
         """After a tick: no run is still running past its deadline (it was concluded, even
@@ -581,6 +670,13 @@ class Rails(RuleBasedStateMachine):
     def every_alert_is_accounted_for(self) -> None:
         assert self.journal.todo(1) == []
 
+    @invariant()
+    def an_avoid_alert_is_never_an_internal_error(self) -> None:
+        bad = self.journal.rows(
+            "SELECT reason FROM decisions WHERE guard='error' AND alert_key LIKE 'avoid-%'"
+        )
+        assert not bad, bad
+
 
 Rails.TestCase.settings = settings(
     max_examples=int(os.environ.get("GPUWARDEN_SOAK_EXAMPLES", "200")),
@@ -607,5 +703,25 @@ def test_a_release_a_pause_parked_is_not_made_once_a_new_fault_fires_for_the_nod
         s.a_node_with_a_fault_firing_is_never_schedulable_unless_an_operator_released_it()
         s.a_node_with_an_open_fault_is_never_schedulable_unless_policy_allowed_it()
         assert s.journal.node("gpu-node-001")["state"] == "quarantined"  # type: ignore[index]
+    finally:
+        s.teardown()
+
+
+def test_an_avoid_alert_beside_a_resolved_fault_holds_no_node_out() -> None:
+    """Item 1 of issue 31 as a fixed interleaving: the marginal evidence fires beside a
+    hard fault, the fault resolves: probation starts and the tick releases the node."""
+    s = Rails()
+    try:
+        s.start_jobs(jobs=[])
+        s.fire_avoid(node="gpu-node-001", then="fault")
+        s.through_probation(node="gpu-node-001")
+        s.fire_avoid(node="gpu-node-002", then="")
+        s.through_probation(node="gpu-node-002")
+        for _ in range(3):
+            s.advance(31.0)
+            s.tick()
+        assert "avoid-gpu-node-001" in s.journal.firing_fingerprints("gpu-node-001")
+        for n in ("gpu-node-001", "gpu-node-002"):
+            assert s.journal.node(n)["state"] == "released", n  # type: ignore[index]
     finally:
         s.teardown()

@@ -12,6 +12,7 @@ import kmock
 import pytest
 
 from remediation.backends.kubeapi import OfficialKubeApi
+from remediation.backends.kubernetes import TAINT_KEY, KubernetesBackend
 from remediation.placement.kubernetes import TIER_LABEL, KubePlacement
 from tests.remediation.test_kubernetes import node, pod, writes
 
@@ -73,3 +74,62 @@ async def test_a_removed_taint_is_drift_and_put_back(emu: kmock.KubernetesEmulat
     done = await asyncio.to_thread(p.reconcile, {"gpu-node-002": "marginal"})
     assert [(c.node, c.kind) for c in done.changes] == [("gpu-node-002", "repair")]
     assert read(emu, "gpu-node-002")["spec"]["taints"][0]["key"] == "gpuwarden.io/marginal"
+
+
+class CordonBetween:
+    """The real API client, with a cordon (the quarantine taint gpuwarden's own Kubernetes
+    backend adds) landing between the placement reconcile's read of the nodes and its write."""
+
+    def __init__(self, api: OfficialKubeApi, node: str) -> None:
+        self.api, self.node, self.done = api, node, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.api, name)
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        nodes = self.api.list_nodes()
+        if not self.done:
+            self.done = True
+            KubernetesBackend(self.api).take_out(self.node, "gpuwarden: drain xid_fatal", False)
+        return nodes
+
+
+@pytest.mark.parametrize(
+    ("node", "before", "wanted"),
+    [
+        ("gpu-node-002", {}, {"gpu-node-002": "marginal"}),  # no taints at the read
+        ("gpu-node-001", {}, {"gpu-node-001": "marginal"}),  # a foreign taint at the read
+        ("gpu-node-001", {"gpu-node-001": "marginal"}, {}),  # restore: ours removed
+        ("gpu-node-001", {"gpu-node-001": "marginal"}, {"gpu-node-001": "suspect"}),
+    ],
+)
+async def test_a_quarantine_taint_added_between_the_reconciles_read_and_write_survives(
+    emu: kmock.KubernetesEmulator, node: str, before: dict[str, str], wanted: dict[str, str]
+) -> None:
+    api = OfficialKubeApi.from_config(str(emu.url).rstrip("/"))
+    await asyncio.to_thread(KubePlacement(api).reconcile, before)
+    racing = KubePlacement(CordonBetween(api, node))  # type: ignore[arg-type]
+    await asyncio.to_thread(racing.reconcile, wanted)
+    taints = read(emu, node)["spec"]["taints"]
+    keys = [t["key"] for t in taints]
+    assert TAINT_KEY in keys, f"the cordon's taint was lost: {taints}"
+    want = wanted.get(node)
+    ours = [k for k in keys if k.startswith("gpuwarden.io/") and k != TAINT_KEY]
+    assert ours == ([f"gpuwarden.io/{want}"] if want else [])
+    assert (FOREIGN in taints) == (node == "gpu-node-001")
+    assert read(emu, node)["spec"]["unschedulable"] is True
+    assert read(emu, node)["metadata"]["labels"].get(TIER_LABEL) == want
+
+
+async def test_a_taint_patch_rejected_by_a_moved_list_is_planned_again_from_a_fresh_read(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    api = OfficialKubeApi.from_config(str(emu.url).rstrip("/"))
+    racing = KubePlacement(CordonBetween(api, "gpu-node-002"))  # type: ignore[arg-type]
+    await asyncio.to_thread(racing.reconcile, {"gpu-node-002": "marginal"})
+    patches = [w for w in writes(emu) if w[0] == "PATCH" and w[1].endswith("/gpu-node-002")]
+    ours = [w[2] for w in patches if isinstance(w[2], list)]
+    assert len(ours) == 2  # the first tested a spec the cordon had changed: rejected
+    assert ours[0][0] == {"op": "test", "path": "/spec", "value": {}}
+    assert ours[1] == [{"op": "add", "path": "/spec/taints/-", "value": {
+        "key": "gpuwarden.io/marginal", "value": "true", "effect": "PreferNoSchedule"}}]  # fmt: skip

@@ -100,18 +100,28 @@ def test_nodes_drained_or_weighted_by_someone_else_are_never_touched() -> None:
     assert "someone else" in skipped["n1"] and "Weight=50" in skipped["n2"]
 
 
-def test_the_kubernetes_patch_keeps_foreign_taints_and_sets_the_tier_label() -> None:
+def test_the_kubernetes_patch_touches_only_our_taints_and_sets_only_our_label() -> None:
     foreign = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    ours = {"key": "gpuwarden.io/marginal", "value": "true", "effect": "PreferNoSchedule"}
     node = {"metadata": {"name": "n1"}, "spec": {"taints": [foreign]}}
-    patch = kube.patch_for(node, "marginal")
-    assert patch["spec"]["taints"] == [
-        foreign,
-        {"key": "gpuwarden.io/marginal", "value": "true", "effect": "PreferNoSchedule"},
+    assert kube.taint_ops(node, "marginal") == [
+        {"op": "add", "path": "/spec/taints/-", "value": ours}
     ]
-    assert patch["metadata"]["labels"] == {"gpuwarden.io/health-tier": "marginal"}
-    assert kube.patch_for({"spec": {"taints": [foreign, *patch["spec"]["taints"][1:]]}}, None)[
-        "spec"
-    ]["taints"] == [foreign]
+    shown = {"spec": {"taints": [ours, foreign, ours]}}  # "several": every one of ours goes
+    assert kube.taint_ops(shown, None) == [
+        {"op": "test", "path": "/spec/taints/2", "value": ours},
+        {"op": "remove", "path": "/spec/taints/2"},
+        {"op": "test", "path": "/spec/taints/0", "value": ours},
+        {"op": "remove", "path": "/spec/taints/0"},
+    ]
+    bare = {"spec": {"unschedulable": False}}
+    assert kube.taint_ops(bare, None) == []
+    assert kube.taint_ops(bare, "marginal") == [
+        {"op": "test", "path": "/spec", "value": {"unschedulable": False}},
+        {"op": "add", "path": "/spec/taints", "value": [ours]},
+    ]
+    assert kube.label_patch("marginal") == {"metadata": {"labels": {kube.TIER_LABEL: "marginal"}}}
+    assert kube.label_patch(None) == {"metadata": {"labels": {kube.TIER_LABEL: None}}}
 
 
 # ------------------------------------------------------------------ the property
