@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,9 @@ class Engine:
     pager: Pager = field(default_factory=NoPager)
     validator: Any = None  # remediation.validation.release.Validator: suites before release
     placement: Placement | None = None  # soft tiers (avoid); None: avoid is recorded, denied
+    # why a node may not go back into service now (a GPU reset job still runs on it:
+    # remediation.gpureset.release.blocked); None: nothing blocks. Wired by the service.
+    release_blocked: Callable[[str], str | None] | None = None
 
     # ------------------------------------------------------------------ pause / breaker
     @property
@@ -691,6 +695,8 @@ class Engine:
                 continue
             if self.journal.holding_fingerprints(r["node"]):
                 continue
+            if self.release_blocked is not None and self.release_blocked(r["node"]):
+                continue  # a reset job runs there: its saga concludes it, then probation goes on
             if self.validator is not None and self.validator.gate(r, "probation", "probation"):
                 continue  # the suite runs first; the validator releases the node if it passes
             ok, why = validate(self.policy.validate_command, r["node"])

@@ -297,6 +297,7 @@ def build(
     )
     executor = Executor(journal, chosen, pol, clock.now, lambda: engine.paused)
     executor.resetter = make_resetter(pol, real)
+    engine.release_blocked = lambda node: reset_release.blocked(journal, executor.resetter, node)
     worker = Worker(engine, executor, s.tick_s)
     return Service(
         s,

@@ -228,17 +228,13 @@ def test_a_jobs_gpus_are_read_from_gres_detail_or_are_unknown(
     assert (None if got is None else set(got)) == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine.tick's probation release (and its validation gate) does not ask "
-    "remediation.gpureset.release.blocked; engine.py is outside this change (issue 31 lead)",
-)
 def test_an_automatic_release_after_probation_waits_for_a_running_reset(
     svc: Service, slurm: FakeSlurm
 ) -> None:
     """The same hole as the manual release, through probation: the XID alert resolves while
-    the reset job runs, probation (60 s here) passes, and the engine releases the node,
-    superseding the reset action; nothing cancels or concludes the reset job."""
+    the reset job runs and probation (60 s here) passes; the engine released the node,
+    superseding the reset action, and nothing concluded the reset job. Now the node stays
+    on probation while the reset runs."""
     aid = decide(svc)
     assert drive(svc, slurm, aid, "reset_done")[0] == "waiting"
     done = alert(NODE, "xid_fatal", "reboot", status="resolved", gpu="3", xid="79",
@@ -250,3 +246,9 @@ def test_an_automatic_release_after_probation_waits_for_a_running_reset(
         svc.engine.tick()
     [row] = svc.journal.rows("SELECT state FROM actions WHERE id=?", (aid,))
     assert row["state"] == "waiting" and slurm.ours(NODE)
+    assert svc.journal.node(NODE)["state"] == "probation"  # type: ignore[index]
+    # the reset concludes (verified): the next tick past probation releases the node
+    svc.executor.resetter.result = [StepRun(0, "reset"), StepRun(0, SMI_Q.read_text())]
+    assert drive(svc, slurm, aid, "reset_finish")[0] == "done"
+    assert svc.engine.tick() == [NODE]
+    assert not slurm.ours(NODE)
