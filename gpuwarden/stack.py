@@ -14,13 +14,13 @@ import shutil
 import sys
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gpuwarden.processes import Supervisor
+from gpuwarden.processes import StartError, Supervisor, free_port_block
 from simulator.telemetry import is_dcgm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -347,3 +347,19 @@ class Stack:
         )
         with urllib.request.urlopen(req, timeout=5) as r:
             return dict(json.loads(r.read()))
+
+
+def start_on_free_ports(opts: StackOptions, tries: int = 3) -> Stack:
+    """Start a stack on a fresh block of loopback ports. A port can be taken between being
+    found free and being bound (another process's outgoing connection draws from the same
+    ephemeral range): a start that fails on an address in use is tried again on a new
+    block; any other failure is raised at once."""
+    for attempt in range(tries):
+        stack = Stack(replace(opts, base_port=free_port_block(5)))
+        try:
+            stack.start()
+            return stack
+        except StartError as e:
+            if "address already in use" not in str(e).lower() or attempt == tries - 1:
+                raise
+    raise RuntimeError("unreachable")

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from exporter import catalog as c
-from gpuwarden.processes import free_port_block
-from gpuwarden.stack import Stack, StackOptions
+from gpuwarden.stack import Stack, StackOptions, start_on_free_ports
 from tests.realcomp import require_binary, wait_until, world_readable_tmpdir
 
 pytestmark = pytest.mark.real
@@ -35,12 +34,11 @@ def stack() -> Iterator[Stack]:
     for b in ("prometheus", "prometheus-alertmanager"):
         require_binary(b)
     work = world_readable_tmpdir("gpuwarden-e2e-dcgm-")
-    s = Stack(
+    s = start_on_free_ports(
         StackOptions(
             workdir=work,
             nodes=4,
             seed=7,
-            base_port=free_port_block(5),
             scrape_interval_s=1,
             analyzer_interval_s=2,
             tick_s=1,
@@ -49,7 +47,6 @@ def stack() -> Iterator[Stack]:
         )
     )
     try:
-        s.start()
         yield s
     finally:
         s.stop()

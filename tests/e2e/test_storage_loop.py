@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpuwarden.processes import free_port_block
-from gpuwarden.stack import Stack, StackOptions
+from gpuwarden.stack import Stack, StackOptions, start_on_free_ports
 from tests.realcomp import require_binary, wait_until, world_readable_tmpdir
 
 pytestmark = pytest.mark.real
@@ -44,12 +43,11 @@ def stack() -> Iterator[Stack]:
         require_binary(b)
     work = world_readable_tmpdir("gpuwarden-e2e-storage-")
     (work / "scenario.yml").write_text(SCENARIO)
-    s = Stack(
+    s = start_on_free_ports(
         StackOptions(
             workdir=work,
             nodes=6,
             seed=2,
-            base_port=free_port_block(5),
             scrape_interval_s=1,
             analyzer_interval_s=2,  # a pushed finding lives 3 intervals unless re-sent
             tick_s=0.5,
@@ -78,7 +76,6 @@ def stack() -> Iterator[Stack]:
         )
     )
     try:
-        s.start()
         yield s
     finally:
         s.stop()

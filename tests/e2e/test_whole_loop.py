@@ -19,8 +19,7 @@ import pytest
 
 from exporter import catalog
 from gpuwarden import demojob
-from gpuwarden.processes import free_port_block
-from gpuwarden.stack import Stack, StackOptions
+from gpuwarden.stack import Stack, StackOptions, start_on_free_ports
 from tests.realcomp import require_binary, wait_until, world_readable_tmpdir
 from tests.slurmcluster import SlurmCluster, slurm_cluster
 
@@ -56,12 +55,11 @@ def loop() -> Iterator[Loop]:
         require_binary(b)
     jobdir = world_readable_tmpdir("gpuwarden-e2e-job-")
     with slurm_cluster(live=3, ghosts=5) as sc:
-        stack = Stack(
+        stack = start_on_free_ports(
             StackOptions(
                 workdir=world_readable_tmpdir("gpuwarden-e2e-"),
                 nodes=8,
                 seed=5,
-                base_port=free_port_block(5),
                 scrape_interval_s=1,
                 analyzer_interval_s=2,
                 tick_s=1,
@@ -84,7 +82,6 @@ def loop() -> Iterator[Loop]:
             )
         )
         try:
-            stack.start()
             yield Loop(stack, sc, jobdir)
         finally:
             stack.stop()
