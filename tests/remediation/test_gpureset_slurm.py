@@ -252,3 +252,35 @@ def test_an_automatic_release_after_probation_waits_for_a_running_reset(
     assert drive(svc, slurm, aid, "reset_finish")[0] == "done"
     assert svc.engine.tick() == [NODE]
     assert not slurm.ours(NODE)
+
+
+def test_a_node_whose_reset_runs_holds_back_no_other_nodes_release(
+    svc: Service, slurm: FakeSlurm
+) -> None:
+    """The reset's node is skipped, not the rest of the tick: another node whose probation
+    ended is released in the same tick."""
+    other = "gpu-node-002"
+    aid = decide(svc)
+    assert drive(svc, slurm, aid, "reset_done")[0] == "waiting"
+    done = alert(NODE, "xid_fatal", "reboot", status="resolved", gpu="3", xid="79",
+                 reset_suffices="true")  # fmt: skip
+    svc.journal.accept([done], svc.clock.now())
+    svc.engine.decide(done)
+    svc.backend.take_out(other, "gpuwarden: by hand", False)
+    now = svc.clock.now()
+    with svc.journal.tx() as db:
+        for node in (NODE, other):  # both past probation, nothing firing
+            svc.journal.set_node(db, node, state="probation", resolved_at=now - 600,
+                                 probation_s=60, fault_class="xid_fatal")  # fmt: skip
+    calls: list[str] = []
+    blocked = svc.engine.release_blocked
+    assert blocked is not None
+
+    def watched(node: str) -> str | None:
+        calls.append(node)
+        return blocked(node)
+
+    svc.engine.release_blocked = watched
+    assert svc.engine.tick() == [other]
+    assert sorted(calls) == [NODE, other]
+    assert slurm.ours(NODE) and not slurm.ours(other)

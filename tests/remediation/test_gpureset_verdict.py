@@ -272,21 +272,28 @@ def test_a_healthy_h200_recorded_on_a_real_r580_driver_passes_the_reset() -> Non
 
 
 @pytest.mark.parametrize(
-    ("line", "new"),
+    ("line", "new", "meaning"),
     [
-        ("        Channel Repair Pending                         : No", "Yes"),
-        ("        TPC Repair Pending                             : No", "Yes"),
-        ("        Unrepairable Memory                            : No", "Yes"),
-        ("            SRAM Threshold Exceeded                    : No", "Yes"),
-        ("        Channel Repair Pending                         : No", "Maybe"),
-        ("    GPU Recovery Action                                : None", "Reset"),
+        ("        Channel Repair Pending                         : No", "Yes",
+         "(a memory channel repair waits for a reset)"),
+        ("        TPC Repair Pending                             : No", "Yes",
+         "(a TPC repair waits for a reset)"),
+        ("        Unrepairable Memory                            : No", "Yes",
+         "(memory the GPU cannot repair: RMA)"),
+        ("            SRAM Threshold Exceeded                    : No", "Yes",
+         "(SRAM errors past NVIDIA's RMA threshold)"),
+        ("        Channel Repair Pending                         : No", "Maybe",
+         "(unknown: not judged healthy)"),
+        ("    GPU Recovery Action                                : None", "Reset",
+         "(NVIDIA asks for more than None)"),
     ],
-)
+)  # fmt: skip
 def test_an_r580_repair_pending_unrepairable_memory_or_sram_threshold_fails_the_reset(
-    line: str, new: str
+    line: str, new: str, meaning: str
 ) -> None:
     t = R580.read_text()
     assert t.count(line) == 1
     passed, why = verdict(t.replace(line, line.rsplit(":", 1)[0] + ": " + new))
     assert not passed
-    assert new in why
+    key = line.split(":")[0].strip()
+    assert f"{key}: " in why and new in why and why.endswith(meaning)
