@@ -57,3 +57,24 @@ def test_a_hold_alert_still_holds_a_node_out_beside_an_avoid(tmp_path: Path) -> 
     assert svc.journal.node("gpu-node-004")["state"] == "quarantined"  # type: ignore[index]
     clock(svc).advance(61)
     assert svc.engine.tick() == []
+
+
+def test_once_the_hold_resolves_probation_starts_from_that_tick_and_then_releases(
+    tmp_path: Path,
+) -> None:
+    svc = drained_and_marginal(tmp_path)
+    hold = {"fp": "fp-hold", "alertname": "NodeUnwatched"}
+    send(svc, alert("gpu-node-004", "unwatched", "hold", **hold))
+    send(svc, alert("gpu-node-004", status="resolved"))
+    clock(svc).advance(120)
+    send(svc, alert("gpu-node-004", "unwatched", "hold", status="resolved", **hold))
+    assert svc.engine.tick() == []
+    node = svc.journal.node("gpu-node-004")
+    assert node is not None and node["state"] == "probation"
+    assert node["resolved_at"] == clock(svc).now()  # probation counts from this tick
+    [d] = decisions(svc, "probation")[-1:]
+    assert d["reason"] == "every alert resolved; probation starts"
+    clock(svc).advance(30)
+    assert svc.engine.tick() == []  # 30 s of a 60 s probation
+    clock(svc).advance(31)
+    assert svc.engine.tick() == ["gpu-node-004"]
