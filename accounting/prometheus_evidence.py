@@ -2,6 +2,12 @@
 allocation (``gpuwarden_gpu_allocation_info``) and the first finding or lost GPU before a
 detection (``gpuwarden_finding``, ``gpuwarden_gpu_up``).
 
+On a dcgm-exporter fleet presence and allocation come from dcgm-exporter's own series
+(``promql.py``): every GPU it reports has the presence field, its identity labels name the
+node (``Hostname``, 4.x ``hostname``), the model and the UUID, and ``hpc_job`` names the
+Slurm job (``--hpc-job-mapping-dir``), so the ledger's exposure and ETTR need no gpuwarden
+exporter.
+
 Series are read at ``STEP_S`` resolution in chunks of at most ``MAX_POINTS`` points (the
 Prometheus query_range limit is 11,000 per series); a gap longer than two steps ends a
 presence or allocation interval. What a series cannot show stays unknown: no checkpoint
@@ -17,6 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from accounting import promql
 from accounting.model import Exposure, JobHit, JobRun
 from exporter import catalog as c
 
@@ -110,15 +117,15 @@ class PrometheusEvidence:
         return runs[-1][0] if runs else None
 
     def gpu_model(self, node: str) -> str | None:
-        names = [m.get("name") for m in self._instant(_q(c.GPU_INFO.name, node=node))]
+        names = [m.get("name") for m in self._instant(promql.gpus(node))]
         return next((n for n in names if n), None)
 
     def gpus(self, node: str) -> int | None:
-        return len(self._instant(_q(c.GPU_INFO.name, node=node))) or self.gpus_per_node
+        return len(self._instant(promql.gpus(node))) or self.gpus_per_node
 
     def exposure(self, since: float, until: float) -> list[Exposure]:
         rows = []
-        for labels, times in self._range(c.GPU_INFO.name, since, until):
+        for labels, times in self._range(promql.gpus(), since, until):
             node, gpu = labels.get("node", ""), labels.get("gpu")
             unit = labels.get("serial") or labels.get("uuid") or f"{node}/{gpu}"
             model = labels.get("name") or "unknown"
@@ -129,7 +136,7 @@ class PrometheusEvidence:
         return rows
 
     def _allocations(self, since: float, until: float) -> Samples:
-        return self._range(c.GPU_ALLOCATION_INFO.name, since, until)
+        return self._range(promql.allocations(), since, until)
 
     def runs(self, since: float, until: float) -> list[JobRun]:
         per_job: dict[str, Samples] = defaultdict(list)
@@ -148,10 +155,10 @@ class PrometheusEvidence:
         interrupted then, resumed when the job id was allocated again. A job still running
         past ``at`` was not stopped by the failure and is not a hit."""
         since, until = onset - ONSET_LOOKBACK_S, at + 7 * 86400.0
-        present = self._instant(_q(c.GPU_ALLOCATION_INFO.name, node=node), onset)
+        present = self._instant(promql.allocations(node=node), onset)
         hits = []
         for job_id in sorted({m.get("job_id", "") for m in present}):
-            series = self._range(_q(c.GPU_ALLOCATION_INFO.name, job_id=job_id), since, until)
+            series = self._range(promql.allocations(job_id=job_id), since, until)
             times = sorted({t for _, ts in series for t in ts})
             runs = list(intervals(times, self.step, until))
             covering = [e for s, e in runs if s <= onset]
