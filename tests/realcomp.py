@@ -11,10 +11,12 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +176,28 @@ def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProc
     return subprocess.run(
         [require_binary("promtool"), *args], input=stdin, capture_output=True, timeout=300
     )
+
+
+@contextlib.contextmanager
+def serve_expositions(bodies: dict[str, bytes]) -> Iterator[int]:
+    """Serve ``bodies`` (path -> text exposition) on a free loopback port until the block
+    ends (a stand-in exporter for a real Prometheus to scrape); other paths answer 404."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = bodies.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()

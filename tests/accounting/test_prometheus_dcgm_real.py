@@ -5,17 +5,15 @@ ETTR need no gpuwarden exporter (the dcgm demo's Reliability board)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
 from accounting.prometheus_evidence import PrometheusEvidence
 from exporter import catalog as c
-from tests.realcomp import Prometheus, free_port, run_prometheus
+from tests.accounting.helpers import prometheus_scraping
+from tests.realcomp import Prometheus
 
 pytestmark = pytest.mark.real
 PRESENCE = c.DCGM_PRESENCE_FIELDS[0]
@@ -38,33 +36,8 @@ def _scrape() -> bytes:
 
 @pytest.fixture(scope="module")
 def prom() -> Iterator[Prometheus]:
-    body = _scrape()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    config = (
-        "global: {scrape_interval: 1s}\n"
-        "scrape_configs: [{job_name: dcgm, static_configs: "
-        f"[{{targets: ['127.0.0.1:{port}']}}]}}]\n"
-    )
-    try:
-        with run_prometheus(config) as p:
-            p.wait_for(f"count_over_time({PRESENCE}[1m]) >= 4", 60)
-            yield p
-    finally:
-        server.shutdown()
-        server.server_close()
+    with prometheus_scraping(_scrape(), f"count_over_time({PRESENCE}[1m]) >= 4") as p:
+        yield p
 
 
 def test_a_dcgm_fleets_gpus_are_exposure_with_node_model_and_uuid(prom: Prometheus) -> None:

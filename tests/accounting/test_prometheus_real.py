@@ -3,12 +3,9 @@ valid and presence, allocation and GPU identity come back as the ledger needs th
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -17,8 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from accounting.prometheus_evidence import PrometheusEvidence
 from exporter import catalog as c
 from remediation.clock import SystemClock
+from tests.accounting.helpers import prometheus_scraping
 from tests.accounting.helpers import service as accounting_service
-from tests.realcomp import Prometheus, free_port, run_prometheus
+from tests.realcomp import Prometheus
 from tests.remediation.helpers import alert
 
 pytestmark = pytest.mark.real
@@ -49,32 +47,8 @@ STARTED = time.time()
 
 @pytest.fixture(scope="module")
 def prom() -> Iterator[Prometheus]:
-    body = _node_metrics()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    config = (
-        "global: {scrape_interval: 1s}\n"
-        f"scrape_configs: [{{job_name: node, static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}]\n"
-    )
-    try:
-        with run_prometheus(config) as p:
-            p.wait_for(f"count_over_time({c.GPU_INFO.name}[1m]) >= 4", 60)
-            yield p
-    finally:
-        server.shutdown()
-        server.server_close()
+    with prometheus_scraping(_node_metrics(), f"count_over_time({c.GPU_INFO.name}[1m]) >= 4") as p:
+        yield p
 
 
 def test_presence_allocation_and_identity_come_back_from_a_real_prometheus(

@@ -14,10 +14,8 @@ import contextlib
 import json
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Collection, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -71,30 +69,6 @@ def stand_in(
             gauge = Gauge(m.name, m.help, m.labels, registry=registry)
             (gauge.labels(**labels) if labels else gauge).set(1)
     return {path: generate_latest(r) for path, r in registries.items()}
-
-
-@contextlib.contextmanager
-def serve(bodies: dict[str, bytes]) -> Iterator[int]:
-    """Serve ``bodies`` (path -> text exposition) on a free loopback port until the block ends."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = bodies.get(self.path)
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @contextlib.contextmanager

@@ -18,8 +18,15 @@ from exporter import catalog
 from gpuwarden.stack import rule_files
 from tests.alerts.ruleset import metric_names
 from tests.dashboards.board import load_all, query_variables, substitute, targets
-from tests.dashboards.fleet_prom import config, first_values, inject, serve, simulator, stand_in
-from tests.realcomp import Prometheus, http_get, run_alertmanager, run_prometheus, wait_until
+from tests.dashboards.fleet_prom import config, first_values, inject, simulator, stand_in
+from tests.realcomp import (
+    Prometheus,
+    http_get,
+    run_alertmanager,
+    run_prometheus,
+    serve_expositions,
+    wait_until,
+)
 
 pytestmark = pytest.mark.real
 BOARDS = load_all()
@@ -46,7 +53,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
         exported.discard(catalog.GPU_ALLOCATION_INFO.name)
         rules = {f.name: f.read_text() for f in rule_files()}  # what the demo loads
         with (
-            serve(stand_in(exported, nodes[0])) as port,
+            serve_expositions(stand_in(exported, nodes[0])) as port,
             run_prometheus(config(sd, port, am.url, sorted(rules)), rules) as p,
         ):
             # Rule groups run on their own schedules: wait until every series a

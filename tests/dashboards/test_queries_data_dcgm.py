@@ -25,11 +25,16 @@ from tests.dashboards.fleet_prom import (
     config,
     first_values,
     inject,
-    serve,
     simulator,
     stand_in,
 )
-from tests.realcomp import Prometheus, run_alertmanager, run_prometheus, wait_until
+from tests.realcomp import (
+    Prometheus,
+    run_alertmanager,
+    run_prometheus,
+    serve_expositions,
+    wait_until,
+)
 
 pytestmark = pytest.mark.real
 DCGM_DIR = ROOT / "dashboards" / "json" / "dcgm"
@@ -75,7 +80,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
         rules = _rules()
         bodies = {**stand_in(set(), hosts[0], SERVICES), PRE_AMPERE: _pre_ampere(hosts[0])}
         with (
-            serve(bodies) as port,
+            serve_expositions(bodies) as port,
             run_prometheus(config(sd, port, am.url, sorted(rules), JOBS), rules) as p,
         ):
             # rule groups run on their own schedules: wait (a while) until every series a
