@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Builds or fetches the lab's real servers into a cache outside the clone, once per version:
+#   kube  VERSION   kube-apiserver, kube-controller-manager, kube-scheduler from k8s.io/kubernetes
+#   helm  VERSION   helm from helm.sh/helm/v4
+#   crds            Volcano, JobSet, Kubeflow trainer and medik8s CRDs from their Go modules
+#   debs            Debian unstable's Prometheus 3.5, promtool, Alertmanager 0.33,
+#                   node_exporter 1.11, etcd 3.5 and kubectl (static binaries, unpacked)
+#   all             everything the tests use (the versions in tests/lab/versions.env)
+# The cache is $GPUWARDEN_LAB_CACHE (default ~/.cache/gpuwarden-lab). Each step is skipped when
+# its outputs exist; a failed step leaves nothing half-built behind (it builds into a temporary
+# directory and renames). The time and peak memory of each build are appended to
+# $CACHE/build.log.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=/dev/null
+. "$HERE/versions.env"
+CACHE="${GPUWARDEN_LAB_CACHE:-$HOME/.cache/gpuwarden-lab}"
+mkdir -p "$CACHE"
+export GOFLAGS="${GOFLAGS:--mod=mod}"
+
+log() { printf '%s %s\n' "$(date -u +%FT%TZ)" "$*" | tee -a "$CACHE/build.log" >&2; }
+
+timed() { # timed LABEL CMD...: runs CMD, logs its wall time and peak memory
+  local label="$1"; shift
+  local t0; t0=$(date +%s)
+  /usr/bin/time -f "%M" -o "$CACHE/.rss" "$@"
+  log "$label: $(( $(date +%s) - t0 )) s, peak $(( $(cat "$CACHE/.rss") / 1024 )) MiB"
+}
+
+kube() {
+  local v="$1" out="$CACHE/kube/$1"
+  if [ -x "$out/bin/kube-apiserver" ] && [ -x "$out/bin/kube-controller-manager" ] && [ -x "$out/bin/kube-scheduler" ]; then
+    return 0
+  fi
+  local src="$CACHE/src/kube-$v"
+  rm -rf "$src" && mkdir -p "$src"
+  local minor="${v#v1.}"; minor="${minor%%.*}"
+  local patch="${v##*.}"
+  local gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  {
+    echo "module gpuwarden.lab/kube"
+    echo
+    echo "go $(awk '$1=="go"{print $2; exit}' "$gomod")"
+    echo
+    echo "require k8s.io/kubernetes $v"
+    echo
+    # each staging module k8s.io/kubernetes replaces with ./staging/... is published as v0.<minor>.<patch>
+    sed -n 's#^[[:space:]]*\(k8s\.io/[a-z-]*\) => \./staging/.*#replace \1 => \1 v0.'"$minor.$patch"'#p' "$gomod"
+  } >"$src/go.mod"
+  cat >"$src/tools.go" <<'GO'
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+GO
+  (cd "$src" && timed "kube $v go mod tidy" go mod tidy)
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+  local tmp="$out.tmp"; rm -rf "$tmp"; mkdir -p "$tmp/bin"
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+    (cd "$src" && timed "kube $v $cmd build" go build -p 2 -trimpath -ldflags "$ld" -o "$tmp/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
+  done
+  rm -rf "$out" && mv "$tmp" "$out"
+}
+
+debs() { # Debian unstable's static Go servers, through a private apt directory (never the
+  # machine's own sources: adding sid there would upgrade the system)
+  local root="$CACHE/debian-sid" want=""
+  for b in usr/bin/prometheus usr/bin/promtool usr/bin/prometheus-alertmanager \
+           usr/bin/prometheus-node-exporter usr/bin/etcd usr/bin/kubectl; do
+    [ -x "$root/$b" ] || want=1
+  done
+  [ -z "$want" ] && return 0
+  local a="$CACHE/apt-sid"
+  mkdir -p "$a/lists/partial" "$a/cache/archives/partial" "$a/debs"
+  : >"$a/status" # what this machine has installed must not change the versions chosen
+  sed -e 's/^Suites: .*/Suites: sid/' /etc/apt/sources.list.d/debian.sources \
+    | awk 'BEGIN{RS="";ORS="\n\n"} NR==1' >"$a/sid.sources"
+  local o=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$a" -o "Dir::State::Lists=$a/lists"
+           -o "Dir::Cache=$a/cache" -o APT::Sandbox::User=root -o "Dir::State::status=$a/status")
+  timed "debian sid apt update" apt-get "${o[@]}" update -qq
+  rm -f "$a/debs/"*.deb
+  # shellcheck disable=SC2086
+  (cd "$a/debs" && timed "debian sid download" apt-get "${o[@]}" download $DEBIAN_SID_PACKAGES)
+  local tmp="$root.tmp"; rm -rf "$tmp"; mkdir -p "$tmp"
+  for d in "$a/debs/"*.deb; do dpkg -x "$d" "$tmp"; done
+  rm -rf "$root" && mv "$tmp" "$root"
+  log "debian sid: $(cd "$a/debs" && ls)"
+}
+
+helm() {
+  local v="$1" out="$CACHE/helm/$1"
+  [ -x "$out/helm" ] && return 0
+  local src="$CACHE/src/helm-$v"
+  rm -rf "$src" && mkdir -p "$src"
+  printf 'module gpuwarden.lab/helm\n\ngo 1.26.0\n\nrequire helm.sh/helm/v4 %s\n' "$v" >"$src/go.mod"
+  printf 'package tools\n\nimport _ "helm.sh/helm/v4/pkg/cmd"\n' >"$src/tools.go"
+  (cd "$src" && timed "helm $v go mod tidy" go mod tidy)
+  mkdir -p "$out.tmp"
+  (cd "$src" && timed "helm $v build" go build -p 2 -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$v" -o "$out.tmp/helm" helm.sh/helm/v4/cmd/helm)
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
+crds() { # the CRDs their projects publish inside their Go modules
+  local out="$CACHE/crds"
+  [ -f "$out/.done" ] && return 0
+  mkdir -p "$out"
+  local dir
+  dir=$(go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  cp "$dir/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$out/"
+  dir=$(go mod download -json "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  cp "$dir/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$out/"
+  chmod 644 "$out"/*.yaml
+  touch "$out/.done"
+}
+
+case "${1:-all}" in
+  kube) kube "${2:-$KUBE_VERSION}" ;;
+  helm) helm "${2:-$HELM_VERSION}" ;;
+  crds) crds ;;
+  debs) debs ;;
+  all) debs; crds; kube "$KUBE_VERSION"; helm "$HELM_VERSION" ;;
+  *) echo "usage: $0 kube|helm|crds|debs|all [VERSION]" >&2; exit 2 ;;
+esac
