@@ -1179,6 +1179,14 @@ REMEDIATION_NODE_ACTION_FAILED = _m(
     "1 for each node whose action failed after its last retry (state action_failed).",
     ("node",),
 )
+REMEDIATION_EVICTIONS_BLOCKED = _m(
+    "remediation_evictions_blocked",
+    "gauge",
+    "Pods of a node gpuwarden is evacuating whose eviction the API server refuses now, by "
+    "the server's Status reason (TooManyRequests: a PodDisruptionBudget or one not yet "
+    "computed; Forbidden; BadRequest; InternalError). Cleared once the evacuation completes.",
+    ("node", "reason"),
+)
 REMEDIATION_ACTION_FAILURES = _m(
     "remediation_action_failures_total",
     "counter",

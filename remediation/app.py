@@ -119,7 +119,10 @@ class Api:
         )
         rec = recs[0] if recs else None
         hist = await asyncio.to_thread(self.svc.decisions, name, 200)
-        return web.json_response({"node": rec, "history": hist})
+        evacuation = await asyncio.to_thread(self.svc.evacuation, name)
+        if rec is not None:
+            rec = {**rec, "evacuation": evacuation}
+        return web.json_response({"node": rec, "history": hist, "evacuation": evacuation})
 
     async def decisions(self, request: web.Request) -> web.Response:
         try:

@@ -667,6 +667,7 @@ class Engine:
                 (f"superseded: node released by {who}", now, node),
             )
             self.journal.close_incidents(db, node)
+            db.execute("DELETE FROM evacuations WHERE node=?", (node,))  # nothing to evacuate
 
     def tick(self) -> list[str]:
         """Re-evaluate the breaker; start deferred probations; release nodes whose probation

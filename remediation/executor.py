@@ -30,6 +30,7 @@ good, so no job is left held without a live saga.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import time
 from collections.abc import Callable
@@ -37,13 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from remediation import storage
-from remediation.backends.base import Backend, BackendError
+from remediation.backends.base import Backend, BackendError, EvacuationBlocked, NodePath
 from remediation.gpureset.saga import gpu_of, reset_gpu
 from remediation.interrupts import Deferred, IntakeClosed, Paused, Superseded, Waiting
 from remediation.journal import Journal
 from remediation.model import Job
 from remediation.policy import Policy
 
+log = logging.getLogger("gpuwarden.remediation")
 TERMINAL = ("done", "failed", "superseded")
 __all__ = ["Deferred", "Executor", "IntakeClosed", "Paused", "Superseded", "Waiting"]
 
@@ -103,6 +105,8 @@ class Executor:
                 state, next_at = "retry", self.clock() + self.policy.retry_backoff_s
                 outcome = f"{e}; compensation failed, retried: {type(c).__name__}: {c}"
         except Exception as e:  # any exception is a failed attempt, never a pending action
+            if isinstance(e, EvacuationBlocked):
+                self._blocked(a, e)
             kind = "" if isinstance(e, BackendError) else f"{type(e).__name__}: "
             attempts = int(a.get("attempts") or 0) + 1
             if attempts < self.policy.action_retries:
@@ -116,8 +120,23 @@ class Executor:
                     outcome += self._compensate_sagas(a)
                 except Exception as c:
                     outcome += f"; compensation failed, job still held: {type(c).__name__}: {c}"
+        if state in ("done", "superseded"):  # evacuated (or no longer wanted): not blocked
+            self.journal.clear_evacuation(str(a["node"]), int(a["id"]))
         self.journal.finish_action(int(a["id"]), state, outcome, self.clock(), next_at, node_state)
         return state, outcome
+
+    def _blocked(self, a: dict[str, Any], e: EvacuationBlocked) -> None:
+        """Record a blocked evacuation where the node API and metrics read it, and log the
+        server's own reason for each pod (not a guess: a budget not yet computed, a 403 and
+        a server without policy/v1 all answer differently)."""
+        pods = [{"pod": p.pod, "status": p.status, "reason": p.reason, "message": p.message}
+                for p in e.pods]  # fmt: skip
+        self.journal.block_evacuation(str(a["node"]), e.scope, int(a["id"]), pods, self.clock())
+        for p in e.pods:
+            log.warning(
+                "evacuation of %s %s blocked (action %s): pod %s not evicted: HTTP %s %s: %s",
+                e.scope, a["node"], a["id"], p.pod, p.status, p.reason, p.message or "-",
+            )  # fmt: skip
 
     def _check(self, a: dict[str, Any]) -> None:
         """Before any side effect: the operator's release and pause win, then the intake."""
@@ -210,7 +229,12 @@ class Executor:
             return None
         b, reason, effect = self.backend, str(a["reason"]), self.policy.dra_effect
         self._check(a)
-        out = b.isolate_gpu(node, gpu, reason, effect)  # type: ignore[attr-defined]
+        try:
+            out = b.isolate_gpu(node, gpu, reason, effect)  # type: ignore[attr-defined]
+        except NodePath as e:  # e.g. no DeviceTaintRule API: the node goes, and says why
+            self.journal.set_step(int(a["id"]), "isolate_gpu", "node_path", str(e))
+            log.warning("GPU %s of %s not taken out alone: %s", gpu, node, e)
+            return None
         if out is None:
             return None
         self.journal.set_step(int(a["id"]), "isolate_gpu", "done", out)
@@ -223,6 +247,12 @@ class Executor:
         gpu_only = self._gpu_only(a, node)
         if gpu_only is not None:
             return gpu_only
+        if self.journal.step_state(int(a["id"]), "isolate_gpu") == "node_path":
+            why = self.journal.step_detail(int(a["id"]), "isolate_gpu")
+            return f"GPU not taken out alone ({why}); whole node: " + self._node_path(a, node, act)
+        return self._node_path(a, node, act)
+
+    def _node_path(self, a: dict[str, Any], node: str, act: str) -> str:
         out = self._step(
             a,
             "take_out",

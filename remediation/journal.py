@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS dry_run_effects(id INTEGER PRIMARY KEY AUTOINCREMENT,
 CREATE TABLE IF NOT EXISTS incidents(id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT,
   fault_class TEXT, opened_at REAL, last_at REAL, acted TEXT, closed INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS incidents_node ON incidents(node, fault_class, last_at);
+CREATE TABLE IF NOT EXISTS evacuations(node TEXT PRIMARY KEY, scope TEXT, action_id INTEGER,
+  since REAL, last REAL, pods TEXT);
 """
 # Columns added after the first release: (table, column, type). Added to an older journal
 # in place at start-up, so an upgrade keeps its history.
@@ -473,6 +475,36 @@ class Journal:
         db.execute("INSERT OR IGNORE INTO nodes(node) VALUES(?)", (node,))
         sets = ",".join(f"{k}=?" for k in fields)
         db.execute(f"UPDATE nodes SET {sets} WHERE node=?", (*fields.values(), node))
+
+    # ------------------------------------------------------------------ evacuations
+    def block_evacuation(
+        self, node: str, scope: str, action_id: int, pods: list[dict[str, Any]], now: float
+    ) -> dict[str, Any]:
+        """Record that the node's evacuation is blocked now: ``pods`` (pod, status, reason,
+        message), each keeping the time it was first seen blocked; returns the record."""
+        with self.tx() as db:
+            row = db.execute("SELECT since, pods FROM evacuations WHERE node=?", (node,)).fetchone()
+            before = {p["pod"]: p["since"] for p in json.loads(row[1])} if row else {}
+            pods = [{**p, "since": before.get(p["pod"], now)} for p in pods]
+            since = min([row[0]] if row else [now])
+            db.execute(
+                "INSERT OR REPLACE INTO evacuations VALUES(?,?,?,?,?,?)",
+                (node, scope, action_id, since, now, json.dumps(pods)),
+            )
+        return {"node": node, "state": "blocked", "scope": scope, "action_id": action_id,
+                "since": since, "last": now, "pods": pods}  # fmt: skip
+
+    def clear_evacuation(self, node: str, action_id: int) -> None:
+        """The action that found the node's evacuation blocked is over: not blocked now."""
+        with self.tx() as db:
+            db.execute("DELETE FROM evacuations WHERE node=? AND action_id=?", (node, action_id))
+
+    def evacuations(self, node: str | None = None) -> dict[str, dict[str, Any]]:
+        """Blocked evacuations by node (the read-only connection: metrics and the API)."""
+        where, args = ("WHERE node=?", (node,)) if node else ("", ())
+        rows = self.read(f"SELECT * FROM evacuations {where}", args)
+        return {r["node"]: {**r, "state": "blocked", "pods": json.loads(r["pods"] or "[]")}
+                for r in rows}  # fmt: skip
 
     # ------------------------------------------------------------------ flags, kv
     def add_flag(self, db: sqlite3.Connection, node: str, at: float) -> None:

@@ -36,6 +36,7 @@ class Metrics:
         self.invalid = _counter(c.REMEDIATION_INVALID_ALERTS, reg)
         self.failures = _counter(c.REMEDIATION_ACTION_FAILURES, reg)
         self.node_failed = _gauge(c.REMEDIATION_NODE_ACTION_FAILED, reg)
+        self.evictions_blocked = _gauge(c.REMEDIATION_EVICTIONS_BLOCKED, reg)
         self.placement_nodes = _gauge(c.REMEDIATION_PLACEMENT_NODES, reg)
         self.placement_clips = _counter(c.REMEDIATION_PLACEMENT_BUDGET_CLIPS, reg)
         self.placement_repairs = _counter(c.REMEDIATION_PLACEMENT_REPAIRS, reg)

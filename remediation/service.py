@@ -62,11 +62,17 @@ class Service:
     def nodes(self) -> list[dict[str, Any]]:
         """The nodes table (read-only connection), each with its last validation."""
         rows = self.journal.read("SELECT * FROM nodes ORDER BY node")
-        last = self.validator.latest()
+        last, blocked = self.validator.latest(), self.journal.evacuations()
         return [
-            {**r, "validation": last.get(r["node"]), "parked": self.validator.parked(r["node"])}
+            {**r, "validation": last.get(r["node"]), "parked": self.validator.parked(r["node"]),
+             "evacuation": blocked.get(r["node"])}
             for r in rows
-        ]
+        ]  # fmt: skip
+
+    def evacuation(self, node: str) -> dict[str, Any] | None:
+        """The node's blocked evacuation (which pods, since when, the server's status,
+        reason and message), None when nothing is blocked."""
+        return self.journal.evacuations(node).get(node)
 
     def request_release(self, node: str, who: str) -> tuple[int, dict[str, Any]]:
         """A manual release: validated first when the policy says so (202 and the run),
@@ -137,6 +143,11 @@ class Service:
             self.metrics.node_failed.labels(r["node"]).set(1)
         for node in self.validator.stuck():  # a validation that could not be stopped pages too
             self.metrics.node_failed.labels(node).set(1)
+        self.metrics.evictions_blocked.clear()
+        for node, ev in self.journal.evacuations().items():
+            for p in ev["pods"]:
+                reason = p.get("reason") or f"HTTP{p.get('status')}"
+                self.metrics.evictions_blocked.labels(node, reason).inc()
         self.metrics.paused.set(1 if self.engine.paused else 0)
         self.metrics.breaker.set(1 if self.status()["breaker_open"] else 0)
 

@@ -6,6 +6,7 @@ read the scheduler's state back rather than trust an exit code.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from remediation.model import Job, NodeView
@@ -13,6 +14,38 @@ from remediation.model import Job, NodeView
 
 class BackendError(RuntimeError):
     """The scheduler refused or could not be asked; the action is recorded as failed."""
+
+
+class NodePath(BackendError):
+    """One GPU cannot be taken out alone here (the message says why, e.g. the API server
+    serves no DeviceTaintRules): the whole node is taken out instead, and the reason is
+    journaled with the action (never a silent fallback)."""
+
+
+@dataclass(frozen=True)
+class BlockedPod:
+    """One pod whose eviction the API server refused: its HTTP status and the server's own
+    words (the Status body's reason, message and causes)."""
+
+    pod: str  # namespace/name
+    status: int
+    reason: str  # the Status reason: TooManyRequests, Forbidden, BadRequest, ...
+    message: str  # the Status message and causes, as the server said them
+
+
+class EvacuationBlocked(BackendError):
+    """The node (or one GPU) is out of service but some of its pods could not be evicted:
+    a PodDisruptionBudget, a budget not yet computed, an API error. Nothing is deleted
+    around it; the executor retries with the policy's backoff and records the block (the
+    node API, metrics and log show it with the server's words)."""
+
+    def __init__(self, node: str, pods: tuple[BlockedPod, ...], scope: str = "node") -> None:
+        self.node, self.pods, self.scope = node, pods, scope
+        what = "; ".join(f"{p.pod}: {p.message or p.reason} (HTTP {p.status})" for p in pods)
+        super().__init__(
+            f"evacuation of {scope} {node} blocked: {len(pods)} pod(s) not evicted: {what}; "
+            "not deleted, retried with the action's backoff"
+        )
 
 
 class Backend(Protocol):

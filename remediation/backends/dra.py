@@ -9,18 +9,30 @@ GPUs keep serving. A GPU is reported isolated (and its pods evicted) only once g
 rule with the wanted effect, selecting exactly that device, is read back: a rule of that
 name found in place (the preview, typically) is patched if it is ours, never changed if it
 is not. Release deletes only gpuwarden's rules.
+
+The rule API's version is found by discovery, not assumed: ``resource.k8s.io/v1`` (GA in
+Kubernetes 1.37), ``v1beta2`` (1.36, feature gate DRADeviceTaintRules off by default),
+``v1alpha3`` (1.33-1.35, gate DRADeviceTaints); the first of these the server serves is
+used for create, read-back, patch, list and delete alike, cached, and looked up afresh when
+an answer says 404 (an upgrade, a gate turned off). The spec gpuwarden writes
+(``deviceSelector`` driver/pool/device, ``taint`` key/value/effect) is the same at all
+three (k8s.io/api resource/{v1alpha3,v1beta2,v1} types.go; the 1.33-1.34 alpha's extra
+``deviceClassName`` and CEL ``selectors`` are never set). A server that serves none of them
+cannot isolate one GPU: :class:`RulesNotServed` says so, and the GPU takes the node path.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from remediation.backends.base import BackendError
+from remediation.backends.base import BackendError, BlockedPod, EvacuationBlocked, NodePath
 from remediation.backends.kubeapi import KubeApi, Obj
 
 GROUP = "resource.k8s.io"
 SLICES = "v1"  # ResourceSlice / ResourceClaim (GA in Kubernetes 1.34)
-TAINT_RULES = "v1alpha3"  # DeviceTaintRule (alpha, feature gate DRADeviceTaints)
+# DeviceTaintRule versions, preferred first: GA in 1.37, beta (gate) in 1.36, alpha 1.33-1.35
+TAINT_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")
+RULES = "devicetaintrules"
 DRIVER = "gpu.nvidia.com"
 TAINT_KEY = "gpuwarden.io/gpu-fault"
 EFFECTS = ("NoSchedule", "NoExecute", "None")
@@ -34,6 +46,11 @@ def _epoch(ts: Any) -> float | None:
         return dt.datetime.fromisoformat(str(ts)).timestamp()  # "Z" read since Python 3.11
     except ValueError:
         return None
+
+
+class RulesNotServed(NodePath):
+    """No served version of resource.k8s.io has devicetaintrules: one GPU cannot be taken
+    out alone here (the message says so, and "node path": the node is taken out instead)."""
 
 
 def rule_name(node: str, gpu: str) -> str:
@@ -80,11 +97,14 @@ def holders(claims: list[Obj], driver: str, pool: str, device: str) -> list[tupl
 
 
 def taint_rule(node: str, gpu: str, pool: str, device: str, effect: str, reason: str,
-               driver: str = DRIVER) -> Obj:  # fmt: skip
+               driver: str = DRIVER, version: str = TAINT_RULE_VERSIONS[0]) -> Obj:  # fmt: skip
+    """The rule at ``version`` (one of :data:`TAINT_RULE_VERSIONS`: the same spec at each)."""
     if effect not in EFFECTS:
         raise ValueError(f"DeviceTaintRule effect {effect!r}: one of {EFFECTS}")
+    if version not in TAINT_RULE_VERSIONS:
+        raise ValueError(f"DeviceTaintRule version {version!r}: one of {TAINT_RULE_VERSIONS}")
     return {
-        "apiVersion": f"{GROUP}/{TAINT_RULES}",
+        "apiVersion": f"{GROUP}/{version}",
         "kind": "DeviceTaintRule",
         "metadata": {"name": rule_name(node, gpu), "labels": {MANAGED_BY: "gpuwarden"},
                      "annotations": {"gpuwarden.io/reason": reason[:200]}},
@@ -120,6 +140,33 @@ def mismatch(rule: Obj | None, want: Obj) -> str | None:
 class DraIsolation:
     def __init__(self, api: KubeApi, driver: str = DRIVER) -> None:
         self.api, self.driver = api, driver
+        self._version: str | None = None  # the rule API's version, found by discovery
+
+    def version(self, fresh: bool = False) -> str | None:
+        """The version of resource.k8s.io serving DeviceTaintRules (v1 > v1beta2 >
+        v1alpha3), cached; None when the server serves none. ``fresh``: ask again."""
+        if fresh or self._version is None:
+            served = self.api.served_versions(GROUP, RULES)
+            self._version = next((v for v in TAINT_RULE_VERSIONS if v in served), None)
+        return self._version
+
+    def _served(self) -> str:
+        """The rule API's version; :class:`RulesNotServed` when there is none."""
+        version = self.version() or self.version(fresh=True)
+        if version is None:
+            raise RulesNotServed(
+                f"DeviceTaintRules are not served by this API server ({GROUP} serves none of "
+                f"{', '.join(TAINT_RULE_VERSIONS)}: GA in Kubernetes 1.37, beta behind the "
+                "DRADeviceTaintRules feature gate in 1.36): one GPU cannot be taken out alone, "
+                "node path"
+            )
+        return version
+
+    def _again(self, version: str) -> str | None:
+        """After an answer that may mean "not served at this version" (404, nothing found):
+        the version discovery finds now, when it is another one; else None."""
+        now = self.version(fresh=True)
+        return now if now is not None and now != version else None
 
     def isolate(self, node: str, gpu: str, reason: str, effect: str = "NoSchedule",
                 dry_run: bool = False) -> str:  # fmt: skip
@@ -129,9 +176,14 @@ class DraIsolation:
         slices = self.api.list_custom(GROUP, SLICES, "resourceslices")
         pool, device = find_device(slices, node, gpu, self.driver)
         effect = "None" if dry_run else effect
-        want = taint_rule(node, gpu, pool, device, effect, reason, self.driver)
+        version = self._served()
         name = rule_name(node, gpu)
-        status = self.api.create_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", want)
+        want = taint_rule(node, gpu, pool, device, effect, reason, self.driver, version)
+        status = self.api.create_cluster_custom(GROUP, version, RULES, want)
+        if status == 404:  # no longer served at the cached version (an upgrade): ask again
+            version = self._again(version) or self._served()
+            want = taint_rule(node, gpu, pool, device, effect, reason, self.driver, version)
+            status = self.api.create_cluster_custom(GROUP, version, RULES, want)
         if status == 409:  # a rule of that name exists: in force only once it is what we want
             left = self._adopt(name, want, dry_run)
             if left is not None:
@@ -147,10 +199,17 @@ class DraIsolation:
             return f"preview: {device} tainted with effect None; would evict {len(pods)} pod(s)"
         if effect == "NoExecute":
             return f"{device} tainted NoExecute; the control plane evicts {len(pods)} pod(s)"
-        return f"{device} tainted NoSchedule; " + self._evict(pods)
+        return f"{device} tainted NoSchedule; " + self._evict(node, gpu, pods)
 
     def read(self, name: str) -> Obj | None:
-        return self.api.read_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", name)
+        """The rule named ``name`` at the served version; None when absent or not served."""
+        version = self.version()
+        if version is None:
+            return None
+        rule = self.api.read_cluster_custom(GROUP, version, RULES, name)
+        if rule is None and (other := self._again(version)) is not None:
+            rule = self.api.read_cluster_custom(GROUP, other, RULES, name)
+        return rule
 
     def _adopt(self, name: str, want: Obj, dry_run: bool) -> str | None:
         """A rule named ``name`` exists. Ours but another effect or selector (typically the
@@ -179,8 +238,7 @@ class DraIsolation:
         }  # fmt: skip
         if meta.get("resourceVersion"):
             body["metadata"]["resourceVersion"] = meta["resourceVersion"]
-        status = self.api.patch_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", name,
-                                               body)  # fmt: skip
+        status = self.api.patch_cluster_custom(GROUP, self._served(), RULES, name, body)
         if status == 409:
             raise BackendError(f"DeviceTaintRule {name} changed while being patched (HTTP 409)")
         if status != 200:
@@ -200,15 +258,17 @@ class DraIsolation:
         claims = self.api.list_custom(GROUP, SLICES, "resourceclaims")
         return set(holders(claims, self.driver, pool, device))
 
-    def _evict(self, pods: list[tuple[str, str]]) -> str:
-        failed = []
+    def _evict(self, node: str, gpu: str, pods: list[tuple[str, str]]) -> str:
+        """Evict the GPU's pods; EvacuationBlocked (with the server's reasons, not a guess)
+        when any is refused: the device stays tainted and the executor retries."""
+        blocked = []
         for ns, name in pods:
-            status = self.api.evict(ns, name)
-            if status not in (200, 201, 404):
-                why = "a PodDisruptionBudget blocks it (429)" if status == 429 else f"HTTP {status}"
-                failed.append(f"{ns}/{name}: {why}")
-        if failed:  # the device stays tainted; the executor retries the eviction
-            raise BackendError(f"eviction refused: {'; '.join(failed)}")
+            answer = self.api.evict(ns, name)
+            if not answer.done:
+                message = " ".join(x for x in (answer.message, *answer.causes) if x)
+                blocked.append(BlockedPod(f"{ns}/{name}", answer.status, answer.reason, message))
+        if blocked:
+            raise EvacuationBlocked(node, tuple(blocked), scope=f"GPU {gpu} of")
         return f"evicted {len(pods)} pod(s) using it: " + ", ".join(f"{n}/{p}" for n, p in pods)
 
     def release(self, node: str, gpu: str) -> str:
@@ -226,7 +286,7 @@ class DraIsolation:
         name, owner = str(meta.get("name")), (meta.get("labels") or {}).get(MANAGED_BY)
         if owner != "gpuwarden":
             return f"DeviceTaintRule {name} is not gpuwarden's (managed-by {owner!r}): left"
-        self.api.delete_cluster_custom(GROUP, TAINT_RULES, "devicetaintrules", name,
+        self.api.delete_cluster_custom(GROUP, self._served(), RULES, name,
                                        str(meta.get("resourceVersion") or ""))  # fmt: skip
         return f"DeviceTaintRule {name} deleted"
 
@@ -265,8 +325,14 @@ class DraIsolation:
     def _ours(self) -> list[tuple[str, str, Obj]]:
         """(node, gpu, rule) of every rule labelled gpuwarden's and named as it names them
         (another name is not ours to list or delete, whatever its label)."""
+        version = self.version()
+        if version is None:
+            return []  # no rule API: no rule of ours can exist
+        rules = self.api.list_custom(GROUP, version, RULES)
+        if not rules and (other := self._again(version)) is not None:
+            rules = self.api.list_custom(GROUP, other, RULES)
         out = []
-        for r in self.api.list_custom(GROUP, TAINT_RULES, "devicetaintrules"):
+        for r in rules:
             meta = r.get("metadata") or {}
             parsed = parse_name(str(meta.get("name")))
             if (meta.get("labels") or {}).get(MANAGED_BY) == "gpuwarden" and parsed is not None:

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from remediation.backends.base import Backend, BackendError
+from remediation.backends.base import Backend, BackendError, NodePath
 from remediation.journal import Journal
 from remediation.model import REASON_PREFIX, Job, NodeView
 
@@ -143,8 +143,10 @@ class DryRunBackend:
             return None
         try:
             out = str(dra.isolate(node, gpu, reason, effect, dry_run=True))
+        except NodePath:
+            raise  # said, and journaled by the executor: not a silent fallback
         except BackendError as e:
-            if "node path" in str(e):
+            if "node path" in str(e):  # no DRA device for this GPU: the usual node path
                 return None
             raise
         self._record(node, "isolate_gpu", gpu=gpu, effect=effect, preview=out)

@@ -8,9 +8,55 @@ run it against the kmock emulator over real HTTP.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 Obj = dict[str, Any]
+FIELD_MANAGER = "gpuwarden"  # the field manager of every status write (nodes/status)
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """The server's answer to one policy/v1 Eviction: the HTTP status and, when refused, the
+    Status body's ``reason``, ``message`` and the messages of its ``details.causes`` (the
+    budget's name and why: "The disruption budget train is still being processed by the
+    server." when no disruption controller computed its status)."""
+
+    status: int
+    reason: str = ""
+    message: str = ""
+    causes: tuple[str, ...] = ()
+
+    @property
+    def done(self) -> bool:
+        """The pod is gone or going (201 evicted, 200 deleted, 404 already gone)."""
+        return self.status in (200, 201, 404)
+
+    def why(self) -> str:
+        """One line for the log and the node API: status, reason, message, causes."""
+        text = " ".join(t.strip() for t in (self.message, *self.causes) if t.strip())
+        return f"HTTP {self.status} {self.reason}".rstrip() + (f": {text}" if text else "")
+
+    @classmethod
+    def from_status(cls, status: int, body: Any) -> Eviction:
+        """From an answer's HTTP status and body (a metav1.Status, or anything: a proxy's
+        HTML page is kept as the message, cut short)."""
+        raw = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+        try:
+            st = json.loads(raw) if raw else {}
+        except ValueError:
+            return cls(status, "", raw.strip()[:300])
+        if not isinstance(st, dict):
+            return cls(status, "", raw.strip()[:300])
+        causes = ((st.get("details") or {}).get("causes")) or []
+        return cls(
+            status,
+            str(st.get("reason") or ""),
+            str(st.get("message") or ""),
+            tuple(
+                str(c.get("message")) for c in causes if isinstance(c, dict) and c.get("message")
+            ),
+        )
 
 
 class KubeApi(Protocol):
@@ -28,8 +74,29 @@ class KubeApi(Protocol):
 
     def patch_pod(self, namespace: str, name: str, body: Obj) -> None: ...
 
-    def evict(self, namespace: str, name: str) -> int:
-        """POST a policy/v1 Eviction; returns the HTTP status (429: a PDB blocks it)."""
+    def evict(self, namespace: str, name: str) -> Eviction:
+        """POST a policy/v1 Eviction; the answer with the Status body's reason and message
+        (429: a PodDisruptionBudget blocks it now, or its status is not computed yet)."""
+        ...
+
+    def served_versions(self, group: str, plural: str) -> list[str]:
+        """API discovery: the versions of ``group`` whose resource list has ``plural``, in
+        the server's order ([] when the group or the resource is not served)."""
+        ...
+
+    def patch_node_status(self, name: str, body: Obj) -> None:
+        """Strategic-merge patch of the node's status subresource (conditions merge by
+        type: the kubelet's stay), as field manager ``gpuwarden``."""
+        ...
+
+    # core/v1 Events (a decision about a node, as ``kubectl describe node`` shows it)
+    def create_event(self, namespace: str, body: Obj) -> int:
+        """Create an Event; returns the HTTP status."""
+        ...
+
+    def patch_event(self, namespace: str, name: str, body: Obj) -> int:
+        """Merge-patch an Event (its count and lastTimestamp); returns the HTTP status
+        (404: it expired, create a new one)."""
         ...
 
     def list_custom(self, group: str, version: str, plural: str) -> list[Obj]:
@@ -139,7 +206,7 @@ class OfficialKubeApi:
     def patch_pod(self, namespace: str, name: str, body: Obj) -> None:
         self._raw(self.core.patch_namespaced_pod, name, namespace, body)
 
-    def evict(self, namespace: str, name: str) -> int:
+    def evict(self, namespace: str, name: str) -> Eviction:
         from kubernetes.client import ApiException, V1Eviction, V1ObjectMeta
 
         body = V1Eviction(
@@ -152,8 +219,60 @@ class OfficialKubeApi:
                 name, namespace, body, _preload_content=False, _request_timeout=self.timeout
             )
         except ApiException as e:
+            return Eviction.from_status(int(e.status), e.body)
+        return Eviction(201)
+
+    def _get(self, path: str) -> Obj | None:
+        """GET a path of the API (discovery); None on 404."""
+        client = self.core.api_client
+        method, url, headers, _, _ = client.param_serialize(
+            "GET", path, header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )  # fmt: skip
+        resp = client.call_api(method, url, headers, _request_timeout=self.timeout)
+        resp.read()
+        if resp.status == 404:
+            return None
+        if not 200 <= resp.status < 300:
+            from kubernetes.client import ApiException
+
+            raise ApiException(status=resp.status, reason=f"GET {path}: {resp.data[:200]!r}")
+        return dict(json.loads(resp.data or b"{}"))
+
+    def served_versions(self, group: str, plural: str) -> list[str]:
+        found = self._get(f"/apis/{group}") or {}
+        out = []
+        for v in found.get("versions") or []:
+            version = str(v.get("version") or "")
+            listing = self._get(f"/apis/{group}/{version}") if version else None
+            if any(r.get("name") == plural for r in (listing or {}).get("resources") or []):
+                out.append(version)
+        return out
+
+    def patch_node_status(self, name: str, body: Obj) -> None:
+        self._raw(self.core.patch_node_status, name, body, field_manager=FIELD_MANAGER,
+                  _content_type="application/strategic-merge-patch+json")  # fmt: skip
+
+    def create_event(self, namespace: str, body: Obj) -> int:
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(self.core.create_namespaced_event, namespace, body,
+                      field_manager=FIELD_MANAGER)  # fmt: skip
+        except ApiException as e:
             return int(e.status)
         return 201
+
+    def patch_event(self, namespace: str, name: str, body: Obj) -> int:
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(self.core.patch_namespaced_event, name, namespace, body,
+                      field_manager=FIELD_MANAGER,
+                      _content_type="application/merge-patch+json")  # fmt: skip
+        except ApiException as e:
+            return int(e.status)
+        return 200
 
     # custom resources (the reboot operator's, remediation/backends/noderemediation.py)
     def _custom(self) -> Any:

@@ -1,10 +1,12 @@
 """Kubernetes backend: cordon, taint, evict through the Eviction API, label, uncordon ours only.
 
 Ownership is an annotation we write when we cordon (``gpuwarden.io/cordoned-by``); a node
-cordoned by anyone else is never touched and never uncordoned. A 429 on eviction means a
-PodDisruptionBudget blocks it: the attempt fails at once (no thread sleeps on it) and the
-executor retries the action with the policy's backoff on later ticks; nothing is ever deleted
-around a budget.
+cordoned by anyone else is never touched and never uncordoned. An eviction the server
+refuses (a PodDisruptionBudget's 429, a budget its controller has not computed yet, 403, a
+400 from a server without policy/v1, 500) blocks the evacuation: the attempt fails at once
+with :class:`EvacuationBlocked`, carrying each pod and the server's own reason and message
+(no thread sleeps on it), the executor records the block and retries the action with the
+policy's backoff on later ticks; nothing is ever deleted around a budget.
 Checkpoint requests are a pod annotation the pod reads through a downward-API volume.
 
 Gang-scheduled jobs (Volcano vcjobs and PodGroups, JobSets, Kubeflow PyTorchJobs; see
@@ -21,7 +23,7 @@ from typing import Any
 
 from common import fabric
 from remediation.backends import noderemediation
-from remediation.backends.base import BackendError
+from remediation.backends.base import BackendError, BlockedPod, EvacuationBlocked, NodePath
 from remediation.backends.dra import DraIsolation
 from remediation.backends.gangs import Gang, gang_of, members, restart_plan
 from remediation.backends.kubeapi import KubeApi, Obj, OfficialKubeApi
@@ -131,8 +133,10 @@ class KubernetesBackend:
         """Taint one GPU's DRA device; None where the node has no DRA device for it."""
         try:
             return self.dra.isolate(node, gpu, reason, effect)
+        except NodePath:
+            raise  # said, and journaled by the executor: not a silent fallback
         except BackendError as e:
-            if "node path" in str(e):
+            if "node path" in str(e):  # no DRA device for this GPU: the usual node path
                 return None
             raise
 
@@ -177,15 +181,17 @@ class KubernetesBackend:
             out.append(p)
         return out
 
-    def _evict(self, namespace: str, name: str) -> bool:
-        """One eviction request: True when the pod is gone or going, False when a
-        PodDisruptionBudget refuses it now (429); any other answer is an error."""
-        status = self.api.evict(namespace, name)
-        if status in (200, 201, 404):
-            return True
-        if status != 429:
-            raise BackendError(f"eviction of {namespace}/{name}: HTTP {status}")
-        return False
+    def _evict(self, namespace: str, name: str) -> BlockedPod | None:
+        """One eviction request: None when the pod is gone or going, else what the server
+        said refusing it (a PodDisruptionBudget's 429, a budget the disruption controller
+        has not computed yet, 403, a 400 from a server without policy/v1, 500, ...). A
+        Pending pod is evicted whatever its budget (the server ignores budgets for pods
+        that are Pending, terminating or finished); nothing here assumes otherwise."""
+        answer = self.api.evict(namespace, name)
+        if answer.done:
+            return None
+        message = " ".join(x for x in (answer.message, *answer.causes) if x)
+        return BlockedPod(f"{namespace}/{name}", answer.status, answer.reason, message)
 
     def _evict_all(self, node: str) -> str:
         singles, gangs = [], {}
@@ -196,15 +202,12 @@ class KubernetesBackend:
             else:
                 gangs[g.job_id] = g
         blocked = [
-            f"{ns}/{name}"
+            b
             for p in singles
-            if not self._evict(ns := _meta(p).get("namespace", "default"), name := _meta(p)["name"])
+            if (b := self._evict(_meta(p).get("namespace", "default"), _meta(p)["name"]))
         ]
         if blocked:  # the executor retries the action with backoff; gangs wait for that
-            raise BackendError(
-                f"eviction of {', '.join(blocked)} blocked by a PodDisruptionBudget (429); "
-                "not deleted, retried with the action's backoff"
-            )
+            raise EvacuationBlocked(node, tuple(blocked))
         for g in gangs.values():  # never one member alone: the whole gang restarts
             self._restart_gang(g, f"node {node} taken out of service")
         out = f"evicted {len(singles)} pods"
@@ -320,7 +323,9 @@ class KubernetesBackend:
             self._restart_gang(gang, f"requeued away from {exclude}")
             return
         namespace, _, name = job.job_id.partition("/")
-        self._evict(namespace, name)  # the node is cordoned: its controller reschedules elsewhere
+        blocked = self._evict(namespace, name)  # cordoned: its controller reschedules elsewhere
+        if blocked is not None:
+            raise EvacuationBlocked(exclude, (blocked,))
 
     def reboot(self, node: str, reason: str) -> str:
         return noderemediation.request_reboot(self.api, node, reason)  # medik8s does it

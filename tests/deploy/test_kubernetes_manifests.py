@@ -468,6 +468,9 @@ KUBEAPI_GRANTS: dict[str, set[tuple[str, str, str]]] = {
     "read_cluster_custom": {(DRA, "devicetaintrules", "get")},
     "patch_cluster_custom": {(DRA, "devicetaintrules", "patch")},
     "delete_cluster_custom": {(DRA, "devicetaintrules", "delete")},
+    # API discovery (GET /apis/<group>[/<version>]): every authenticated user may read it
+    # (the system:discovery ClusterRole), no grant of ours
+    "served_versions": set(),
 }  # fmt: skip
 
 

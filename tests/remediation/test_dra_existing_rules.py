@@ -17,7 +17,7 @@ import kmock
 import pytest
 
 from remediation.backends import dra
-from remediation.backends.base import BackendError
+from remediation.backends.base import BackendError, EvacuationBlocked
 from remediation.backends.kubeapi import OfficialKubeApi
 from remediation.backends.kubernetes import KubernetesBackend
 from remediation.clock import FakeClock
@@ -41,7 +41,8 @@ def iso_of(e: kmock.KubernetesEmulator) -> dra.DraIsolation:
 def existing(e: kmock.KubernetesEmulator, effect: str, owner: str | None = "gpuwarden",
              selector: dict[str, Any] | None = None, rv: str = "41") -> None:  # fmt: skip
     """A rule named as gpuwarden names GPU 3's, put there before gpuwarden isolates it."""
-    rule = dra.taint_rule("gpu-node-001", "3", "gpu-node-001", "gpu-3", effect, "earlier")
+    rule = dra.taint_rule("gpu-node-001", "3", "gpu-node-001", "gpu-3", effect, "earlier",
+                          version="v1alpha3")  # fmt: skip
     rule["metadata"]["resourceVersion"] = rv
     if owner is None:
         del rule["metadata"]["labels"]
@@ -152,17 +153,34 @@ async def test_a_dry_run_preview_never_weakens_a_live_rule_nor_touches_anothers(
 
 
 @pytest.mark.parametrize(
-    ("status", "why"), [(500, "HTTP 500"), (429, "a PodDisruptionBudget blocks it (429)")]
-)
+    ("status", "reason", "message"),
+    [
+        (500, "InternalError", "Internal error occurred: etcdserver: request timed out"),
+        (429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption "
+         "budget. The disruption budget infer is still being processed by the server."),
+        (400, "BadRequest", "the server could not find the requested resource"),
+    ],
+)  # fmt: skip
 async def test_an_eviction_refused_for_another_reason_names_it_not_a_disruption_budget(
     emu: kmock.KubernetesEmulator,  # noqa: F811
     status: int,
-    why: str,
+    reason: str,
+    message: str,
 ) -> None:
-    emu["post", kmock.subresource("eviction")] << status
-    with pytest.raises(BackendError) as err:
+    first, _, cause = message.partition(". The")
+    causes = [{"type": "DisruptionBudget", "message": "The" + cause}] if cause else []
+
+    def refuse(req: Any) -> Any:
+        raise kmock.KubernetesError(status=status, reason=reason, message=first + ("." if cause else ""),
+                                    details={"causes": causes})  # fmt: skip
+
+    emu["post", kmock.subresource("eviction")] << refuse
+    with pytest.raises(EvacuationBlocked) as err:
         await asyncio.to_thread(iso_of(emu).isolate, "gpu-node-001", "3", "x")
-    assert str(err.value) == f"eviction refused: ml/infer-3: {why}"
+    [blocked] = err.value.pods
+    assert (blocked.pod, blocked.status, blocked.reason, blocked.message) == (
+        "ml/infer-3", status, reason, message)  # fmt: skip
+    assert "PodDisruptionBudget" not in str(err.value)
 
 
 async def test_release_deletes_only_the_version_of_our_rule_it_read(

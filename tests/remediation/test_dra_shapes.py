@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from remediation.backends import dra
-from remediation.backends.base import BackendError
+from remediation.backends.base import BackendError, EvacuationBlocked
 from tests.remediation.test_dra_stateful import FakeDraApi
 
 NODE = "gpu-node-1"
@@ -38,10 +38,13 @@ def a_slice(node: str, driver: str = dra.DRIVER, pool: str | None = None,
     return {"spec": spec}
 
 
-def test_the_rule_is_a_v1alpha3_device_taint_rule_labelled_ours_with_a_200_char_reason() -> None:
-    rule = dra.taint_rule("n", "3", "pool-a", "gpu-3", "NoSchedule", "x" * 300)
+@pytest.mark.parametrize("version", ["v1", "v1beta2", "v1alpha3"])
+def test_the_rule_is_a_device_taint_rule_at_the_served_version_labelled_ours_with_a_200_char_reason(
+    version: str,
+) -> None:
+    rule = dra.taint_rule("n", "3", "pool-a", "gpu-3", "NoSchedule", "x" * 300, version=version)
     assert rule == {
-        "apiVersion": "resource.k8s.io/v1alpha3",
+        "apiVersion": f"resource.k8s.io/{version}",
         "kind": "DeviceTaintRule",
         "metadata": {"name": "gpuwarden-n-gpu3", "labels": {dra.MANAGED_BY: "gpuwarden"},
                      "annotations": {"gpuwarden.io/reason": "x" * 200}},
@@ -50,6 +53,8 @@ def test_the_rule_is_a_v1alpha3_device_taint_rule_labelled_ours_with_a_200_char_
     }  # fmt: skip
     with pytest.raises(ValueError, match="effect 'PreferNoSchedule': one of"):
         dra.taint_rule("n", "3", "p", "gpu-3", "PreferNoSchedule", "x")
+    with pytest.raises(ValueError, match="version 'v1beta1': one of"):
+        dra.taint_rule("n", "3", "p", "gpu-3", "NoSchedule", "x", version="v1beta1")
 
 
 def test_rule_names_of_nodes_named_with_gpu_in_them_read_back_to_their_node() -> None:
@@ -140,10 +145,13 @@ def test_two_pods_evicted_or_refused_are_each_named() -> None:
     api.calls = {}
     assert iso(api).isolate(NODE, "0", "r").endswith("ml/a, ml/b")
     api.faults, api.calls = [("evict:500", 1), ("evict:429", 2)], {}
-    with pytest.raises(BackendError) as err:
+    with pytest.raises(EvacuationBlocked) as err:
         iso(api).isolate(NODE, "0", "r")
-    assert str(err.value) == (
-        "eviction refused: ml/a: HTTP 500; ml/b: a PodDisruptionBudget blocks it (429)"
+    assert [(p.pod, p.status, p.message) for p in err.value.pods] == [
+        ("ml/a", 500, "refused with 500"), ("ml/b", 429, "refused with 429")]  # fmt: skip
+    assert str(err.value).startswith(
+        f"evacuation of GPU 0 of {NODE} blocked: 2 pod(s) not evicted: "
+        "ml/a: refused with 500 (HTTP 500); ml/b: refused with 429 (HTTP 429)"
     )
 
 

@@ -32,6 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from remediation.backends import dra
 from remediation.backends.base import BackendError
+from remediation.backends.kubeapi import Eviction
 
 NODES = ("gpu-node-1", "gpu-node-1-gpu2")  # the second's rule names start like the first's
 GPUS = ("0", "1", "2", "3")
@@ -94,6 +95,7 @@ class FakeDraApi:
         self.violations: list[str] = []
         self.evicted: list[str] = []
         self.context: dict[str, Any] = {}  # the call in progress (set by the machine)
+        self.served = ["v1"]  # the versions discovery finds serving DeviceTaintRules
         slices = []
         for n in NODES:
             devs = [{"name": device(g), "attributes": {"index": {"int": int(g)}}} for g in GPUS]
@@ -132,11 +134,20 @@ class FakeDraApi:
         r["metadata"]["resourceVersion"] = self.bump()
 
     # -- KubeApi
+    def served_versions(self, group: str, plural: str) -> list[str]:
+        return list(self.served) if (group, plural) == (dra.GROUP, dra.RULES) else []
+
+    def rule_version(self, op: str, version: str) -> None:
+        """Every rule call is made at a version the server serves (found by discovery)."""
+        if version not in self.served:
+            self.violations.append(f"{op} at {version}, which is not served ({self.served})")
+
     def list_custom(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
         if plural == "resourceslices":
             return copy.deepcopy(self.slices)
         if plural == "resourceclaims":
             return copy.deepcopy(self.claims)
+        self.rule_version("list", version)
         mode = self.fault("list")
         if mode == "raise":
             raise ApiDown("list: connection reset")
@@ -148,6 +159,7 @@ class FakeDraApi:
 
     def create_cluster_custom(self, group: str, version: str, plural: str,
                               body: dict[str, Any]) -> int:  # fmt: skip
+        self.rule_version("create", version)
         mode = self.fault("create")
         if mode == "500":
             return 500
@@ -168,6 +180,7 @@ class FakeDraApi:
 
     def read_cluster_custom(self, group: str, version: str, plural: str,
                             name: str) -> dict[str, Any] | None:  # fmt: skip
+        self.rule_version("read", version)
         mode = self.fault("read")
         if mode == "raise":
             raise ApiDown("read: timeout")
@@ -179,6 +192,7 @@ class FakeDraApi:
 
     def patch_cluster_custom(self, group: str, version: str, plural: str, name: str,
                              body: dict[str, Any]) -> int:  # fmt: skip
+        self.rule_version("patch", version)
         mode = self.fault("patch")
         if mode in ("409", "500"):
             return int(mode)
@@ -207,6 +221,7 @@ class FakeDraApi:
 
     def delete_cluster_custom(self, group: str, version: str, plural: str, name: str,
                               resource_version: str = "") -> None:  # fmt: skip
+        self.rule_version("delete", version)
         if self.fault("delete") == "raise":
             raise ApiDown("delete: timeout")
         r = self.rules.get(name)
@@ -225,7 +240,7 @@ class FakeDraApi:
         del self.rules[name]
         self.log.append(("delete", name, None))
 
-    def evict(self, namespace: str, name: str) -> int:
+    def evict(self, namespace: str, name: str) -> Eviction:
         c = self.context
         rule_name = dra.rule_name(c.get("node", ""), c.get("gpu", ""))
         if c.get("dry_run") or c.get("effect") != "NoSchedule":
@@ -236,9 +251,9 @@ class FakeDraApi:
             self.violations.append(f"evicted {name}, which does not hold GPU {c.get('gpu')}")
         mode = self.fault("evict")
         if mode is not None:
-            return int(mode)
+            return Eviction(int(mode), "Refused", f"refused with {mode}")
         self.evicted.append(name)
-        return 201
+        return Eviction(201)
 
     def read_back(self, name: str, node: str, gpu: str, effect: str) -> bool:
         """gpuwarden's last call on ``name`` was a read that showed it in force."""

@@ -148,7 +148,7 @@ async def test_a_pdb_blocked_eviction_fails_the_attempt_at_once_and_a_later_atte
     calls = allow_eviction(emu, blocked=2)
     b = backend(emu)
     for attempt in (1, 2):  # one eviction request per attempt: no thread sleeps on a budget
-        with pytest.raises(BackendError, match="ml/train-0 blocked by a PodDisruptionBudget"):
+        with pytest.raises(BackendError, match="ml/train-0: Cannot evict pod as it would violate the pod.s disruption budget"):
             await asyncio.to_thread(b.take_out, "gpu-node-001", "gpuwarden: drain", True)
         assert calls == ["train-0"] * attempt
     assert "evicted 1 pods" in await asyncio.to_thread(
@@ -176,7 +176,7 @@ async def test_a_pdb_that_never_yields_fails_the_action_after_its_retries_and_no
         [row] = journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
         state, outcome = await asyncio.to_thread(executor.run, row)
         states.append(state)
-        assert "PodDisruptionBudget" in outcome
+        assert "ml/train-0: Cannot evict pod as it would violate the pod's disruption" in outcome
         [row] = journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
         if state == "retry":  # persisted: the tick runs it again once next_at has come
             assert row["next_at"] > clock.now()
