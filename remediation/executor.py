@@ -120,6 +120,11 @@ class Executor:
                     outcome += self._compensate_sagas(a)
                 except Exception as c:
                     outcome += f"; compensation failed, job still held: {type(c).__name__}: {c}"
+        health = getattr(self.backend, "health", None)  # Kubernetes: an Event on the Node
+        if health is not None and a["action"] == "reset_gpu" and state in ("done", "failed"):
+            ok = state == "done"
+            health.event(str(a["node"]), "Normal" if ok else "Warning",
+                         "GpuReset" if ok else "GpuResetFailed", outcome)  # fmt: skip
         if state in ("done", "superseded"):  # evacuated (or no longer wanted): not blocked
             self.journal.clear_evacuation(str(a["node"]), int(a["id"]))
         self.journal.finish_action(int(a["id"]), state, outcome, self.clock(), next_at, node_state)

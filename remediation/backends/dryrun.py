@@ -113,6 +113,11 @@ class DryRunBackend:
         if self.node(node) is None:
             raise BackendError(f"node {node} unknown (not in the topology or the scheduler)")
         self._record(node, "take_out", reason=reason, evict=evict)
+        health = getattr(self.source, "health", None)  # Kubernetes: said on the Node too
+        if health is not None:  # an Event only: conditions are for what gpuwarden did
+            what = "cordon, taint and drain" if evict else "cordon and taint"
+            health.event(node, "Normal", "WouldQuarantine",
+                         f"observe-first (dry-run): gpuwarden would {what} the node: {reason}")  # fmt: skip
         return "would drain"
 
     def is_taken_out(self, node: str) -> bool:

@@ -18,15 +18,16 @@ alone. Budgets count the gang once, with all its members' nodes.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from common import fabric
-from remediation.backends import noderemediation
+from remediation.backends import nodehealth, noderemediation
 from remediation.backends.base import BackendError, BlockedPod, EvacuationBlocked, NodePath
 from remediation.backends.dra import DraIsolation
 from remediation.backends.gangs import Gang, gang_of, members, restart_plan
 from remediation.backends.kubeapi import KubeApi, Obj, OfficialKubeApi
+from remediation.backends.nodehealth import NodeHealth
 from remediation.checkpoint import ANNOTATION as CHECKPOINT_ANNOTATION
 from remediation.model import Job, NodeView
 
@@ -67,6 +68,7 @@ class KubernetesBackend:
         self.gangs: dict[str, Gang] = {}  # gang job id -> gang
         self.restarted: dict[str, frozenset[str]] = {}  # gang job id -> member uids we replaced
         self.dra = DraIsolation(api)  # one GPU out, not the node (policy kubernetes.dra_*)
+        self.health = NodeHealth(api)  # Node conditions and Events: what gpuwarden decided
 
     @classmethod
     def from_config(
@@ -120,10 +122,24 @@ class KubernetesBackend:
         )
         if not self.is_taken_out(node):
             raise BackendError(f"cordon of {node} not visible on read-back")
+        self.health.set(node, {nodehealth.HEALTHY: (False, "GpuFault", reason),
+                               nodehealth.QUARANTINED: (True, "Cordoned", reason)})  # fmt: skip
+        self.health.event(node, "Warning", "Quarantined",
+                          f"cordoned and tainted {self.effect} by gpuwarden: {reason}")  # fmt: skip
         out = "cordoned and tainted"
         if evict:
-            out += f"; {self._evict_all(node)}"
+            out += f"; {self._reported(node, self._evict_all)}"
         return out
+
+    def _reported(self, node: str, evacuate: Callable[[str], str]) -> str:
+        """Run an evacuation; a blocked one is also an Event on the node (aggregated: the
+        same pods refused for the same reason bump one Event's count)."""
+        try:
+            return evacuate(node)
+        except EvacuationBlocked as e:
+            self.health.event(node, "Warning", "EvacuationBlocked",
+                              f"{e.scope} {node}: {nodehealth.blocked_message(e.pods)}")  # fmt: skip
+            raise
 
     def is_taken_out(self, node: str) -> bool:
         v = self.node(node)
@@ -132,13 +148,16 @@ class KubernetesBackend:
     def isolate_gpu(self, node: str, gpu: str, reason: str, effect: str) -> str | None:
         """Taint one GPU's DRA device; None where the node has no DRA device for it."""
         try:
-            return self.dra.isolate(node, gpu, reason, effect)
+            out = self._reported(node, lambda _: self.dra.isolate(node, gpu, reason, effect))
         except NodePath:
             raise  # said, and journaled by the executor: not a silent fallback
         except BackendError as e:
             if "node path" in str(e):  # no DRA device for this GPU: the usual node path
                 return None
             raise
+        self.health.set(node, {nodehealth.HEALTHY: (False, "GpuIsolated", f"GPU {gpu}: {reason}")})
+        self.health.event(node, "Warning", "GpuIsolated", f"GPU {gpu} taken out alone: {out}")
+        return out
 
     def release(self, node: str) -> str:
         view = self.node(node)
@@ -146,7 +165,9 @@ class KubernetesBackend:
             raise BackendError(f"node {node} not found")
         gpus = self.dra.release_node(node)
         if gpus and not view.ours:
-            return f"GPU(s) {', '.join(gpus)} back in service (DeviceTaintRules deleted)"
+            out = f"GPU(s) {', '.join(gpus)} back in service (DeviceTaintRules deleted)"
+            self._report_release(node, "GpuReleased", out)
+            return out
         if view.out_of_service and not view.ours:
             raise BackendError(f"refusing to uncordon {node}: cordon is not ours ({view.reason})")
         if not view.ours:
@@ -164,9 +185,18 @@ class KubernetesBackend:
         after = self.node(node)
         if after is None or after.ours:
             raise BackendError(f"uncordon of {node} not visible on read-back")
+        out = "uncordoned"
         if noderemediation.clear(self.api, node):
-            return "uncordoned; its SelfNodeRemediation deleted"
-        return "uncordoned"
+            out = "uncordoned; its SelfNodeRemediation deleted"
+        self._report_release(node, "Released", out)
+        return out
+
+    def _report_release(self, node: str, reason: str, out: str) -> None:
+        """Conditions back to all-clear (only where gpuwarden wrote them) and an Event."""
+        self.health.set(node, {nodehealth.HEALTHY: (True, "NoGpuFault", f"released: {out}"),
+                               nodehealth.QUARANTINED: (False, "Released", out)},
+                        only_if_present=True)  # fmt: skip
+        self.health.event(node, "Normal", reason, f"gpuwarden released the node: {out}")
 
     def _pods(self, node: str) -> list[Obj]:
         out = []
@@ -323,12 +353,20 @@ class KubernetesBackend:
             self._restart_gang(gang, f"requeued away from {exclude}")
             return
         namespace, _, name = job.job_id.partition("/")
-        blocked = self._evict(namespace, name)  # cordoned: its controller reschedules elsewhere
-        if blocked is not None:
-            raise EvacuationBlocked(exclude, (blocked,))
+
+        def move(node: str) -> str:  # cordoned: its controller reschedules it elsewhere
+            blocked = self._evict(namespace, name)
+            if blocked is not None:
+                raise EvacuationBlocked(node, (blocked,))
+            return "evicted"
+
+        self._reported(exclude, move)
 
     def reboot(self, node: str, reason: str) -> str:
         return noderemediation.request_reboot(self.api, node, reason)  # medik8s does it
 
     def mark(self, node: str, state: str) -> None:
         self.api.patch_node(node, {"metadata": {"labels": {STATE_LABEL: state}}})
+        self.health.set(node, {nodehealth.QUARANTINED: (True, nodehealth.camel(state),
+                                                        f"gpuwarden holds the node: {state}")},
+                        only_if_present=True)  # fmt: skip

@@ -294,6 +294,8 @@ def test_remediation_rbac_grants_exactly_what_its_kubernetes_backend_needs(docs:
         (DRA, "devicetaintrules", "list"), (DRA, "devicetaintrules", "create"),
         (DRA, "devicetaintrules", "get"), (DRA, "devicetaintrules", "patch"),
         (DRA, "devicetaintrules", "delete"),
+        # node health (remediation/backends/nodehealth.py): conditions and Events
+        ("", "nodes/status", "patch"), ("", "events", "create"), ("", "events", "patch"),
     }  # fmt: skip
     assert not any("resourceNames" in r or "nonResourceURLs" in r for r in role["rules"])
     # pod patch (the checkpoint annotation) only where a job namespace binds it
@@ -471,6 +473,10 @@ KUBEAPI_GRANTS: dict[str, set[tuple[str, str, str]]] = {
     # API discovery (GET /apis/<group>[/<version>]): every authenticated user may read it
     # (the system:discovery ClusterRole), no grant of ours
     "served_versions": set(),
+    # Node conditions (remediation/backends/nodehealth.py): the status subresource only
+    "patch_node_status": {("", "nodes/status", "patch")},
+    "create_event": {("", "events", "create")},
+    "patch_event": {("", "events", "patch")},
 }  # fmt: skip
 
 

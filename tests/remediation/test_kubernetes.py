@@ -83,11 +83,14 @@ def backend(e: kmock.KubernetesEmulator, **kw: Any) -> KubernetesBackend:
     return KubernetesBackend(api, taint_effect="NoExecute", **kw)
 
 
-def writes(e: kmock.KubernetesEmulator) -> list[tuple[str, str, Any]]:
+def writes(e: kmock.KubernetesEmulator, health: bool = False) -> list[tuple[str, str, Any]]:
+    """Every write, in order; ``health``: also the Node conditions and Events (the node
+    health report, tested in test_node_health.py), left out by default."""
     return [
         (str(r.method).split(".")[-1].upper(), r.url.path, r.data)
         for r in list(e)
         if str(r.method).split(".")[-1].upper() not in ("GET",)
+        and (health or not (r.url.path.endswith("/status") or "/events" in r.url.path))
     ]
 
 
