@@ -151,7 +151,10 @@ async def test_a_pdb_blocked_eviction_fails_the_attempt_at_once_and_a_later_atte
     calls = allow_eviction(emu, blocked=2)
     b = backend(emu)
     for attempt in (1, 2):  # one eviction request per attempt: no thread sleeps on a budget
-        with pytest.raises(BackendError, match="ml/train-0: Cannot evict pod as it would violate the pod.s disruption budget"):
+        with pytest.raises(
+            BackendError,
+            match=r"ml/train-0: Cannot evict pod as it would violate the pod.s disruption budget",
+        ):
             await asyncio.to_thread(b.take_out, "gpu-node-001", "gpuwarden: drain", True)
         assert calls == ["train-0"] * attempt
     assert "evicted 1 pods" in await asyncio.to_thread(
