@@ -17,6 +17,7 @@ import kmock
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from exporter import catalog
 from remediation.app import build_app
 from remediation.backends.kubeapi import OfficialKubeApi
 from remediation.backends.kubernetes import KubernetesBackend
@@ -26,6 +27,7 @@ from remediation.settings import Settings
 from tests.remediation.helpers import AUTH, LIVE_POLICY, TOKEN, alert
 from tests.remediation.test_kubernetes import node, pod
 
+BLOCKED = catalog.REMEDIATION_EVICTIONS_BLOCKED.name
 BUDGET = "Cannot evict pod as it would violate the pod's disruption budget."
 STILL = "The disruption budget train is still being processed by the server."
 
@@ -108,8 +110,7 @@ async def test_a_budget_not_yet_computed_shows_the_node_evacuation_blocked_with_
     assert ev["pods"] == [{"pod": "ml/train-0", "status": 429, "reason": "TooManyRequests",
                            "message": f"{BUDGET} {STILL}", "since": clock.now()}]  # fmt: skip
     assert got["node"]["state"] == "quarantined"  # held, and now says it is not evacuated
-    line = ('gpuwarden_remediation_evictions_blocked{node="gpu-node-001",'
-            'reason="TooManyRequests"} 1.0')  # fmt: skip
+    line = f'{BLOCKED}{{node="gpu-node-001",reason="TooManyRequests"}} 1.0'
     assert line in got["metrics"]
     [rec] = [r for r in caplog.records if "evacuation of node gpu-node-001 blocked" in r.message]
     assert "pod ml/train-0 not evicted: HTTP 429 TooManyRequests" in rec.message
@@ -148,7 +149,7 @@ async def test_the_block_keeps_its_first_time_and_clears_once_the_evacuation_com
     assert (await asyncio.to_thread(svc.executor.run, row))[0] == "done"
     got = await node_api(svc)
     assert got["evacuation"] is None
-    assert "gpuwarden_remediation_evictions_blocked{" not in got["metrics"]
+    assert BLOCKED + "{" not in got["metrics"]
 
 
 @pytest.mark.parametrize(
@@ -171,4 +172,4 @@ async def test_an_eviction_api_error_blocks_the_evacuation_under_its_own_reason(
     got = await node_api(svc)
     [blocked] = got["evacuation"]["pods"]
     assert (blocked["status"], blocked["reason"], blocked["message"]) == (status, reason, message)
-    assert f'reason="{reason}"}} 1.0' in got["metrics"]
+    assert f'{BLOCKED}{{node="gpu-node-001",reason="{reason}"}} 1.0' in got["metrics"]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter import catalog
 from gpuwarden.processes import wait_until
 from remediation.backends import dra
 from remediation.backends.kubernetes import KubernetesBackend
@@ -28,6 +29,7 @@ from tests.remediation.helpers import LIVE_POLICY, TOKEN, alert
 pytestmark = pytest.mark.real
 
 ROOT = Path(__file__).resolve().parents[2]
+BLOCKED = catalog.REMEDIATION_EVICTIONS_BLOCKED.name
 BUDGET = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
@@ -103,8 +105,7 @@ def test_a_budget_blocks_a_running_pod_with_the_servers_words_then_allows_the_dr
     assert p["message"].startswith(f"{BUDGET} The disruption budget {name} needs 1 healthy pods")
     svc.refresh_gauges()
     assert (
-        f'gpuwarden_remediation_evictions_blocked{{node="{node}",reason="TooManyRequests"}} 1.0'
-        in svc.metrics.render().decode()
+        f'{BLOCKED}{{node="{node}",reason="TooManyRequests"}} 1.0' in svc.metrics.render().decode()
     )
     # the budget relaxed; its controller recomputes it; the retry drains the node
     path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}"
