@@ -124,8 +124,9 @@ class KubernetesBackend:
             raise BackendError(f"cordon of {node} not visible on read-back")
         self.health.set(node, {nodehealth.HEALTHY: (False, "GpuFault", reason),
                                nodehealth.QUARANTINED: (True, "Cordoned", reason)})  # fmt: skip
-        self.health.event(node, "Warning", "Quarantined",
-                          f"cordoned and tainted {self.effect} by gpuwarden: {reason}")  # fmt: skip
+        if not view.ours:  # once per quarantine, not again on each retry of its evictions
+            self.health.event(node, "Warning", "Quarantined",
+                              f"cordoned and tainted {self.effect}: {reason}")  # fmt: skip
         out = "cordoned and tainted"
         if evict:
             out += f"; {self._reported(node, self._evict_all)}"

@@ -100,9 +100,7 @@ async def test_a_quarantine_sets_both_conditions_by_strategic_merge_and_records_
     assert (method, path) == ("POST", EVENTS)
     assert ev["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE}
     assert (ev["type"], ev["reason"], ev["count"]) == ("Warning", "Quarantined", 1)
-    assert (
-        ev["message"] == "cordoned and tainted NoSchedule by gpuwarden: gpuwarden: xid 79 on GPU 3"
-    )
+    assert ev["message"] == "cordoned and tainted NoSchedule: gpuwarden: xid 79 on GPU 3"
     assert ev["reportingComponent"] == "gpuwarden.io/remediation"
     assert ev["source"] == {"component": "gpuwarden-remediation", "host": "gpuwarden-remediation-0"}
 
@@ -126,11 +124,12 @@ async def test_a_repeated_blocked_evacuation_bumps_one_event_instead_of_one_per_
     bumps = [body for m, path, body in events(emu) if m == "PATCH" and path.endswith(name)]
     assert [b["count"] for b in bumps] == [2, 3]
     assert bumps[-1]["lastTimestamp"] == nodehealth.stamp(clock.now() - 30)
-    # the Quarantined Event of each attempt is one Event too
+    # the quarantine is one Event, never bumped by the retries of its evictions
     assert [b["reason"] for m, _, b in events(emu) if m == "POST"] == [
         "Quarantined",
         "EvacuationBlocked",
     ]
+    assert len(events(emu)) == 4  # those two, and the two bumps of EvacuationBlocked
 
 
 async def test_the_transition_time_stays_while_the_status_does_and_release_clears_both(
