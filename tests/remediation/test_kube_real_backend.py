@@ -23,7 +23,7 @@ from remediation.backends.kubernetes import KubernetesBackend
 from remediation.clock import FakeClock
 from remediation.service import Service, build
 from remediation.settings import Settings
-from tests.kubelab import ApiError, KubeLab, Run, cleanup, start_lab
+from tests.kubelab import ApiError, KubeLab, Run, cleanup, start_lab, versions
 from tests.remediation.helpers import LIVE_POLICY, TOKEN, alert
 
 pytestmark = pytest.mark.real
@@ -286,3 +286,46 @@ def test_the_shipped_role_patches_node_status_and_events_but_may_not_replace_or_
     with pytest.raises(ApiError) as e:
         as_sa.call("DELETE", "/api/v1/namespaces/default/events", None, "application/json")
     assert e.value.status == 403
+
+
+# ---------------------------------------------------------------- the oldest version
+
+
+@pytest.fixture(scope="module")
+def oldest() -> Iterator[KubeLab]:
+    """The oldest Kubernetes gpuwarden claims (1.34: DRA's slices and claims are v1, the
+    DeviceTaintRule alpha is behind a feature gate, off by default)."""
+    lab = start_lab(versions()["OLDEST_KUBE_VERSION"])
+    try:
+        fleet(lab)
+        yield lab
+    finally:
+        cleanup(lab)
+
+
+def test_on_the_oldest_version_no_rule_api_is_served_so_a_gpu_drain_takes_the_node_and_says_why(
+    oldest: KubeLab, tmp_path: Path
+) -> None:
+    assert oldest.http.get("/version")["gitVersion"] == versions()["OLDEST_KUBE_VERSION"]
+    ns, node = oldest.namespace(), oldest.add_node()
+    publish_gpus(oldest, node)
+    holding(oldest, ns, node, "infer-3", "gpu-3")
+    pol = tmp_path / "policy.yaml"
+    pol.write_text(LIVE_POLICY + "\nkubernetes: {dra_isolation: true}\n")
+    s = Settings(policy=pol, state_db=tmp_path / "state.db", webhook_token=TOKEN,
+                 backend="kubernetes")  # fmt: skip
+    svc = build(s, clock=FakeClock(),
+                backend=KubernetesBackend(oldest.kube_api(remediation_token(oldest))))  # fmt: skip
+    assert svc.policy.dra_isolation
+    fault = alert(node, action="drain", fp=f"fp-{node}", gpu="3")
+    svc.journal.accept([fault], 0)
+    aid = svc.engine.decide(fault)
+    assert aid is not None
+    _, state, outcome = drain(svc, node, aid)
+    assert state == "done", outcome
+    assert outcome.startswith("GPU not taken out alone (DeviceTaintRules are not served by this "
+                              "API server")  # fmt: skip
+    assert outcome.endswith("whole node: cordoned and tainted; evicted 1 pods")
+    assert oldest.http.get(f"/api/v1/nodes/{node}")["spec"]["unschedulable"] is True
+    conds = conditions(oldest, node)
+    assert conds["GpuwardenQuarantined"]["status"] == "True" and conds["Ready"]["status"] == "True"
