@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from gpuwarden.processes import wait_until
-from remediation.backends.base import BackendError
+from remediation.backends.base import BackendError, EvacuationBlocked
 from remediation.backends.dra import DraIsolation
 from remediation.backends.kubernetes import KubernetesBackend
 from remediation.placement.kubernetes import KubePlacement
@@ -119,6 +119,16 @@ def _exercise_every_path(lab: KubeLab, token: str, job_ns: str) -> None:
     for job in jobs:
         backend.request_checkpoint(job)
     assert "evicted 1 pods" in backend.take_out(node, "rbac test", evict=True)
+
+    # a drain a budget blocks, twice: its Event is created, then bumped (events patch);
+    # the node's conditions (nodes/status patch) come with every quarantine
+    blocked = lab.add_node()
+    lab.run_pod(job_ns, blocked, name="guarded", labels={"app": "guarded"})
+    lab.pdb(job_ns, {"app": "guarded"}, minAvailable=1)
+    for _ in range(2):
+        with pytest.raises(EvacuationBlocked):
+            backend.take_out(blocked, "rbac test", evict=True)
+    assert backend.release(blocked) == "uncordoned"
 
     # reboot through medik8s Self Node Remediation, then the release deletes its CR
     tpl_ns = lab.namespace("snr")
