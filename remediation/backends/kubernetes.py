@@ -1,7 +1,10 @@
 """Kubernetes backend: cordon, taint, evict through the Eviction API, label, uncordon ours only.
 
 Ownership is an annotation we write when we cordon (``gpuwarden.io/cordoned-by``); a node
-cordoned by anyone else is never touched and never uncordoned. An eviction the server
+cordoned by anyone else is never touched and never uncordoned. The cordon and the release
+rewrite the node's taint list (the server replaces it whole), so each is conditional on the
+``resourceVersion`` read: a taint another writer added meanwhile makes the write answer 409,
+and the node is read again (never lost). An eviction the server
 refuses (a PodDisruptionBudget's 429, a budget its controller has not computed yet, 403, a
 400 from a server without policy/v1, 500) blocks the evacuation: the attempt fails at once
 with :class:`EvacuationBlocked`, carrying each pod and the server's own reason and message
@@ -35,6 +38,7 @@ OWNER = "gpuwarden.io/cordoned-by"
 REASON = "gpuwarden.io/reason"
 STATE_LABEL = "gpuwarden.io/quarantine"
 TAINT_KEY = "gpuwarden.io/quarantine"
+WRITE_TRIES = 5  # reads and conditional writes of a node before a conflict fails the step
 
 
 def _meta(o: Obj) -> dict[str, Any]:
@@ -98,10 +102,25 @@ class KubernetesBackend:
         n = self.api.read_node(name)
         return None if n is None else self._view(n)
 
-    def _taints(self, name: str) -> list[Obj]:
-        n = self.api.read_node(name) or {}
-        taints = (n.get("spec") or {}).get("taints") or []
-        return [t for t in taints if t.get("key") != TAINT_KEY]
+    def _write_node(self, node: str, body_of: Callable[[list[Obj]], Obj]) -> None:
+        """Read-modify-write of the node's taints (a list the server replaces whole),
+        conditional on the ``resourceVersion`` read: another writer's change in between (a
+        taint of theirs) answers 409 and the node is read again, never overwritten.
+        ``body_of``: the patch, given the node's taints other than gpuwarden's."""
+        for _ in range(WRITE_TRIES):
+            n = self.api.read_node(node) or {}
+            others = [t for t in (n.get("spec") or {}).get("taints") or []
+                      if t.get("key") != TAINT_KEY]  # fmt: skip
+            body = body_of(others)
+            if _meta(n).get("resourceVersion"):
+                body["metadata"]["resourceVersion"] = _meta(n)["resourceVersion"]
+            try:
+                self.api.patch_node(node, body)
+                return
+            except Exception as e:  # the client's ApiException; only a conflict is retried
+                if getattr(e, "status", None) != 409:
+                    raise
+        raise BackendError(f"node {node} changed under each of {WRITE_TRIES} writes (HTTP 409)")
 
     def take_out(self, node: str, reason: str, evict: bool) -> str:
         view = self.node(node)
@@ -110,14 +129,14 @@ class KubernetesBackend:
         if view.out_of_service and not view.ours and view.reason == "cordoned":
             raise BackendError(f"node {node} is cordoned by someone else")
         taint = {"key": TAINT_KEY, "value": "true", "effect": self.effect}
-        self.api.patch_node(
+        self._write_node(
             node,
-            {
+            lambda others: {
                 "metadata": {
                     "annotations": {OWNER: "gpuwarden", REASON: reason},
                     "labels": {STATE_LABEL: "quarantined"},
                 },
-                "spec": {"unschedulable": True, "taints": [*self._taints(node), taint]},
+                "spec": {"unschedulable": True, "taints": [*others, taint]},
             },
         )
         if not self.is_taken_out(node):
@@ -173,14 +192,14 @@ class KubernetesBackend:
             raise BackendError(f"refusing to uncordon {node}: cordon is not ours ({view.reason})")
         if not view.ours:
             return "already in service"
-        self.api.patch_node(
+        self._write_node(
             node,
-            {
+            lambda others: {
                 "metadata": {
                     "annotations": {OWNER: None, REASON: None},
                     "labels": {STATE_LABEL: None},
                 },
-                "spec": {"unschedulable": False, "taints": self._taints(node)},
+                "spec": {"unschedulable": False, "taints": others},
             },
         )
         after = self.node(node)

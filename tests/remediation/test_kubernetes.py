@@ -368,3 +368,19 @@ async def test_reboot_without_the_operator_fails_with_a_reason_and_labels_nothin
         await asyncio.to_thread(b.reboot, "gpu-node-001", "gpuwarden: reboot")
     labels = emu.objects[kmock.resource("v1/nodes"), None, "gpu-node-001"]["metadata"]["labels"]
     assert set(labels) == {"topology.gpuwarden.io/leaf"}
+
+
+async def test_a_cordon_conflicting_on_every_write_fails_the_step_without_a_partial_taint_list(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    """Each write is conditional on the resourceVersion read (the real server's 409 and the
+    re-read are in tests/kube/test_cordon_real.py); one that conflicts every time fails."""
+    node_obj = emu.objects[kmock.resource("v1/nodes"), None, "gpu-node-001"]
+    node_obj.raw["metadata"]["resourceVersion"] = "7"  # type: ignore[index]
+    emu["patch", kmock.resource("v1/nodes"), kmock.name("gpu-node-001")] << 409
+    b = backend(emu)
+    with pytest.raises(BackendError, match=r"changed under each of 5 writes \(HTTP 409\)"):
+        await asyncio.to_thread(b.take_out, "gpu-node-001", "xid", False)
+    bodies = [body for m, path, body in writes(emu) if m == "PATCH"]
+    assert len(bodies) == 5
+    assert all(body["metadata"]["resourceVersion"] == "7" for body in bodies)
