@@ -187,19 +187,18 @@ class KubernetesValidation:
             self.cordon.take_out(  # type: ignore[union-attr]
                 run.node, f"{REASON_PREFIX} validation {verdict}"[:200], False
             )
+        # Background propagation: the garbage collector deletes the Job's pods. gpuwarden
+        # never deletes pods in its namespace itself (its Role grants no pod delete there).
         self.api.delete_job(run.namespace, run.job_name)
-        selector = f"job-name={run.job_name}"
-        for pod in self.api.list_pods_by_label(run.namespace, selector):
-            name = str((pod.get("metadata") or {}).get("name"))
-            status = self.api.delete_pod(run.namespace, name)  # no GC waits on us
-            if status not in (200, 202, 404):
-                raise BackendError(f"pod {name} of Job {run.job_name} not deleted: HTTP {status}")
         if self.api.read_job(run.namespace, run.job_name) is not None:
             raise BackendError(f"validation Job {run.job_name} still there")
-        left = self.api.list_pods_by_label(run.namespace, selector)
+        left = self.api.list_pods_by_label(run.namespace, f"job-name={run.job_name}")
         if left:
             names = ", ".join(str((p.get("metadata") or {}).get("name")) for p in left)
-            raise BackendError(f"pods of Job {run.job_name} still there: {names}")
+            raise BackendError(
+                f"pods of Job {run.job_name} still there (the garbage collector deletes "
+                f"them): {names}"
+            )
         if (
             verdict is not None
             and self.cordon is not None
