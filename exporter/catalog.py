@@ -743,9 +743,14 @@ GPU_POD_INFO = _m(
     "gpu_kubernetes_pod_info",
     "gauge",
     "Pod and container a GPU or MIG device is allocated to (kubelet pod-resources API); value"
-    " is always 1. Join it in PromQL to attribute any GPU series to its pod.",
-    (*GPU, "gpu_instance", "resource", "namespace", "pod", "container"),
-)
+    " is always 1. Join it in PromQL to attribute any GPU series to its pod. resource: the"
+    " device plugin's resource, or the DRA driver (gpu.nvidia.com) for a device of a"
+    " ResourceClaim, whose name is in claim and whose ResourceSlice pool and device name are in"
+    " dra_pool and dra_device (all three empty for device plugin GPUs). A time-sliced GPU has"
+    " one series per pod sharing it; gpu is empty for a device the exporter could not map.",
+    (*GPU, "gpu_instance", "resource", "namespace", "pod", "container", "claim", "dra_pool",
+     "dra_device"),
+)  # fmt: skip
 KUBELET_UP = _m(
     "exporter_kubelet_up",
     "gauge",
@@ -1315,6 +1320,15 @@ HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter 4.x renamed Hostname
 DCGM_DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
 DCGM_MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")  # dcgm-exporter's labels of a MIG series
 DCGM_POD_LABELS = ("pod", "namespace", "container")  # dcgm-exporter --kubernetes
+# dcgm-exporter with KUBERNETES_ENABLE_DRA, on the series of a GPU allocated through a DRA
+# ResourceClaim (the kubelet's pod-resources dynamic_resources), after the pod labels
+DCGM_DRA_LABELS = (
+    "dra_claim_name",
+    "dra_claim_namespace",
+    "dra_device_name",
+    "dra_driver_name",
+    "dra_pool_name",
+)
 
 # Throttle reasons rendered by the GPU collector, in NVML bit order (nvml.h
 # nvmlClocksEventReason*): name -> bit.

@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable
 
 from exporter.catalog import (
+    DCGM_DRA_LABELS,
     DCGM_DRIVER_LABEL,
     DCGM_LABELS,
     DCGM_LAST_XID,
@@ -158,14 +159,18 @@ def _pods(
     grouped: dict[MetricDef, list[Sample]],
 ) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
     """(GPU index, GPU instance) -> dcgm-exporter's pod labels; the first container wins when a
-    shared (time-sliced) GPU has several."""
+    shared (time-sliced) GPU has several. A GPU of a DRA ResourceClaim also gets
+    dcgm-exporter's ``dra_*`` labels (a claim is always in its pod's namespace)."""
     out: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
     for s in grouped.get(GPU_POD_INFO, []):
         lab = s.labels
         values = (lab["pod"], lab["namespace"], lab["container"])
-        out.setdefault(
-            (lab["gpu"], lab["gpu_instance"]), tuple(zip(DCGM_POD_LABELS, values, strict=True))
-        )
+        labels = tuple(zip(DCGM_POD_LABELS, values, strict=True))
+        if lab["claim"]:
+            dra = (lab["claim"], lab["namespace"], lab["dra_device"], lab["resource"],
+                   lab["dra_pool"])  # fmt: skip
+            labels += tuple(zip(DCGM_DRA_LABELS, dra, strict=True))
+        out.setdefault((lab["gpu"], lab["gpu_instance"]), labels)
     return out
 
 

@@ -30,6 +30,7 @@ FIELDS: dict[str, str] = {
     "pci_info": "nvmlDeviceGetPciInfo",
     "serial": "nvmlDeviceGetSerial",
     "vbios": "nvmlDeviceGetVbiosVersion",
+    "minor": "nvmlDeviceGetMinorNumber",
     "temperature": "nvmlDeviceGetTemperature",
     "memory_temperature": "field NVML_FI_DEV_MEMORY_TEMP",
     "power": "nvmlDeviceGetPowerUsage",
@@ -157,6 +158,7 @@ class FakeGpuState:
     pci_bus_id: str
     serial: str = "1654922000001"
     vbios_version: str = "96.00.99.00.01"
+    minor: int | None = None  # /dev/nvidia<minor>; None: the same as the NVML index
     temperature_c: int = 34
     memory_temperature_c: int = 42
     power_mw: int = 72_000
@@ -575,6 +577,10 @@ class FakeNvml:
 
     def nvmlDeviceGetSerial(self, handle: FakeGpuState) -> str:
         return self._read(handle, "serial").serial
+
+    def nvmlDeviceGetMinorNumber(self, handle: FakeGpuState) -> int:
+        gpu = self._read(handle, "minor")
+        return gpu.index if gpu.minor is None else gpu.minor
 
     def nvmlDeviceGetVbiosVersion(self, handle: FakeGpuState) -> str:
         return self._read(handle, "vbios").vbios_version

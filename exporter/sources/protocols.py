@@ -31,6 +31,7 @@ class NvmlApi(Protocol):
     def nvmlDeviceGetName(self, handle: Any) -> str: ...
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any: ...  # .busId: str
     def nvmlDeviceGetSerial(self, handle: Any) -> str: ...
+    def nvmlDeviceGetMinorNumber(self, handle: Any) -> int: ...  # N of /dev/nvidiaN
     def nvmlDeviceGetVbiosVersion(self, handle: Any) -> str: ...
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int: ...
     def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: Sequence[Any]) -> Sequence[Any]: ...
@@ -115,12 +116,14 @@ class JobMap(Protocol):
 
 @dataclass(frozen=True)
 class GpuIdentity:
-    """What other collectors need to name a GPU: NVML index, UUID, PCI address, model name."""
+    """What other collectors need to name a GPU: NVML index, UUID, PCI address, model name,
+    and the device minor number (``/dev/nvidia<minor>``; DRA drivers name GPUs by it)."""
 
     index: str
     uuid: str
     pci_bus_id: str  # as NVML reports it, e.g. "00000000:3B:00.0"
     name: str = ""
+    minor: str = ""  # nvmlDeviceGetMinorNumber; "" when unread
 
 
 def pci_key(address: str) -> str:
