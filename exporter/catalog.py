@@ -751,6 +751,34 @@ GPU_POD_INFO = _m(
     (*GPU, "gpu_instance", "resource", "namespace", "pod", "container", "claim", "dra_pool",
      "dra_device"),
 )  # fmt: skip
+# Per-pod use of a GPU, from NVML's process lists joined to pods through each process's cgroup
+# (exporter.sources.procpods): what a shared (time-sliced, MPS) GPU's pods each use. Pod labels
+# empty: processes in no pod, or whose pod could not be told (counted in read_errors).
+POD_PROCESS = (*GPU, "gpu_instance", "namespace", "pod", "container")
+GPU_POD_MEMORY_USED = _m(
+    "gpu_pod_memory_used_bytes",
+    "gauge",
+    "Frame buffer memory the processes of this pod's container hold on this GPU (or MIG"
+    " device: gpu_instance), summed (nvmlDeviceGetComputeRunningProcesses usedGpuMemory).",
+    POD_PROCESS,
+    "bytes",
+)
+GPU_POD_SM_UTILIZATION = _m(
+    "gpu_pod_sm_utilization_ratio",
+    "gauge",
+    "Fraction of time this GPU's SMs ran this pod's container's kernels over the samples since"
+    " the last cycle, summed over its processes (nvmlDeviceGetProcessUtilization smUtil). NVML"
+    " samples per GPU context: under MPS the server's context runs every client's kernels, so"
+    " the time is the MPS server's; not available on MIG devices.",
+    POD_PROCESS,
+    "ratio",
+)
+GPU_POD_PROCESSES = _m(
+    "gpu_pod_processes",
+    "gauge",
+    "Compute processes of this pod's container with a context on this GPU (or MIG device).",
+    POD_PROCESS,
+)
 KUBELET_UP = _m(
     "exporter_kubelet_up",
     "gauge",

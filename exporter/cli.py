@@ -70,6 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
         "series, as dcgm-exporter --kubernetes does (needs --kubelet-socket)",
     )
     a(
+        "--gpu-processes",
+        action="store_const",
+        const=True,
+        help="per-pod memory, SM time and process count on each GPU (shared GPUs: time-slicing, "
+        "MPS) from NVML's process lists, each process joined to its pod through its cgroup; "
+        "needs the host's pid namespace (hostPID) and the kubelet's /var/log (default: off)",
+    )
+    a("--proc-root", help="the host's /proc, for --gpu-processes (default /proc)")
+    a(
+        "--pod-log-root",
+        help="the node's /var/log with the kubelet's containers/ and pods/, for --gpu-processes "
+        "(default /var/log)",
+    )
+    a(
         "--dcgm-hostengine",
         help="HOST:PORT of a DCGM host engine (nv-hostengine) serving profiling fields for GPUs "
         "without NVML GPM (pre-Hopper); needs DCGM's Python bindings (default: off)",
