@@ -15,7 +15,7 @@ import pytest
 
 from exporter import catalog as c
 from exporter.collectors.gpu import GpuCollector
-from exporter.collectors.gpu_processes import GpuProcessesCollector
+from exporter.collectors.gpu_processes import NOT_MIG, GpuProcessesCollector
 from exporter.sources.procpods import CgroupRef, Owner, ProcPodOwners, parse_cgroup
 from simulator.nvml_fake import FakeNvml, FakeProcess, hgx_node, nvml_error
 
@@ -279,3 +279,31 @@ def test_the_exporter_serves_per_pod_gpu_use_when_gpu_processes_is_on(node: Node
     line = next(ln for ln in text.splitlines() if ln.startswith(c.GPU_POD_MEMORY_USED.name + "{"))
     assert 'namespace="ml",pod="a",container="trainer"} ' in line
     assert f'{c.COLLECTOR_SUCCESS.name}{{node="n1",collector="gpu_processes"}} 1' in text
+
+
+RECORDED = Path(__file__).resolve().parents[2] / "fixtures/device/h200-r580-processes"
+
+
+def test_the_nvml_fake_answers_process_queries_as_a_real_h200_did() -> None:
+    sliced = (RECORDED / "time-sliced.txt").read_text()
+    mps = (RECORDED / "mps.txt").read_text()
+    # the real GPU: NOT_FOUND for "no sample newer", non-MIG processes in GPU instance 2^32-1
+    assert f"PU err NVMLError_NotFound {pynvml.NVML_ERROR_NOT_FOUND}" in sliced
+    assert "same ts again 0" in sliced  # asking with the newest timestamp: nothing (exclusive)
+    assert all(
+        ln.split()[3] == str(NOT_MIG) for ln in sliced.splitlines() if ln.startswith("proc ")
+    )
+    sampled = {ln.split()[1] for ln in mps.splitlines() if ln.startswith("smp ")}
+    listed = {ln.split()[1] for ln in mps.splitlines() if ln.startswith("proc ")}
+    clients = {ln.split()[1] for ln in mps.splitlines() if ln.startswith("mps proc ")}
+    assert sampled and not sampled & clients and sampled < listed  # MPS: the server's samples
+    # the fake, asked the same
+    nvml = hgx_node(gpus=1)
+    nvml.nvmlInit()
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    nvml.gpus[0].processes = [FakeProcess(568, sm_util_pct=None), FakeProcess(605, sm_util_pct=100)]
+    assert [p.gpuInstanceId for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)] == [NOT_MIG] * 2
+    newest = nvml.nvmlDeviceGetProcessUtilization(h, 0)
+    assert [s.pid for s in newest] == [605]  # an MPS client has no sample of its own
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        nvml.nvmlDeviceGetProcessUtilization(h, newest[0].timeStamp)
