@@ -13,7 +13,7 @@ EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 PYTEST_ARGS ?= -n 2
 APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl prometheus-node-exporter shellcheck victoria-metrics chromium
 
-.PHONY: venv system-deps test lint typecheck unit demo demo-check bench bench-prometheus evaluate dashboards rules dist image-test clean soak mutation
+.PHONY: venv system-deps lab-servers test lint typecheck unit demo demo-check bench bench-prometheus evaluate dashboards rules dist image-test clean soak mutation
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,15 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
 	  else echo "warning: missing$$missing (run as root to install $(APT_PACKAGES))"; fi; \
 	fi
+	@$(MAKE) --no-print-directory lab-servers
+
+# The lab's real servers, built or fetched once into a cache outside the clone
+# (~/.cache/gpuwarden-lab; README "Testing" says how long the first build takes): Kubernetes
+# from its Go modules, helm, CRDs, and Debian unstable's Prometheus 3.5, Alertmanager 0.33,
+# node_exporter 1.11, etcd and kubectl.
+lab-servers:
+	@if command -v go >/dev/null 2>&1; then bash tests/lab/servers.sh all; \
+	else echo "warning: no Go toolchain: the Kubernetes lab cannot be built (its tests skip, and fail under CI)"; fi
 
 lint: venv
 	$(BIN)/ruff check .

@@ -122,6 +122,6 @@ case "${1:-all}" in
   helm) helm "${2:-$HELM_VERSION}" ;;
   crds) crds ;;
   debs) debs ;;
-  all) debs; crds; kube "$KUBE_VERSION"; helm "$HELM_VERSION" ;;
+  all) debs; crds; kube "$KUBE_VERSION"; helm "$HELM_VERSION"; kube "$OLDEST_KUBE_VERSION" ;;
   *) echo "usage: $0 kube|helm|crds|debs|all [VERSION]" >&2; exit 2 ;;
 esac
