@@ -765,8 +765,13 @@ def _wait_daemon(
     raise RuntimeError(f"{name}: no {what} in {timeout} s ({last!r}):\n{_tail(d / f'{name}.log')}")
 
 
-def start_lab(version: str | None = None, kcm_controllers: str | None = None) -> KubeLab:
-    """Start a control plane of ``version`` (default: versions.env's KUBE_VERSION)."""
+def start_lab(
+    version: str | None = None,
+    kcm_controllers: str | None = None,
+    apiserver_args: list[str] | None = None,
+) -> KubeLab:
+    """Start a control plane of ``version`` (default: versions.env's KUBE_VERSION);
+    ``apiserver_args``: more flags (feature gates, runtime-config)."""
     version = version or versions()["KUBE_VERSION"]
     apiserver = kube_binary("kube-apiserver", version)
     kcm = kube_binary("kube-controller-manager", version)
@@ -774,7 +779,7 @@ def start_lab(version: str | None = None, kcm_controllers: str | None = None) ->
     d = world_readable_tmpdir("gpuwarden-kube-")
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        return _start(d, version, apiserver, kcm, etcd, procs, kcm_controllers)
+        return _start(d, version, apiserver, kcm, etcd, procs, kcm_controllers, apiserver_args)
     except BaseException:
         for p in procs.values():
             p.kill()
@@ -789,6 +794,7 @@ def _start(
     etcd: str,
     procs: dict[str, subprocess.Popen[bytes]],
     kcm_controllers: str | None,
+    apiserver_args: list[str] | None,
 ) -> KubeLab:
     from tests.realcomp import self_signed_cert
 
@@ -850,6 +856,7 @@ def _start(
             "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false",
             "--v=1",
+            *(apiserver_args or []),
         ],
     )
     url = f"https://127.0.0.1:{ap}"
