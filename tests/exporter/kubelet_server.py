@@ -169,3 +169,32 @@ class GarbageSocket:
         for c in self._held:
             c.close()
         self._sock.close()
+
+
+class GarbageKubelet:
+    """A real gRPC server on the kubelet's socket whose ``List`` answers ``payload``: bytes
+    that are not a ``ListPodResourcesResponse`` (the HTTP/2 and gRPC framing are right, the
+    message is not)."""
+
+    def __init__(self, socket_path: str, payload: bytes) -> None:
+        self.payload = payload
+        handler = grpc.method_handlers_generic_handler(
+            "v1.PodResourcesLister",
+            {
+                "List": grpc.unary_unary_rpc_method_handler(
+                    lambda request, context: self.payload,
+                    request_deserializer=lambda b: b,
+                    response_serializer=lambda b: b,
+                )
+            },
+        )
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self._server.add_generic_rpc_handlers((handler,))
+        self._server.add_insecure_port(f"unix://{socket_path}")
+
+    def __enter__(self) -> GarbageKubelet:
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.stop(grace=None)

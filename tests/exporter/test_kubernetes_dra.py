@@ -26,6 +26,7 @@ from tests.exporter.kubelet_server import (
     ClaimDevice,
     Container,
     FakeKubelet,
+    GarbageKubelet,
     GarbageSocket,
     Pod,
 )
@@ -208,3 +209,25 @@ def test_a_kubelet_socket_that_hangs_or_answers_garbage_keeps_the_last_allocatio
     assert [x.value for x in s if x.metric is c.KUBELET_UP] == [0]
     assert len(_info(s)) == 3
     assert col.read_errors.counts == {"kubelet_list": 1}
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"\xff\xfe\x00 not protobuf", b"\x0a\x05\x0a\x03\xc3\x28\x61"],  # junk; invalid UTF-8 name
+    ids=["junk", "invalid-utf8"],
+)
+def test_a_kubelet_answering_a_message_that_is_no_pod_list_keeps_the_last_allocations(
+    sock: str, payload: bytes
+) -> None:
+    _, gpus = _node()
+    source = KubeletPodResources(sock, timeout=1.0)
+    col = PodsCollector(source, gpus.identities, "n1", wait=3.0)
+    with FakeKubelet(sock, _dra_pods()):
+        assert len(_info(col.collect())) == 3
+    source.close()
+    with GarbageKubelet(sock, payload):
+        with pytest.raises(ConnectionError, match="kubelet List failed"):
+            source.list_devices()
+        s = col.collect()
+    assert [x.value for x in s if x.metric is c.KUBELET_UP] == [0]
+    assert len(_info(s)) == 3 and col.read_errors.counts == {"kubelet_list": 1}
