@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter import catalog as c
 from exporter.collection import CollectionLoop
 from exporter.collectors.gpu import GpuCollector
 from exporter.collectors.gpu_processes import GpuProcessesCollector
@@ -26,12 +27,13 @@ from tests.exporter.test_gpu_processes import CID, GIB, UID_A, UID_B, Node, _sys
 pytestmark = pytest.mark.real
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "attribution.md"
-JOIN = """max by (node, gpu, namespace, pod, container, claim) (gpuwarden_gpu_kubernetes_pod_info)
+INFO, UTIL, POD_SM = c.GPU_POD_INFO.name, c.GPU_UTILIZATION.name, c.GPU_POD_SM_UTILIZATION.name
+JOIN = f"""max by (node, gpu, namespace, pod, container, claim) ({INFO})
   * on (node, gpu) group_left
-    gpuwarden_gpu_utilization_ratio"""
-WRONG_WAY = """gpuwarden_gpu_utilization_ratio * on (node, gpu) group_left (pod)
-  gpuwarden_gpu_kubernetes_pod_info"""
-PER_POD = 'sum by (namespace, pod) (gpuwarden_gpu_pod_sm_utilization_ratio{pod!=""})'
+    {UTIL}"""
+WRONG_WAY = f"""{UTIL} * on (node, gpu) group_left (pod)
+  {INFO}"""
+PER_POD = f'sum by (namespace, pod) ({POD_SM}{{pod!=""}})'
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def test_the_documented_joins_attribute_a_shared_and_a_dra_gpu_to_their_pods(
             GpuProcessesCollector(nvml, gpus.identities, "n1", node.owners()),
         ]
         body = CollectionLoop(cols, "n1", source="t", interval=5).run_once().body
-    with prometheus_scraping(body, "gpuwarden_gpu_pod_sm_utilization_ratio") as prom:
+    with prometheus_scraping(body, POD_SM) as prom:
         joined = {
             (r["metric"]["gpu"], r["metric"]["pod"], r["metric"].get("claim", "")): float(
                 r["value"][1]
