@@ -746,10 +746,11 @@ GPU_POD_INFO = _m(
     " is always 1. Join it in PromQL to attribute any GPU series to its pod. resource: the"
     " device plugin's resource, or the DRA driver (gpu.nvidia.com) for a device of a"
     " ResourceClaim, whose name is in claim and whose ResourceSlice pool and device name are in"
-    " dra_pool and dra_device (all three empty for device plugin GPUs). A time-sliced GPU has"
-    " one series per pod sharing it; gpu is empty for a device the exporter could not map.",
+    " dra_pool and dra_device (all three empty for device plugin GPUs). A shared (time-sliced,"
+    " MPS) GPU has one series per pod sharing it, replica naming the device plugin's replica;"
+    " gpu is empty for a device the exporter could not map.",
     (*GPU, "gpu_instance", "resource", "namespace", "pod", "container", "claim", "dra_pool",
-     "dra_device"),
+     "dra_device", "replica"),
 )  # fmt: skip
 # Per-pod use of a GPU, from NVML's process lists joined to pods through each process's cgroup
 # (exporter.sources.procpods): what a shared (time-sliced, MPS) GPU's pods each use. Pod labels
@@ -1348,6 +1349,8 @@ HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter 4.x renamed Hostname
 DCGM_DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
 DCGM_MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")  # dcgm-exporter's labels of a MIG series
 DCGM_POD_LABELS = ("pod", "namespace", "container")  # dcgm-exporter --kubernetes
+# dcgm-exporter --kubernetes-virtual-gpus: the shared replica a copy of a GPU's series is for
+DCGM_VGPU_LABEL = "vgpu"
 # dcgm-exporter with KUBERNETES_ENABLE_DRA, on the series of a GPU allocated through a DRA
 # ResourceClaim (the kubelet's pod-resources dynamic_resources), after the pod labels
 DCGM_DRA_LABELS = (

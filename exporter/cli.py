@@ -70,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
         "series, as dcgm-exporter --kubernetes does (needs --kubelet-socket)",
     )
     a(
+        "--kubernetes-virtual-gpus",
+        action="store_const",
+        const=True,
+        help="dcgm compat, with --kubernetes-pod-labels: one copy of a shared (time-sliced, MPS) "
+        "GPU's series per sharing pod, labelled vgpu, as dcgm-exporter --kubernetes-virtual-gpus "
+        "does; with --gpu-processes its GPU_UTIL and FB_USED copies are the pod's own use",
+    )
+    a(
         "--gpu-processes",
         action="store_const",
         const=True,
@@ -173,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dcgm_generation=settings.dcgm_generation,
         hostname_label=settings.hostname_label,
         pod_labels=settings.kubernetes_pod_labels,
+        virtual_gpus=settings.kubernetes_virtual_gpus,
         before_cycle=assembly.before_cycle,
     )
     loop.start()

@@ -9,7 +9,8 @@ Between NVML (:class:`exporter.sources.protocols.NvmlApi`), the node's process-t
 - ``nvmlDeviceGetProcessUtilization`` since the last sample seen: the share of SM time each
   pid's kernels took (the mean of its samples) -> ``gpuwarden_gpu_pod_sm_utilization_ratio``.
 
-Both summed per (GPU instance, namespace, pod, container). That is what time-slicing leaves
+Both summed per (GPU instance, namespace, pod, container); the row with empty pod labels
+(processes in no pod) is there for every GPU read, 0 when there are none. That is what time-slicing leaves
 to tell the pods of one GPU apart (every device-level field is the whole GPU's). Under MPS the
 clients' memory is theirs but the SM time is sampled on the MPS server's context, so it goes
 to the server's pod (or to no pod). dcgm-exporter has no per-process series; these are
@@ -89,6 +90,8 @@ class GpuProcessesCollector:
                 self.read_errors.add(owner.problem)
         memory: dict[_Key, float] = defaultdict(float)
         count: dict[_Key, int] = defaultdict(int)
+        count[_key("", Owner())] = 0  # the unattributed row, always: this GPU was read
+        memory[_key("", Owner())] = 0.0
         where: dict[int, str] = {}  # pid -> its GPU instance (utilization samples lack it)
         for p in procs:
             gi = "" if p.gpuInstanceId in (NOT_MIG, None) else str(p.gpuInstanceId)

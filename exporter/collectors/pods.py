@@ -33,7 +33,7 @@ from exporter.sources.protocols import GpuIdentity, GpuLookup
 MigLookup = Callable[[], Mapping[str, tuple[str, str, str]]]  # MIG UUID -> (gpu, uuid, GI)
 
 DRA_GPU = re.compile(r"gpu-(\d+)(?:-mig-\d+-\d+-\d+)?")  # NVIDIA DRA driver device names
-GKE_GPU = re.compile(r"nvidia(\d+)(?:/vgpu\d+)?")  # GKE's device plugin, shared or not
+GKE_GPU = re.compile(r"nvidia(\d+)(?:/vgpu(\d+))?")  # GKE's device plugin, shared or not
 REPLICA = "::"  # NVIDIA's device plugin: <id>::<replica> for time-sliced / MPS replicas
 
 
@@ -79,33 +79,47 @@ class PodsCollector:
     def _samples(self, count: bool = False) -> list[Sample]:
         """The allocations known last; ``count``: a fresh kubelet answer, whose unmapped
         devices are counted once (not again each cycle that re-exports them)."""
-        gpus = list(self._gpus().values())
-        by_uuid = {g.uuid: g for g in gpus if g.uuid}
-        by_index = {g.index: g for g in gpus}
-        by_minor = {g.minor: g for g in gpus if g.minor}
-        migs = self._mig()
+        lookup = _Lookup(list(self._gpus().values()), self._mig())
         out = []
         for d in self._devices:
-            ident: GpuIdentity | None = None
-            gpu, uuid, gi = "", "" if d.dra else d.device_id, ""
-            if d.dra:
-                m = DRA_GPU.fullmatch(d.device_id)
-                ident = by_minor.get(m[1]) if m else None
-            else:
-                device_id = d.device_id.split(REPLICA, 1)[0]
-                if device_id in migs:
-                    gpu, uuid, gi = migs[device_id]
-                elif (m := GKE_GPU.fullmatch(device_id)) is not None:
-                    ident = by_minor.get(m[1])
-                else:
-                    ident = by_uuid.get(device_id) or by_index.get(device_id)
-            if ident is not None:
-                gpu, uuid = ident.index, ident.uuid
-            elif not gpu and count:
+            gpu, uuid, gi, replica = lookup.place(d)
+            if not gpu and count:
                 self.read_errors.add("dra_device_unmapped" if d.dra else "device_unmapped")
             labels = (self._node, gpu, uuid, gi, d.resource, d.namespace, d.pod, d.container)
-            out.append(GPU_POD_INFO.make(1, *labels, d.claim, d.pool, d.device_id if d.dra else ""))
+            dra = (d.claim, d.pool, d.device_id if d.dra else "")
+            out.append(GPU_POD_INFO.make(1, *labels, *dra, replica))
         return out
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Lookup:
+    """This node's GPUs and MIG devices by every name a device id may use."""
+
+    def __init__(self, gpus: list[GpuIdentity], migs: Mapping[str, tuple[str, str, str]]) -> None:
+        self.by_uuid = {g.uuid: g for g in gpus if g.uuid}
+        self.by_index = {g.index: g for g in gpus}
+        self.by_minor = {g.minor: g for g in gpus if g.minor}
+        self.migs = migs
+
+    def place(self, d: PodDevice) -> tuple[str, str, str, str]:
+        """(gpu, uuid, gpu_instance, replica) of a device; gpu "" when no GPU answers to it
+        (uuid then keeps a device plugin's id)."""
+        if d.dra:
+            m = DRA_GPU.fullmatch(d.device_id)
+            return self._of(self.by_minor.get(m[1]) if m else None, "", "")
+        device_id, _, replica = d.device_id.partition(REPLICA)
+        if device_id in self.migs:
+            gpu, uuid, gi = self.migs[device_id]
+            return gpu, uuid, gi, replica
+        if (m := GKE_GPU.fullmatch(device_id)) is not None:
+            return self._of(self.by_minor.get(m[1]), d.device_id, m[2] or "")
+        ident = self.by_uuid.get(device_id) or self.by_index.get(device_id)
+        return self._of(ident, d.device_id, replica)
+
+    @staticmethod
+    def _of(ident: GpuIdentity | None, device_id: str, replica: str) -> tuple[str, str, str, str]:
+        if ident is None:
+            return "", device_id, "", replica
+        return ident.index, ident.uuid, "", replica

@@ -115,6 +115,7 @@ def test_each_pod_sharing_a_time_sliced_gpu_gets_its_own_memory_and_sm_time(node
         ("0", "b", "infer"): 4 * GIB,
         ("0", "", ""): GIB // 2,  # the host's process: unattributed, not dropped
         ("1", "c", "solo"): 8 * GIB,
+        ("1", "", ""): 0,  # read, and no process outside a pod: the row says so
     }
     assert _by_pod(s, c.GPU_POD_SM_UTILIZATION) == pytest.approx(
         {
@@ -122,6 +123,7 @@ def test_each_pod_sharing_a_time_sliced_gpu_gets_its_own_memory_and_sm_time(node
             ("0", "b", "infer"): 0.45,
             ("0", "", ""): 0.05,
             ("1", "c", "solo"): 0.90,
+            ("1", "", ""): 0.0,
         }
     )
     assert _by_pod(s, c.GPU_POD_PROCESSES)[("0", "a", "trainer")] == 2
@@ -214,7 +216,7 @@ def test_mig_processes_are_attributed_per_gpu_instance_without_utilization(node:
                                           compute_instance=0)]  # fmt: skip
     s = _collector(nvml, node.owners()).collect()
     mem = [x.labels for x in s if x.metric is c.GPU_POD_MEMORY_USED]
-    assert [(m["gpu_instance"], m["pod"]) for m in mem] == [("9", "a")]
+    assert [(m["gpu_instance"], m["pod"]) for m in mem if m["pod"]] == [("9", "a")]
     assert not [x for x in s if x.metric is c.GPU_POD_SM_UTILIZATION]  # unsupported: none
 
 
@@ -223,7 +225,7 @@ def test_a_gpu_whose_process_list_fails_costs_only_its_own_series(node: Node) ->
     nvml.gpus[0].failing["processes"] = nvml_error(pynvml.NVML_ERROR_UNKNOWN)
     col = _collector(nvml, node.owners())
     memory = _by_pod(col.collect(), c.GPU_POD_MEMORY_USED)
-    assert set(memory) == {("1", "c", "solo")}
+    assert set(memory) == {("1", "c", "solo"), ("1", "", "")}
     assert col.read_errors.counts == {"processes": 1}
 
 
@@ -276,7 +278,11 @@ def test_the_exporter_serves_per_pod_gpu_use_when_gpu_processes_is_on(node: Node
         "n1", _shared_node(node), DictSysfs(), ListKernelLog(), process_owners=owners
     )
     text = CollectionLoop(cols, "n1", source="t", interval=5).run_once().body.decode()
-    line = next(ln for ln in text.splitlines() if ln.startswith(c.GPU_POD_MEMORY_USED.name + "{"))
+    line = next(
+        ln
+        for ln in text.splitlines()
+        if ln.startswith(c.GPU_POD_MEMORY_USED.name + "{") and 'pod="a"' in ln
+    )
     assert 'namespace="ml",pod="a",container="trainer"} ' in line
     assert f'{c.COLLECTOR_SUCCESS.name}{{node="n1",collector="gpu_processes"}} 1' in text
 
