@@ -535,6 +535,9 @@ class KubeLab:
                 }
             },
         )
+        # TaintNodesByCondition admission taints a new node not-ready; the node lifecycle
+        # controller (not run here) lifts it once the node reports Ready: lifted here.
+        self.http.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": taints or None}})
         self.nodes.add(name)
         return name
 
