@@ -178,9 +178,6 @@ def test_gpus_the_real_scheduler_allocates_through_claims_are_attributed_to_thei
     kube_lab = any_kube_lab
     nvml, gpus = _gpus()
     node = kube_lab.add_node(name=f"dra-{uuid.uuid4().hex[:8]}", gpus=0)
-    # the API server taints a new node not-ready; with no node lifecycle controller in the lab
-    # nothing lifts it, and the real scheduler would place no pod there
-    kube_lab.http.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"taints": None}})
     ns = kube_lab.namespace("dra")
     _device_class(kube_lab)
     _publish_slice(kube_lab, node, nvml)
