@@ -17,6 +17,7 @@ from typing import Any
 from exporter.collectors.base import Collector
 from exporter.collectors.fabric_services import FabricServicesCollector
 from exporter.collectors.gpu import GpuCollector
+from exporter.collectors.gpu_processes import GpuProcessesCollector
 from exporter.collectors.infiniband import InfinibandCollector
 from exporter.collectors.jobs import JobsCollector
 from exporter.collectors.pods import PodsCollector
@@ -32,6 +33,7 @@ from exporter.sources.kmsg_state import XidStateFile
 from exporter.sources.kubelet import KubeletPodResources, PodResources
 from exporter.sources.nvml_events import NvmlXidEvents
 from exporter.sources.pci import nvidia_gpu_addresses
+from exporter.sources.procpods import ProcessOwners, ProcPodOwners
 from exporter.sources.protocols import KernelLog, NvmlApi, SysfsRoot, XidEventSource
 from exporter.sources.steps import DirSteps
 from exporter.sources.storage_probe import StorageProber
@@ -68,6 +70,7 @@ def collectors_for(
     step_dir: str | None = None,
     fabric_units: UnitReader | None = None,
     imex: ImexCtl | None = None,
+    process_owners: ProcessOwners | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
@@ -97,6 +100,8 @@ def collectors_for(
         out.append(StepsCollector(DirSteps(step_dir), gpu.identities, node, owner))
     if pod_resources is not None:
         out.append(PodsCollector(pod_resources, gpu.identities, node, mig=gpu.mig_devices))
+    if process_owners is not None:  # who uses a shared GPU, pod by pod
+        out.append(GpuProcessesCollector(nvml, gpu.identities, node, process_owners))
     if storage is not None and storage.mounts:
         out.append(StorageCollector(storage, node))
     if fabric_units is not None:  # Fabric Manager / IMEX units (or why they cannot be read)
@@ -158,5 +163,8 @@ def assemble(settings: ExporterSettings) -> Assembly:
         # always: without systemctl the collector says so (exporter_field_unavailable)
         fabric_units=SystemctlUnits(),
         imex=ImexCtlRunner(),
+        process_owners=ProcPodOwners(settings.proc_root, settings.pod_log_root)
+        if settings.gpu_processes
+        else None,
     )
     return Assembly(cols)

@@ -743,8 +743,42 @@ GPU_POD_INFO = _m(
     "gpu_kubernetes_pod_info",
     "gauge",
     "Pod and container a GPU or MIG device is allocated to (kubelet pod-resources API); value"
-    " is always 1. Join it in PromQL to attribute any GPU series to its pod.",
-    (*GPU, "gpu_instance", "resource", "namespace", "pod", "container"),
+    " is always 1. Join it in PromQL to attribute any GPU series to its pod. resource: the"
+    " device plugin's resource, or the DRA driver (gpu.nvidia.com) for a device of a"
+    " ResourceClaim, whose name is in claim and whose ResourceSlice pool and device name are in"
+    " dra_pool and dra_device (all three empty for device plugin GPUs). A shared (time-sliced,"
+    " MPS) GPU has one series per pod sharing it, replica naming the device plugin's replica;"
+    " gpu is empty for a device the exporter could not map.",
+    (*GPU, "gpu_instance", "resource", "namespace", "pod", "container", "claim", "dra_pool",
+     "dra_device", "replica"),
+)  # fmt: skip
+# Per-pod use of a GPU, from NVML's process lists joined to pods through each process's cgroup
+# (exporter.sources.procpods): what a shared (time-sliced, MPS) GPU's pods each use. Pod labels
+# empty: processes in no pod, or whose pod could not be told (counted in read_errors).
+POD_PROCESS = (*GPU, "gpu_instance", "namespace", "pod", "container")
+GPU_POD_MEMORY_USED = _m(
+    "gpu_pod_memory_used_bytes",
+    "gauge",
+    "Frame buffer memory the processes of this pod's container hold on this GPU (or MIG"
+    " device: gpu_instance), summed (nvmlDeviceGetComputeRunningProcesses usedGpuMemory).",
+    POD_PROCESS,
+    "bytes",
+)
+GPU_POD_SM_UTILIZATION = _m(
+    "gpu_pod_sm_utilization_ratio",
+    "gauge",
+    "Fraction of time this GPU's SMs ran this pod's container's kernels over the samples since"
+    " the last cycle, summed over its processes (nvmlDeviceGetProcessUtilization smUtil). NVML"
+    " samples per GPU context: under MPS the server's context runs every client's kernels, so"
+    " the time is the MPS server's; not available on MIG devices.",
+    POD_PROCESS,
+    "ratio",
+)
+GPU_POD_PROCESSES = _m(
+    "gpu_pod_processes",
+    "gauge",
+    "Compute processes of this pod's container with a context on this GPU (or MIG device).",
+    POD_PROCESS,
 )
 KUBELET_UP = _m(
     "exporter_kubelet_up",
@@ -1323,6 +1357,17 @@ HOSTNAME_LABELS = ("Hostname", "hostname")  # dcgm-exporter 4.x renamed Hostname
 DCGM_DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
 DCGM_MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")  # dcgm-exporter's labels of a MIG series
 DCGM_POD_LABELS = ("pod", "namespace", "container")  # dcgm-exporter --kubernetes
+# dcgm-exporter --kubernetes-virtual-gpus: the shared replica a copy of a GPU's series is for
+DCGM_VGPU_LABEL = "vgpu"
+# dcgm-exporter with KUBERNETES_ENABLE_DRA, on the series of a GPU allocated through a DRA
+# ResourceClaim (the kubelet's pod-resources dynamic_resources), after the pod labels
+DCGM_DRA_LABELS = (
+    "dra_claim_name",
+    "dra_claim_namespace",
+    "dra_device_name",
+    "dra_driver_name",
+    "dra_pool_name",
+)
 
 # Throttle reasons rendered by the GPU collector, in NVML bit order (nvml.h
 # nvmlClocksEventReason*): name -> bit.

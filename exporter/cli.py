@@ -70,6 +70,28 @@ def build_parser() -> argparse.ArgumentParser:
         "series, as dcgm-exporter --kubernetes does (needs --kubelet-socket)",
     )
     a(
+        "--kubernetes-virtual-gpus",
+        action="store_const",
+        const=True,
+        help="dcgm compat, with --kubernetes-pod-labels: one copy of a shared (time-sliced, MPS) "
+        "GPU's series per sharing pod, labelled vgpu, as dcgm-exporter --kubernetes-virtual-gpus "
+        "does; with --gpu-processes its GPU_UTIL and FB_USED copies are the pod's own use",
+    )
+    a(
+        "--gpu-processes",
+        action="store_const",
+        const=True,
+        help="per-pod memory, SM time and process count on each GPU (shared GPUs: time-slicing, "
+        "MPS) from NVML's process lists, each process joined to its pod through its cgroup; "
+        "needs the host's pid namespace (hostPID) and the kubelet's /var/log (default: off)",
+    )
+    a("--proc-root", help="the host's /proc, for --gpu-processes (default /proc)")
+    a(
+        "--pod-log-root",
+        help="the node's /var/log with the kubelet's containers/ and pods/, for --gpu-processes "
+        "(default /var/log)",
+    )
+    a(
         "--dcgm-hostengine",
         help="HOST:PORT of a DCGM host engine (nv-hostengine) serving profiling fields for GPUs "
         "without NVML GPM (pre-Hopper); needs DCGM's Python bindings (default: off)",
@@ -159,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dcgm_generation=settings.dcgm_generation,
         hostname_label=settings.hostname_label,
         pod_labels=settings.kubernetes_pod_labels,
+        virtual_gpus=settings.kubernetes_virtual_gpus,
         before_cycle=assembly.before_cycle,
     )
     loop.start()

@@ -68,6 +68,7 @@ class CollectionLoop:
         dcgm: bool = False,
         hostname_label: str = "Hostname",
         pod_labels: bool = False,
+        virtual_gpus: bool = False,
         dcgm_generation: str = "4.8",
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -81,6 +82,7 @@ class CollectionLoop:
         self._dcgm = dcgm
         self._hostname_label = hostname_label
         self._pod_labels = pod_labels
+        self._virtual_gpus = virtual_gpus  # dcgm compat: a copy per pod of a shared GPU
         self._dcgm_generation = dcgm_generation  # exporter.catalog_dcgm.GENERATIONS
         self._wall = wall
         self._monotonic = monotonic
@@ -111,6 +113,7 @@ class CollectionLoop:
             hostname_label=self._hostname_label,
             pod_labels=self._pod_labels,
             dcgm_generation=self._dcgm_generation,
+            virtual_gpus=self._virtual_gpus,
         )
         snap = Snapshot(
             body,

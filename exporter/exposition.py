@@ -15,9 +15,7 @@ from exporter.catalog import (
     DCGM_LAST_XID,
     DCGM_LAST_XID_HELP,
     DCGM_MIG_LABELS,
-    DCGM_POD_LABELS,
     GPU_INFO,
-    GPU_POD_INFO,
     HOSTNAME_LABELS,
     DcgmField,
     MetricDef,
@@ -25,6 +23,7 @@ from exporter.catalog import (
 )
 from exporter.catalog_dcgm import DEFAULT as DCGM_DEFAULT_GENERATION
 from exporter.catalog_dcgm import DRIVER_LABEL, RENAMES, name_in
+from exporter.dcgm_pods import dcgm_pods
 from exporter.xid_messages import message as xid_message
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -154,21 +153,6 @@ def _dcgm_values(field: DcgmField, samples: list[Sample], into: dict[_Key, float
         into[key] = into.get(key, 0.0) + s.value * field.scale
 
 
-def _pods(
-    grouped: dict[MetricDef, list[Sample]],
-) -> dict[tuple[str, str], tuple[tuple[str, str], ...]]:
-    """(GPU index, GPU instance) -> dcgm-exporter's pod labels; the first container wins when a
-    shared (time-sliced) GPU has several."""
-    out: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
-    for s in grouped.get(GPU_POD_INFO, []):
-        lab = s.labels
-        values = (lab["pod"], lab["namespace"], lab["container"])
-        out.setdefault(
-            (lab["gpu"], lab["gpu_instance"]), tuple(zip(DCGM_POD_LABELS, values, strict=True))
-        )
-    return out
-
-
 def _labels(ids: dict[str, tuple[tuple[str, str], ...]], key: _Key) -> tuple[tuple[str, str], ...]:
     """dcgm-exporter's labels for a GPU, or for a MIG instance (GPU_I_PROFILE, GPU_I_ID after
     modelName, as its template puts them)."""
@@ -184,6 +168,7 @@ def render_dcgm(
     hostname_label: str = "Hostname",
     pod_labels: bool = False,
     generation: str = DCGM_DEFAULT_GENERATION,
+    virtual_gpus: bool = False,
 ) -> list[str]:
     """dcgm-exporter's names and labels, so community dashboards and alerts work unchanged.
 
@@ -193,12 +178,13 @@ def render_dcgm(
     3.x) or ``hostname`` (4.x). ``pod_labels``: pod/namespace/container of the allocation
     (gpuwarden_gpu_kubernetes_pod_info) on each allocated GPU's or MIG device's series.
     ``generation``: dcgm-exporter's naming generation (:mod:`exporter.catalog_dcgm`): the
-    catalogue's 4.8 names, or 4.9's / 4.10's names and units.
+    catalogue's 4.8 names, or 4.9's / 4.10's names and units. ``virtual_gpus``: with pod
+    labels, one copy per pod of a shared GPU's series (:mod:`exporter.dcgm_pods`).
     """
     if hostname_label not in HOSTNAME_LABELS:
         raise ValueError(f"hostname label {hostname_label!r} is not one of {HOSTNAME_LABELS}")
     ids = _identities(grouped, hostname_label, DRIVER_LABEL[generation])
-    pods = _pods(grouped) if pod_labels else {}
+    pods = dcgm_pods(grouped if pod_labels else {}, virtual_gpus)
     fields: dict[str, tuple[DcgmField, str, dict[_Key, float]]] = {}
     for metric, samples in grouped.items():
         for field in metric.dcgm:
@@ -210,9 +196,10 @@ def render_dcgm(
     for legacy, (field, help_, values) in fields.items():
         name, r = name_in(generation, legacy), renames.get(legacy)
         rows = [
-            (_labels(ids, k) + pods.get(k[:2], ()), v * (r.factor if r else 1.0))
+            (_labels(ids, k) + pod, own * (r.factor if r else 1.0))
             for k, v in values.items()
             if k[0] in ids
+            for pod, own in pods.rows(legacy, k[:2], v)
         ]
         if not rows or name is None:
             continue
@@ -221,8 +208,9 @@ def render_dcgm(
         lines += _header(name, help_ if r is None else _help(help_, r.unit), field.type)
         lines += [_prefix(name, labels) + fmt(v) for labels, v in rows]
     xids = [
-        (ids[g] + pods.get((g, ""), ()), int(last_xid.get(g, 0)))
+        (ids[g] + pod, int(last_xid.get(g, 0)))
         for g in sorted(ids, key=_int_or_str)
+        for pod, _ in pods.rows(DCGM_LAST_XID.name, (g, ""), 0.0)
     ]
     if xids:  # like dcgm-exporter: every GPU, 0 ("No Error") until its first XID
         name = name_in(generation, DCGM_LAST_XID.name) or DCGM_LAST_XID.name
@@ -255,6 +243,7 @@ def render(
     hostname_label: str = "Hostname",
     pod_labels: bool = False,
     dcgm_generation: str = DCGM_DEFAULT_GENERATION,
+    virtual_gpus: bool = False,
 ) -> bytes:
     """The exposition of ``samples``; pass the same ``prefixes`` every cycle to reuse work."""
     grouped = group(samples)
@@ -262,5 +251,7 @@ def render(
     if prefixes is not None:
         prefixes.trim(sum(len(v) for v in grouped.values()))
     if dcgm:
-        lines += render_dcgm(grouped, last_xid or {}, hostname_label, pod_labels, dcgm_generation)
+        lines += render_dcgm(
+            grouped, last_xid or {}, hostname_label, pod_labels, dcgm_generation, virtual_gpus
+        )
     return ("\n".join(lines) + "\n").encode()

@@ -38,6 +38,12 @@ class ExporterSettings:
     hostname_label: str = "Hostname"  # dcgm compat: Hostname (dcgm-exporter 3.x) or hostname
     kubelet_socket: str | None = None  # kubelet pod-resources socket; None: no pod attribution
     kubernetes_pod_labels: bool = False
+    kubernetes_virtual_gpus: bool = False  # dcgm compat: a copy per pod of a shared GPU
+    # per-pod memory and SM time of shared GPUs from NVML's process lists (needs hostPID and
+    # the node's /var/log: exporter.sources.procpods)
+    gpu_processes: bool = False
+    proc_root: str = "/proc"  # the host's /proc
+    pod_log_root: str = "/var/log"  # holds the kubelet's containers/ and pods/
     dcgm_hostengine: str | None = (
         None  # HOST:PORT of nv-hostengine, for pre-Hopper profiling  # dcgm compat: pod/namespace/container on GPU series
     )

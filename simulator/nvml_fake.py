@@ -30,6 +30,7 @@ FIELDS: dict[str, str] = {
     "pci_info": "nvmlDeviceGetPciInfo",
     "serial": "nvmlDeviceGetSerial",
     "vbios": "nvmlDeviceGetVbiosVersion",
+    "minor": "nvmlDeviceGetMinorNumber",
     "temperature": "nvmlDeviceGetTemperature",
     "memory_temperature": "field NVML_FI_DEV_MEMORY_TEMP",
     "power": "nvmlDeviceGetPowerUsage",
@@ -62,6 +63,8 @@ FIELDS: dict[str, str] = {
     "gpm": "nvmlGpmQueryDeviceSupport / nvmlGpmSampleGet / nvmlGpmMetricsGet",
     "mig": "nvmlDeviceGetMigMode / nvmlDeviceGetMigDeviceHandleByIndex",
     "fabric": "nvmlDeviceGetGpuFabricInfoV",
+    "processes": "nvmlDeviceGetComputeRunningProcesses",
+    "process_utilization": "nvmlDeviceGetProcessUtilization",
 }
 MAX_MIG_DEVICES = 7  # an A100/H100 has at most 7 GPU instances (nvmlDeviceGetMaxMigDeviceCount)
 
@@ -87,6 +90,42 @@ class FakeMigDevice:
     @property
     def memory_used(self) -> int:  # the parent's use shared out by size: enough for a fake
         return min(self.memory_total, self.parent.memory_used * self.slices // 8)
+
+
+@dataclass
+class FakeProcess:
+    """A compute process with a context on a GPU (nvmlProcessInfo_t) and what the GPU's
+    per-process utilization sampler last saw of it (nvmlProcessUtilizationSample_t).
+
+    ``sm_util_pct`` None: the process has no utilization sample of its own, as an MPS client
+    (the MPS server's context runs every client's kernels, so NVML samples the server's pid).
+    ``gpu_instance``/``compute_instance``: a process on a MIG device.
+    """
+
+    pid: int
+    used_memory: int | None = 1 << 30  # bytes; None: NVML_VALUE_NOT_AVAILABLE
+    sm_util_pct: int | None = 0
+    mem_util_pct: int = 0
+    gpu_instance: int = 0xFFFFFFFF  # NVML's "not a MIG device" value
+    compute_instance: int = 0xFFFFFFFF
+
+
+@dataclass
+class FakeProcessInfo:  # the attributes pynvml's nvmlFriendlyObject of nvmlProcessInfo_v3_t has
+    pid: int
+    usedGpuMemory: int | None
+    gpuInstanceId: int
+    computeInstanceId: int
+
+
+@dataclass
+class FakeProcessSample:  # pynvml's c_nvmlProcessUtilizationSample_t fields
+    pid: int
+    timeStamp: int  # microseconds (wall clock) when the sample was taken
+    smUtil: int
+    memUtil: int
+    encUtil: int = 0
+    decUtil: int = 0
 
 
 # Real 8-GPU HGX H100/H200 boards enumerate their GPUs on these PCI buses.
@@ -157,6 +196,7 @@ class FakeGpuState:
     pci_bus_id: str
     serial: str = "1654922000001"
     vbios_version: str = "96.00.99.00.01"
+    minor: int | None = None  # /dev/nvidia<minor>; None: the same as the NVML index
     temperature_c: int = 34
     memory_temperature_c: int = 42
     power_mw: int = 72_000
@@ -207,6 +247,8 @@ class FakeGpuState:
     failing: dict[str, Exception] = field(default_factory=dict)
     lost: bool = False
     fabric: FakeFabric | None = None  # None: the call answers NOT_SUPPORTED (no NVSwitch fabric)
+    processes: list[FakeProcess] = field(default_factory=list)
+    process_sample_us: int = 1_700_000_000_000_000  # when the processes' samples were taken
 
     def __post_init__(self) -> None:
         unknown = (set(self.unsupported) | set(self.failing)) - FIELDS.keys()
@@ -576,6 +618,10 @@ class FakeNvml:
     def nvmlDeviceGetSerial(self, handle: FakeGpuState) -> str:
         return self._read(handle, "serial").serial
 
+    def nvmlDeviceGetMinorNumber(self, handle: FakeGpuState) -> int:
+        gpu = self._read(handle, "minor")
+        return gpu.index if gpu.minor is None else gpu.minor
+
     def nvmlDeviceGetVbiosVersion(self, handle: FakeGpuState) -> str:
         return self._read(handle, "vbios").vbios_version
 
@@ -815,6 +861,31 @@ class FakeNvml:
                 event_set.queue.append(FakeEventData(self.gpus[gpu], kind, xid))
                 delivered += 1
         return delivered
+
+    # ------------------------------------------------------------------ processes
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeGpuState) -> list[FakeProcessInfo]:
+        gpu = self._read(handle, "processes")
+        return [
+            FakeProcessInfo(p.pid, p.used_memory, p.gpu_instance, p.compute_instance)
+            for p in gpu.processes
+        ]
+
+    def nvmlDeviceGetProcessUtilization(
+        self, handle: FakeGpuState, timeStamp: int
+    ) -> list[FakeProcessSample]:
+        """Samples newer than ``timeStamp``; NOT_FOUND when there are none (as NVML answers),
+        NOT_SUPPORTED in MIG mode."""
+        gpu = self._read(handle, "process_utilization")
+        if gpu.mig_devices:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        samples = [
+            FakeProcessSample(p.pid, gpu.process_sample_us, p.sm_util_pct, p.mem_util_pct)
+            for p in gpu.processes
+            if p.sm_util_pct is not None and gpu.process_sample_us > timeStamp
+        ]
+        if not samples:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+        return samples
 
     # ------------------------------------------------------------------ helpers
     def _check_init(self) -> None:

@@ -172,7 +172,10 @@ class GpuCollector:
         name = text(r.read("name", self.nvml.nvmlDeviceGetName, handle) or "")
         serial = text(r.read("serial", self.nvml.nvmlDeviceGetSerial, handle) or "")
         vbios = text(r.read("vbios", self.nvml.nvmlDeviceGetVbiosVersion, handle) or "")
-        gpu.identity = GpuIdentity(str(index), uuid, bus_id, name)
+        minor = r.read("minor", self.nvml.nvmlDeviceGetMinorNumber, handle)
+        gpu.identity = GpuIdentity(
+            str(index), uuid, bus_id, name, "" if minor is None else str(minor)
+        )
         gpu.info = (serial, vbios)
 
     def _read_healthy(self, index: int, gpu: _Gpu, handle: Any) -> list[Sample]:

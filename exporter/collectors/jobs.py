@@ -1,7 +1,7 @@
 """Jobs collector: the scheduler's GPU -> job map -> ``catalog.GPU_ALLOCATION_INFO``.
 
-Sits between a :class:`~exporter.sources.protocols.JobMap` (Slurm prolog/epilog files today,
-the kubelet pod-resources API later; see :mod:`exporter.sources.jobmap`) and the collection
+Sits between a :class:`~exporter.sources.protocols.JobMap` (Slurm prolog/epilog files; pods
+have their own collector; see :mod:`exporter.sources.jobmap`) and the collection
 loop. One series per allocated GPU, value 1, labelled with the GPU's UUID so queries can join
 it onto any per-GPU series (``<per-GPU series> * on(node, gpu) group_left(job_id)
 <allocation series>``) without a job label multiplying every series.

@@ -10,16 +10,10 @@ removed by ``deploy/slurm/epilog.sh``: one file per GPU index, named by the inde
 the job id. The prolog writes a temp file and renames it, so a reader sees the old content
 or the new, never half; temp files start with ``.`` and are ignored here.
 
-Kubernetes (not built yet; the seam is this Protocol): a ``PodResourcesJobMap`` would call
-the kubelet pod-resources API (gRPC ``v1.PodResourcesLister/List`` on
-``unix:///var/lib/kubelet/pod-resources/kubelet.sock``). Each ``PodResources`` carries
-``namespace``, ``name`` and per container ``devices`` with ``resource_name ==
-"nvidia.com/gpu"`` and ``device_ids`` (GPU UUIDs from the NVIDIA device plugin, or MIG
-UUIDs). It would map each UUID to its NVML index through the same
-:class:`~exporter.sources.protocols.GpuLookup` the collectors share, return
-``{index: "<namespace>/<pod>"}`` from ``allocations()`` and ``"kubernetes"`` as
-``scheduler``; the collector and the series stay as they are. A failed gRPC call would be
-counted in its ``read_errors``, as an unreadable file is here.
+Kubernetes attribution is not a job map: :class:`exporter.collectors.pods.PodsCollector`
+reads the kubelet pod-resources API (device plugin and DRA devices) into
+``catalog.GPU_POD_INFO``, and :class:`exporter.collectors.gpu_processes.GpuProcessesCollector`
+joins NVML's processes to pods (docs/attribution.md).
 """
 
 from __future__ import annotations

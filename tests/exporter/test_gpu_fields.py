@@ -167,6 +167,10 @@ def test_every_gpu_and_nvlink_metric_of_the_catalogue_is_emitted_for_a_pre_amper
         c.GPU_XID_NVLINK5_ERRORS,
         c.GPU_ALLOCATION_INFO,
         c.GPU_POD_INFO,  # the kubelet's, not NVML's
+        # per-pod use of a shared GPU: the gpu_processes collector's (NVML + cgroups)
+        c.GPU_POD_MEMORY_USED,
+        c.GPU_POD_SM_UTILIZATION,
+        c.GPU_POD_PROCESSES,
     }
 
 
