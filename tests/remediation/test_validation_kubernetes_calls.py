@@ -225,9 +225,7 @@ def test_a_read_that_fails_is_unknown_and_a_deleted_job_is_cancelled() -> None:
         runner(api).poll(run)
 
 
-def test_the_stop_deletes_the_job_leaves_its_pods_to_the_garbage_collector_and_reads_back() -> (
-    None
-):
+def test_the_stop_deletes_the_job_leaves_its_pods_to_the_garbage_collector_and_reads_back() -> None:
     api, cordon = Api(), Cordon(ours=True)
     run = started(api)
     runner(api, cordon).finish(run, "failed")
