@@ -8,7 +8,6 @@ every refusal was logged as a PodDisruptionBudget's."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from remediation.clock import FakeClock
 from remediation.service import Service, build
 from remediation.settings import Settings
 from tests.remediation.helpers import AUTH, LIVE_POLICY, TOKEN, alert
+from tests.remediation.logcapture import captured
 from tests.remediation.test_kubernetes import node, pod
 
 BLOCKED = catalog.REMEDIATION_EVICTIONS_BLOCKED.name
@@ -95,12 +95,12 @@ async def node_api(svc: Service) -> dict[str, Any]:
 
 
 async def test_a_budget_not_yet_computed_shows_the_node_evacuation_blocked_with_the_servers_words(
-    emu: kmock.KubernetesEmulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    emu: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:
     clock = FakeClock()
     refusing(emu, 429, "TooManyRequests", BUDGET, STILL)
     svc = service_on(emu, tmp_path, clock)
-    with caplog.at_level(logging.WARNING, "gpuwarden.remediation"):
+    with captured("gpuwarden.remediation") as records:
         aid, state, outcome = await drain_once(svc)
     assert state == "retry" and STILL in outcome and "PodDisruptionBudget" not in outcome
     got = await node_api(svc)
@@ -112,9 +112,11 @@ async def test_a_budget_not_yet_computed_shows_the_node_evacuation_blocked_with_
     assert got["node"]["state"] == "quarantined"  # held, and now says it is not evacuated
     line = f'{BLOCKED}{{node="gpu-node-001",reason="TooManyRequests"}} 1.0'
     assert line in got["metrics"]
-    [rec] = [r for r in caplog.records if "evacuation of node gpu-node-001 blocked" in r.message]
-    assert "pod ml/train-0 not evicted: HTTP 429 TooManyRequests" in rec.message
-    assert STILL in rec.message
+    [msg] = [
+        m for r in records if "evacuation of node gpu-node-001 blocked" in (m := r.getMessage())
+    ]
+    assert "pod ml/train-0 not evicted: HTTP 429 TooManyRequests" in msg
+    assert STILL in msg
 
 
 async def test_a_pending_pod_is_evicted_despite_its_budget_and_only_the_running_one_is_blocked(

@@ -8,7 +8,6 @@ test_kube_real_node_health.py."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from remediation.backends.kubeapi import OfficialKubeApi
 from remediation.backends.kubernetes import KubernetesBackend
 from remediation.clock import FakeClock
 from remediation.journal import Journal
+from tests.remediation.logcapture import captured
 from tests.remediation.test_kubernetes import node, pod, writes
 
 NODE = "gpu-node-001"
@@ -167,15 +167,15 @@ async def test_a_node_gpuwarden_never_took_out_gets_no_condition_on_release(
 
 
 async def test_a_refused_status_write_is_logged_and_the_quarantine_still_stands(
-    emu: kmock.KubernetesEmulator, caplog: pytest.LogCaptureFixture
+    emu: kmock.KubernetesEmulator,
 ) -> None:
     emu["patch", kmock.subresource("status")] << 403
     emu["post", kmock.resource("v1/events")] << 403
     b = backend(emu, FakeClock())
-    with caplog.at_level(logging.WARNING, "gpuwarden.remediation"):
+    with captured("gpuwarden.remediation") as records:
         assert await asyncio.to_thread(b.take_out, NODE, "xid", False) == "cordoned and tainted"
     assert await asyncio.to_thread(b.is_taken_out, NODE)
-    text = caplog.text
+    text = "\n".join(r.getMessage() for r in records)
     assert f"node {NODE}: conditions ['GpuHealthy', 'GpuwardenQuarantined'] not written" in text
     assert f"node {NODE}: event Quarantined not recorded" in text
 
