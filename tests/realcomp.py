@@ -27,6 +27,62 @@ from gpuwarden.processes import free_port, wait_until, world_readable_tmpdir
 __all__ = ["free_port", "wait_until", "world_readable_tmpdir"]
 
 
+# The Prometheus-stack servers exist in two generations (issue 32): `current` (Debian unstable's
+# Prometheus 3.5 LTS, Alertmanager 0.33, node_exporter 1.11, unpacked by tests/lab/servers.sh
+# into the lab cache) and `stable` (Debian stable's packages in /usr/bin: 2.42, 0.25, 1.5).
+# GPUWARDEN_PROM_GENERATION picks the one every real-server test runs on (default current);
+# the promtool, alert-stack and dcgm e2e tests take the `prom_generation` fixture
+# (tests/conftest.py) and run on both. A generation is put first on PATH as a directory of
+# links to its five binaries, so gpuwarden's own PATH lookups (stack.py, demo.py) follow it.
+GENERATIONS = ("current", "stable")
+GENERATION_BINARIES = (
+    "prometheus",
+    "promtool",
+    "prometheus-alertmanager",
+    "amtool",
+    "prometheus-node-exporter",
+)
+
+
+def default_generation() -> str:
+    g = os.environ.get("GPUWARDEN_PROM_GENERATION") or "current"
+    if g not in GENERATIONS:
+        raise ValueError(f"GPUWARDEN_PROM_GENERATION={g!r}: one of {', '.join(GENERATIONS)}")
+    return g
+
+
+def generation_source(generation: str) -> Path:
+    """The directory a generation's binaries come from."""
+    if generation == "stable":
+        return Path("/usr/bin")
+    cache = os.environ.get("GPUWARDEN_LAB_CACHE") or Path.home() / ".cache" / "gpuwarden-lab"
+    return Path(cache) / "debian-sid" / "usr" / "bin"
+
+
+def generation_missing(generation: str) -> list[str]:
+    src = generation_source(generation)
+    return [b for b in GENERATION_BINARIES if not os.access(src / b, os.X_OK)]
+
+
+def generation_dir(generation: str, parent: Path) -> Path:
+    """``parent/<generation>``: links to the generation's five binaries and nothing else (the
+    lab's debian-sid/usr/bin also holds etcd and kubectl, which must not shadow others)."""
+    missing = generation_missing(generation)
+    if missing:
+        msg = (f"Prometheus generation {generation}: {', '.join(missing)} not in "
+               f"{generation_source(generation)} (tests/lab/servers.sh / make system-deps)")  # fmt: skip
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    d = parent / generation
+    d.mkdir(parents=True, exist_ok=True)
+    for b in GENERATION_BINARIES:
+        link = d / b
+        if not link.exists():
+            link.symlink_to(generation_source(generation) / b)
+    return d
+
+
 def require_binary(name: str) -> str:
     path = shutil.which(name)
     if path:
