@@ -62,11 +62,11 @@ def _default_prom_generation(_prom_generation_links: Path) -> Iterator[None]:
     os.environ["PATH"] = old
 
 
-@pytest.fixture(params=["current", "stable"])
-def prom_generation(
-    request: pytest.FixtureRequest, _prom_generation_links: Path, monkeypatch: pytest.MonkeyPatch
-) -> str:
-    """The test runs once per Prometheus generation, that generation's servers first on PATH."""
+@pytest.fixture(scope="module", params=["current", "stable"])
+def prom_generation(request: pytest.FixtureRequest, _prom_generation_links: Path) -> Iterator[str]:
+    """The module's tests run once per Prometheus generation, its servers first on PATH.
+    Module-scoped, so a module's server fixtures that take it start once per generation."""
     d = generation_dir(request.param, _prom_generation_links)
-    monkeypatch.setenv("PATH", f"{d}{os.pathsep}{os.environ['PATH']}")
-    return str(request.param)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", f"{d}{os.pathsep}{os.environ['PATH']}")
+        yield str(request.param)

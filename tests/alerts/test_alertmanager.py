@@ -26,7 +26,8 @@ from tests.realcomp import (
     wait_until,
 )
 
-pytestmark = pytest.mark.real
+# On both Prometheus generations (tests/realcomp.py GENERATIONS).
+pytestmark = [pytest.mark.real, pytest.mark.usefixtures("prom_generation")]
 CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 REMEDIATION = "gpuwarden-remediation"
 HUMAN = {"critical": "oncall-page", "warning": "oncall-ticket", "info": "dashboards-only"}
@@ -123,7 +124,9 @@ def receiver() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def alertmanager(receiver: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Alertmanager]:
+def alertmanager(
+    prom_generation: str, receiver: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Alertmanager]:
     """The example config, with receivers pointed at a local recorder and short waits."""
     d = tmp_path_factory.mktemp("amcfg")
     (d / "token").write_text(TOKEN + "\n")

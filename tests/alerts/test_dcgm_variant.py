@@ -90,6 +90,7 @@ def test_each_rule_left_out_is_listed_with_its_reason() -> None:
 
 
 @pytest.mark.real
+@pytest.mark.usefixtures("prom_generation")  # on both Prometheus generations
 def test_promtool_checks_the_variant_and_its_dcgm_shaped_unit_tests_pass() -> None:
     r = promtool("check", "rules", *map(str, VARIANT))
     assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()

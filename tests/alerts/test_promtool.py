@@ -11,7 +11,8 @@ import yaml
 from tests.alerts.ruleset import RULE_FILES, TEST_FILES
 from tests.realcomp import promtool
 
-pytestmark = pytest.mark.real
+# On both Prometheus generations (tests/realcomp.py GENERATIONS).
+pytestmark = [pytest.mark.real, pytest.mark.usefixtures("prom_generation")]
 
 
 def test_there_is_a_rule_file_and_a_test_file_per_subject() -> None:

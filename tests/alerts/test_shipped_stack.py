@@ -40,7 +40,8 @@ from tests.realcomp import (
     wait_until,
 )
 
-pytestmark = pytest.mark.real
+# On both Prometheus generations (tests/realcomp.py GENERATIONS).
+pytestmark = [pytest.mark.real, pytest.mark.usefixtures("prom_generation")]
 PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 ALERTMANAGER = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 XID_79 = (
@@ -106,7 +107,7 @@ def _gpu_bus() -> str:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(prom_generation: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     for b in ("prometheus", "prometheus-alertmanager"):
         require_binary(b)
     work = tmp_path_factory.mktemp("shipped")

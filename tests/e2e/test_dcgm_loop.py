@@ -18,7 +18,8 @@ from exporter import catalog as c
 from gpuwarden.stack import Stack, StackOptions, start_on_free_ports
 from tests.realcomp import require_binary, wait_until, world_readable_tmpdir
 
-pytestmark = pytest.mark.real
+# On both Prometheus generations (tests/realcomp.py GENERATIONS).
+pytestmark = [pytest.mark.real, pytest.mark.usefixtures("prom_generation")]
 
 
 def journal(stack: Stack, sql: str) -> list[tuple[Any, ...]]:
@@ -30,7 +31,7 @@ def journal(stack: Stack, sql: str) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
+def stack(prom_generation: str) -> Iterator[Stack]:
     for b in ("prometheus", "prometheus-alertmanager"):
         require_binary(b)
     work = world_readable_tmpdir("gpuwarden-e2e-dcgm-")
