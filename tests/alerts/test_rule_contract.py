@@ -179,9 +179,12 @@ def test_every_alert_has_a_firing_and_a_silent_promtool_case(name: str) -> None:
 
 @pytest.mark.parametrize("rule", ALERTS, ids=_id)
 def test_alerts_on_gauges_wait_out_a_scrape_glitch(rule: Rule) -> None:
-    """Counter windows (increase/rate/absent) already span scrapes; a raw gauge needs `for`."""
+    """Counter windows (increase/rate/absent, a counter's rise as last_over_time -
+    min_over_time) already span scrapes; a raw gauge needs `for`."""
     windowed = re.search(
-        r"\b(increase|rate|avg_over_time|absent)\(|:increase|:rate|:avg|:count\d", rule.expr
+        r"\b(increase|rate|avg_over_time|absent)\(|\blast_over_time\([^)]*\)\s*-\s*min_over_time\("
+        r"|:increase|:rate|:avg|:count\d",
+        rule.expr,
     )
     if not windowed:
         assert rule.body.get("for"), f"{_id(rule)} compares a raw gauge without `for`"
