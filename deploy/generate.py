@@ -144,8 +144,8 @@ def policy_configmap(root: Path = ROOT) -> list[dict[str, Any]]:
 
 
 def render(root: Path = ROOT) -> dict[Path, str]:
-    """Relative output path -> file text."""
-    return {
+    """Relative output path -> file text (the Helm chart's from the fresh base files)."""
+    out = {
         OUT_DIR / "prometheusrules.yaml": HEADER.format(source="alerts/*.yml")
         + dump_all(prometheus_rules(root)),
         OUT_DIR / "dashboards.yaml": HEADER.format(source="dashboards/json/*.json")
@@ -153,6 +153,20 @@ def render(root: Path = ROOT) -> dict[Path, str]:
         OUT_DIR / "remediation-policy.yaml": HEADER.format(source=POLICY_SOURCE.as_posix())
         + dump_all(policy_configmap(root)),
     }
+    return {**out, **_helmchart().render(root, dump_all, out)}
+
+
+def _helmchart() -> Any:
+    """deploy/helmchart.py (this script runs from a path, not as a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "deploy_helmchart", Path(__file__).with_name("helmchart.py")
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def stale(root: Path = ROOT) -> dict[Path, str]:

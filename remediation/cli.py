@@ -11,7 +11,7 @@ import logging
 import sqlite3
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from common import settings as gsettings
 from common.settings import SettingsError
@@ -66,6 +66,20 @@ def placement_lines(svc: Service) -> tuple[list[str], list[str]]:
     )
 
 
+def job_namespace_problem(svc: Any) -> str | None:
+    """Live on Kubernetes with a Job image: may Jobs be created in their namespace?
+    (remediation/job_namespace.py; a server-side dry-run create)."""
+    vp = svc.policy.validation
+    api = getattr(svc.backend, "api", None)
+    if svc.policy.dry_run or svc.backend.name != "kubernetes" or not vp.kube_image:
+        return None
+    if not hasattr(api, "dry_run_create_job"):
+        return None
+    from remediation import job_namespace
+
+    return job_namespace.problem(api, vp.kube_namespace, vp.kube_image)
+
+
 def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = None) -> int:
     """Run the service; ``collectors`` adds series to its /metrics (the umbrella's
     ``gpuwarden remediation`` adds failure accounting's, gpuwarden/remediation_service.py)."""
@@ -105,6 +119,8 @@ def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = N
         print(f"ok: backend={svc.backend.name} dry_run={svc.policy.dry_run}")
         return 0
     more, stop = placement_lines(svc)
+    if not stop and (job_ns := job_namespace_problem(svc)):
+        stop = [job_ns]
     if stop:  # what --check refuses, a start refuses too (one line, like a bad setting)
         svc.journal.close()
         print(f"gpuwarden-remediation: {stop[0]}", file=sys.stderr)

@@ -378,6 +378,21 @@ class OfficialKubeApi:
             return int(e.status)
         return 201
 
+    def dry_run_create_job(self, namespace: str, body: Obj) -> tuple[int, str]:
+        """Create ``body`` with dryRun=All: nothing is stored, but the namespace, RBAC and
+        admission are checked as a real create would be. (status, the server's message)."""
+        from kubernetes.client import ApiException
+
+        try:
+            self._raw(self._batch().create_namespaced_job, namespace, body, dry_run="All")
+        except ApiException as e:
+            try:
+                message = str(json.loads(e.body or b"{}").get("message") or e.reason)
+            except ValueError:
+                message = str(e.reason)
+            return int(e.status), message
+        return 201, ""
+
     def read_job(self, namespace: str, name: str) -> Obj | None:
         return self._or_none(self._batch().read_namespaced_job, name, namespace)
 
