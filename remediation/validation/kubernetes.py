@@ -189,7 +189,12 @@ class KubernetesValidation:
             )
         # Background propagation: the garbage collector deletes the Job's pods. gpuwarden
         # never deletes pods in its namespace itself (its Role grants no pod delete there).
-        self.api.delete_job(run.namespace, run.job_name)
+        try:
+            self.api.delete_job(run.namespace, run.job_name)
+        except Exception as e:  # the client's ApiException: status and reason, said plainly
+            status = getattr(e, "status", None)
+            said = f"HTTP {status} {getattr(e, 'reason', '') or ''}".strip() if status else str(e)
+            raise BackendError(f"validation Job {run.job_name} not deleted: {said}") from e
         if self.api.read_job(run.namespace, run.job_name) is not None:
             raise BackendError(f"validation Job {run.job_name} still there")
         left = self.api.list_pods_by_label(run.namespace, f"job-name={run.job_name}")

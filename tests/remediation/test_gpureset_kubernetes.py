@@ -27,6 +27,7 @@ from remediation.journal import Journal
 from remediation.metrics import Metrics
 from remediation.service import make_resetter
 from tests.remediation.helpers import LIVE_POLICY, alert
+from tests.remediation.kgc import CollectingEmulator
 from tests.remediation.test_dra_isolation import claim, slice_of
 from tests.remediation.test_kubernetes import SNR, node, pod, writes
 from tests.remediation.test_validation_kubernetes import complete
@@ -61,7 +62,7 @@ def gpu_pod(ns: str, name: str, on: str) -> dict[str, Any]:
 
 @pytest.fixture
 async def emu() -> AsyncIterator[kmock.KubernetesEmulator]:
-    async with kmock.KubernetesEmulator() as e, kmock.Server(e):
+    async with CollectingEmulator() as e, kmock.Server(e):
         e.resources["v1/nodes"] = kmock.ResourceInfo()
         e.resources["v1/pods"] = kmock.ResourceInfo()
         e.resources["resource.k8s.io/v1/resourceslices"] = kmock.ResourceInfo(namespaced=False)

@@ -17,6 +17,7 @@ from remediation.backends.kubernetes import TAINT_KEY
 from remediation.validation.kubernetes import KubernetesValidation, script, split_log
 from remediation.validation.slurm import SuiteCancelled
 from remediation.validation.suite import judge_suite, load_suites
+from tests.remediation.kgc import collect_garbage
 from tests.remediation.test_kubernetes import writes
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "validation"
@@ -99,10 +100,14 @@ async def test_the_suite_is_judged_from_the_pod_log_and_the_job_removed(
     runs = await asyncio.to_thread(v.poll, run)
     assert runs is not None
     assert judge_suite(SUITE, runs).passed is passes
+    # the pod is the garbage collector's: until it has gone, the stop is not confirmed
+    with pytest.raises(BackendError, match=r"still there \(the garbage collector deletes them\)"):
+        await asyncio.to_thread(v.finish, run)
+    assert collect_garbage(emu) == [f"{run.job_name}-x7k2p"]
     await asyncio.to_thread(v.finish, run)
     deletes = [p for m, p, _ in writes(emu) if m == "DELETE"]
-    assert deletes == [f"/apis/batch/v1/namespaces/gpuwarden/jobs/{run.job_name}",
-                       f"/api/v1/namespaces/gpuwarden/pods/{run.job_name}-x7k2p"]  # fmt: skip
+    # the Job (twice: each try deletes it), never a pod: the Role grants no pod delete there
+    assert set(deletes) == {f"/apis/batch/v1/namespaces/gpuwarden/jobs/{run.job_name}"}
     assert await asyncio.to_thread(gone, v, run.job_name)  # read back through the API server
 
 
@@ -185,12 +190,17 @@ async def test_a_released_nodes_stop_leaves_the_cordon_alone(
     assert cordon.reasons == [] and await asyncio.to_thread(gone, v, run.job_name)
 
 
-async def test_a_stop_whose_pod_is_still_there_raises_until_the_api_server_confirms(
+async def test_a_stop_the_api_server_refuses_raises_with_its_status_until_it_is_confirmed(
     emu: kmock.KubernetesEmulator,
 ) -> None:
     v = runner(emu)
     run = await asyncio.to_thread(v.start, "gpu-node-003", SUITE, "r1")
     complete(emu, run.job_name, "", ok=False)
-    emu["delete", kmock.resource("v1/pods")] << 500  # the API server refuses the delete
-    with pytest.raises(BackendError, match="not deleted: HTTP 500"):
-        await asyncio.to_thread(v.finish, run, "failed")
+    emu["delete", JOBS][:1] << 500  # the API server refuses the Job's delete, once
+    with pytest.raises(BackendError, match=f"Job {run.job_name} not deleted: HTTP 500"):
+        await asyncio.to_thread(v.finish, run, None)
+    with pytest.raises(BackendError, match="still there"):  # deleted; its pod not yet collected
+        await asyncio.to_thread(v.finish, run, None)
+    collect_garbage(emu)
+    await asyncio.to_thread(v.finish, run, None)
+    assert await asyncio.to_thread(gone, v, run.job_name)
