@@ -12,14 +12,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from exporter import catalog
 from tests.realcomp import promtool
 
 pytestmark = pytest.mark.usefixtures("prom_generation")
 
 ALERTS = Path(__file__).resolve().parents[2] / "alerts"
 RUNBOOK = "https://github.com/gpuwarden/gpuwarden/blob/main/alerts/runbooks.md#"
-ECC = 'gpuwarden_gpu_ecc_errors_total{{node="n1",gpu="{gpu}",uuid="GPU-{gpu}",error_type="uncorrected",counter_type="volatile"}}'
-IB = 'gpuwarden_infiniband_port_hw_counters_total{{node="n1",device="{dev}",port="1",counter="rnr_nak_retry_err"}}'
+ECC = (
+    catalog.GPU_ECC_ERRORS.name
+    + '{{node="n1",gpu="{gpu}",uuid="GPU-{gpu}",error_type="uncorrected",counter_type="volatile"}}'
+)
+IB = (
+    catalog.IB_HW_COUNTER.name + '{{node="n1",device="{dev}",port="1",counter="rnr_nak_retry_err"}}'
+)
 
 
 def _run(tmp_path: Path, test: dict[str, object]) -> str:
@@ -90,7 +96,7 @@ def test_the_ecc_rise_recording_is_exact_for_born_reset_and_steady_series(tmp_pa
                     "exp_samples": [
                         {
                             "labels": ECC.format(gpu=g).replace(
-                                "gpuwarden_gpu_ecc_errors_total",
+                                catalog.GPU_ECC_ERRORS.name,
                                 "gpuwarden:gpu_ecc_errors:increase10m",
                             ),
                             "value": v,
