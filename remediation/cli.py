@@ -11,7 +11,7 @@ import logging
 import sqlite3
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from common import settings as gsettings
 from common.settings import SettingsError
@@ -66,7 +66,7 @@ def placement_lines(svc: Service) -> tuple[list[str], list[str]]:
     )
 
 
-def job_namespace_problem(svc: Any) -> str | None:
+def job_namespace_problem(svc: Service) -> str | None:
     """Live on Kubernetes with a Job image: may Jobs be created in their namespace?
     (remediation/job_namespace.py; a server-side dry-run create)."""
     vp = svc.policy.validation

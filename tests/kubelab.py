@@ -34,19 +34,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-
-import pytest
+from typing import Any, NoReturn
 
 from gpuwarden.processes import free_port, wait_until, world_readable_tmpdir
+from tests.realcomp import lab_cache, unavailable
 
 Obj = dict[str, Any]
 HERE = Path(__file__).resolve().parent
 ADMIN_USER = "lab-admin"
-
-
-def lab_cache() -> Path:
-    return Path(os.environ.get("GPUWARDEN_LAB_CACHE") or Path.home() / ".cache" / "gpuwarden-lab")
 
 
 def versions() -> dict[str, str]:
@@ -59,11 +54,8 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _missing(msg: str) -> None:
-    msg += " (`make test` builds it: tests/lab/servers.sh all)"
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
+def _missing(msg: str) -> NoReturn:
+    unavailable(msg + " (`make test` builds it: tests/lab/servers.sh all)")
 
 
 def kube_binary(name: str, version: str) -> str:
@@ -95,7 +87,6 @@ def crd_file(name: str) -> Path:
         if p.exists():
             return p
     _missing(f"CRD {name} not in {lab_cache() / 'crds'} nor fixtures/crds")
-    raise AssertionError("unreachable")
 
 
 AUDIT_POLICY = """\

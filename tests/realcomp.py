@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -51,12 +51,24 @@ def default_generation() -> str:
     return g
 
 
+def lab_cache() -> Path:
+    """Where tests/lab/servers.sh builds and unpacks the lab's servers, outside the clone."""
+    return Path(os.environ.get("GPUWARDEN_LAB_CACHE") or Path.home() / ".cache" / "gpuwarden-lab")
+
+
+def unavailable(msg: str) -> NoReturn:
+    """A real server a test needs is not installed: skipped on a developer machine, a failure
+    under ``CI`` (CI never skips)."""
+    if os.environ.get("CI"):
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
 def generation_source(generation: str) -> Path:
     """The directory a generation's binaries come from."""
     if generation == "stable":
         return Path("/usr/bin")
-    cache = os.environ.get("GPUWARDEN_LAB_CACHE") or Path.home() / ".cache" / "gpuwarden-lab"
-    return Path(cache) / "debian-sid" / "usr" / "bin"
+    return lab_cache() / "debian-sid" / "usr" / "bin"
 
 
 def generation_missing(generation: str) -> list[str]:
@@ -69,11 +81,8 @@ def generation_dir(generation: str, parent: Path) -> Path:
     lab's debian-sid/usr/bin also holds etcd and kubectl, which must not shadow others)."""
     missing = generation_missing(generation)
     if missing:
-        msg = (f"Prometheus generation {generation}: {', '.join(missing)} not in "
-               f"{generation_source(generation)} (tests/lab/servers.sh / make system-deps)")  # fmt: skip
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+        unavailable(f"Prometheus generation {generation}: {', '.join(missing)} not in "
+                    f"{generation_source(generation)} (tests/lab/servers.sh / make system-deps)")  # fmt: skip
     d = parent / generation
     d.mkdir(parents=True, exist_ok=True)
     for b in GENERATION_BINARIES:
@@ -87,11 +96,7 @@ def require_binary(name: str) -> str:
     path = shutil.which(name)
     if path:
         return path
-    msg = f"{name} not installed (Debian package; `make system-deps` installs it as root)"
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
-    raise AssertionError("unreachable")
+    unavailable(f"{name} not installed (Debian package; `make system-deps` installs it as root)")
 
 
 def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bytes:
