@@ -25,6 +25,12 @@ def build() -> g.Dashboard:
         12, 4,
     )  # fmt: skip
     lay.add(
+        state_timeline("Scheduler / API server answering",
+                       f"max({c.REMEDIATION_BACKEND_UNREACHABLE.name})", "backend",
+                       {0: ("answering", "green"), 1: ("unreachable: alerts wait", "red")}),
+        24, 4,
+    )  # fmt: skip
+    lay.add(
         stat("Quarantined nodes", f"sum({c.REMEDIATION_NODES_QUARANTINED.name}) or vector(0)",
              "none", thresholds=[("green", None), ("orange", 1.0)]),
         6, 4,

@@ -1186,6 +1186,13 @@ REMEDIATION_BREAKER_OPEN = _m(
 REMEDIATION_PAUSED = _m(
     "remediation_paused", "gauge", "1 while remediation is paused by an operator.", ()
 )
+REMEDIATION_BACKEND_UNREACHABLE = _m(
+    "remediation_backend_unreachable",
+    "gauge",
+    "1 while the scheduler or Kubernetes API server does not answer, so accepted alerts wait "
+    "undecided (decided when it answers again).",
+    (),
+)
 REMEDIATION_WEBHOOK_REQUESTS = _m(
     "remediation_webhook_requests_total",
     "counter",

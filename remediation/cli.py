@@ -43,7 +43,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--topology", help="failure-domain topology YAML")
     p.add_argument("--tick-s", help="probation/release check interval (s)")
-    p.add_argument("--command-timeout-s", help="timeout of each scheduler command (s)")
+    p.add_argument(
+        "--command-timeout-s",
+        help="timeout of each scheduler command and of each Kubernetes API call (s)",
+    )
     p.add_argument("--check", action="store_true", help="validate settings + policy, then exit")
     return p
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from remediation import guards, nvlink, ordering
 from remediation import storage as storage_mod
-from remediation.backends.base import Backend, BackendError
+from remediation.backends.base import Backend, BackendError, Unavailable
 from remediation.clock import Clock
 from remediation.executor import OPEN_SAGA, validate
 from remediation.journal import Journal
@@ -559,7 +559,9 @@ class Engine:
         try:
             fleet = self.backend.fleet() if disruptive else ()
             jobs = self.backend.jobs_on(alert.node) if disruptive else ()
-        except (BackendError, OSError) as e:  # the scheduler guard denies (fail closed)
+        except Unavailable:
+            raise  # no answer: nothing decided, the alert waits (worker.drain_until_unreachable)
+        except (BackendError, OSError) as e:  # an answer we cannot use: denied (fail closed)
             fleet, jobs, error = (), (), str(e)
         node = next((n for n in fleet if n.name == alert.node), None)
         return guards.Situation(

@@ -198,12 +198,13 @@ class Journal:
                 )
         return new, repeated
 
-    def todo(self, limit: int = 100) -> list[tuple[int, Alert]]:
+    def todo(self, limit: int = 100, after: int = 0) -> list[tuple[int, Alert]]:
+        """Undecided alerts in arrival order, from sequence number ``after`` on."""
         rows = self.rows(
             "SELECT seq,fingerprint,starts_at,status,labels,annotations,ends_at FROM alerts "
-            "WHERE processed=0 "
+            "WHERE processed=0 AND seq>? "
             "ORDER BY seq LIMIT ?",
-            (limit,),
+            (after, limit),
         )
         return [
             (

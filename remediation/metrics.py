@@ -30,6 +30,7 @@ class Metrics:
         self.quarantined = _gauge(c.REMEDIATION_NODES_QUARANTINED, reg)
         self.breaker = _gauge(c.REMEDIATION_BREAKER_OPEN, reg)
         self.paused = _gauge(c.REMEDIATION_PAUSED, reg)
+        self.unreachable = _gauge(c.REMEDIATION_BACKEND_UNREACHABLE, reg)
         self.requests = _counter(c.REMEDIATION_WEBHOOK_REQUESTS, reg)
         self.errors = _counter(c.REMEDIATION_WEBHOOK_ERRORS, reg)
         self.alerts = _counter(c.REMEDIATION_ALERTS, reg)

@@ -119,6 +119,8 @@ class Service:
             "breaker_open": self.journal.get("breaker_opened_at") is not None,
             "dry_run": self.policy.dry_run,
             "backend": self.backend.name,
+            # why accepted alerts wait undecided ("" while the backend answers)
+            "backend_unreachable": self.worker.unreachable,
         }
 
     def decisions(self, node: str | None, limit: int) -> list[dict[str, Any]]:
@@ -149,6 +151,7 @@ class Service:
                 reason = p.get("reason") or f"HTTP{p.get('status')}"
                 self.metrics.evictions_blocked.labels(node, reason).inc()
         self.metrics.paused.set(1 if self.engine.paused else 0)
+        self.metrics.unreachable.set(1 if self.worker.unreachable else 0)
         self.metrics.breaker.set(1 if self.status()["breaker_open"] else 0)
 
     def health_problem(self) -> str:
@@ -197,7 +200,7 @@ def make_backend(
     if s.backend == "kubernetes":
         from remediation.backends.kubernetes import KubernetesBackend
 
-        return KubernetesBackend.from_config(topo, pol.taint_effect)
+        return KubernetesBackend.from_config(topo, pol.taint_effect, s.command_timeout_s)
     raise SettingsError(f"--backend {s.backend}: no such backend")
 
 

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
+from remediation.backends.base import Unavailable
 from remediation.engine import Engine
 from remediation.executor import TERMINAL, Executor
 
@@ -47,6 +48,8 @@ class Worker:
         self.stopping = False
         self.last_tick = 0.0  # monotonic time of the last finished cycle (health)
         self.write_error = ""  # the last cycle could not write the journal (health)
+        # the backend did not answer while deciding: alerts wait undecided (status, metrics)
+        self.unreachable = ""
 
     async def start(self) -> None:
         await self.resume_actions()  # interrupted by a crash: finish, reconciling each step
@@ -74,32 +77,67 @@ class Worker:
                     await self.wake.wait()
             self.wake.clear()
             try:
-                await self.drain()
+                await self.drain_until_unreachable()
                 await asyncio.to_thread(self.engine.tick)
                 await self.resume_actions()
                 self.last_tick, self.write_error = time.monotonic(), ""
             except sqlite3.OperationalError as e:  # locked or read-only: retried next cycle
                 self.write_error = str(e)
                 log.warning("worker cycle: journal unwritable: %s", e)
+            except Unavailable as e:  # the tick's reads: retried next cycle
+                log.warning("worker cycle: %s", e)
             except Exception:  # a bug must not kill the worker; it is logged and retried
                 log.exception("worker cycle failed")
                 await asyncio.sleep(1.0)
 
-    async def drain(self) -> None:
-        self.busy = True
+    async def drain_until_unreachable(self) -> None:
+        """Decide what waits (``drain``); when the scheduler or API server did not answer,
+        say so (status, gauge, one log line) until a cycle decides everything again."""
         try:
-            while todo := await asyncio.to_thread(self.engine.journal.todo, 500):
+            await self.drain()
+        except Unavailable as e:
+            if not self.unreachable:
+                log.warning("deciding waits: the backend does not answer: %s", e)
+            self.unreachable = str(e)
+        else:
+            if self.unreachable:
+                log.info("the backend answers again; waiting alerts decided")
+            self.unreachable = ""
+
+    async def drain(self) -> None:
+        """Decide every undecided alert in arrival order. An alert the backend could not be
+        asked about (``Unavailable``) is left undecided, not denied; after it, only alerts
+        of no node (a whole NVLink domain, shared storage: decided from the journal alone)
+        are decided, so a domain's outage is known before its nodes' waiting alerts are,
+        and each node's alerts keep their order. Raises that ``Unavailable`` after the
+        pass; the next cycle (a tick, or the next webhook) tries again."""
+        self.busy = True
+        missed: Unavailable | None = None
+        try:
+            seq = 0
+            while todo := await asyncio.to_thread(self.engine.journal.todo, 500, seq):
+                seq = todo[-1][0]
                 for _, alert in todo:
-                    aid = await asyncio.to_thread(self._decide, alert)
+                    if missed is not None and alert.node:
+                        continue
+                    try:
+                        aid = await asyncio.to_thread(self._decide, alert)
+                    except Unavailable as e:
+                        missed = e
+                        continue
                     if aid is not None:
                         rows = self.engine.journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
                         self._spawn(rows[0])
         finally:
             self.busy = False
+        if missed is not None:
+            raise missed
 
     def _decide(self, alert: Any) -> int | None:
         try:
             return self.engine.decide(alert, parse_ts(alert.starts_at))
+        except Unavailable:
+            raise  # not decided: the alert waits (drain_until_unreachable)
         except Exception as e:  # recorded as a denial so the alert is accounted for
             log.exception("deciding %s failed", alert.key)
             self.engine.record_error(alert, e)

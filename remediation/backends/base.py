@@ -16,6 +16,14 @@ class BackendError(RuntimeError):
     """The scheduler refused or could not be asked; the action is recorded as failed."""
 
 
+class Unavailable(BackendError):
+    """The scheduler or API server did not answer (a timeout, a refused connection, an
+    overloaded or failing server: HTTP 429/5xx, slurmctld unreachable): its state could not
+    be read, so nothing can be decided from it. An alert met while deciding is left
+    undecided and tried again when the backend answers (remediation/worker.py); never turned
+    into a denial."""
+
+
 class NodePath(BackendError):
     """One GPU cannot be taken out alone here (the message says why, e.g. the API server
     serves no DeviceTaintRules): the whole node is taken out instead, and the reason is

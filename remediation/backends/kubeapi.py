@@ -11,8 +11,25 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from remediation.backends.base import Unavailable
+
 Obj = dict[str, Any]
 FIELD_MANAGER = "gpuwarden"  # the field manager of every status write (nodes/status)
+RETRIES = 1  # resends of one call after a connection error or a GET's read timeout
+
+
+def bounded_retry(retries: int) -> Any:
+    """urllib3's Retry for the API client: connection errors and reads of idempotent calls
+    (urllib3 never re-reads a POST or PATCH) at most ``retries`` times, no pause between,
+    HTTP statuses returned as they are (a 429 or 5xx is the caller's to judge)."""
+    from urllib3.util.retry import Retry
+
+    if retries < 0:
+        raise ValueError(f"Kubernetes client retries must be >= 0, got {retries}")
+    return Retry(
+        total=retries, connect=retries, read=retries, status=0, other=0, redirect=0,
+        backoff_factor=0, raise_on_status=False,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -156,21 +173,52 @@ class OfficialKubeApi:
         self.core, self.timeout = core, timeout
 
     @classmethod
-    def from_config(cls, host: str | None = None) -> OfficialKubeApi:
+    def from_config(
+        cls, host: str | None = None, timeout: float = 10.0, retries: int = RETRIES
+    ) -> OfficialKubeApi:
+        """The client of the pod's service account, else of $KUBECONFIG, bounded: each call
+        gives up after ``timeout`` seconds of silence, and is retried at most ``retries``
+        times (a connection refused or reset, or a GET whose answer timed out; a write that
+        may have reached the server is never resent). The official client's default is
+        urllib3's three retries, so one GET to a stalled API server held a worker for four
+        timeouts; at most ``(retries + 1) * timeout`` now (tests/remediation/
+        test_kube_service_real.py stops the real API server to show it)."""
         import kubernetes
 
+        cfg = kubernetes.client.Configuration()
         if host is not None:
-            cfg = kubernetes.client.Configuration()
             cfg.host = host
-            return cls(kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(cfg)))
+        else:
+            try:
+                kubernetes.config.load_incluster_config(client_configuration=cfg)
+            except kubernetes.config.ConfigException:
+                kubernetes.config.load_kube_config(client_configuration=cfg)
+        cfg.retries = bounded_retry(retries)
+        api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(cfg))
+        return cls(api, timeout)
+
+    def _send(
+        self, fn: Any, *args: Any, what: str = "", preload: bool | None = False, **kw: Any
+    ) -> Any:
+        """One call of the official client, bounded by the timeout; no answer (a timeout, a
+        refused or reset connection, after the one retry) is ``Unavailable``, so the
+        caller can tell a server that did not answer from one that said no."""
+        import urllib3
+
+        if preload is not None:  # None: ApiClient.call_api, which takes no such flag
+            kw["_preload_content"] = preload
         try:
-            kubernetes.config.load_incluster_config()
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()
-        return cls(kubernetes.client.CoreV1Api())
+            return fn(*args, _request_timeout=self.timeout, **kw)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            cause = getattr(e, "reason", None) or e
+            what = what or getattr(fn, "__name__", "call")
+            raise Unavailable(
+                f"Kubernetes API server did not answer {what} within {self.timeout:g} s: "
+                f"{type(cause).__name__}: {cause}"
+            ) from None
 
     def _raw(self, fn: Any, *args: Any, **kw: Any) -> Obj:
-        resp = fn(*args, _preload_content=False, _request_timeout=self.timeout, **kw)
+        resp = self._send(fn, *args, **kw)
         return dict(json.loads(resp.data or b"{}"))
 
     def _or_none(self, fn: Any, *args: Any) -> Obj | None:
@@ -215,9 +263,7 @@ class OfficialKubeApi:
             metadata=V1ObjectMeta(name=name, namespace=namespace),
         )
         try:
-            self.core.create_namespaced_pod_eviction(
-                name, namespace, body, _preload_content=False, _request_timeout=self.timeout
-            )
+            self._send(self.core.create_namespaced_pod_eviction, name, namespace, body)
         except ApiException as e:
             return Eviction.from_status(int(e.status), e.body)
         return Eviction(201)
@@ -229,7 +275,7 @@ class OfficialKubeApi:
             "GET", path, header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )  # fmt: skip
-        resp = client.call_api(method, url, headers, _request_timeout=self.timeout)
+        resp = self._send(client.call_api, method, url, headers, what=f"GET {path}", preload=None)
         resp.read()
         if resp.status == 404:
             return None
@@ -357,9 +403,7 @@ class OfficialKubeApi:
         from kubernetes.client import ApiException
 
         try:
-            self.core.delete_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=self.timeout
-            )
+            self._send(self.core.delete_namespaced_pod, name, namespace)
         except ApiException as e:
             return int(e.status)
         return 200
@@ -413,7 +457,5 @@ class OfficialKubeApi:
         return list(raw.get("items") or [])
 
     def read_pod_log(self, namespace: str, name: str) -> str:
-        resp = self.core.read_namespaced_pod_log(
-            name, namespace, _preload_content=False, _request_timeout=self.timeout
-        )
+        resp = self._send(self.core.read_namespaced_pod_log, name, namespace)
         return bytes(resp.data or b"").decode(errors="replace")

@@ -76,9 +76,14 @@ class KubernetesBackend:
 
     @classmethod
     def from_config(
-        cls, topology: Mapping[str, Mapping[str, str]], taint_effect: str = "NoSchedule"
+        cls,
+        topology: Mapping[str, Mapping[str, str]],
+        taint_effect: str = "NoSchedule",
+        timeout: float = 10.0,
     ) -> KubernetesBackend:
-        return cls(OfficialKubeApi.from_config(), topology, taint_effect)
+        """The in-cluster or $KUBECONFIG client; each API call bounded by ``timeout``
+        (--command-timeout-s) and one retry (OfficialKubeApi.from_config)."""
+        return cls(OfficialKubeApi.from_config(timeout=timeout), topology, taint_effect)
 
     def _view(self, n: Obj) -> NodeView:
         meta, spec = _meta(n), n.get("spec") or {}

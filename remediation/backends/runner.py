@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from remediation.backends.base import BackendError
+from remediation.backends.base import BackendError, Unavailable
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,19 @@ class SubprocessRunner:
         return Result(p.returncode, p.stdout, p.stderr)
 
 
+# What Slurm's clients print when slurmctld does not answer (src/common/slurm_errno.c:
+# SLURM_COMMUNICATIONS_CONNECTION_ERROR, SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT, ...).
+UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out",
+               "Slurm backup controller in standby mode", "Zero Bytes were transmitted")  # fmt: skip
+
+
 def checked(runner: Runner, argv: Sequence[str], timeout: float) -> str:
-    """stdout of a command that must succeed; a non-zero exit is a BackendError with stderr."""
+    """stdout of a command that must succeed; a non-zero exit is a BackendError with stderr,
+    an Unavailable one when the command timed out or could not reach slurmctld."""
     r = runner.run(argv, timeout)
     if r.rc != 0:
-        raise BackendError(f"{' '.join(argv[:3])}: rc {r.rc}: {r.stderr.strip()[:200]}")
+        why = f"{' '.join(argv[:3])}: rc {r.rc}: {r.stderr.strip()[:200]}"
+        if r.rc == 124 or any(u in r.stderr for u in UNREACHABLE):
+            raise Unavailable(why)
+        raise BackendError(why)
     return r.stdout

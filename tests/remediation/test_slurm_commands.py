@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.backends.base import BackendError
+from remediation.backends.base import BackendError, Unavailable
 from remediation.backends.runner import Result
 from remediation.backends.slurm import SlurmBackend
 from remediation.clock import FakeClock
@@ -96,11 +96,36 @@ def test_jobs_on_a_node_expand_the_hostlist() -> None:
     assert j.nodes == ("gpu-node-001", "gpu-node-002")
 
 
-def test_an_unreachable_slurmctld_is_a_recorded_denial_not_an_action(tmp_path: Path) -> None:
-    svc = service(tmp_path, clock=FakeClock(), runner=FakeRunner(fail=True), backend="slurm")
+def test_an_unreachable_slurmctld_decides_nothing_and_the_alert_waits_until_it_answers(
+    tmp_path: Path,
+) -> None:
+    runner = FakeRunner(fail=True)
+    svc = service(tmp_path, clock=FakeClock(), runner=runner, backend="slurm")
+    svc.journal.accept([alert("gpu-node-001")], 0)
+    with pytest.raises(Unavailable, match="Unable to contact"):
+        svc.engine.decide(alert("gpu-node-001"))
+    assert svc.journal.rows("SELECT * FROM decisions") == [], "decided on state never read"
+    runner.fail = False
+    svc.engine.decide(alert("gpu-node-001"))
+    [d] = svc.journal.rows("SELECT verdict, action, guard, reason FROM decisions")
+    # decided from what sinfo said (the fake cluster's one node: the fleet budget), once
+    assert (d["action"], d["guard"]) == ("drain", "budget_fleet"), dict(d)
+    svc.journal.close()
+
+
+def test_an_answer_from_slurm_that_cannot_be_read_is_a_recorded_denial_not_an_action(
+    tmp_path: Path,
+) -> None:
+    class Garbled(FakeRunner):
+        def run(self, argv: Sequence[str], timeout: float = 10.0) -> Result:
+            if argv[0] == "sinfo":
+                return Result(0, "sinfo: not json", "")
+            return super().run(argv, timeout)
+
+    svc = service(tmp_path, clock=FakeClock(), runner=Garbled(), backend="slurm")
     svc.journal.accept([alert("gpu-node-001")], 0)
     assert svc.engine.decide(alert("gpu-node-001")) is None
     [d] = svc.journal.rows("SELECT verdict, guard, reason FROM decisions")
     assert (d["verdict"], d["guard"]) == ("deny", "scheduler")
-    assert "Unable to contact" in d["reason"]
+    assert "unreadable output" in d["reason"]
     svc.journal.close()
