@@ -70,6 +70,7 @@ bench: venv system-deps
 soak: venv system-deps
 	GPUWARDEN_SOAK_EXAMPLES=20000 $(BIN)/pytest -q -p no:logging tests/remediation/test_invariants.py
 	GPUWARDEN_CRASH_RUNS=40 $(BIN)/pytest -q -p no:logging tests/remediation/test_crash_checkpoint.py
+	GPUWARDEN_CRASH_RUNS=40 $(BIN)/pytest -q -p no:logging tests/remediation/test_kube_service_real.py -k kill_9
 
 # Mutation testing of remediation's guards, engine and executor ([tool.mutmut] in pyproject).
 mutation: venv
