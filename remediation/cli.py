@@ -44,8 +44,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", help="failure-domain topology YAML")
     p.add_argument("--tick-s", help="probation/release check interval (s)")
     p.add_argument("--command-timeout-s", help="timeout of each scheduler command (s)")
+    events_flags(p)
     p.add_argument("--check", action="store_true", help="validate settings + policy, then exit")
     return p
+
+
+def events_flags(p: argparse.ArgumentParser) -> None:
+    """The events-out flags (docs/remediation.md#events-out); also ``python -m
+    remediation.events``'s."""
+    g = p.add_argument_group("events out (CloudEvents over HTTP)")
+    g.add_argument("--events-url", help="receiver URL; unset: no events")
+    g.add_argument("--events-mode", choices=("structured", "binary"))
+    g.add_argument("--events-source", help="CloudEvents source (default /gpuwarden/remediation)")
+    g.add_argument("--events-kinds", help="comma list: finding,decision,action,maintenance")
+    g.add_argument("--events-min-severity", help="info|warning|critical")
+    g.add_argument("--events-labels", help="comma list of name=value / name!=value")
+    g.add_argument("--events-token-file", help="file holding the receiver's bearer token")
+    g.add_argument("--events-max-attempts", help="dead-letter after N failures (0: never)")
+    g.add_argument("--events-backoff-s", help="first retry wait (s), doubled up to the max")
+    g.add_argument("--events-backoff-max-s", help="longest retry wait (s)")
+    g.add_argument("--events-timeout-s", help="HTTP timeout per delivery (s)")
+    g.add_argument("--events-interval-s", help="capture/delivery cycle (s)")
+    g.add_argument("--events-retention-s", help="keep delivered/dead events this long (s)")
 
 
 def load_settings(argv: Sequence[str]) -> tuple[Settings, bool]:

@@ -1,0 +1,112 @@
+"""A real CloudEvents receiver on loopback for the events-out tests (stdlib http.server).
+
+It decodes what arrives by the HTTP protocol binding of CloudEvents 1.0 (binary mode:
+``ce-`` headers, percent-decoded, ``Content-Type`` as ``datacontenttype``; structured mode:
+``application/cloudevents+json``), checks the required attributes, and records every
+delivery with the status it answered. It can be told to fail (5xx) with a seeded
+probability, or be stopped and started again on the same port (a receiver restart).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+REQUIRED = ("id", "source", "specversion", "type")
+
+
+@dataclass
+class Delivery:
+    event: dict[str, Any]
+    mode: str
+    status: int
+    problems: list[str] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def decode(headers: dict[str, str], body: bytes) -> tuple[dict[str, Any], str, list[str]]:
+    """(event, mode, problems) from one HTTP request, the way a conforming receiver reads it."""
+    ctype = headers.get("content-type", "")
+    problems: list[str] = []
+    if ctype.startswith("application/cloudevents+json"):
+        event = json.loads(body.decode("utf-8"))
+        mode = "structured"
+    else:
+        mode = "binary"
+        event = {}
+        for name, value in headers.items():
+            if name.startswith("ce-"):
+                try:  # one round of percent-decoding; invalid UTF-8 rejected
+                    event[name[3:]] = urllib.parse.unquote(value, errors="strict")
+                except UnicodeDecodeError:
+                    problems.append(f"{name}: invalid UTF-8 after percent-decoding")
+        if "ce-datacontenttype" in headers:
+            problems.append("binary mode: ce-datacontenttype must not be present")
+        event["datacontenttype"] = ctype
+        event["data"] = json.loads(body) if body else None
+    for a in REQUIRED:
+        if not event.get(a):
+            problems.append(f"{a}: missing")
+    if event.get("specversion") != "1.0":
+        problems.append(f"specversion {event.get('specversion')!r}")
+    return event, mode, problems
+
+
+class Receiver:
+    def __init__(self, port: int = 0, fail_rate: float = 0.0, seed: int = 1) -> None:
+        self.deliveries: list[Delivery] = []
+        self.lock = threading.Lock()
+        self.fail_rate, self.rng = fail_rate, random.Random(seed)
+        self.status_for: dict[str, int] = {}  # event id -> status to answer (a poison event)
+        self.server: ThreadingHTTPServer | None = None
+        self.port = port
+        self.start()
+
+    def start(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n)
+                hdrs = {k.lower(): v for k, v in self.headers.items()}
+                event, mode, problems = decode(hdrs, body)
+                with receiver.lock:
+                    status = receiver.status_for.get(str(event.get("id")), 0)
+                    if not status:
+                        status = 503 if receiver.rng.random() < receiver.fail_rate else 202
+                    receiver.deliveries.append(Delivery(event, mode, status, problems, hdrs))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/events"
+
+    def acked(self) -> list[dict[str, Any]]:
+        """Events answered 2xx, in arrival order."""
+        with self.lock:
+            return [d.event for d in self.deliveries if 200 <= d.status < 300]
