@@ -1,7 +1,8 @@
 """Where events go: an HTTP receiver behind a small Protocol (a fake beside it in tests).
 
-One persistent HTTP/1.1 connection (reopened after any error), a POST per event, the
-answer's status or the transport error. No retries here: the relay decides what a failure
+One persistent HTTP/1.1 connection (reopened after any error; a send that fails on a
+kept-alive connection is tried once more on a fresh one, since receivers close idle
+connections), a POST per event, the answer's status or the transport error. No retries here: the relay decides what a failure
 means (relay.py).
 """
 
@@ -52,6 +53,15 @@ class HttpSink:
         hdrs = dict(headers)
         if self.token:
             hdrs["Authorization"] = f"Bearer {self.token}"
+        reused = self.conn is not None
+        reply = self._post(hdrs, body)
+        if reply.status is None and reused:
+            # a kept-alive connection the receiver closed while idle (or across its restart):
+            # once more on a fresh one before calling it a failure
+            reply = self._post(hdrs, body)
+        return reply
+
+    def _post(self, hdrs: dict[str, str], body: bytes) -> Reply:
         try:
             conn = self._connect()
             conn.request("POST", self.path, body=body, headers=hdrs)

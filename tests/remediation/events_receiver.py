@@ -9,9 +9,12 @@ probability, or be stopped and started again on the same port (a receiver restar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import socket
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +30,7 @@ class Delivery:
     status: int
     problems: list[str] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)
+    at: float = 0.0  # monotonic time of the answer
 
 
 def decode(headers: dict[str, str], body: bytes) -> tuple[dict[str, Any], str, list[str]]:
@@ -64,6 +68,8 @@ class Receiver:
         self.fail_rate, self.rng = fail_rate, random.Random(seed)
         self.status_for: dict[str, int] = {}  # event id -> status to answer (a poison event)
         self.server: ThreadingHTTPServer | None = None
+        self.conns: set[Any] = set()  # open client connections (closed by a stop)
+        self.in_flight = 0  # requests being answered now
         self.port = port
         self.start()
 
@@ -73,7 +79,26 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def setup(self) -> None:
+                super().setup()
+                with receiver.lock:
+                    receiver.conns.add(self.connection)
+
+            def finish(self) -> None:
+                with receiver.lock:
+                    receiver.conns.discard(self.connection)
+                super().finish()
+
             def do_POST(self) -> None:
+                with receiver.lock:
+                    receiver.in_flight += 1
+                try:
+                    self._post()
+                finally:
+                    with receiver.lock:
+                        receiver.in_flight -= 1
+
+            def _post(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n)
                 hdrs = {k.lower(): v for k, v in self.headers.items()}
@@ -82,10 +107,14 @@ class Receiver:
                     status = receiver.status_for.get(str(event.get("id")), 0)
                     if not status:
                         status = 503 if receiver.rng.random() < receiver.fail_rate else 202
-                    receiver.deliveries.append(Delivery(event, mode, status, problems, hdrs))
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+                self.wfile.flush()  # answered: only now is it a delivery the sender may see
+                with receiver.lock:
+                    receiver.deliveries.append(
+                        Delivery(event, mode, status, problems, hdrs, time.monotonic())
+                    )
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -101,12 +130,25 @@ class Receiver:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+        with self.lock:  # a stopped receiver keeps no kept-alive connection serving
+            for c in list(self.conns):
+                with contextlib.suppress(OSError):
+                    c.shutdown(socket.SHUT_RDWR)
+            self.conns.clear()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/events"
 
+    def settled(self, timeout: float = 5.0) -> list[Delivery]:
+        """Every delivery answered so far, once no request is half-answered."""
+        end = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                if self.in_flight == 0 or time.monotonic() > end:
+                    return list(self.deliveries)
+            time.sleep(0.005)
+
     def acked(self) -> list[dict[str, Any]]:
         """Events answered 2xx, in arrival order."""
-        with self.lock:
-            return [d.event for d in self.deliveries if 200 <= d.status < 300]
+        return [d.event for d in self.settled() if 200 <= d.status < 300]
