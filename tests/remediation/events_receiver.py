@@ -30,7 +30,7 @@ class Delivery:
     status: int
     problems: list[str] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)
-    at: float = 0.0  # monotonic time of the answer
+    at: float = 0.0  # monotonic time the request arrived
 
 
 def decode(headers: dict[str, str], body: bytes) -> tuple[dict[str, Any], str, list[str]]:
@@ -62,7 +62,10 @@ def decode(headers: dict[str, str], body: bytes) -> tuple[dict[str, Any], str, l
 
 
 class Receiver:
-    def __init__(self, port: int = 0, fail_rate: float = 0.0, seed: int = 1) -> None:
+    def __init__(
+        self, port: int = 0, fail_rate: float = 0.0, seed: int = 1, delay_s: float = 0.0
+    ) -> None:
+        self.delay_s = delay_s  # think time before each answer (a busy receiver)
         self.deliveries: list[Delivery] = []
         self.lock = threading.Lock()
         self.fail_rate, self.rng = fail_rate, random.Random(seed)
@@ -99,6 +102,7 @@ class Receiver:
                         receiver.in_flight -= 1
 
             def _post(self) -> None:
+                arrived = time.monotonic()
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n)
                 hdrs = {k.lower(): v for k, v in self.headers.items()}
@@ -107,20 +111,27 @@ class Receiver:
                     status = receiver.status_for.get(str(event.get("id")), 0)
                     if not status:
                         status = 503 if receiver.rng.random() < receiver.fail_rate else 202
+                if receiver.delay_s:
+                    time.sleep(receiver.delay_s)
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 self.wfile.flush()  # answered: only now is it a delivery the sender may see
                 with receiver.lock:
                     receiver.deliveries.append(
-                        Delivery(event, mode, status, problems, hdrs, time.monotonic())
+                        Delivery(event, mode, status, problems, hdrs, arrived)
                     )
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        ThreadingHTTPServer.allow_reuse_address = True
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        class Server(ThreadingHTTPServer):
+            allow_reuse_address = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a sender killed mid-request: its connection resets, nothing to print
+
+        self.server = Server(("127.0.0.1", self.port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -1,0 +1,135 @@
+"""kill -9 of the delivering process loses no event: the outbox under a real receiver that
+fails (5xx) and restarts, while findings keep arriving in the journal.
+
+The relay runs as its own process (``python -m remediation.events``, the service's Relay)
+and is killed with SIGKILL at random moments, over and over. At the end every finding the
+journal accepted reached the receiver, each node's in the order the journal took them, and
+an event reached it twice only where its acknowledgement was lost: the relay was killed, or
+the receiver restarted, between the receiver's 2xx and the relay's commit. ``make soak``
+runs it with GPUWARDEN_EVENTS_SOAK_KILLS=40.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from remediation.events import capture, outbox
+from remediation.events.filter import Filter
+from remediation.journal import Journal
+from tests.remediation.events_receiver import Receiver
+from tests.remediation.helpers import alert
+
+ROOT = Path(__file__).resolve().parents[2]
+KILLS = int(os.environ.get("GPUWARDEN_EVENTS_SOAK_KILLS", "4"))
+NODES = 6
+
+
+def relay(db: Path, url: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "remediation.events", "--state-db", str(db), "--events-url", url,
+         "--events-interval-s", "0.02", "--events-backoff-s", "0.02",
+         "--events-backoff-max-s", "0.2", "--events-timeout-s", "5"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def produce(journal: Journal, total: int, done: threading.Event) -> None:
+    """Findings for NODES nodes, interleaved, a few at a time (the webhook's commits)."""
+    i = 0
+    while i < total:
+        batch = [
+            alert(f"gpu-node-{(i + k) % NODES + 1:03d}", fp=f"fp-{i + k}", i=str(i + k))
+            for k in range(min(5, total - i))
+        ]
+        journal.accept(batch, time.time())
+        i += len(batch)
+        time.sleep(0.01)
+    done.set()
+
+
+def test_kill_9_of_the_relay_mid_delivery_loses_nothing_and_keeps_each_nodes_order(
+    tmp_path: Path,
+):
+    rng = random.Random(35)
+    db = tmp_path / "state.db"
+    journal = Journal(db)
+    capture.capture(journal, "/t", Filter(), time.time)  # the relay starts at the present
+    receiver = Receiver(fail_rate=0.1, seed=35, delay_s=0.003)  # busier than the relay
+    total = 60 * KILLS
+    done = threading.Event()
+    producer = threading.Thread(target=produce, args=(journal, total, done), daemon=True)
+    cuts: list[float] = []  # when an acknowledgement could be lost: a kill, a receiver stop
+    kills: list[float] = []
+    producer.start()
+    try:
+        for k in range(KILLS):
+            p = relay(db, receiver.url)
+            time.sleep(rng.uniform(0.4, 1.0))
+            p.send_signal(signal.SIGKILL)
+            cuts.append(time.monotonic())
+            kills.append(cuts[-1])
+            p.wait()
+            if k % 3 == 1:  # the receiver restarts too (down while the relay comes back)
+                receiver.stop()
+                cuts.append(time.monotonic())
+                time.sleep(0.2)
+                receiver.start()
+        p = relay(db, receiver.url)
+        try:
+            end = time.monotonic() + 60 + KILLS
+            while True:
+                rows = journal.read("SELECT state, COUNT(*) AS n FROM outbox GROUP BY state")
+                by = {r["state"]: r["n"] for r in rows}
+                if done.is_set() and by.get("delivered", 0) == total:
+                    break
+                assert time.monotonic() < end, f"not delivered in time: {by}"
+                time.sleep(0.05)
+        finally:
+            p.kill()
+            p.wait()
+        deliveries = receiver.settled()
+    finally:
+        receiver.stop()
+    assert all(d.problems == [] for d in deliveries)
+    assert outbox.counts(journal)[outbox.DEAD] == {}
+    rows = journal.read("SELECT id, partition FROM outbox ORDER BY seq")
+    assert len(rows) == total
+    want: dict[str, list[str]] = defaultdict(list)
+    for r in rows:
+        want[r["partition"]].append(r["id"])
+    acked = [d for d in deliveries if 200 <= d.status < 300]
+    got: dict[str, list[str]] = defaultdict(list)
+    seen: dict[str, list[float]] = defaultdict(list)
+    for d in acked:
+        got[d.event["partitionkey"]].append(d.event["id"])
+        seen[d.event["id"]].append(d.at)
+    # every event, each node's in journal order (a repeat only right after itself)
+    for node, ids in want.items():
+        collapsed = [x for i, x in enumerate(got[node]) if i == 0 or got[node][i - 1] != x]
+        assert collapsed == ids, node
+        produced = [int(d.event["data"]["labels"]["i"]) for d in acked
+                    if d.event["partitionkey"] == node]  # fmt: skip
+        assert produced == sorted(produced)
+    # a duplicate only where an acknowledgement could have been lost
+    duplicates = {i: ts for i, ts in seen.items() if len(ts) > 1}
+    for eid, ts in duplicates.items():
+        for first, again in itertools.pairwise(ts):
+            assert any(first <= c <= again for c in cuts), (eid, first, again, cuts)
+    assert len(duplicates) <= len(cuts)
+    # the kills hit a relay at work: a request arrived in the 50 ms before many of them
+    busy = sum(any(k - 0.05 <= d.at <= k for d in deliveries) for k in kills)
+    assert busy >= max(1, len(kills) // 3), f"only {busy} of {len(kills)} kills mid-delivery"
+    failed = [d for d in deliveries if d.status >= 500]
+    assert failed, "the receiver never failed: the test did not test retries"
+    print(f"{total} events, {KILLS} kills ({busy} mid-delivery), {len(failed)} 5xx answers, "
+          f"{len(duplicates)} duplicates")  # fmt: skip
