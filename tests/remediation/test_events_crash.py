@@ -34,12 +34,13 @@ NODES = 6
 
 
 def relay(db: Path, url: str) -> subprocess.Popen[bytes]:
+    log = (db.parent / "relay.log").open("ab")
     return subprocess.Popen(
         [sys.executable, "-m", "remediation.events", "--state-db", str(db), "--events-url", url,
          "--events-interval-s", "0.02", "--events-backoff-s", "0.02",
          "--events-backoff-max-s", "0.2", "--events-timeout-s", "5"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=log, stderr=log,
     )  # fmt: skip
 
 
@@ -120,11 +121,14 @@ def test_kill_9_of_the_relay_mid_delivery_loses_nothing_and_keeps_each_nodes_ord
         produced = [int(d.event["data"]["labels"]["i"]) for d in acked
                     if d.event["partitionkey"] == node]  # fmt: skip
         assert produced == sorted(produced)
-    # a duplicate only where an acknowledgement could have been lost
+    # a duplicate only where an acknowledgement could have been lost: a kill or a receiver
+    # stop between the two (a request written just before a kill is read by the receiver just
+    # after it, hence the 0.1 s of slack; a relay takes longer than that to start again)
     duplicates = {i: ts for i, ts in seen.items() if len(ts) > 1}
     for eid, ts in duplicates.items():
         for first, again in itertools.pairwise(ts):
-            assert any(first <= c <= again for c in cuts), (eid, first, again, cuts)
+            near = min(cuts, key=lambda c: abs(c - first))
+            assert any(first - 0.1 <= c <= again for c in cuts), (eid, first, again, near)
     assert len(duplicates) <= len(cuts)
     # the kills hit a relay at work: a request arrived in the 50 ms before many of them
     busy = sum(any(k - 0.05 <= d.at <= k for d in deliveries) for k in kills)
