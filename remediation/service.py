@@ -22,6 +22,7 @@ from remediation.backends.runner import Runner, SubprocessRunner
 from remediation.backends.slurm import SlurmBackend
 from remediation.clock import Clock, SystemClock
 from remediation.engine import Engine
+from remediation.events import capture
 from remediation.events import config as events_config
 from remediation.events.relay import Relay
 from remediation.events.sink import HttpSink, Sink
@@ -342,4 +343,5 @@ def make_relay(
     if cfg is None:
         return None
     sink = sink or HttpSink(cfg.url, cfg.timeout_s, cfg.token)
+    capture.prime(journal)  # what the service accepts from now on goes out
     return Relay(journal, cfg, sink, clock.now, metrics)

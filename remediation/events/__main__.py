@@ -39,11 +39,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, ValueError) as e:
         print(f"python -m remediation.events: {e}", file=sys.stderr)
         return 2
+    from remediation.events.capture import prime
     from remediation.events.relay import Relay
     from remediation.events.sink import HttpSink
     from remediation.journal import Journal
 
     journal = Journal(s.state_db)
+    prime(journal)
     relay = Relay(journal, cfg, HttpSink(cfg.url, cfg.timeout_s, cfg.token))
     try:
         asyncio.run(relay.run())

@@ -8,7 +8,8 @@ Alertmanager), so each alert the journal accepted is a ``finding`` event; each r
 Read, put into the outbox and the cursor moved in one transaction, so a crash never loses
 or doubles one (ids are stable: ``<kind>-<row>[-<state>]@<journal id>``).
 
-The first capture starts at the journal's present (no flood of history into a new sink).
+The first capture starts at the journal's present (no flood of history into a new sink):
+the service places the cursor (:func:`prime`) before it takes its first alert.
 The mapping from rows to events is pure (:func:`finding`, :func:`decision`, :func:`action`).
 """
 
@@ -183,16 +184,26 @@ def _read(db: sqlite3.Connection, cursor: dict[str, int], jid: str, source: str)
     return items
 
 
+def prime(journal: Journal) -> bool:
+    """Before the service takes its first alert: place the cursor at the journal's present
+    if it has none yet (True when it was placed now; history is not replayed)."""
+    with journal.tx() as db:
+        _journal_id(db)
+        if db.execute("SELECT 1 FROM kv WHERE key=?", (CURSOR_KEY,)).fetchone() is not None:
+            return False
+        _start_at_present(db)
+        return True
+
+
 def capture(
     journal: Journal, source: str, keep: Filter, now: Callable[[], float]
 ) -> tuple[int, bool]:
     """One batch from the journal into the outbox: (events put in, more may be waiting)."""
+    if prime(journal):
+        return 0, False
     with journal.tx() as db:
         jid = _journal_id(db)
         row = db.execute("SELECT value FROM kv WHERE key=?", (CURSOR_KEY,)).fetchone()
-        if row is None:
-            _start_at_present(db)
-            return 0, False
         cursor = json.loads(row[0])
         items = _read(db, cursor, jid, source)
         put = 0

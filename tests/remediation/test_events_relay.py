@@ -46,7 +46,6 @@ async def test_a_finding_its_decision_and_its_action_reach_the_receiver_in_that_
     svc = service(tmp_path, clock=FakeClock(), topology=topology_file(tmp_path, 4),
                   events_url=receiver.url, events_mode=mode, events_interval_s=0.05)  # fmt: skip
     async with TestClient(TestServer(build_app(svc))) as client:
-        await until(lambda: svc.journal.get(capture.CURSOR_KEY) is not None)
         r = await client.post(
             "/alertmanager", data=payload(alert("gpu-node-002", gpu="5")), headers=AUTH
         )
@@ -90,7 +89,6 @@ async def test_the_filter_keeps_only_the_kinds_severities_and_labels_asked_for(
         alert("gpu-node-004", team="ml"),  # a label the filter excludes
     ]
     async with TestClient(TestServer(build_app(svc))) as client:
-        await until(lambda: svc.journal.get(capture.CURSOR_KEY) is not None)
         assert (
             await client.post("/alertmanager", data=payload(*alerts), headers=AUTH)
         ).status == 200
