@@ -131,7 +131,10 @@ def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = N
 
         lines, problems = [*lines, *more, *gpu_lines(svc.policy, svc.backend)], [*problems, *stop]
         svc.journal.close()
-        print("\n".join([mode, *warnings, *lines, *svc.policy.validation.describe()]))
+        from remediation.events.config import describe as events_line
+
+        print("\n".join([mode, *warnings, *lines, *svc.policy.validation.describe(),
+                         events_line(s)]))  # fmt: skip
         for problem in problems:
             print(f"gpuwarden-remediation: {problem}", file=sys.stderr)
         if problems:
@@ -149,7 +152,9 @@ def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = N
     import time
 
     notes = preflight.leave_dry_run(svc.journal, svc.backend.name, time.time())
-    for line in [mode, *warnings, *notes]:
+    from remediation.events.config import describe as events_line
+
+    for line in [mode, *warnings, *notes, events_line(s)]:
         logging.getLogger("gpuwarden.remediation").info("%s", line)
     from aiohttp import web
 

@@ -75,3 +75,17 @@ def from_settings(s: Any) -> EventsConfig | None:
         s.events_max_attempts, s.events_backoff_s, s.events_backoff_max_s, s.events_timeout_s,
         s.events_interval_s, s.events_retention_s, token,
     )  # fmt: skip
+
+
+def describe(s: Any) -> str:
+    """One line for ``--check`` and the start-up log: where events go and which."""
+    if s.events_url is None:
+        return "events: off (no --events-url)"
+    parts = urllib.parse.urlsplit(s.events_url)
+    where = f"{parts.scheme}://{parts.netloc}{parts.path}"  # never a query's secrets
+    what = [f"kinds {','.join(s.events_kinds) or 'all'}"]
+    if s.events_min_severity:
+        what.append(f"severity >= {s.events_min_severity}")
+    if s.events_labels:
+        what.append(f"labels {','.join(s.events_labels)}")
+    return f"events: CloudEvents ({s.events_mode}) to {where}, {'; '.join(what)}"

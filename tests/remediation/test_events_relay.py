@@ -263,3 +263,14 @@ def test_a_kept_alive_connection_the_receiver_closed_is_reopened_without_a_failu
     relay.cycle()
     assert [e["data"]["i"] for e in receiver.acked()] == [0, 1]
     assert relay.metrics.events_failures.labels("connection")._value.get() == 0
+
+
+def test_check_says_where_events_go_and_which(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    rc = cli.main(["--state-db", str(tmp_path / "s.db"), "--check", "--allow-unauthenticated",
+                   "--events-url", "https://sink.example.com:8443/ce?token=x",
+                   "--events-kinds", "decision,action", "--events-min-severity", "warning"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert ("events: CloudEvents (structured) to https://sink.example.com:8443/ce, kinds "
+            "decision,action; severity >= warning") in out  # fmt: skip
+    assert "token=x" not in out
