@@ -71,6 +71,7 @@ class Relay:
         self.last_prune = 0.0
         self.wake = asyncio.Event()
         self.last_error = ""
+        self.stopping = False  # set by the service's shutdown: no further send
 
     def capture(self) -> int:
         total, more = 0, True
@@ -109,11 +110,13 @@ class Relay:
     def deliver(self) -> int:
         """Rounds of heads until none is due or the sink is held back; events delivered."""
         sent = 0
-        while self.now() >= self.gate_until:
+        while self.now() >= self.gate_until and not self.stopping:
             heads = outbox.heads(self.journal, self.now())
             if not heads:
                 break
             for row in heads:
+                if self.stopping:  # what is not sent now goes out after the restart
+                    return sent
                 headers, body = wire(row, self.cfg)
                 reply = self.sink.send(headers, body)
                 sent += int(reply.ok)

@@ -274,3 +274,17 @@ def test_check_says_where_events_go_and_which(tmp_path: Path, capsys: pytest.Cap
     assert ("events: CloudEvents (structured) to https://sink.example.com:8443/ce, kinds "
             "decision,action; severity >= warning") in out  # fmt: skip
     assert "token=x" not in out
+
+
+def test_a_stopping_relay_sends_nothing_more_and_its_events_wait_for_the_restart(
+    tmp_path: Path, receiver: Receiver
+):
+    clock = FakeClock()
+    relay, journal = relay_on(tmp_path, receiver.url, clock)
+    put_events(journal, "n1", 2, clock.now())
+    relay.stopping = True
+    relay.cycle()
+    assert receiver.settled() == []
+    again, _ = relay_on(tmp_path, receiver.url, clock)
+    again.cycle()
+    assert [e["data"]["i"] for e in receiver.acked()] == [0, 1]
