@@ -54,7 +54,9 @@ def events_flags(p: argparse.ArgumentParser) -> None:
     remediation.events``'s."""
     g = p.add_argument_group("events out (CloudEvents over HTTP)")
     g.add_argument("--events-url", help="receiver URL; unset: no events")
-    g.add_argument("--events-mode", help="structured (default) or binary")
+    g.add_argument(
+        "--events-mode", help="structured (default), binary, or otlp (OTLP/HTTP JSON logs)"
+    )
     g.add_argument("--events-source", help="CloudEvents source (default /gpuwarden/remediation)")
     g.add_argument("--events-kinds", help="comma list: finding,decision,action,maintenance")
     g.add_argument("--events-min-severity", help="info|warning|critical")

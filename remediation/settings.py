@@ -42,7 +42,7 @@ class Settings:
     command_timeout_s: float = 10.0
     # events out (docs/remediation.md#events-out): CloudEvents over HTTP; None = off
     events_url: str | None = None
-    events_mode: str = "structured"  # or binary
+    events_mode: str = "structured"  # or binary, or otlp (OTLP/HTTP JSON log records)
     events_source: str = DEFAULT_SOURCE
     events_kinds: tuple[str, ...] = ()  # finding, decision, action, maintenance; () = all
     events_min_severity: str = ""  # info | warning | critical; "" = all

@@ -44,8 +44,8 @@ def check(s: Any) -> None:
         return
     if not _url_ok(s.events_url):
         raise ValueError(f"--events-url: {s.events_url!r} is not an http(s)://HOST[:PORT] URL")
-    if s.events_mode not in MODES:
-        raise ValueError(f"--events-mode: {s.events_mode!r} is not one of {', '.join(MODES)}")
+    if s.events_mode not in (*MODES, "otlp"):
+        raise ValueError(f"--events-mode: {s.events_mode!r} is not one of {', '.join(MODES)}, otlp")
     src = s.events_source
     if not src or any(c.isspace() for c in src) or urllib.parse.urlsplit(src).geturl() != src:
         raise ValueError(f"--events-source: {src!r} is not a URI-reference (no spaces)")
@@ -88,4 +88,5 @@ def describe(s: Any) -> str:
         what.append(f"severity >= {s.events_min_severity}")
     if s.events_labels:
         what.append(f"labels {','.join(s.events_labels)}")
-    return f"events: CloudEvents ({s.events_mode}) to {where}, {'; '.join(what)}"
+    how = "OTLP logs" if s.events_mode == "otlp" else f"CloudEvents ({s.events_mode})"
+    return f"events: {how} to {where}, {'; '.join(what)}"

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from remediation.events import capture, cloudevent, outbox
+from remediation.events import capture, cloudevent, otlp, outbox
 from remediation.events.config import EventsConfig
 from remediation.events.sink import Reply, Sink
 from remediation.journal import Journal
@@ -44,9 +44,12 @@ def backoff(attempt: int, base_s: float, max_s: float, u: float) -> float:
 
 
 def wire(row: outbox.Row, cfg: EventsConfig) -> tuple[dict[str, str], bytes]:
-    """The HTTP request for one outbox row: its position as ``sequence``, then the mode."""
+    """The HTTP request for one outbox row: its position as ``sequence``, then the mode
+    (CloudEvents binary or structured, or an OTLP log record)."""
     event = {**row.event, "sequence": cloudevent.sequence(row.seq)}
     event.setdefault("source", cfg.source)
+    if cfg.mode == "otlp":
+        return otlp.logs(event, time.time_ns())
     return cloudevent.MODES[cfg.mode](event)
 
 

@@ -37,6 +37,8 @@ def decode(headers: dict[str, str], body: bytes) -> tuple[dict[str, Any], str, l
     """(event, mode, problems) from one HTTP request, the way a conforming receiver reads it."""
     ctype = headers.get("content-type", "")
     problems: list[str] = []
+    if b'"resourceLogs"' in body[:40]:  # an OTLP/HTTP JSON logs request (--events-mode otlp)
+        return otlp_event(json.loads(body))
     if ctype.startswith("application/cloudevents+json"):
         event = json.loads(body.decode("utf-8"))
         mode = "structured"
@@ -59,6 +61,30 @@ def decode(headers: dict[str, str], body: bytes) -> tuple[dict[str, Any], str, l
     if event.get("specversion") != "1.0":
         problems.append(f"specversion {event.get('specversion')!r}")
     return event, mode, problems
+
+
+def otlp_event(request: dict[str, Any]) -> tuple[dict[str, Any], str, list[str]]:
+    """The event one OTLP log record carries: its cloudevents.* attributes, body as data."""
+    problems: list[str] = []
+    records = [r for rl in request.get("resourceLogs", []) for sl in rl.get("scopeLogs", [])
+               for r in sl.get("logRecords", [])]  # fmt: skip
+    if len(records) != 1:
+        return {}, "otlp", [f"{len(records)} log records, want 1"]
+    rec = records[0]
+    attrs = {a["key"]: a["value"].get("stringValue") for a in rec.get("attributes", [])}
+    event: dict[str, Any] = {
+        "id": attrs.get("cloudevents.event_id"), "source": attrs.get("cloudevents.event_source"),
+        "specversion": attrs.get("cloudevents.event_spec_version"),
+        "type": attrs.get("cloudevents.event_type"), "partitionkey": attrs.get("gpuwarden.node"),
+        "sequence": attrs.get("gpuwarden.sequence"), "data": rec.get("body"),
+    }  # fmt: skip
+    for field_ in ("timeUnixNano", "observedTimeUnixNano"):
+        if not str(rec.get(field_, "")).isdigit():
+            problems.append(f"{field_}: not a decimal string")
+    for a in REQUIRED:
+        if not event.get(a):
+            problems.append(f"{a}: missing")
+    return event, "otlp", problems
 
 
 class Receiver:
