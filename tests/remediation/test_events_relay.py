@@ -288,3 +288,15 @@ def test_a_stopping_relay_sends_nothing_more_and_its_events_wait_for_the_restart
     again, _ = relay_on(tmp_path, receiver.url, clock)
     again.cycle()
     assert [e["data"]["i"] for e in receiver.acked()] == [0, 1]
+
+
+def test_events_settings_come_from_the_environment_and_yaml_like_every_other(tmp_path: Path):
+    from common import settings as gsettings
+    from remediation.settings import Settings
+
+    cfg = tmp_path / "remediation.yaml"
+    cfg.write_text("events_url: http://sink:8080/ce\nevents_labels: [fault_class=xid_fatal]\n")
+    env = {"GPUWARDEN_EVENTS_KINDS": "finding,decision", "GPUWARDEN_EVENTS_MODE": "binary"}
+    s = gsettings.load(Settings, {}, env=env, config_file=cfg)
+    assert (s.events_url, s.events_mode, s.events_kinds, s.events_labels) == (
+        "http://sink:8080/ce", "binary", ("finding", "decision"), ("fault_class=xid_fatal",))  # fmt: skip
