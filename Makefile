@@ -71,6 +71,7 @@ soak: venv system-deps
 	GPUWARDEN_SOAK_EXAMPLES=20000 $(BIN)/pytest -q -p no:logging tests/remediation/test_invariants.py
 	GPUWARDEN_CRASH_RUNS=40 $(BIN)/pytest -q -p no:logging tests/remediation/test_crash_checkpoint.py
 	GPUWARDEN_CRASH_RUNS=40 $(BIN)/pytest -q -p no:logging tests/remediation/test_kube_service_real.py -k kill_9
+	GPUWARDEN_EVENTS_SOAK_KILLS=40 $(BIN)/pytest -q -s -p no:logging tests/remediation/test_events_crash.py
 
 # Mutation testing of remediation's guards, engine and executor ([tool.mutmut] in pyproject).
 mutation: venv

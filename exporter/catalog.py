@@ -1235,6 +1235,40 @@ REMEDIATION_ACTION_FAILURES = _m(
     ("action",),
 )
 
+REMEDIATION_EVENTS_DELIVERED = _m(
+    "remediation_events_delivered_total",
+    "counter",
+    "CloudEvents delivered to the events receiver (2xx), by kind"
+    " (finding, decision, action, maintenance).",
+    ("kind",),
+)
+REMEDIATION_EVENTS_FAILURES = _m(
+    "remediation_events_delivery_failures_total",
+    "counter",
+    "Failed event deliveries, by the receiver's HTTP status or 'connection' (no answer).",
+    ("reason",),
+)
+REMEDIATION_EVENTS_PENDING = _m(
+    "remediation_events_pending",
+    "gauge",
+    "Events in the outbox not yet delivered.",
+    (),
+)
+REMEDIATION_EVENTS_OLDEST_PENDING = _m(
+    "remediation_events_oldest_pending_seconds",
+    "gauge",
+    "Age of the oldest event in the outbox not yet delivered (0 when none waits).",
+    (),
+    "seconds",
+)
+REMEDIATION_EVENTS_DEAD_LETTERS = _m(
+    "remediation_events_dead_letters",
+    "gauge",
+    "Events dead-lettered in the outbox (refused by the receiver as malformed, or past"
+    " --events-max-attempts), by kind; kept for the retention, read from the journal.",
+    ("kind",),
+)
+
 # --------------------------------------------------------------------------- failure accounting
 # Exported by the remediation service, recomputed from its journal (accounting/
 # metrics.py): the same journal gives the same values after a restart. Over the journal's

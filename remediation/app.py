@@ -208,7 +208,12 @@ def build_app(svc: Service) -> web.Application:
 
     async def lifecycle(app: web.Application) -> Any:
         await svc.worker.start()
+        relay = asyncio.create_task(svc.relay.run()) if svc.relay is not None else None
         yield
+        if relay is not None:  # a delivery cut short is sent again on the next start
+            svc.relay.stopping = True  # type: ignore[union-attr]
+            relay.cancel()
+            await asyncio.wait({relay}, timeout=5)
         await svc.worker.stop()
         api.pool.shutdown(wait=False)
 

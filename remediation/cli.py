@@ -47,8 +47,30 @@ def parser() -> argparse.ArgumentParser:
         "--command-timeout-s",
         help="timeout of each scheduler command and of each Kubernetes API call (s)",
     )
+    events_flags(p)
     p.add_argument("--check", action="store_true", help="validate settings + policy, then exit")
     return p
+
+
+def events_flags(p: argparse.ArgumentParser) -> None:
+    """The events-out flags (docs/remediation.md#events-out); also ``python -m
+    remediation.events``'s."""
+    g = p.add_argument_group("events out (CloudEvents over HTTP)")
+    g.add_argument("--events-url", help="receiver URL; unset: no events")
+    g.add_argument(
+        "--events-mode", help="structured (default), binary, or otlp (OTLP/HTTP JSON logs)"
+    )
+    g.add_argument("--events-source", help="CloudEvents source (default /gpuwarden/remediation)")
+    g.add_argument("--events-kinds", help="comma list: finding,decision,action,maintenance")
+    g.add_argument("--events-min-severity", help="info|warning|critical")
+    g.add_argument("--events-labels", help="comma list of name=value / name!=value")
+    g.add_argument("--events-token-file", help="file holding the receiver's bearer token")
+    g.add_argument("--events-max-attempts", help="dead-letter after N failures (0: never)")
+    g.add_argument("--events-backoff-s", help="first retry wait (s), doubled up to the max")
+    g.add_argument("--events-backoff-max-s", help="longest retry wait (s)")
+    g.add_argument("--events-timeout-s", help="HTTP timeout per delivery (s)")
+    g.add_argument("--events-interval-s", help="capture/delivery cycle (s)")
+    g.add_argument("--events-retention-s", help="keep delivered/dead events this long (s)")
 
 
 def load_settings(argv: Sequence[str]) -> tuple[Settings, bool]:
@@ -114,7 +136,10 @@ def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = N
 
         lines, problems = [*lines, *more, *gpu_lines(svc.policy, svc.backend)], [*problems, *stop]
         svc.journal.close()
-        print("\n".join([mode, *warnings, *lines, *svc.policy.validation.describe()]))
+        from remediation.events.config import describe as events_line
+
+        print("\n".join([mode, *warnings, *lines, *svc.policy.validation.describe(),
+                         events_line(s)]))  # fmt: skip
         for problem in problems:
             print(f"gpuwarden-remediation: {problem}", file=sys.stderr)
         if problems:
@@ -132,7 +157,9 @@ def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = N
     import time
 
     notes = preflight.leave_dry_run(svc.journal, svc.backend.name, time.time())
-    for line in [mode, *warnings, *notes]:
+    from remediation.events.config import describe as events_line
+
+    for line in [mode, *warnings, *notes, events_line(s)]:
         logging.getLogger("gpuwarden.remediation").info("%s", line)
     from aiohttp import web
 

@@ -54,6 +54,11 @@ CREATE TABLE IF NOT EXISTS incidents(id INTEGER PRIMARY KEY AUTOINCREMENT, node 
 CREATE INDEX IF NOT EXISTS incidents_node ON incidents(node, fault_class, last_at);
 CREATE TABLE IF NOT EXISTS evacuations(node TEXT PRIMARY KEY, scope TEXT, action_id INTEGER,
   since REAL, last REAL, pods TEXT);
+CREATE TABLE IF NOT EXISTS outbox(seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,
+  partition TEXT NOT NULL, kind TEXT NOT NULL, event TEXT NOT NULL, created_at REAL,
+  state TEXT NOT NULL DEFAULT 'pending', attempts INTEGER NOT NULL DEFAULT 0,
+  next_at REAL NOT NULL DEFAULT 0, done_at REAL, last_error TEXT);
+CREATE INDEX IF NOT EXISTS outbox_heads ON outbox(state, partition, seq);
 """
 # Columns added after the first release: (table, column, type). Added to an older journal
 # in place at start-up, so an upgrade keeps its history.
@@ -68,6 +73,7 @@ MIGRATIONS = (
     ("alerts", "stale", "INTEGER NOT NULL DEFAULT 0"),  # a firing older than its resolve
     ("alerts", "annotations", "TEXT"),  # evidence some decisions read (placement: score)
     ("alerts", "ends_at", "TEXT NOT NULL DEFAULT ''"),  # a resolve's endsAt (ordering)
+    ("actions", "evented", "TEXT"),  # the state/attempts last put in the event outbox
 )
 # alerts.stale: 1 a firing older than a resolve already seen (never decided); 2 a resolve
 # undone by a re-fire of its instance (ordering.refired), until the instance resolves again

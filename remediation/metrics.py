@@ -42,6 +42,11 @@ class Metrics:
         self.placement_clips = _counter(c.REMEDIATION_PLACEMENT_BUDGET_CLIPS, reg)
         self.placement_repairs = _counter(c.REMEDIATION_PLACEMENT_REPAIRS, reg)
         self.placement_errors = _counter(c.REMEDIATION_PLACEMENT_ERRORS, reg)
+        self.events_delivered = _counter(c.REMEDIATION_EVENTS_DELIVERED, reg)
+        self.events_failures = _counter(c.REMEDIATION_EVENTS_FAILURES, reg)
+        self.events_pending = _gauge(c.REMEDIATION_EVENTS_PENDING, reg)
+        self.events_oldest = _gauge(c.REMEDIATION_EVENTS_OLDEST_PENDING, reg)
+        self.events_dead = _gauge(c.REMEDIATION_EVENTS_DEAD_LETTERS, reg)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -22,6 +22,10 @@ from remediation.backends.runner import Runner, SubprocessRunner
 from remediation.backends.slurm import SlurmBackend
 from remediation.clock import Clock, SystemClock
 from remediation.engine import Engine
+from remediation.events import capture
+from remediation.events import config as events_config
+from remediation.events.relay import Relay
+from remediation.events.sink import HttpSink, Sink
 from remediation.executor import Executor
 from remediation.gpureset import release as reset_release
 from remediation.journal import HELD_STATES, Journal
@@ -54,6 +58,7 @@ class Service:
     metrics: Metrics
     clock: Clock
     credentials: auth.Credentials | None
+    relay: Relay | None = None  # events out (remediation/events), None when off
 
     @property
     def validator(self) -> Validator:
@@ -273,6 +278,7 @@ def build(
     silences: Silences | None = None,
     suite_runner: SuiteRunner | None = None,
     collectors: CollectorsFor | None = None,
+    events_sink: Sink | None = None,
 ) -> Service:
     pol = policy.load(s.policy)
     creds = auth.load(s.webhook_token, s.webhook_token_file, s.webhook_basic_auth_file)
@@ -313,6 +319,7 @@ def build(
     executor.resetter = make_resetter(pol, real)
     engine.release_blocked = lambda node: reset_release.blocked(journal, executor.resetter, node)
     worker = Worker(engine, executor, s.tick_s)
+    relay = make_relay(s, journal, clock, metrics, events_sink)
     return Service(
         s,
         pol,
@@ -324,4 +331,20 @@ def build(
         metrics,
         clock,
         creds if creds.expected else None,
+        relay,
     )
+
+
+def make_relay(
+    s: Settings, journal: Journal, clock: Clock, metrics: Metrics | None, sink: Sink | None
+) -> Relay | None:
+    """The events relay when ``--events-url`` is set (a bad token file stops the start)."""
+    try:
+        cfg = events_config.from_settings(s)
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
+    if cfg is None:
+        return None
+    sink = sink or HttpSink(cfg.url, cfg.timeout_s, cfg.token)
+    capture.prime(journal)  # what the service accepts from now on goes out
+    return Relay(journal, cfg, sink, clock.now, metrics)

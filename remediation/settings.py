@@ -6,6 +6,9 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from remediation.events import config as events_config
+from remediation.events.config import DEFAULT_SOURCE
+
 BACKENDS = ("dry-run", "slurm", "kubernetes")
 
 
@@ -37,6 +40,20 @@ class Settings:
     topology: Path | None = None
     tick_s: float = 5.0
     command_timeout_s: float = 10.0
+    # events out (docs/remediation.md#events-out): CloudEvents over HTTP; None = off
+    events_url: str | None = None
+    events_mode: str = "structured"  # or binary, or otlp (OTLP/HTTP JSON log records)
+    events_source: str = DEFAULT_SOURCE
+    events_kinds: tuple[str, ...] = ()  # finding, decision, action, maintenance; () = all
+    events_min_severity: str = ""  # info | warning | critical; "" = all
+    events_labels: tuple[str, ...] = ()  # name=value / name!=value, all must hold
+    events_token_file: Path | None = None  # bearer token for the receiver
+    events_max_attempts: int = 0  # 0: retry until delivered
+    events_backoff_s: float = 1.0
+    events_backoff_max_s: float = 300.0
+    events_timeout_s: float = 10.0
+    events_interval_s: float = 1.0
+    events_retention_s: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -52,6 +69,7 @@ class Settings:
             )
         if self.tick_s <= 0 or self.command_timeout_s <= 0:
             raise ValueError("--tick-s and --command-timeout-s must be > 0")
+        events_config.check(self)
 
     @property
     def host_port(self) -> tuple[str, int]:
