@@ -74,8 +74,13 @@ class Settings:
             raise ValueError(f"--plan-hours: must be > 0, not {self.hours:g}")
         if self.gpus_per_node <= 0:
             raise ValueError("--gpus-per-node must be > 0")
-        if self.partition_nodes is not None and self.partition_nodes <= 0:
-            raise ValueError("--partition-nodes: must be a node count > 0")
+        if self.partition_nodes is not None:
+            biggest = math.ceil(max(self.gpus) / self.gpus_per_node)
+            if self.partition_nodes < biggest:
+                raise ValueError(
+                    f"--partition-nodes: {self.partition_nodes} nodes cannot run a job of"
+                    f" {max(self.gpus)} GPUs ({biggest} nodes)"
+                )
         if not 0.0 < self.restart_probability < 1.0:
             raise ValueError(
                 f"--restart-probability: must be between 0 and 1, not {self.restart_probability:g}"
@@ -123,7 +128,7 @@ class Row:
     job_mtbf_h: Band
     young_h: float | None  # Young's, at the estimate, for comparison
     daly_h: Band  # at the estimate, and at the two ends of the rate
-    ettr: Band  # checkpointing at the estimate's Daly interval
+    ettr: Band  # checkpointing at the estimate's Daly interval (see _row)
     uninterrupted: Band  # P(``hours`` without a failure)
     lost_gpu_h_per_day: Band
     spares: Band  # None without a measured repair time
@@ -190,7 +195,10 @@ def _row(model: str, gpus: int, r: Rates, repairs: list[float], s: Settings) -> 
     mtbf = tuple(1.0 / rate if rate > 0 else math.inf for rate in job)
     cost, restart = s.checkpoint_s / 3600.0, s.restart_s / 3600.0
     daly = tuple(planning.daly_interval(cost, m) for m in mtbf)
-    ettr = tuple(planning.ettr(daly[0], cost, restart, m) for m in mtbf)
+    # the interval an operator would set: the estimate's optimum, or where the estimate
+    # saw no failure (no optimum), the one for the most failures the bounds allow
+    interval = daly[0] if math.isfinite(daly[0]) else daly[2]
+    ettr = tuple(planning.ettr(interval, cost, restart, m) for m in mtbf)
     spares = tuple(
         planning.spares(n, partition, repairs, s.restart_target_s / 3600.0, s.restart_probability)
         for n in node

@@ -79,6 +79,10 @@ def test_a_model_without_failures_has_no_estimated_interval_but_a_worst_case_one
     assert row.daly_h.estimate is None and row.daly_h.low is not None
     assert row.uninterrupted.estimate == 1.0 and row.uninterrupted.low is not None
     assert row.uninterrupted.low < 1.0
+    # checkpointing at the worst case's interval: only the checkpoints cost at the estimate
+    assert row.daly_h.low is not None and row.ettr.estimate is not None
+    assert row.ettr.estimate == pytest.approx(row.daly_h.low / (row.daly_h.low + 5 / 60))
+    assert row.ettr.low is not None and 0.5 < row.ettr.low < row.ettr.estimate
 
 
 def test_the_model_is_found_under_any_name_its_sku_was_given() -> None:
@@ -137,6 +141,7 @@ def test_a_model_the_report_has_no_cell_for_is_named_with_the_models_it_has() ->
         ({"hours": 0.0}, "--plan-hours"),
         ({"gpus_per_node": 0}, "--gpus-per-node"),
         ({"partition_nodes": 0}, "--partition-nodes"),
+        ({"gpus": (8, 64), "partition_nodes": 7}, "--partition-nodes: 7 nodes cannot run"),
         ({"restart_probability": 1.0}, "--restart-probability"),
         ({"restart_probability": 0.0}, "--restart-probability"),
     ],

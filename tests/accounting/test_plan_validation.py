@@ -209,3 +209,34 @@ def test_a_simulated_year_of_256_h100_predicts_llamas_hardware_count_inside_its_
     assert row.failures_per_day.low is not None and row.failures_per_day.high is not None
     assert row.failures_per_day.low * LLAMA3_DAYS < LLAMA3_HARDWARE
     assert row.failures_per_day.high * LLAMA3_DAYS > LLAMA3_HARDWARE
+
+
+def main() -> None:
+    """Print the figures docs/accounting.md quotes (``python -m
+    tests.accounting.test_plan_validation``)."""
+    years = [ry.simulate(seed, SETUP) for seed in range(YEARS)]
+    rep = _report(ry.simulate(2026, SETUP))
+    mtbf = _job_mtbf(rep)
+    ettr = planning.ettr(INTERVAL_H, 0.0, RESTART_S / 3600.0, mtbf)
+    lived = [_lived(y) for y in years]
+    predicted = {
+        "interruptions_per_year": 8760.0 / mtbf,
+        "p_day_uninterrupted": planning.uninterrupted(1.0 / mtbf, 24.0),
+        "ettr": ettr,
+        "gpu_hours_lost_per_day": planning.gpu_hours_lost_per_day(JOB_GPUS, ettr),
+    }
+    for key, value in predicted.items():
+        low, high = _band([v[key] for v in lived])
+        median = statistics.median(v[key] for v in lived)
+        print(f"{key:<24} {value:.5f}  band {low:.5f} .. {high:.5f} (median {median:.5f})")
+    rates = plan.rates(rep, MODEL)
+    node_rate = ry.GPUS_PER_NODE * rates.per_gpu[0] + rates.per_node[0]
+    repairs = plan.repair_hours(rep, rates.cells)
+    for spares in (1, 2):
+        p = planning.restart_probability(spares, node_rate, 32, repairs, TARGET_S / 3600.0)
+        low, high = _band([_restarted_in_time(y, spares) for y in years])
+        print(f"restart in time, {spares} spare(s) {p:.4f}  band {low:.4f} .. {high:.4f}")
+
+
+if __name__ == "__main__":
+    main()
