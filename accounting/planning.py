@@ -57,7 +57,9 @@ def ettr(interval_h: float, cost_h: float, restart_h: float, mtbf_h: float) -> f
     complete model). No failures: only the checkpoints cost; a zero interval with a zero
     cost is its limit, ``e^(-R/M)``."""
     if math.isinf(mtbf_h):
-        return 1.0 if math.isinf(interval_h) else interval_h / (interval_h + cost_h)
+        if math.isinf(interval_h) or cost_h == 0.0:
+            return 1.0
+        return interval_h / (interval_h + cost_h)
     if math.isinf(interval_h):
         return 0.0
     if interval_h + cost_h == 0.0:

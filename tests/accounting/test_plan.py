@@ -85,6 +85,12 @@ def test_a_model_without_failures_has_no_estimated_interval_but_a_worst_case_one
     assert row.ettr.low is not None and 0.5 < row.ettr.low < row.ettr.estimate
 
 
+def test_free_checkpoints_on_a_model_without_failures_lose_nothing_at_the_estimate() -> None:
+    row = _one(_report([]), checkpoint_s=0.0)
+    assert row.ettr.estimate == 1.0 and row.lost_gpu_h_per_day.estimate == 0.0
+    assert row.ettr.low is not None and row.ettr.low < 1.0  # restarts still cost at worst
+
+
 def test_the_model_is_found_under_any_name_its_sku_was_given() -> None:
     fleet = gpus("n1", 8, at(0), at(1000), "NVIDIA H100 80GB HBM3")
     rep = _report(_failures(2, gpu_model="H100-SXM5-80GB"), fleet)

@@ -51,6 +51,7 @@ def test_ettr_is_interval_over_mtbf_times_e_to_restart_over_mtbf_times_the_expm1
 def test_ettr_without_failures_is_the_time_not_spent_writing_checkpoints() -> None:
     assert planning.ettr(1.0, 0.25, 1.0, math.inf) == pytest.approx(0.8)
     assert planning.ettr(math.inf, 0.25, 1.0, math.inf) == 1.0
+    assert planning.ettr(0.0, 0.0, 1.0, math.inf) == 1.0  # free checkpoints, no failure
 
 
 def test_ettr_of_free_continuous_checkpoints_loses_only_the_restarts() -> None:
