@@ -29,8 +29,11 @@ def test_youngs_interval_is_the_root_of_twice_cost_times_mtbf() -> None:
     assert planning.young_interval(5 * MIN, 24.0) == pytest.approx(2.0)
 
 
-def test_dalys_interval_is_the_mtbf_when_a_checkpoint_costs_twice_the_mtbf_or_more() -> None:
-    assert planning.daly_interval(3.0, 1.0) == 1.0
+@pytest.mark.parametrize("cost_h", [2.0, 2.5, 3.0])
+def test_dalys_interval_is_the_mtbf_when_a_checkpoint_costs_twice_the_mtbf_or_more(
+    cost_h: float,
+) -> None:
+    assert planning.daly_interval(cost_h, 1.0) == 1.0
 
 
 def test_dalys_interval_is_where_his_complete_models_ettr_peaks() -> None:
@@ -46,6 +49,11 @@ def test_dalys_interval_is_where_his_complete_models_ettr_peaks() -> None:
 def test_ettr_is_interval_over_mtbf_times_e_to_restart_over_mtbf_times_the_expm1() -> None:
     # t = M = 1 h, C = 0, R = M ln 2: 1 / (1 x 2 x (e - 1)) = 0.290988
     assert planning.ettr(1.0, 0.0, math.log(2.0), 1.0) == pytest.approx(0.290988, rel=1e-5)
+
+
+def test_ettr_of_an_interval_as_long_as_the_checkpoint_is_the_complete_models() -> None:
+    # t = C = 0.5 h, R = 0, M = 1 h: 0.5 / (e - 1) = 0.290988
+    assert planning.ettr(0.5, 0.5, 0.0, 1.0) == pytest.approx(0.5 / (math.e - 1.0))
 
 
 def test_ettr_without_failures_is_the_time_not_spent_writing_checkpoints() -> None:
@@ -95,6 +103,18 @@ def test_half_the_repairs_inside_the_target_need_a_spare_only_for_the_other_half
         0.98868, abs=1e-4
     )
     assert planning.spares(0.002, 100, repairs, 10 * MIN, 0.99) == 5
+
+
+def test_a_repair_exactly_as_long_as_the_target_is_back_in_time() -> None:
+    assert planning.spares(0.01, 100, [1.0], 1.0, 0.99) == 0
+
+
+def test_a_restart_probability_met_exactly_is_enough() -> None:
+    # no failure rate: nothing else holds a spare; half the repairs are back in time, so
+    # without a spare P = 0.5 exactly
+    assert planning.restart_probability(0, 0.0, 10, [0.0, 5.0], 1.0) == 0.5
+    assert planning.spares(0.0, 10, [0.0, 5.0], 1.0, 0.5) == 0
+    assert planning.spares(0.0, 10, [0.0, 5.0], 1.0, 0.51) == 1
 
 
 def test_spares_are_unknown_without_a_measured_repair_time() -> None:
