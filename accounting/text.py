@@ -176,7 +176,7 @@ def plan(rows: Sequence[Row], settings: Settings) -> str:
             f"{r.unitless_failures} software/unknown failures: no unit exposure, not in the rates"
         )
         out += [
-            f"  {r.model}, {r.gpus:,} GPUs on {r.nodes:,} nodes",
+            f"  {r.model}, {r.gpus:,} GPUs on {r.nodes:,} node{'' if r.nodes == 1 else 's'}",
             f"    failures a day        {band(r.failures_per_day, ',.3f')};"
             f" job MTBF {band(r.job_mtbf_h, ',.1f')} h",
             f"    checkpoint every      {band(r.daly_h, ',.2f')} h (Daly's higher-order"

@@ -41,7 +41,7 @@ def test_the_text_report_ends_with_a_plan_block_per_job_size(files, capsys) -> N
     rc, out, _ = _run([*files, *PLAN], capsys)
     assert rc == 0
     plan = out[out.index("Planning: checkpoint cost 5.0 min") :]
-    assert "H100, 8 GPUs on 1 nodes" in plan and "H100, 64 GPUs on 8 nodes" in plan
+    assert "H100, 8 GPUs on 1 node\n" in plan and "H100, 64 GPUs on 8 nodes" in plan
     # 8 GPUs x 4 failures / 10,000 GPU-h x 24 h
     assert "failures a day        0.077 [" in plan
     assert "Daly's higher-order optimum" in plan
