@@ -93,7 +93,7 @@ def restart_probability(
     residual = sum(max(d - target_h, 0.0) for d in repair_h) / len(repair_h)
     busy = nodes * node_rate_per_h * residual
     own_back = quick * float(poisson.cdf(spares, busy))
-    need_spare = (1.0 - quick) * (float(poisson.cdf(spares - 1, busy)) if spares > 0 else 0.0)
+    need_spare = (1.0 - quick) * float(poisson.cdf(spares - 1, busy))  # 0 with no spare
     return own_back + need_spare
 
 
