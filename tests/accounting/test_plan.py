@@ -108,21 +108,30 @@ def test_software_failures_are_counted_apart_and_not_in_the_rate() -> None:
 
 
 def test_spares_come_from_the_models_outages_repair_times_onset_to_return() -> None:
-    # two outages of 10 h (onset to return) on a 1-node job's own partition
+    # two outages of 10 h (onset to return) on a 1-node job's own partition: a GPU fault
+    # and a host fault that took the node out (gpus_out 1 without a GPU: the node)
     outs = [
-        incident(f"o{k}", onset=at(100 * k + 1), detected=at(100 * k + 1),
-                 mitigated=at(100 * k + 2), returned=at(100 * k + 11), gpus_out=8)
-        for k in (1, 2)
+        incident("g", onset=at(101), detected=at(101), mitigated=at(102), returned=at(111),
+                 gpus_out=8),
+        incident("h", onset=at(201), detected=at(201), mitigated=at(202), returned=at(211),
+                 gpus_out=1, component="host", gpu=None),
     ]  # fmt: skip
     rep = _report(outs)
     assert plan.repair_hours(rep, plan.rates(rep, "H100").cells) == [10.0, 10.0]
-    # a node fails at 8 x 2 / 10,000 = 1.6e-3/h; another outage still holds a spare 10 min
-    # on with mean 1 x 1.6e-3 x 9.833 h = 0.015733: one spare restarts in time with
-    # P = e^-0.015733 = 0.98439, enough for 98 %, not for 99 %
-    assert _one(rep, restart_probability=0.98).spares.estimate == 1.0
-    row = _one(rep, restart_target_s=600.0, restart_probability=0.99)
+    # a node fails at 8 x 1 / 10,000 (GPU) + 1 / 2,000 (host) = 1.3e-3/h; another outage
+    # still holds a spare 10 min on with mean 1 x 1.3e-3 x 9.8333 h = 0.012783: one spare
+    # restarts in time with P = e^-0.012783 = 0.98730, enough for 98.7 %, not for 98.8 %
+    assert _one(rep, restart_probability=0.987).spares.estimate == 1.0
+    row = _one(rep, restart_target_s=600.0, restart_probability=0.988)
     assert row.spares.estimate == 2.0
     assert row.repairs == 2
+
+
+def test_an_outage_back_exactly_at_the_target_needs_no_spare() -> None:
+    out = incident("o", onset=at(101), detected=at(101), mitigated=at(101.05),
+                   returned=at(101 + 1 / 6), gpus_out=8)  # fmt: skip
+    assert _one(_report([out]), restart_target_s=600.0).spares.estimate == 0.0
+    assert _one(_report([out]), restart_target_s=599.0).spares.estimate == 1.0
 
 
 def test_without_a_measured_outage_the_spares_are_unknown() -> None:
@@ -160,6 +169,16 @@ def test_a_bad_setting_is_refused_naming_its_flag(change: dict, flag: str) -> No
 
 def test_good_settings_pass_the_check() -> None:
     plan.Settings(models=("H100",), gpus=(8, 1024), checkpoint_s=0.0).check()
+    # the smallest of each: one GPU, one per node, half an hour, a partition just the job's
+    plan.Settings(
+        models=("H100",), gpus=(1, 64), hours=0.5, gpus_per_node=1, partition_nodes=64
+    ).check()
+
+
+def test_the_defaults_are_the_documented_ones() -> None:
+    s = plan.Settings(models=("H100",), gpus=(8,))
+    assert (s.checkpoint_s, s.restart_s, s.hours, s.gpus_per_node) == (300.0, 600.0, 24.0, 8)
+    assert (s.partition_nodes, s.restart_target_s, s.restart_probability) == (None, 600.0, 0.99)
 
 
 @pytest.mark.parametrize(
