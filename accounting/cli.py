@@ -4,7 +4,7 @@ imported interchange files (docs/accounting.md).
     gpuwarden report [--since T --until T] [--format text|json] [--html FILE]
                      [--incidents F --exposure F] [--export-incidents F --export-exposure F]
                      [--state-db PATH] [--prometheus URL]
-                     [--plan MODEL --plan-gpus N[,N] --checkpoint-cost D --restart-time D
+                     [--plan MODEL --plan-gpus N[,N] --checkpoint-cost D --restart-time D|measured
                       --plan-hours H --partition-nodes N --restart-target D
                       --restart-probability P]
 
@@ -48,7 +48,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--plan", metavar="MODEL[,MODEL]", help="plan jobs of these GPU models")
     g.add_argument("--plan-gpus", metavar="N[,N]", help="the jobs' GPU counts (with --plan)")
     g.add_argument("--checkpoint-cost", default="5m", help="time to write a checkpoint (5m)")
-    g.add_argument("--restart-time", default="10m", help="failure to running again (10m)")
+    g.add_argument(
+        "--restart-time",
+        default="10m",
+        help="failure to running again, or 'measured': the report's mean (10m)",
+    )
     g.add_argument("--plan-hours", type=float, default=24.0, help="P(this long uninterrupted)")
     g.add_argument("--partition-nodes", type=int, help="nodes the spares serve (the job's)")
     g.add_argument("--restart-target", default="10m", help="restart within this (10m)")
@@ -68,7 +72,9 @@ def plan_settings(args: argparse.Namespace) -> plan.Settings | None:
         models=tuple(m.strip() for m in args.plan.split(",")),
         gpus=plan.counts(args.plan_gpus, "--plan-gpus"),
         checkpoint_s=plan.duration(args.checkpoint_cost, "--checkpoint-cost"),
-        restart_s=plan.duration(args.restart_time, "--restart-time"),
+        restart_s=None
+        if args.restart_time.strip() == plan.MEASURED
+        else plan.duration(args.restart_time, "--restart-time"),
         hours=args.plan_hours,
         gpus_per_node=args.gpus_per_node,
         partition_nodes=args.partition_nodes,

@@ -71,7 +71,8 @@ def planning(rows: Sequence[Row], settings: Settings | None) -> list[str]:
     s = settings
     return [
         "<h2>Planning</h2>",
-        f"<p>Checkpoint cost {s.checkpoint_s / 60:g} min, restart {s.restart_s / 60:g} min;"
+        f"<p>Checkpoint cost {s.checkpoint_s / 60:g} min, restart"
+        f" {'as measured' if s.restart_s is None else f'{s.restart_s / 60:g} min'};"
         " each figure is the estimate [low, high] with every MTBF cell at its 90 % bounds;"
         " the interval is Daly's higher-order optimum; spare nodes for a restart within"
         f" {s.restart_target_s / 60:g} min with probability {s.restart_probability:g}.</p>",
@@ -86,6 +87,7 @@ def planning(rows: Sequence[Row], settings: Settings | None) -> list[str]:
                 "ETTR",
                 f"P({s.hours:g} h uninterrupted)",
                 "GPU-h lost/day",
+                "restart min",
                 "spare nodes",
             ],
             [
@@ -99,6 +101,7 @@ def planning(rows: Sequence[Row], settings: Settings | None) -> list[str]:
                     text.band(r.ettr, ".4f"),
                     text.band(r.uninterrupted, ".3f"),
                     text.band(r.lost_gpu_h_per_day, ",.1f"),
+                    f"{r.restart_h * 60:,.1f}",
                     text.band(r.spares, ".0f", "-"),
                 ]
                 for r in rows

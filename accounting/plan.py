@@ -25,6 +25,7 @@ from accounting import gpu_models, planning
 from accounting.model import GPU_COMPONENTS, NODE_COMPONENTS, UNITLESS_COMPONENTS
 from accounting.report import Cell, Report
 
+MEASURED = "measured"
 UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
@@ -51,7 +52,7 @@ class Settings:
     models: tuple[str, ...]
     gpus: tuple[int, ...]
     checkpoint_s: float = 300.0
-    restart_s: float = 600.0
+    restart_s: float | None = 600.0  # None: the mean restart the report measured
     hours: float = 24.0
     gpus_per_node: int = 8
     partition_nodes: int | None = None  # None: the job's own nodes
@@ -65,7 +66,7 @@ class Settings:
             raise ValueError("--plan-gpus: every job size must be a GPU count > 0")
         for flag, value in (
             ("--checkpoint-cost", self.checkpoint_s),
-            ("--restart-time", self.restart_s),
+            ("--restart-time", 0.0 if self.restart_s is None else self.restart_s),
             ("--restart-target", self.restart_target_s),
         ):
             if not math.isfinite(value) or value < 0:
@@ -134,6 +135,8 @@ class Row:
     spares: Band  # None without a measured repair time
     repairs: int  # outages whose repair times the spares come from
     unitless_failures: int
+    restart_h: float  # the restart time used: given, or the mean measured
+    restarts_measured: int | None  # how many it is the mean of; None when given
 
 
 def rates(report: Report, model: str) -> Rates:
@@ -178,22 +181,51 @@ def repair_hours(report: Report, cells: Sequence[Cell]) -> list[float]:
     ]
 
 
+def restart_hours(report: Report, cells: Sequence[Cell]) -> list[float]:
+    """Interruption to resumption of every job the model's incidents hit that resumed."""
+    models = {c.gpu_model for c in cells}
+    return [
+        (hit.resumed - hit.interrupted) / 3600.0
+        for c in report.costs
+        if c.incident.gpu_model in models
+        for hit in c.incident.jobs
+        if hit.resumed is not None
+    ]
+
+
 def plan(report: Report, settings: Settings) -> list[Row]:
     out = []
     for model in settings.models:
         r = rates(report, model)
         repairs = repair_hours(report, r.cells)
-        out += [_row(model, g, r, repairs, settings) for g in settings.gpus]
+        restart = _restart(report, model, r, settings)
+        out += [_row(model, g, r, repairs, restart, settings) for g in settings.gpus]
     return out
 
 
-def _row(model: str, gpus: int, r: Rates, repairs: list[float], s: Settings) -> Row:
+def _restart(report: Report, model: str, r: Rates, s: Settings) -> tuple[float, int | None]:
+    if s.restart_s is not None:
+        return s.restart_s / 3600.0, None
+    measured = restart_hours(report, r.cells)
+    if not measured:
+        raise ValueError(f"--restart-time measured: no job hit on {model!r} was resumed")
+    return sum(measured) / len(measured), len(measured)
+
+
+def _row(
+    model: str,
+    gpus: int,
+    r: Rates,
+    repairs: list[float],
+    restart_used: tuple[float, int | None],
+    s: Settings,
+) -> Row:
     nodes = math.ceil(gpus / s.gpus_per_node)
     partition = s.partition_nodes if s.partition_nodes is not None else nodes
     job = tuple(gpus * g + nodes * n for g, n in zip(r.per_gpu, r.per_node, strict=True))
     node = tuple(s.gpus_per_node * g + n for g, n in zip(r.per_gpu, r.per_node, strict=True))
     mtbf = tuple(1.0 / rate if rate > 0 else math.inf for rate in job)
-    cost, restart = s.checkpoint_s / 3600.0, s.restart_s / 3600.0
+    cost, restart = s.checkpoint_s / 3600.0, restart_used[0]
     daly = tuple(planning.daly_interval(cost, m) for m in mtbf)
     # the interval an operator would set: the estimate's optimum, or where the estimate
     # saw no failure (no optimum), the one for the most failures the bounds allow
@@ -220,6 +252,8 @@ def _row(model: str, gpus: int, r: Rates, repairs: list[float], s: Settings) -> 
         spares=Band.of(_three(lambda i: _float(spares[i])), True),
         repairs=len(repairs),
         unitless_failures=r.unitless_failures,
+        restart_h=restart,
+        restarts_measured=restart_used[1],
     )
 
 
@@ -263,6 +297,8 @@ def to_json(rows: Sequence[Row], settings: Settings) -> dict[str, object]:
                 "spare_nodes": _band(r.spares),
                 "repairs_measured": r.repairs,
                 "failures_not_in_rates": r.unitless_failures,
+                "restart_hours": r.restart_h,
+                "restarts_measured": r.restarts_measured,
             }
             for r in rows
         ],

@@ -168,8 +168,7 @@ def plan(rows: Sequence[Row], settings: Settings) -> str:
     s = settings
     out = [
         f"Planning: checkpoint cost {s.checkpoint_s / 60:,.1f} min, restart"
-        f" {s.restart_s / 60:,.1f} min; estimate [low, high] with every MTBF cell at its"
-        " 90% bounds"
+        f" {_restart(s)}; estimate [low, high] with every MTBF cell at its 90% bounds"
     ]
     for r in rows:
         lost = (
@@ -189,6 +188,15 @@ def plan(rows: Sequence[Row], settings: Settings) -> str:
             f" {s.restart_target_s / 60:g} min with probability {s.restart_probability:g}"
             f" (partition of {r.partition_nodes:,} nodes; {r.repairs} repair times measured)",
         ]
+        if r.restarts_measured is not None:
+            out.append(
+                f"    restart               {r.restart_h * 60:,.1f} min, the mean of"
+                f" {r.restarts_measured} measured (interruption to resumption)"
+            )
         if r.unitless_failures:
             out.append(f"    {lost}")
     return "\n".join(out) + "\n"
+
+
+def _restart(s: Settings) -> str:
+    return "as measured" if s.restart_s is None else f"{s.restart_s / 60:,.1f} min"

@@ -15,7 +15,7 @@ import pytest
 
 from accounting import plan, report
 from accounting.interchange import read_exposure, read_incidents
-from tests.accounting.builders import at, gpus, incident
+from tests.accounting.builders import at, gpus, incident, job
 
 FLEET = gpus("n1", 8, at(0), at(1000)) + gpus("n2", 2, at(0), at(1000))
 
@@ -137,6 +137,31 @@ def test_an_outage_back_exactly_at_the_target_needs_no_spare() -> None:
 def test_without_a_measured_outage_the_spares_are_unknown() -> None:
     row = _one(_report(_failures(4)))  # gpus_out 0: no node went out
     assert row.repairs == 0 and row.spares.estimate is None
+
+
+def _hit_twice() -> report.Report:
+    """Two GPU failures whose job resumed 0.5 h and 1.5 h after the interruption."""
+    return _report([
+        incident(f"r{k}", onset=at(10 * k), detected=at(10 * k),
+                 jobs=[job("j", 8, at(10 * k), resumed=at(10 * k + wait),
+                           last_checkpoint=at(10 * k - 1))])
+        for k, wait in ((1, 0.5), (2, 1.5))
+    ])  # fmt: skip
+
+
+def test_a_measured_restart_is_the_mean_interruption_to_resumption_of_the_models_jobs() -> None:
+    rep = _hit_twice()
+    assert plan.restart_hours(rep, plan.rates(rep, "H100").cells) == [0.5, 1.5]
+    measured = _one(rep, restart_s=None)
+    assert (measured.restart_h, measured.restarts_measured) == (1.0, 2)
+    given = _one(rep, restart_s=3600.0)
+    assert given.restarts_measured is None
+    assert measured.ettr == given.ettr  # the same ETTR as giving the hour
+
+
+def test_a_measured_restart_without_a_resumed_job_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^--restart-time measured: no job hit on 'H100'"):
+        _one(_report(_failures(2)), restart_s=None)
 
 
 def test_a_model_the_report_has_no_cell_for_is_named_with_the_models_it_has() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuwarden import cli
-from tests.accounting.builders import at, gpus, incident
+from tests.accounting.builders import at, gpus, incident, job
 
 PLAN = ["--plan", "H100", "--plan-gpus", "8,64", "--checkpoint-cost", "5m"]
 
@@ -59,6 +59,28 @@ def test_the_json_report_carries_the_plan_beside_the_contracts_keys(files, capsy
     assert big["failures_per_day"]["estimate"] == pytest.approx(8 * 0.0768)
     band = big["ettr"]
     assert band["low"] < band["estimate"] < band["high"]
+
+
+def test_a_measured_restart_time_is_printed_with_its_count(tmp_path: Path, capsys) -> None:
+    incs = [
+        incident(f"r{k}", onset=at(10 * k), detected=at(10 * k),
+                 jobs=[job("j", 8, at(10 * k), resumed=at(10 * k + 0.25), last_checkpoint=at(1))])
+        for k in (1, 2, 3)
+    ]  # fmt: skip
+    files = [
+        "--incidents", str(_write(tmp_path / "i.jsonl", incs)),
+        "--exposure", str(_write(tmp_path / "e.jsonl", gpus("n1", 8, at(0), at(100)))),
+    ]  # fmt: skip
+    argv = [*files, "--plan", "H100", "--plan-gpus", "8", "--restart-time", "measured"]
+    rc, out, _ = _run(argv, capsys)
+    assert rc == 0
+    assert "restart as measured;" in out
+    assert "restart               15.0 min, the mean of 3 measured" in out
+    _, out, _ = _run([*argv, "--format", "json"], capsys)
+    doc = json.loads(out)["plan"]
+    assert doc["settings"]["restart_s"] is None
+    assert doc["jobs"][0]["restart_hours"] == pytest.approx(0.25)
+    assert doc["jobs"][0]["restarts_measured"] == 3
 
 
 def test_the_json_report_without_plan_has_no_plan_key(files, capsys) -> None:
