@@ -4,6 +4,9 @@ imported interchange files (docs/accounting.md).
     gpuwarden report [--since T --until T] [--format text|json] [--html FILE]
                      [--incidents F --exposure F] [--export-incidents F --export-exposure F]
                      [--state-db PATH] [--prometheus URL]
+                     [--plan MODEL --plan-gpus N[,N] --checkpoint-cost D --restart-time D|measured
+                      --plan-hours H --partition-nodes N --restart-target D
+                      --restart-probability P]
 
 Sources merge: the journal (when ``--state-db`` is given, or when no file is) and the files;
 an incident id in both is taken once, the journal's. Exit 2 with one line on stderr when an
@@ -20,7 +23,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from accounting import interchange, report, text, writer
+from accounting import interchange, plan, report, text, writer
 from accounting.interchange import InterchangeError
 from accounting.journal import DEFAULT_STATE_DB
 from accounting.model import Exposure, Incident, JobRun
@@ -41,7 +44,45 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--state-db", help=f"remediation journal (default {DEFAULT_STATE_DB})")
     p.add_argument("--prometheus", metavar="URL", help="onset, exposure and jobs from here")
     p.add_argument("--gpus-per-node", type=int, default=8, help="when Prometheus cannot say")
+    g = p.add_argument_group("planning (docs/accounting.md, Planning)")
+    g.add_argument("--plan", metavar="MODEL[,MODEL]", help="plan jobs of these GPU models")
+    g.add_argument("--plan-gpus", metavar="N[,N]", help="the jobs' GPU counts (with --plan)")
+    g.add_argument("--checkpoint-cost", default="5m", help="time to write a checkpoint (5m)")
+    g.add_argument(
+        "--restart-time",
+        default="10m",
+        help="failure to running again, or 'measured': the report's mean (10m)",
+    )
+    g.add_argument("--plan-hours", type=float, default=24.0, help="P(this long uninterrupted)")
+    g.add_argument("--partition-nodes", type=int, help="nodes the spares serve (the job's)")
+    g.add_argument("--restart-target", default="10m", help="restart within this (10m)")
+    g.add_argument("--restart-probability", type=float, default=0.99, help="... this often")
     return p
+
+
+def plan_settings(args: argparse.Namespace) -> plan.Settings | None:
+    """The planner's settings, checked before anything is read; None without --plan."""
+    if args.plan is None:
+        if args.plan_gpus is not None:
+            raise ValueError("--plan-gpus needs --plan MODEL")
+        return None
+    if args.plan_gpus is None:
+        raise ValueError("--plan needs --plan-gpus N[,N]")
+    settings = plan.Settings(
+        models=tuple(m.strip() for m in args.plan.split(",")),
+        gpus=plan.counts(args.plan_gpus, "--plan-gpus"),
+        checkpoint_s=plan.duration(args.checkpoint_cost, "--checkpoint-cost"),
+        restart_s=None
+        if args.restart_time.strip() == plan.MEASURED
+        else plan.duration(args.restart_time, "--restart-time"),
+        hours=args.plan_hours,
+        gpus_per_node=args.gpus_per_node,
+        partition_nodes=args.partition_nodes,
+        restart_target_s=plan.duration(args.restart_target, "--restart-target"),
+        restart_probability=args.restart_probability,
+    )
+    settings.check()
+    return settings
 
 
 def parse_flag_time(value: str | None, flag: str) -> float | None:
@@ -114,23 +155,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("--until must be after --since")
         if args.gpus_per_node <= 0:
             raise ValueError("--gpus-per-node must be > 0")
+        settings = plan_settings(args)
         ledger = gather(args, since, until)
+        built = report.build(ledger.incidents, ledger.exposure, since, until, ledger.runs)
+        rows = plan.plan(built, settings) if settings is not None else []
     except InterchangeError as exc:  # already "FILE:LINE: why"
         sys.stderr.write(f"{exc}\n")
         return 2
     except (ValueError, OSError) as exc:
         sys.stderr.write(f"gpuwarden report: {exc}\n")
         return 2
-    built = report.build(ledger.incidents, ledger.exposure, since, until, ledger.runs)
     _export(args, ledger)
     if args.html:
         from accounting import html
 
-        Path(args.html).write_text(html.render(built), encoding="utf-8")
+        page = html.render(built, rows, settings)
+        Path(args.html).write_text(page, encoding="utf-8")
     if args.format == "json":
-        sys.stdout.write(json.dumps(report.to_json(built), indent=2) + "\n")
+        doc = report.to_json(built)
+        if settings is not None:
+            doc["plan"] = plan.to_json(rows, settings)
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(text.render(built))
+        if settings is not None:
+            sys.stdout.write("\n" + text.plan(rows, settings))
     return 0
 
 

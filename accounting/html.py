@@ -1,15 +1,18 @@
 """The report as one self-contained HTML page (inline CSS and SVG, no script, no URL):
 GPU-hours lost per week by cause, MTBF per model and component with its 90 % interval,
-the distributions of TTD and TTR, then the tables an administrator copies into a review."""
+the distributions of TTD and TTR, then the tables an administrator copies into a review
+(with ``--plan``, the planner's table)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 
 from accounting import report as report_mod
 from accounting import svg, text
+from accounting.plan import Row, Settings
 from accounting.report import Report
 
 STYLE = (
@@ -61,7 +64,53 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:,.1f}"
 
 
-def render(report: Report) -> str:
+def planning(rows: Sequence[Row], settings: Settings | None) -> list[str]:
+    """The planner's table (docs/accounting.md, "Planning"); nothing without --plan."""
+    if settings is None or not rows:
+        return []
+    s = settings
+    return [
+        "<h2>Planning</h2>",
+        f"<p>Checkpoint cost {s.checkpoint_s / 60:g} min, restart"
+        f" {'as measured' if s.restart_s is None else f'{s.restart_s / 60:g} min'};"
+        " each figure is the estimate [low, high] with every MTBF cell at its 90 % bounds;"
+        " the interval is Daly's higher-order optimum; spare nodes for a restart within"
+        f" {s.restart_target_s / 60:g} min with probability {s.restart_probability:g}.</p>",
+        _table(
+            [
+                "model",
+                "GPUs",
+                "nodes",
+                "failures/day",
+                "job MTBF h",
+                "checkpoint every h",
+                "ETTR",
+                f"P({s.hours:g} h uninterrupted)",
+                "GPU-h lost/day",
+                "restart min",
+                "spare nodes",
+            ],
+            [
+                [
+                    r.model,
+                    f"{r.gpus:,}",
+                    f"{r.nodes:,}",
+                    text.band(r.failures_per_day, ",.3f"),
+                    text.band(r.job_mtbf_h, ",.1f"),
+                    text.band(r.daly_h, ",.2f"),
+                    text.band(r.ettr, ".4f"),
+                    text.band(r.uninterrupted, ".3f"),
+                    text.band(r.lost_gpu_h_per_day, ",.1f"),
+                    f"{r.restart_h * 60:,.1f}",
+                    text.band(r.spares, ".0f", "-"),
+                ]
+                for r in rows
+            ],
+        ),
+    ]
+
+
+def render(report: Report, rows: Sequence[Row] = (), settings: Settings | None = None) -> str:
     doc = report_mod.to_json(report)
     costs = report.costs
     parts = [
@@ -110,6 +159,7 @@ def render(report: Report) -> str:
                 for lem in doc["lemons"]
             ],
         ),
+        *planning(rows, settings),
         "<h2>Summary</h2>",
         f"<pre>{escape(text.render(report))}</pre>",
         "</body></html>",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 
 from accounting.model import GPU_COMPONENTS, NODE_COMPONENTS
+from accounting.plan import Band, Row, Settings
 from accounting.report import Report
 from accounting.writer import format_time
 
@@ -146,3 +148,55 @@ def _ettr(report: Report) -> list[str]:
         more = f" and {len(e.never_resumed) - 10} more" if len(e.never_resumed) > 10 else ""
         lines.append(f"Never resumed (run ended; restart stopped there): {shown}{more}")
     return lines
+
+
+def band(b: Band, fmt: str, unbounded: str = "inf") -> str:
+    """``estimate [low, high]``; ``unbounded`` for an end with no bound."""
+
+    def one(v: float | None, missing: str) -> str:
+        return missing if v is None else format(v, fmt)
+
+    if b.estimate is None and b.low is None and b.high is None:
+        return "unknown"
+    return f"{one(b.estimate, unbounded)} [{one(b.low, unbounded)}, {one(b.high, unbounded)}]"
+
+
+def plan(rows: Sequence[Row], settings: Settings) -> str:
+    """The planner's block per job: estimate [low, high] from the MTBF cells' 90% bounds."""
+    if not rows:
+        return ""
+    s = settings
+    out = [
+        f"Planning: checkpoint cost {s.checkpoint_s / 60:,.1f} min, restart"
+        f" {_restart(s)}; estimate [low, high] with every MTBF cell at its 90% bounds"
+    ]
+    for r in rows:
+        lost = (
+            f"{r.unitless_failures} software/unknown failures: no unit exposure, not in the rates"
+        )
+        out += [
+            f"  {r.model}, {r.gpus:,} GPUs on {r.nodes:,} node{'' if r.nodes == 1 else 's'}",
+            f"    failures a day        {band(r.failures_per_day, ',.3f')};"
+            f" job MTBF {band(r.job_mtbf_h, ',.1f')} h",
+            f"    checkpoint every      {band(r.daly_h, ',.2f')} h (Daly's higher-order"
+            f" optimum; Young's {'-' if r.young_h is None else f'{r.young_h:,.2f}'} h)",
+            f"    ETTR at that interval {band(r.ettr, '.4f')}",
+            f"    P({s.hours:g} h uninterrupted) {band(r.uninterrupted, '.3f')}",
+            f"    GPU-hours lost a day  {band(r.lost_gpu_h_per_day, ',.1f')}"
+            " (checkpoints, restarts, recompute)",
+            f"    spare nodes           {band(r.spares, '.0f', '-')} for a restart within"
+            f" {s.restart_target_s / 60:g} min with probability {s.restart_probability:g}"
+            f" (partition of {r.partition_nodes:,} nodes; {r.repairs} repair times measured)",
+        ]
+        if r.restarts_measured is not None:
+            out.append(
+                f"    restart               {r.restart_h * 60:,.1f} min, the mean of"
+                f" {r.restarts_measured} measured (interruption to resumption)"
+            )
+        if r.unitless_failures:
+            out.append(f"    {lost}")
+    return "\n".join(out) + "\n"
+
+
+def _restart(s: Settings) -> str:
+    return "as measured" if s.restart_s is None else f"{s.restart_s / 60:,.1f} min"
