@@ -56,8 +56,8 @@ def test_every_identity_label_the_reader_uses_is_one_dme_names():
         ("gpu_health", ("", "gpu_health")),
         ("site_amd_gpu_ecc_uncorrect_umc", ("site_amd_", "gpu_ecc_uncorrect_umc")),
         ("amd_pcie_max_speed", ("amd_", "pcie_max_speed")),  # not pcie_speed behind "amd_max_"?
-        ("gpuwarden_gpu_health", None),
-        ("DCGM_FI_DEV_GPU_TEMP", None),
+        (c.PREFIX + "gpu_health", None),
+        (c.DCGM_PRESENCE_FIELDS[0], None),
         ("amdgpu_health", None),  # no separator before the field
     ],
 )
@@ -69,7 +69,7 @@ def test_discovery_asks_for_every_field_behind_any_prefix_and_finds_the_scrapes_
     rx = re.compile(amd.discovery_regex())
     names = {name for name, _, _ in _scrape()}
     assert all(rx.fullmatch(n) for n in names)
-    assert not rx.fullmatch("gpuwarden_gpu_up") and not rx.fullmatch("node_load1")
+    assert not rx.fullmatch(c.GPU_UP.name) and not rx.fullmatch("node_load1")
     found = discover.parse(names)
     assert found.dialects == (AMD,) and found.names == names
     assert amd.discovery_regex() in discover.discovery_expr()
@@ -88,7 +88,7 @@ def test_only_the_fields_present_are_read_each_under_its_own_prefix():
 
 
 def test_a_dme_fleet_beside_dcgm_keeps_each_readers_names_when_one_is_dropped():
-    found = discover.parse({"amd_gpu_health", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS"})
+    found = discover.parse({"amd_gpu_health", c.DCGM_PRESENCE_FIELDS[0], c.DCGM_LAST_XID.name})
     assert found.dialects == (DCGM, AMD)
     assert discover.without(found, DCGM).names == frozenset({"amd_gpu_health"})
     assert discover.without(found, AMD).dialects == (DCGM,)
