@@ -265,3 +265,29 @@ def test_coverage_tells_an_amd_group_how_to_enable_afids_and_why_it_has_no_power
     power = [x for x in det["peer"]["cannot"] if x["input"].startswith("power limit")]
     assert power and "PPT violation residency" in power[0]["enable"]
     assert "GPU_ECC_UNCORRECT_TOTAL" in str(det["memory"]["cannot"])
+
+
+def _fields_up_to(tag: str) -> set[str]:
+    order = ("v1.1.0", "v1.2.0", "v1.4.0", "v1.5.0", "v1.5.1")
+    rows = [line.split("\t") for line in (FIXTURES / "read-fields-by-version.tsv").open()
+            if not line.startswith("#")]  # fmt: skip
+    return {f for f, first in rows if order.index(first.strip()) <= order.index(tag)}
+
+
+def test_every_field_the_reader_reads_is_served_by_some_dme_release():
+    assert _fields_up_to("v1.5.1") == set(dme.read_fields())
+
+
+@pytest.mark.parametrize("tag", ["v1.1.0", "v1.4.0", "v1.5.0", "v1.5.1"])
+def test_each_dme_release_is_found_and_read_in_exactly_the_fields_it_serves(tag):
+    names = {"amd_" + f for f in _fields_up_to(tag)}
+    found = discover.parse(names)
+    assert found.dialects == (AMD,)
+    qs = [q for q in discover.query_set(found) if q.dialect.startswith(AMD)]
+    read = {n for q in qs for n in re.findall(r"\bamd_\w+", q.source)}
+    assert read <= names
+    metrics = {q.metric.name for q in qs}
+    assert (c.GPU_RAS_EVENTS.name in metrics) is (tag >= "v1.5.0")  # GPU_AFID_ERRORS: 1.5.0
+    assert (c.GPU_XGMI_TRANSMIT.name in metrics) is (tag >= "v1.4.0")
+    deferred = [q for q in qs if q.metric is c.GPU_RAS_ERRORS and "deferred" in q.source]
+    assert bool(deferred) is (tag == "v1.5.1")
