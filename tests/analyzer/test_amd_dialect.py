@@ -291,3 +291,19 @@ def test_each_dme_release_is_found_and_read_in_exactly_the_fields_it_serves(tag)
     assert (c.GPU_XGMI_TRANSMIT.name in metrics) is (tag >= "v1.4.0")
     deferred = [q for q in qs if q.metric is c.GPU_RAS_ERRORS and "deferred" in q.source]
     assert bool(deferred) is (tag == "v1.5.1")
+
+
+def test_a_config_files_afid_overrides_reach_the_afid_detector_and_a_bad_key_stops_the_start(
+    tmp_path,
+):
+    from analyzer.detectors import default_detectors
+    from analyzer.settings import AnalyzerSettings
+    from common.settings import SettingsError, load
+
+    cfg = tmp_path / "a.yaml"
+    cfg.write_text("prometheus: http://p:9090\nafid_overrides: {22: {action: drain}}\n")
+    s = load(AnalyzerSettings, {}, env={}, config_file=cfg)
+    (det,) = [d for d in default_detectors(s.detector_config()) if d.name == "afid"]
+    assert isinstance(det, AfidDetector) and det.catalog.get(22).action == "drain"
+    with pytest.raises(SettingsError, match="afid_overrides"):
+        AnalyzerSettings(prometheus="http://p:9090", afid_overrides={"hbm": {}})
