@@ -271,14 +271,14 @@ def _list(col: np.ndarray, severity: np.ndarray, rows: list[int]
                      if not np.isnan(v))  # fmt: skip
 
 
-# what DME shows differently, on the coverage report (per detector or family) and on findings
+# what DME shows differently, per detector: on the coverage report and on findings
 REDUCED = {
     "afid": "DME's gpu_afid_errors holds the last RAS event's AFIDs only: an earlier event"
     " between two scrapes is lost and a repeat of one list is invisible (CPER records through"
     " amdsmi keep them all)",
     "xgmi": "DME serves XGMI traffic per link but no link state or CRC counter: a lost link is"
     " inferred from flat traffic beside rising siblings",
-    catalog.GPU_THROTTLE.name: "DME's violation residency: ppt is the power cap (not a fault);"
+    "throttling": "DME's violation residency: ppt is the power cap (not a fault);"
     " socket and HBM thermal the firmware's thermal management; VR thermal and PROCHOT the"
     " platform's",
 }
@@ -303,6 +303,11 @@ _UNSERVED = {
     " not read yet",
     catalog.JOB_STEP_SECONDS.name: "published by the training job (gpuwarden-exporter --step-dir)",
     catalog.STORAGE_PROBE_UP.name: "gpuwarden-exporter's storage probes",
+}
+# detectors whose inputs DME serves but whose signal it has not
+NO_SIGNAL = {
+    "power_brake": "DME serves no power-brake signal: PPT residency is the board's own power"
+    " cap, not a rack's brake",
 }
 # the DME fields (enum names, for GPUConfig.Fields) that serve each family the reader reads
 _FIELDS = {

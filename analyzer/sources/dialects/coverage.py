@@ -20,6 +20,7 @@ import numpy as np
 from analyzer.detectors import capsight
 from analyzer.findings import Finding
 from analyzer.sources.dialects import AMD, DCGM, NATIVE, NODE_EXPORTER
+from analyzer.sources.dialects.amd import NO_SIGNAL as AMD_NO_SIGNAL
 from analyzer.sources.dialects.amd import REDUCED as AMD_REDUCED
 from analyzer.sources.dialects.amd import enable as amd_enable
 from analyzer.sources.dialects.dcgm import REDUCED
@@ -213,7 +214,9 @@ def report(w: Window, xid_dialects: Sequence[str] = (NATIVE, DCGM)) -> dict[str,
         gen = gens[-1] if gens else catalog_dcgm.DEFAULT
         dets = []
         for det, needs in NEEDS.items():
-            have = [n for n in needs if _has(w, n, nodes, xid_read, dialect)]
+            amd_only = AMD in dialect.split("+") and DCGM not in dialect
+            have = [n for n in needs if _has(w, n, nodes, xid_read, dialect)
+                    and not (amd_only and det in AMD_NO_SIGNAL)]  # fmt: skip
             lack = [n for n in needs if n not in have]
             state = ("cannot" if not have or any(n.essential for n in lack)
                      else "partial" if lack else "full")  # fmt: skip
@@ -225,14 +228,15 @@ def report(w: Window, xid_dialects: Sequence[str] = (NATIVE, DCGM)) -> dict[str,
                 notes += _ib_counters_unserved(w, nodes)
             if det == "xid" and DCGM in dialect:
                 notes.append("dcgm's XID field is the last code: a repeat of it is invisible")
-            if AMD in dialect.split("+"):
-                notes += [v for k, v in AMD_REDUCED.items()
-                          if k == det or any(n.what == k for n in have)]  # fmt: skip
+            if AMD in dialect.split("+") and det in AMD_REDUCED and have:
+                notes.append(AMD_REDUCED[det])
             dets.append({
                 "detector": det, "state": state,
                 "judges": [n.role for n in have],
                 "cannot": [{"input": n.role, "why": "no data on these nodes",
-                            "enable": enable(n, dialect, gen)} for n in lack],
+                            "enable": AMD_NO_SIGNAL.get(det, "") if amd_only
+                            and det in AMD_NO_SIGNAL else enable(n, dialect, gen)}
+                           for n in lack],
                 "notes": notes,
             })  # fmt: skip
         group: dict[str, Any] = {"dialect": dialect, "nodes": [w.nodes[i] for i in nodes],
@@ -276,7 +280,7 @@ def annotate(found: Sequence[Finding], w: Window) -> list[Finding]:
     for f in found:
         note = ""
         if f.node in amd_nodes and f.kind == "throttling":
-            note = AMD_REDUCED[c.GPU_THROTTLE.name]
+            note = AMD_REDUCED["throttling"]
         elif f.node in foreign and f.kind.startswith("nvlink"):
             note = REDUCED[c.NVLINK_ERRORS.name]
         elif f.node in foreign and f.kind == "throttling":
