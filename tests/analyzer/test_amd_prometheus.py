@@ -158,6 +158,9 @@ def test_coverage_names_the_amd_group_what_it_judges_and_how_to_enable_the_rest(
     assert state["xid"]["cannot"][0]["enable"].startswith("AMD GPUs report no XIDs")
     assert any("last RAS event" in n for n in state["afid"]["notes"])
     assert "no PCIe link-width field" in state["pcie"]["cannot"][0]["enable"]
+    # residency is read, yet none of it is a rack's power brake
+    assert state["power_brake"]["state"] == "cannot" and state["throttling"]["judges"]
+    assert "no power-brake signal" in state["power_brake"]["cannot"][0]["enable"]
     assert cli_main(["--prometheus", url, "--coverage", "--at", str(end + 5)]) == 0
     out = capsys.readouterr().out
     assert "== amd-dme: 3 node(s) (mi300x-a .. mi300x-c)" in out
