@@ -20,9 +20,9 @@ import numpy as np
 from analyzer.detectors import capsight
 from analyzer.findings import Finding
 from analyzer.sources.dialects import AMD, DCGM, NATIVE, NODE_EXPORTER
-from analyzer.sources.dialects.amd import NO_SIGNAL as AMD_NO_SIGNAL
-from analyzer.sources.dialects.amd import REDUCED as AMD_REDUCED
-from analyzer.sources.dialects.amd import enable as amd_enable
+from analyzer.sources.dialects.amd_coverage import NO_SIGNAL as AMD_NO_SIGNAL
+from analyzer.sources.dialects.amd_coverage import REDUCED as AMD_REDUCED
+from analyzer.sources.dialects.amd_coverage import enable as amd_enable
 from analyzer.sources.dialects.dcgm import REDUCED
 from analyzer.window import Window
 from exporter import catalog as c
