@@ -307,3 +307,12 @@ def test_a_config_files_afid_overrides_reach_the_afid_detector_and_a_bad_key_sto
     assert isinstance(det, AfidDetector) and det.catalog.get(22).action == "drain"
     with pytest.raises(SettingsError, match="afid_overrides"):
         AnalyzerSettings(prometheus="http://p:9090", afid_overrides={"hbm": {}})
+
+
+def test_a_dme_series_job_is_slurms_job_id_or_its_pod_without_the_rank():
+    qs = [q for q in amd.queries() if q.metric is c.GPU_ALLOCATION_INFO]
+    assert {q.by[-1] for q in qs} == {dme.JOB_ID, dme.NAMESPACE}
+    labels = {"hostname": "mi300x-07", "gpu_id": "3", "job_id": "4711", "pod": "llama-worker-3",
+              "namespace": "ml"}  # fmt: skip
+    got = {q.dialect: q.relabel(dict(labels))["job_id"] for q in qs if q.relabel is not None}
+    assert got == {AMD: "4711", AMD + "/pod": "ml/llama"}
