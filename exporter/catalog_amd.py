@@ -28,7 +28,11 @@ MODEL = "card_model"  # mandatory; DME falls back to card_series when the model 
 JOB_ID = "job_id"  # from DME's Slurm prolog/epilog (off by default)
 POD, NAMESPACE = "pod", "namespace"
 LINK_INDEX = "link_index"  # gpu_xgmi_link_{rx,tx}: one per XGMI link (usually 8 on MI300X)
-CLOCK_TYPE = "clock_type"  # gpu_clock: system | memory | data | video | soc
+# gpu_clock's clock type: system | memory | data | video | soc from DME 1.5.0 on; the proto's
+# enum name (GPU_CLOCK_TYPE_SYSTEM, ...) before it (pkg/amdgpu/gpuagent/gpuagent_metrics.go
+# at v1.4.0 labels clock.Type.String() as it is)
+CLOCK_TYPE = "clock_type"
+SYSTEM_CLOCK = f'{CLOCK_TYPE}=~"system|GPU_CLOCK_TYPE_SYSTEM"'
 AFID_SEVERITY, AFID_INDEX = "severity", "afid_index"  # gpu_afid_errors
 
 
@@ -61,7 +65,7 @@ GAUGES: Mapping[str, tuple[DmeField, ...]] = {
     c.GPU_POWER.name: (DmeField("gpu_package_power", unit="W"),
                        DmeField("gpu_power_usage", unit="W")),
     c.GPU_UTILIZATION.name: (DmeField("gpu_gfx_activity", 100.0, "%"),),
-    c.GPU_SM_CLOCK.name: (DmeField("gpu_clock", 1e-6, "MHz", f'{CLOCK_TYPE}="system"'),),
+    c.GPU_SM_CLOCK.name: (DmeField("gpu_clock", 1e-6, "MHz", SYSTEM_CLOCK),),
 }  # fmt: skip
 # PCIe: DME serves the link speed (GT/s) and no width; the generation is round(log2(GT/s))
 # (2.5 -> 1, 5 -> 2, 8 -> 3, 16 -> 4, 32 -> 5, 64 -> 6)

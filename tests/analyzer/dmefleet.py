@@ -3,7 +3,7 @@ fixtures/amd-dme), H100 nodes as gpuwarden's exporter serves them, backfilled in
 Prometheus and read back through the analyzer's real Prometheus source with discovery on.
 
 Nodes: ``mi300x-a`` and ``mi300x-b`` behind DME's example prefix ``amd_``, ``mi300x-c`` without
-a prefix (a second DME config), ``h100-a`` and ``h100-b`` native. Faults (step = 15 s, 61
+a prefix and labelling its clocks as DME 1.4.0 did (``clock_type="GPU_CLOCK_TYPE_SYSTEM"``), ``h100-a`` and ``h100-b`` native. Faults (step = 15 s, 61
 points, the analyzer's window the last 41):
 
 - mi300x-a GPU 1: a fatal HBM uncorrectable error at point 40: ``gpu_ecc_uncorrect_umc`` and
@@ -83,8 +83,9 @@ def _dme_gpu(om: _Om, node: str, prefix: str, g: int, i: int, t: float) -> None:
     put("gpu_power_usage", 720.0)
     put("gpu_health", 0.0 if (node, g) == ("mi300x-a", 1) and i >= 40 else 1.0)
     put("gpu_gfx_activity", 95.0)
-    put("gpu_clock", 2100.0, clock_index=0, clock_type="system")
-    put("gpu_clock", 1300.0, clock_index=1, clock_type="memory")
+    old = node == "mi300x-c"  # DME 1.4.0 put the proto's enum name in clock_type
+    put("gpu_clock", 2100.0, clock_index=0, clock_type="GPU_CLOCK_TYPE_SYSTEM" if old else "system")
+    put("gpu_clock", 1300.0, clock_index=1, clock_type="GPU_CLOCK_TYPE_MEMORY" if old else "memory")
     put("pcie_speed", 32.0)
     put("pcie_max_speed", 32.0)
     ue = 1.0 if (node, g) == ("mi300x-a", 1) and i >= 40 else 0.0

@@ -117,6 +117,12 @@ def test_the_scrapes_series_relabel_to_hostname_and_gpu_id_in_the_catalogues_uni
     assert afid == 22.0 and (lab["afid"], lab["severity"]) == ("0", "non_fatal_uncorrected")
 
 
+def test_the_system_clock_is_read_as_dme_labels_it_before_and_after_1_5_0():
+    (q,) = [q for q in amd.queries() if q.metric is c.GPU_SM_CLOCK]
+    assert q.source == 'gpu_clock{clock_type=~"system|GPU_CLOCK_TYPE_SYSTEM"}'
+    assert q.divide == 1e-6  # MHz -> Hz
+
+
 def test_violation_residency_names_the_cap_apart_from_thermal_and_prefers_the_percentage():
     src = amd.violation_source(frozenset({"amd_gpu_violation_ppt_residency_percentage",
                                           "amd_gpu_violation_ppt_residency_accumulated",
@@ -316,3 +322,15 @@ def test_a_dme_series_job_is_slurms_job_id_or_its_pod_without_the_rank():
               "namespace": "ml"}  # fmt: skip
     got = {q.dialect: q.relabel(dict(labels))["job_id"] for q in qs if q.relabel is not None}
     assert got == {AMD: "4711", AMD + "/pod": "ml/llama"}
+
+
+def test_recorded_dme_series_carry_dmes_label_names_and_relabel_to_hostname_and_gpu_id():
+    lines = [x for x in (FIXTURES / "recorded-lines.txt").read_text().splitlines()
+             if x and not x.startswith("#")]  # fmt: skip
+    gpu_line, prefixed = (_LINE.match(x) for x in lines)
+    assert gpu_line is not None and prefixed is not None
+    labels = dict(_LABEL.findall(gpu_line.group(2)))
+    assert set(labels) <= LABELS  # DME's label enum, lower-cased
+    assert amd.AmdRelabel()(labels) == {"node": "18ab41be1b15", "gpu": "0"}
+    assert labels[dme.JOB_ID] == labels[dme.POD] == ""  # what the job queries' != "" skip
+    assert prefixed.group(1).startswith("amd_")  # the GPU Operator's DME: prefix amd_

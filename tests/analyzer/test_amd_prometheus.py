@@ -66,7 +66,7 @@ def test_dme_nodes_with_and_without_a_prefix_are_read_in_amds_dialect_and_model(
 @pytest.mark.real
 def test_dme_values_read_in_the_catalogues_units(read):
     w, _, _ = read
-    n = w.nodes.index("mi300x-c")  # the unprefixed DME
+    n = w.nodes.index("mi300x-c")  # the unprefixed DME, clock types named as 1.4.0 did
     clock, util = w.get(c.GPU_SM_CLOCK), w.get(c.GPU_UTILIZATION)
     assert clock is not None and clock[-1, n, 0] == pytest.approx(2.1e9)  # MHz -> Hz
     assert util is not None and util[-1, n, 0] == pytest.approx(0.95)  # % -> ratio
