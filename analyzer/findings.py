@@ -42,6 +42,11 @@ KINDS = frozenset(
         "fabric_degraded",
         "fabric_service_down",  # one node's Fabric Manager / IMEX unit not active: notify
         "domain_fabric_service_down",  # most of an NVLink domain's: one notice for the domain
+        # AMD Instinct (issue 34): RAS events by AFID, XGMI links, deferred (poisoned) memory
+        "afid_fatal",
+        "afid_event",
+        "xgmi_link_lost",
+        "ras_deferred",
     }
 )
 SEVERITIES = ("critical", "warning", "info")
@@ -78,6 +83,11 @@ FAULT_CLASS = {
     "fabric_degraded": "nvlink",
     "fabric_service_down": "nvlink",  # as the FabricManagerDown / ImexDown alerts
     "domain_fabric_service_down": "switch",  # as ImexDomainDown: the domain's, not a node's
+    # one policy for both vendors: an AFID the catalogue calls fatal is what a fatal XID is
+    "afid_fatal": "xid_fatal",
+    "afid_event": "faulty_machine",
+    "xgmi_link_lost": "nvlink",  # the GPU-to-GPU fabric, as NVLink (same ladder)
+    "ras_deferred": "memory",
 }
 # Kinds about shared infrastructure, not a machine: never more than notify (draining nodes
 # for them is wrong), and ``node`` names the scope (``cluster``, an NVLink domain), not a node.

@@ -1,7 +1,8 @@
 """The analyzer's settings: flags > GPUWARDEN_<FIELD> environment > YAML ``--config`` file.
 
 Read once at start by :mod:`analyzer.cli`; a bad value stops the start with one line.
-The YAML file may also carry per-site XID overrides (``xid_overrides``), the node -> leaf
+The YAML file may also carry per-site XID and AFID overrides (``xid_overrides``,
+``afid_overrides``), the node -> leaf
 switch map (``leaf_of``) and detector parameters (``detectors``).
 """
 
@@ -32,6 +33,7 @@ class AnalyzerSettings:
     counter_lookback: float = 300.0  # how far before the window a cold start looks for anchors
     inventory: str = ""  # YAML inventory file (analyzer.inventory): models, fabric, racks, caps
     xid_overrides: dict[str, Any] = field(default_factory=dict)
+    afid_overrides: dict[str, Any] = field(default_factory=dict)  # AMD Field IDs (afidcat)
     leaf_of: dict[str, str] = field(default_factory=dict)
     detectors: dict[str, Any] = field(default_factory=dict)
     # foreign dialects (dcgm-exporter, node_exporter: analyzer.sources.dialects): found by
@@ -69,12 +71,15 @@ class AnalyzerSettings:
             raise SettingsError(
                 "give --prometheus URL, or --targets FILE_SD for the embedded scrape"
             )
-        for what in ("xid_overrides", "leaf_of", "detectors"):
+        for what in ("xid_overrides", "afid_overrides", "leaf_of", "detectors"):
             if not isinstance(getattr(self, what), dict):
                 raise SettingsError(f"{what} must be a mapping")
         for k in self.xid_overrides:
             if not str(k).isdigit():
                 raise SettingsError(f"xid_overrides: {k!r} is not an XID number")
+        for k in self.afid_overrides:
+            if not str(k).isdigit():
+                raise SettingsError(f"afid_overrides: {k!r} is not an AFID number")
         self.nodes()  # a bad pattern or map stops the start, not the first foreign series
 
     def nodes(self) -> NodeMap:
@@ -96,4 +101,5 @@ class AnalyzerSettings:
         return host or "0.0.0.0", int(port)
 
     def detector_config(self) -> dict[str, Any]:
-        return {**self.detectors, "xid_overrides": self.xid_overrides}
+        return {**self.detectors, "xid_overrides": self.xid_overrides,
+                "afid_overrides": self.afid_overrides}  # fmt: skip

@@ -27,6 +27,8 @@ ECC_ERROR_TYPES = ("corrected", "uncorrected")
 ECC_COUNTER_TYPES = ("volatile", "aggregate")
 THROTTLE_REASONS = tuple(catalog.THROTTLE_REASONS)
 REMAP_KINDS = ("correctable", "uncorrectable")
+RAS_BLOCKS = catalog.RAS_BLOCKS
+RAS_ERROR_TYPES = catalog.RAS_ERROR_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,22 @@ class XidEvent:
     count: int = 1
 
 
+@dataclass(frozen=True, slots=True)
+class AfidEvent:
+    """One AMD RAS event's AMD Field ID on one GPU at time ``t`` (``severity``: the CPER
+    severity). ``last_only``: read from a last-event gauge (DME's ``gpu_afid_errors``), where
+    a second event between two scrapes hides the first and a repeat of one list is invisible;
+    False for a counter (nothing lost)."""
+
+    t: float
+    node: int
+    gpu: int
+    afid: int
+    severity: str
+    count: int = 1
+    last_only: bool = False
+
+
 @dataclass(frozen=True)
 class Window:
     t: np.ndarray
@@ -48,6 +66,7 @@ class Window:
     ib_counters: Mapping[str, np.ndarray] = field(default_factory=dict)
     ports: tuple[str, ...] = ()
     xids: tuple[XidEvent, ...] = ()
+    afids: tuple[AfidEvent, ...] = ()  # AMD RAS events (analyzer.detectors.afid)
     jobs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     leaf_of: Mapping[int, str] = field(default_factory=dict)
     sku: tuple[str, ...] = ()  # per node: the GPU model's peer-group key (catalog_specs)

@@ -584,6 +584,29 @@ GPU_XID_ERRORS = _m(
     "XID errors reported for this GPU, per XID number (kernel log, or NVML events as fallback).",
     (*GPU, "xid"),
 )
+# AMD RAS (issue 34): what amdsmi reports per GPU and DME reads as gauges. A CPER record is one
+# RAS event; each carries AMD Field IDs (AFIDs, analyzer/afid_catalog.yaml); counted per
+# (afid, severity) so no event is lost, where DME's gpu_afid_errors keeps the last one only.
+RAS_BLOCKS = (
+    "umc", "sdma", "gfx", "mmhub", "athub", "bif", "hdp", "xgmi_wafl", "df", "smn", "sem",
+    "mp0", "mp1", "fuse", "mca", "vcn", "jpeg", "ih", "mpio",
+)  # fmt: skip
+RAS_ERROR_TYPES = ("correctable", "uncorrectable", "deferred")
+CPER_SEVERITIES = ("fatal", "non_fatal_uncorrected", "non_fatal_corrected")
+GPU_RAS_ERRORS = _m(
+    "gpu_ras_errors_total",
+    "counter",
+    "RAS errors per hardware block (umc is HBM); error_type correctable|uncorrectable|deferred"
+    " (deferred: poison caught, not consumed).",
+    (*GPU, "block", "error_type"),
+)
+GPU_RAS_EVENTS = _m(
+    "gpu_ras_events_total",
+    "counter",
+    "RAS events (CPER records) per AMD Field ID and CPER severity"
+    " (fatal|non_fatal_uncorrected|non_fatal_corrected).",
+    (*GPU, "afid", "severity"),
+)
 DCGM_LAST_XID = _m(
     "DCGM_FI_DEV_XID_ERRORS",
     "gauge",
@@ -864,6 +887,22 @@ NVLINK_RECEIVE = _m(
     NVLINK,
     "bytes",
     _NVLINK_BANDWIDTH,
+)
+
+# XGMI (AMD Instinct's GPU-to-GPU links): one counter per link, one link per peer GPU of the hive
+GPU_XGMI_TRANSMIT = _m(
+    "gpu_xgmi_transmit_bytes_total",
+    "counter",
+    "Data written over this XGMI link.",
+    NVLINK,
+    "bytes",
+)
+GPU_XGMI_RECEIVE = _m(
+    "gpu_xgmi_receive_bytes_total",
+    "counter",
+    "Data read over this XGMI link.",
+    NVLINK,
+    "bytes",
 )
 
 # --------------------------------------------------------------------------- InfiniBand

@@ -7,7 +7,11 @@ back to this table, never to the fleet.
 
 Values are the vendors' published board specifications (NVIDIA A100, H100, H200, B200 and
 L40S datasheets; NVLink per-link speed is one direction, e.g. H100's 900 GB/s total over 18
-links is 25 GB/s per link per direction). HCA rates are the InfiniBand 4x link rates: HDR
+links is 25 GB/s per link per direction; AMD Instinct MI300X, MI325X and MI355X data sheets:
+typical board power, peak engine clock, HBM size; their GPU-to-GPU links are XGMI, not
+NVLink, so ``nvlinks`` is 0). An AMD model is matched in amd-smi's market name (DME's
+``card_model``: "AMD Instinct MI300X OAM") or its PCI device id (0x74a1 MI300X, 0x74a5
+MI325X), so DME nodes whose model label is the id still form their model's group. HCA rates are the InfiniBand 4x link rates: HDR
 200 Gb/s (ConnectX-6), NDR 400 Gb/s (ConnectX-7), XDR 800 Gb/s (ConnectX-8). ``hca`` on a GPU
 model is the fabric its reference system ships with (DGX A100: HDR; DGX H100/H200/B200: NDR),
 used only when neither the inventory file nor a peer group says otherwise.
@@ -42,7 +46,7 @@ class GpuSpec:
     memory_bytes: float
     nvlinks: int  # 0: PCIe card without NVLink
     nvlink_bytes_per_s: float  # one link, one direction
-    form: str  # "sxm" | "pcie"
+    form: str  # "sxm" | "pcie" | "oam" (AMD's OCP accelerator module)
     hca: str | None  # fabric of the reference system (key of HCA_RATES), None: no IB
 
     @property
@@ -58,6 +62,9 @@ SPECS: tuple[GpuSpec, ...] = (
     GpuSpec("h200-sxm", r"H200", 700.0, 1980e6, 141 * GB, 18, 25 * GB, "sxm", "NDR"),
     GpuSpec("b200-sxm", r"B200", 1000.0, 1965e6, 180 * GB, 18, 50 * GB, "sxm", "NDR"),
     GpuSpec("l40s", r"L40S", 350.0, 2520e6, 48 * GB, 0, 0.0, "pcie", None),
+    GpuSpec("mi300x", r"MI300X|\b0x74a1\b", 750.0, 2100e6, 192 * GB, 0, 0.0, "oam", None),
+    GpuSpec("mi325x", r"MI325X|\b0x74a5\b", 1000.0, 2100e6, 256 * GB, 0, 0.0, "oam", None),
+    GpuSpec("mi355x", r"MI355X", 1400.0, 2400e6, 288 * GB, 0, 0.0, "oam", None),
 )  # fmt: skip
 BY_KEY: dict[str, GpuSpec] = {s.key: s for s in SPECS}
 _COMPILED = tuple((re.compile(s.pattern, re.IGNORECASE), s) for s in SPECS)

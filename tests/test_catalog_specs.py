@@ -19,6 +19,11 @@ from exporter import catalog_specs as cs
         ("NVIDIA H200", "h200-sxm"),
         ("NVIDIA B200", "b200-sxm"),
         ("NVIDIA L40S", "l40s"),
+        ("AMD Instinct MI300X OAM", "mi300x"),  # amd-smi's market name, DME's card_model
+        ("AMD Instinct MI300X", "mi300x"),
+        ("0x74a1", "mi300x"),  # the PCI device id where a model label carries it
+        ("AMD Instinct MI325X OAM", "mi325x"),
+        ("AMD Instinct MI355X", "mi355x"),
     ],
 )
 def test_nvml_device_names_map_to_their_model_key(nvml_name, key):
@@ -58,3 +63,11 @@ def test_hca_rates_are_hdr_200_ndr_400_xdr_800_gigabits():
 def test_an_unknown_hca_rate_is_a_clear_error(bad):
     with pytest.raises(ValueError, match="unknown HCA rate"):
         cs.hca_rate(bad)
+
+
+def test_amd_instinct_models_have_no_nvlink_and_their_own_power_and_clock():
+    mi300x, mi325x, mi355x = (cs.BY_KEY[k] for k in ("mi300x", "mi325x", "mi355x"))
+    assert (mi300x.power_limit_w, mi325x.power_limit_w, mi355x.power_limit_w) == (750, 1000, 1400)
+    assert all(s.nvlinks == 0 and s.form == "oam" for s in (mi300x, mi325x, mi355x))
+    assert mi300x.memory_bytes < mi325x.memory_bytes < mi355x.memory_bytes
+    assert cs.model_key("AMD Instinct MI300A") != "mi300x"  # the APU is a model of its own

@@ -22,6 +22,8 @@ class Detector(Protocol):
 
 def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]:
     """The full detector set, configured from the analyzer config's ``detectors`` mapping."""
+    from analyzer.afidcat import load_catalog as load_afids
+    from analyzer.detectors.afid import AfidDetector
     from analyzer.detectors.fabric import FabricDetector
     from analyzer.detectors.fabric_services import FabricServicesDetector
     from analyzer.detectors.infiniband import InfinibandDetector
@@ -32,9 +34,11 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
     from analyzer.detectors.pcie import PcieDetector
     from analyzer.detectors.peer import PeerDetector
     from analyzer.detectors.power_brake import PowerBrakeDetector
+    from analyzer.detectors.ras import RasDetector
     from analyzer.detectors.storage import StorageDetector
     from analyzer.detectors.straggler import StragglerDetector
     from analyzer.detectors.throttling import ThrottlingDetector
+    from analyzer.detectors.xgmi import XgmiDetector
     from analyzer.detectors.xid import XidDetector
     from analyzer.xidcat import load_catalog
 
@@ -43,9 +47,12 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
     peer_cfg = dict(cfg.get("peer") or {})
     return [
         XidDetector(load_catalog(overrides=xid_overrides)),
+        AfidDetector(load_afids(overrides=cfg.get("afid_overrides") or {})),
         MissingDetector(),
         MemoryDetector(),
+        RasDetector(),
         NvlinkDetector(),
+        XgmiDetector(),
         FabricDetector(),
         FabricServicesDetector(),
         InfinibandDetector(expected_rate=cfg.get("ib_expected_rate_bytes")),

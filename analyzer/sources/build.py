@@ -19,8 +19,11 @@ from analyzer.sources.counters import born_inside, counter_increases, node_prese
 from analyzer.window import (
     ECC_COUNTER_TYPES,
     ECC_ERROR_TYPES,
+    RAS_BLOCKS,
+    RAS_ERROR_TYPES,
     REMAP_KINDS,
     THROTTLE_REASONS,
+    AfidEvent,
     Window,
     XidEvent,
 )
@@ -37,6 +40,7 @@ _GPU_FAMILY_AXES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     catalog.GPU_REMAPPED_ROWS.name: (("kind", REMAP_KINDS),),
     catalog.NVLINK_ERRORS.name: (("error_type", catalog.NVLINK_ERROR_TYPES),),
     catalog.GPU_FABRIC_HEALTH.name: (("check", catalog.FABRIC_HEALTH_CHECKS),),
+    catalog.GPU_RAS_ERRORS.name: (("block", RAS_BLOCKS), ("error_type", RAS_ERROR_TYPES)),
 }
 # node-level families with one fixed axis: (T, nodes, len(values))
 NODE_FAMILY_AXES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -107,6 +111,7 @@ def build_window(
     arrays: dict[str, np.ndarray] = {}
     ib: dict[str, np.ndarray] = {}
     xid_series: list[tuple[int, int, int, RawSeries]] = []
+    afid_series: list[tuple[int, int, int, RawSeries]] = []
     alloc: dict[str, set[int]] = defaultdict(set)
     models: dict[int, list[str]] = defaultdict(list)
     for s in items:
@@ -123,6 +128,13 @@ def build_window(
                 rep.skip("bad xid labels")
             else:
                 xid_series.append((n, g, x, s))
+            continue
+        if metric is catalog.GPU_RAS_EVENTS:
+            g, x = _int(s.labels.get("gpu")), _int(s.labels.get("afid"))
+            if g is None or x is None:
+                rep.skip("bad afid labels")
+            else:
+                afid_series.append((n, g, x, s))
             continue
         if metric is catalog.GPU_INFO:
             if s.labels.get("name") and not np.isnan(s.values).all():
@@ -192,6 +204,7 @@ def build_window(
         ib_counters=ib,
         ports=ports,
         xids=tuple(_xid_events(xid_series, grid, _presence(arrays, T, len(nodes)))),
+        afids=tuple(_afid_events(afid_series, grid, _presence(arrays, T, len(nodes)))),
         jobs={j: tuple(sorted(v)) for j, v in alloc.items()},
         leaf_of=leaf_of,
         sku=node_models(models, len(nodes)),
@@ -273,6 +286,15 @@ def _xid_events(
     return sorted(out, key=lambda e: e.t)
 
 
+def _afid_events(
+    xs: list[tuple[int, int, int, RawSeries]], grid: np.ndarray, present: np.ndarray
+) -> list[AfidEvent]:
+    """AFID events from the RAS-event counters, as XID events from theirs."""
+    out = [AfidEvent(e.t, e.node, e.gpu, e.xid, str(s.labels.get("severity", "")), e.count)
+           for n, g, x, s in xs for e in _xid_events([(n, g, x, s)], grid, present)]  # fmt: skip
+    return sorted(out, key=lambda e: e.t)
+
+
 # every metric some detector reads; sources fetch exactly these
 QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.GPU_UP,
@@ -296,6 +318,10 @@ QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.GPU_PCIE_WIDTH,
     catalog.GPU_PCIE_WIDTH_MAX,
     catalog.GPU_XID_ERRORS,
+    catalog.GPU_RAS_EVENTS,  # AMD RAS events per AFID (analyzer.detectors.afid)
+    catalog.GPU_RAS_ERRORS,  # AMD RAS errors per block (analyzer.detectors.ras)
+    catalog.GPU_XGMI_TRANSMIT,  # XGMI traffic per link (analyzer.detectors.xgmi)
+    catalog.GPU_XGMI_RECEIVE,
     catalog.GPU_ALLOCATION_INFO,
     catalog.NVLINK_UP,
     catalog.NVLINK_ERRORS,

@@ -23,12 +23,13 @@ from analyzer.sources.build import (
     node_models,
 )
 from analyzer.sources.counters import counter_increases, node_presence
-from analyzer.sources.dialects import DCGM, NATIVE
+from analyzer.sources.dialects import AMD, DCGM, NATIVE
+from analyzer.sources.dialects.amd import last_afid_events
 from analyzer.sources.dialects.dcgm import generation_of_query, last_xid_events, vanished_as_lost
 from analyzer.sources.dialects.generations import GENERATIONS
 from analyzer.sources.matrix import SeriesMatrix
 from analyzer.sources.queries import Query
-from analyzer.window import Window, XidEvent
+from analyzer.window import AfidEvent, Window, XidEvent
 from common import fabric as fabric_mod
 from exporter import catalog
 
@@ -90,6 +91,7 @@ def assemble(
     ib: dict[str, np.ndarray] = {}
     xid_qs: list[tuple[Query, SeriesMatrix]] = []
     last_xid: list[tuple[Query, SeriesMatrix]] = []
+    ras_events: list[tuple[Query, SeriesMatrix]] = []  # AFIDs: counters, or DME's last-event gauge
     alloc_qs: list[tuple[Query, SeriesMatrix]] = []
     models: dict[int, list[str]] = {}
     native = _native_nodes(items, node_cols)
@@ -134,6 +136,8 @@ def assemble(
             xid_qs.append((q, m))
         elif q.metric is catalog.DCGM_LAST_XID:
             last_xid.append((q, m))
+        elif q.metric is catalog.GPU_RAS_EVENTS:
+            ras_events.append((q, m))
         elif q.metric is catalog.GPU_ALLOCATION_INFO:
             alloc_qs.append((q, m))
         elif q.metric.name in _IB_COUNTER_FAMILIES:
@@ -158,7 +162,9 @@ def assemble(
         else:
             assert gpu_col is not None
             _place_gpu(arrays, q, m, n_ix, gpu_col, T, N, gpus)
-    foreign = np.array(sorted(i for i, d in dialect_of.items() if DCGM in d.split("+")), int)
+    # GPUs of exporters without a gpu_up whose series vanish beside their siblings' are lost
+    foreign = np.array(sorted(i for i, d in dialect_of.items()
+                              if {DCGM, AMD} & set(d.split("+"))), int)  # fmt: skip
     if catalog.GPU_UP.name in arrays:
         vanished_as_lost(arrays[catalog.GPU_UP.name], foreign)
     present = node_presence(arrays.get(catalog.GPU_UP.name), (T, N))
@@ -169,6 +175,7 @@ def assemble(
     for q, m in last_xid:
         n_ix = np.searchsorted(nodes_a, _col(m, q, "node"))
         xids += last_xid_events(m.vals, m.anchor, n_ix, _ints_of(m, q, "gpu"), grid, present)
+    afids = [e for qm in ras_events for e in _afids(qm, nodes_a, grid, present)]
     jobs: dict[str, set[int]] = {}
     for qm in alloc_qs:
         for j, ns in _jobs(qm, nodes_a).items():
@@ -180,6 +187,7 @@ def assemble(
         ib_counters=ib,
         ports=ports,
         xids=tuple(sorted(xids, key=lambda e: e.t)),
+        afids=tuple(sorted(afids, key=lambda e: e.t)),
         jobs={j: tuple(sorted(v)) for j, v in jobs.items()},
         leaf_of={i: leaf[n] for i, n in enumerate(nodes) if n in (leaf := leaf_of_name or {})},
         sku=node_models(models, N),
@@ -325,6 +333,30 @@ def _xids(qm: tuple[Query, SeriesMatrix], nodes: np.ndarray, grid: np.ndarray,
                 XidEvent(float(grid[i]), int(n_ix[r]), int(g[r]), int(x[r]), int(inc[i] + 0.5))
             )
     return sorted(out, key=lambda e: e.t)
+
+
+def _afids(qm: tuple[Query, SeriesMatrix], nodes: np.ndarray, grid: np.ndarray,
+           present: np.ndarray) -> list[AfidEvent]:  # fmt: skip
+    """AFID events: from DME's last-event gauge (:func:`last_afid_events`), or from the
+    catalogue's counter per (afid, severity) as XIDs are (every increase, nothing lost)."""
+    q, m = qm
+    n_ix = np.searchsorted(nodes, _col(m, q, "node"))
+    g, sev = _ints_of(m, q, "gpu"), _col(m, q, "severity")
+    if q.dialect == AMD:
+        return last_afid_events(m.vals, m.anchor, n_ix, g, sev, grid, present)
+    afid = _ints_of(m, q, "afid")
+    out = []
+    for r in range(len(m)):
+        row = m.vals[r]
+        if g[r] < 0 or afid[r] < 0 or np.isnan(row).all():
+            continue
+        first = int(np.argmax(~np.isnan(row)))
+        born = np.isnan(m.anchor[r]) and first > 0 and bool(present[first - 1, n_ix[r]])
+        inc = counter_increases(row, m.anchor[r], born)
+        for i in np.flatnonzero(np.nan_to_num(inc, nan=0.0) > 0):
+            out.append(AfidEvent(float(grid[i]), int(n_ix[r]), int(g[r]), int(afid[r]),
+                                 str(sev[r]), int(inc[i] + 0.5)))  # fmt: skip
+    return out
 
 
 def _jobs(qm: tuple[Query, SeriesMatrix], nodes: np.ndarray) -> dict[str, tuple[int, ...]]:

@@ -200,6 +200,10 @@ QUERIES: tuple[Query, ...] = (
     Query(c.GPU_PCIE_WIDTH),
     Query(c.GPU_PCIE_WIDTH_MAX),
     Query(c.GPU_XID_ERRORS, anchored=True),
+    # AMD RAS (served where the exporter reads amdsmi): events per AFID, decoded like XIDs
+    # into Window.afids; errors per block, only the GPUs whose counters moved
+    Query(c.GPU_RAS_EVENTS, keep=("node", "gpu", "afid", "severity"), anchored=True),
+    Query(c.GPU_RAS_ERRORS, moved_only=True),
     Query(c.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id")),
     # the largest families (18 links, x 4 error types, per GPU): read through the exporter's
     # per-GPU sums; on nodes that lack them a fifth of the GPUs is checked for newly moving
@@ -208,6 +212,9 @@ QUERIES: tuple[Query, ...] = (
     Query(
         c.NVLINK_ERRORS, moved_only=True, moved_shards=5, gate=Gate(c.GPU_NVLINK_ERRORS, "moved")
     ),
+    # XGMI traffic per link (AMD Instinct): a link gone flat beside its rising siblings
+    Query(c.GPU_XGMI_TRANSMIT),
+    Query(c.GPU_XGMI_RECEIVE),
     Query(c.IB_PORT_STATE),
     Query(c.IB_PORT_RATE),
     # the error counters of every port (9 per port): through the exporter's per-port sum

@@ -171,6 +171,11 @@ def test_every_gpu_and_nvlink_metric_of_the_catalogue_is_emitted_for_a_pre_amper
         c.GPU_POD_MEMORY_USED,
         c.GPU_POD_SM_UTILIZATION,
         c.GPU_POD_PROCESSES,
+        # AMD Instinct's RAS and XGMI series: amdsmi's (issue 34 item 2), not NVML's
+        c.GPU_RAS_ERRORS,
+        c.GPU_RAS_EVENTS,
+        c.GPU_XGMI_TRANSMIT,
+        c.GPU_XGMI_RECEIVE,
     }
 
 

@@ -19,13 +19,17 @@ import numpy as np
 
 from analyzer.detectors import capsight
 from analyzer.findings import Finding
-from analyzer.sources.dialects import DCGM, NATIVE, NODE_EXPORTER
+from analyzer.sources.dialects import AMD, DCGM, NATIVE, NODE_EXPORTER
+from analyzer.sources.dialects.amd_coverage import NO_SIGNAL as AMD_NO_SIGNAL
+from analyzer.sources.dialects.amd_coverage import REDUCED as AMD_REDUCED
+from analyzer.sources.dialects.amd_coverage import enable as amd_enable
 from analyzer.sources.dialects.dcgm import REDUCED
 from analyzer.window import Window
 from exporter import catalog as c
 from exporter import catalog_dcgm
 
 XID = "xid events"  # a pseudo input: events, not an array
+AFID = "afid events"  # AMD RAS events (Window.afids)
 JOBS = "job attribution"
 
 
@@ -49,13 +53,17 @@ NOTIFY_ONLY = f"notify-only here: {capsight.NOTE}"
 
 NEEDS: Mapping[str, tuple[Need, ...]] = {
     "xid": (Need(XID, "XID events per GPU"),),
+    "afid": (Need(AFID, "AMD RAS events (AFIDs) per GPU"),),
     "missing": (_n(c.GPU_UP, "GPU presence / lost GPUs"),),
     # each judged alone (dcgm-exporter's defaults: remap failures without ECC)
     "memory": (_n(c.GPU_ECC_ERRORS, "ECC errors", False),
                _n(c.GPU_ROW_REMAP_PENDING, "row remaps pending", False),
                _n(c.GPU_ROW_REMAP_FAILED, "row remap failures", False)),
+    "ras": (_n(c.GPU_RAS_ERRORS, "RAS errors per block (deferred: poison caught)"),),
     "nvlink": (_n(c.NVLINK_ERRORS, "NVLink error counters"),
                _n(c.NVLINK_UP, "NVLink state per link", False)),
+    "xgmi": (_n(c.GPU_XGMI_TRANSMIT, "XGMI traffic per link (written)"),
+             _n(c.GPU_XGMI_RECEIVE, "XGMI traffic per link (read)", False)),
     "infiniband": (_n(c.IB_PORT_STATE, "IB port state"),
                    _n(c.IB_PORT_RATE, "IB port rate", False),
                    Need(c.IB_COUNTER.name, "IB error counters", False)),
@@ -130,6 +138,13 @@ def csv_lines(family: str, generation: str = catalog_dcgm.DEFAULT) -> list[str]:
 
 
 def enable(need: Need, dialect: str, generation: str = catalog_dcgm.DEFAULT) -> str:
+    if AMD in dialect.split("+") and DCGM not in dialect:
+        if need.what in _IB_FAMILIES and NODE_EXPORTER not in dialect:
+            return NODE_EXPORTER_IB
+        return amd_enable(need.what)
+    if need.what == AFID:
+        return ("AFIDs are AMD's (DME's gpu_afid_errors, or gpuwarden-exporter's amdsmi source);"
+                " NVIDIA GPUs report XIDs (the xid line)")  # fmt: skip
     if need.what == JOBS:
         if DCGM in dialect:
             return ("dcgm-exporter --hpc-job-mapping-dir (label hpc_job) or its Kubernetes pod "
@@ -153,9 +168,12 @@ def enable(need: Need, dialect: str, generation: str = catalog_dcgm.DEFAULT) -> 
     return f"{why}: gpuwarden-exporter serves it (with --compat dcgm beside dcgm's names)"
 
 
-def _has(w: Window, need: Need, nodes: np.ndarray, xid_read: bool) -> bool:
+def _has(w: Window, need: Need, nodes: np.ndarray, xid_read: bool, dialect: str = "") -> bool:
     if need.what == XID:
         return xid_read
+    if need.what == AFID:
+        on = set(nodes.tolist())
+        return AMD in dialect.split("+") or any(e.node in on for e in w.afids)
     if need.what == JOBS:
         on = {n for members in w.jobs.values() for n in members}
         return bool(on & set(nodes.tolist()))
@@ -196,7 +214,9 @@ def report(w: Window, xid_dialects: Sequence[str] = (NATIVE, DCGM)) -> dict[str,
         gen = gens[-1] if gens else catalog_dcgm.DEFAULT
         dets = []
         for det, needs in NEEDS.items():
-            have = [n for n in needs if _has(w, n, nodes, xid_read)]
+            amd_only = AMD in dialect.split("+") and DCGM not in dialect
+            have = [n for n in needs if _has(w, n, nodes, xid_read, dialect)
+                    and not (amd_only and det in AMD_NO_SIGNAL)]  # fmt: skip
             lack = [n for n in needs if n not in have]
             state = ("cannot" if not have or any(n.essential for n in lack)
                      else "partial" if lack else "full")  # fmt: skip
@@ -208,11 +228,15 @@ def report(w: Window, xid_dialects: Sequence[str] = (NATIVE, DCGM)) -> dict[str,
                 notes += _ib_counters_unserved(w, nodes)
             if det == "xid" and DCGM in dialect:
                 notes.append("dcgm's XID field is the last code: a repeat of it is invisible")
+            if AMD in dialect.split("+") and det in AMD_REDUCED and have:
+                notes.append(AMD_REDUCED[det])
             dets.append({
                 "detector": det, "state": state,
                 "judges": [n.role for n in have],
                 "cannot": [{"input": n.role, "why": "no data on these nodes",
-                            "enable": enable(n, dialect, gen)} for n in lack],
+                            "enable": AMD_NO_SIGNAL.get(det, "") if amd_only
+                            and det in AMD_NO_SIGNAL else enable(n, dialect, gen)}
+                           for n in lack],
                 "notes": notes,
             })  # fmt: skip
         group: dict[str, Any] = {"dialect": dialect, "nodes": [w.nodes[i] for i in nodes],
@@ -245,14 +269,19 @@ def text(rep: Mapping[str, Any]) -> str:
 
 
 def annotate(found: Sequence[Finding], w: Window) -> list[Finding]:
-    """Findings on nodes read through a reduced dialect say so (evidence and summary)."""
-    if not any(DCGM in d for d in w.dialect_of.values()):
+    """Findings on nodes read through a reduced dialect say so (evidence and summary); an
+    uncorrectable ECC finding on a GPU with per-block RAS data names the blocks (umc: HBM)."""
+    found = _blocks(found, w)
+    if not any(DCGM in d or AMD in d for d in w.dialect_of.values()):
         return list(found)
     foreign = {w.nodes[i] for i, d in w.dialect_of.items() if DCGM in d}
+    amd_nodes = {w.nodes[i] for i, d in w.dialect_of.items() if AMD in d.split("+")}
     out = []
     for f in found:
         note = ""
-        if f.node in foreign and f.kind.startswith("nvlink"):
+        if f.node in amd_nodes and f.kind == "throttling":
+            note = AMD_REDUCED["throttling"]
+        elif f.node in foreign and f.kind.startswith("nvlink"):
             note = REDUCED[c.NVLINK_ERRORS.name]
         elif f.node in foreign and f.kind == "throttling":
             note = REDUCED[c.GPU_THROTTLE.name]
@@ -261,5 +290,27 @@ def annotate(found: Sequence[Finding], w: Window) -> list[Finding]:
         if note:
             f = replace(f, evidence={**f.evidence, "reduced_signal": 1.0},
                         summary=f"{f.summary} [{note}]" if f.summary else f"[{note}]")  # fmt: skip
+        out.append(f)
+    return out
+
+
+def _blocks(found: Sequence[Finding], w: Window) -> list[Finding]:
+    """``ecc_uncorrectable`` findings on GPUs whose per-block RAS counters rose name the blocks."""
+    from analyzer.detectors.ras import BLOCK_NAMES, blocks_that_rose
+
+    rose = None
+    out = []
+    for f in found:
+        if f.kind == "ecc_uncorrectable" and f.subject.startswith("gpu="):
+            if rose is None:
+                rose = blocks_that_rose(w, "uncorrectable")
+                if rose is None:
+                    return list(found)
+            n, g = w.nodes.index(f.node) if f.node in w.nodes else -1, int(f.subject[4:])
+            if n >= 0 and g < rose.shape[1]:
+                names = [BLOCK_NAMES.get(b, b) for i, b in enumerate(c.RAS_BLOCKS)
+                         if rose[n, g, i] > 0]  # fmt: skip
+                if names:
+                    f = replace(f, summary=f"{f.summary} [in {', '.join(names)}]")
         out.append(f)
     return out

@@ -10,10 +10,11 @@ A failed discovery keeps the last query set (at start: gpuwarden's own, re-tried
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from analyzer.sources.dialects import DCGM, NODE_EXPORTER, dcgm, node_exporter
+from analyzer.sources.dialects import AMD, DCGM, NODE_EXPORTER, amd, dcgm, node_exporter
 from analyzer.sources.dialects.dcgm import presence_names
 from analyzer.sources.dialects.generations import generations_of, names_of, names_of_field
 from analyzer.sources.dialects.identity import NodeMap
@@ -23,6 +24,7 @@ from exporter import catalog
 RECHECK = 3600.0  # seconds between discoveries
 
 
+@functools.cache
 def known_names() -> frozenset[str]:
     """Every foreign name some reader can translate."""
     dc = {n for f in catalog.dcgm_fields().values() for n, _ in names_of(f)}
@@ -38,8 +40,9 @@ def _markers() -> frozenset[str]:
 
 
 def discovery_expr() -> str:
-    """The instant query: which of the known foreign names hold a series now."""
-    names = "|".join(sorted(known_names()))
+    """The instant query: which of the known foreign names hold a series now (DME's fields
+    behind any prefix: ``amd.discovery_regex``)."""
+    names = "|".join([*sorted(known_names()), amd.discovery_regex()])
     return f'group by (__name__) ({{__name__=~"{names}"}})'
 
 
@@ -55,6 +58,8 @@ class Discovered:
         out = []
         if self.names & _markers():
             out.append(DCGM)
+        if amd.is_dme(self.names):
+            out.append(AMD)
         if any(n.startswith(catalog.NODE_IB_PREFIX) for n in self.names):
             out.append(NODE_EXPORTER)
         return tuple(out)
@@ -63,12 +68,20 @@ class Discovered:
     def generations(self) -> tuple[str, ...]:
         """The dcgm-exporter naming generations present (a fleet mid-upgrade has two), told
         apart by the names (exporter.catalog_dcgm): each node is read in the names it serves."""
-        dcgm_names = {n for n in self.names if not n.startswith(catalog.NODE_IB_PREFIX)}
-        return generations_of(dcgm_names)
+        return generations_of({n for n in self.names if dialect_of_name(n) == DCGM})
+
+
+def dialect_of_name(name: str) -> str:
+    """Which reader a discovered name belongs to."""
+    if name.startswith(catalog.NODE_IB_PREFIX):
+        return NODE_EXPORTER
+    if name in known_names():
+        return DCGM
+    return AMD if amd.split(name) is not None else ""
 
 
 def parse(names: Iterable[str], dcgm_hostname: bool = False) -> Discovered:
-    return Discovered(frozenset(names) & known_names(), dcgm_hostname)
+    return Discovered(frozenset(n for n in names if dialect_of_name(n)), dcgm_hostname)
 
 
 def hostless_expr(found: Discovered) -> str | None:
@@ -111,10 +124,7 @@ def foreign_only_exprs(found: Discovered) -> dict[str, str]:
 
 def without(found: Discovered, dialect: str) -> Discovered:
     """``found`` less one dialect's names (its nodes are all read natively)."""
-    if dialect == NODE_EXPORTER:
-        keep = {n for n in found.names if not n.startswith(catalog.NODE_IB_PREFIX)}
-    else:
-        keep = {n for n in found.names if n.startswith(catalog.NODE_IB_PREFIX)}
+    keep = {n for n in found.names if dialect_of_name(n) != dialect}
     return Discovered(frozenset(keep), found.dcgm_hostname)
 
 
@@ -123,6 +133,8 @@ def query_set(found: Discovered, node_map: NodeMap | None = None) -> tuple[Query
     out = list(QUERIES)
     if DCGM in found.dialects:
         out += dcgm.queries(node_map, found.names, found.dcgm_hostname)
+    if AMD in found.dialects:
+        out += amd.queries(node_map, found.names)
     if NODE_EXPORTER in found.dialects:
         out += node_exporter.queries(node_map, found.names)
     return tuple(out)
@@ -131,6 +143,7 @@ def query_set(found: Discovered, node_map: NodeMap | None = None) -> tuple[Query
 __all__ = [
     "RECHECK",
     "Discovered",
+    "dialect_of_name",
     "discovery_expr",
     "foreign_only_exprs",
     "hostless_expr",
