@@ -30,17 +30,22 @@ _NoValue.yaml_implicit_resolvers = {
 CRDS = Path(__file__).resolve().parents[2] / "fixtures" / "crds"
 
 
-@pytest.fixture(scope="module")
-def operator_crds(kube_lab: KubeLab, tmp_path_factory: pytest.TempPathFactory) -> None:
+def install_operator_crds(lab: KubeLab, scratch: Path) -> None:
+    """The Prometheus Operator CRDs the chart's optional objects need (fixtures/crds)."""
     for name in ("servicemonitors", "prometheusrules"):
-        kube_lab.install_crd(CRDS / f"monitoring.coreos.com_{name}.yaml")
-    plain = tmp_path_factory.mktemp("crds") / "monitoring.coreos.com_alertmanagerconfigs.yaml"
+        lab.install_crd(CRDS / f"monitoring.coreos.com_{name}.yaml")
+    plain = scratch / "monitoring.coreos.com_alertmanagerconfigs.yaml"
     gz = CRDS / "monitoring.coreos.com_alertmanagerconfigs.yaml.gz"
     # its enums hold a bare `=`, which PyYAML reads as the YAML 1.1 value tag: read it with
     # that resolver dropped and hand install_crd the same object as JSON (also YAML)
     docs = [d for d in yaml.load_all(gzip.decompress(gz.read_bytes()), _NoValue) if d]
     plain.write_text("\n---\n".join(json.dumps(d) for d in docs))
-    kube_lab.install_crd(plain)
+    lab.install_crd(plain)
+
+
+@pytest.fixture(scope="module")
+def operator_crds(kube_lab: KubeLab, tmp_path_factory: pytest.TempPathFactory) -> None:
+    install_operator_crds(kube_lab, tmp_path_factory.mktemp("crds"))
 
 
 @pytest.mark.parametrize("values", EXAMPLES, ids=lambda p: p.stem)
