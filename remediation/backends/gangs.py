@@ -130,8 +130,10 @@ def restart_plan(gang: Gang, pods: Iterable[Obj], reason: str) -> RestartPlan:
     ids = tuple(sorted(_id(p) for p in mine))
     nodes = tuple(sorted({str((p.get("spec") or {}).get("nodeName") or "") for p in mine} - {""}))
     if gang.kind == "volcano-job" and gang.owner_uid:
+        # no blockOwnerDeletion: under OwnerReferencesPermissionEnforcement that would need
+        # update on the vcjob's finalizers, a grant nothing else wants
         target: Obj = {"apiVersion": VOLCANO_JOB_API, "kind": "Job", "name": gang.name,
-                       "uid": gang.owner_uid, "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+                       "uid": gang.owner_uid, "controller": True}  # fmt: skip
         command: Obj = {
             "apiVersion": VOLCANO_COMMAND_API,
             "kind": "Command",

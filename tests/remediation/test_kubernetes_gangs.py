@@ -93,7 +93,7 @@ async def test_draining_a_node_restarts_the_volcano_gang_whole_and_evicts_no_mem
     assert path == "/apis/bus.volcano.sh/v1alpha1/namespaces/train/commands"
     assert body["action"] == "RestartJob"
     target = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "llm",
-              "uid": "vc-1", "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+              "uid": "vc-1", "controller": True}  # fmt: skip
     assert body["target"] == target
     assert body["metadata"]["ownerReferences"] == [target]  # as vcctl: gone with the vcjob
 
