@@ -82,8 +82,10 @@ def helm_binary() -> str:
 
 
 def crd_file(name: str) -> Path:
-    """A CRD its project publishes in its Go module (cache) or that fixtures/crds records."""
-    for p in (lab_cache() / "crds" / name, HERE.parent / "fixtures" / "crds" / name):
+    """A CRD fixtures/crds records (committed, with its origin), else one its project
+    publishes in its Go module (the lab cache, tests/lab/servers.sh crds). The committed
+    copies come first: a cache may hold older copies put there by hand."""
+    for p in (HERE.parent / "fixtures" / "crds" / name, lab_cache() / "crds" / name):
         if p.exists():
             return p
     _missing(f"CRD {name} not in {lab_cache() / 'crds'} nor fixtures/crds")

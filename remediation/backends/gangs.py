@@ -8,7 +8,10 @@ references its controller writes, and plans a restart the way that controller ex
 - Volcano ``batch.volcano.sh/v1alpha1`` Job (vcjob): pods carry ``volcano.sh/job-name`` and
   the ``scheduling.k8s.io/group-name`` annotation (their PodGroup). Restart: a
   ``bus.volcano.sh/v1alpha1`` ``Command`` with ``action: RestartJob`` aimed at the vcjob
-  (what ``vcctl`` and Volcano's own job controller act on).
+  and owned by it (what ``vcctl`` writes and Volcano's own job controller acts on; the
+  vcjob's deletion takes the Command with it). The Command's CRD requires the target's
+  uid, which the pods' owner reference gives; members that name no owner are deleted
+  together instead (the server would refuse a Command without it, 422).
 - A bare PodGroup (Volcano ``scheduling.k8s.io/group-name``, or the scheduler-plugins
   coscheduling label ``scheduling.x-k8s.io/pod-group``): restart by deleting every member
   together; their controllers recreate them and the gang scheduler places them at once.
@@ -126,14 +129,19 @@ def restart_plan(gang: Gang, pods: Iterable[Obj], reason: str) -> RestartPlan:
     mine = members(gang, pods)
     ids = tuple(sorted(_id(p) for p in mine))
     nodes = tuple(sorted({str((p.get("spec") or {}).get("nodeName") or "") for p in mine} - {""}))
-    if gang.kind == "volcano-job":
-        target: Obj = {"apiVersion": VOLCANO_JOB_API, "kind": "Job", "name": gang.name}
-        if gang.owner_uid:
-            target["uid"] = gang.owner_uid
+    if gang.kind == "volcano-job" and gang.owner_uid:
+        # no blockOwnerDeletion: under OwnerReferencesPermissionEnforcement that would need
+        # update on the vcjob's finalizers, a grant nothing else wants
+        target: Obj = {"apiVersion": VOLCANO_JOB_API, "kind": "Job", "name": gang.name,
+                       "uid": gang.owner_uid, "controller": True}  # fmt: skip
         command: Obj = {
             "apiVersion": VOLCANO_COMMAND_API,
             "kind": "Command",
-            "metadata": {"generateName": f"{gang.name}-restartjob-", "namespace": gang.namespace},
+            "metadata": {
+                "generateName": f"{gang.name}-restartjob-",
+                "namespace": gang.namespace,
+                "ownerReferences": [target],
+            },
             "action": "RestartJob",
             "target": target,
             "reason": "gpuwarden",

@@ -5,7 +5,9 @@ already cordoned, tainted and empty), this creates a ``SelfNodeRemediation`` nam
 the node, in the namespace of the operator's ``SelfNodeRemediationTemplate`` and with that
 template's strategy; the operator's agent on the node reboots it (and, with the
 OutOfServiceTaint/ResourceDeletion strategies, clears its workloads). A second request while
-one exists is a no-op. On release gpuwarden deletes the CR it created (only one carrying its
+one exists is a no-op, but not while the one that exists is being deleted (the operator's
+finalizer holds it after a release): that answers the same 409, and the reboot fails so the
+executor asks again once it is gone, instead of calling it requested. On release gpuwarden deletes the CR it created (only one carrying its
 ``managed-by`` label), as Node Health Check would once the node is healthy.
 
 Without the operator (no template found) the reboot fails with a clear reason instead of
@@ -56,10 +58,23 @@ def request_reboot(api: KubeApi, node: str, reason: str) -> str:
     }
     status = api.create_custom(GROUP, VERSION, namespace, REMEDIATIONS, body)
     if status == 409:
+        if _being_deleted(api, namespace, node):  # the last one's finalizer still holds it
+            raise BackendError(
+                f"SelfNodeRemediation {namespace}/{node} from an earlier reboot is still being "
+                "deleted (the operator's finalizer holds it); the reboot is asked again later"
+            )
         return f"reboot already requested (SelfNodeRemediation {namespace}/{node})"
     if status not in (200, 201):
         raise BackendError(f"SelfNodeRemediation {namespace}/{node}: HTTP {status}")
     return f"reboot requested from medik8s (SelfNodeRemediation {namespace}/{node})"
+
+
+def _being_deleted(api: KubeApi, namespace: str, node: str) -> bool:
+    for cr in api.list_custom(GROUP, VERSION, REMEDIATIONS):
+        meta = _meta(cr)
+        if (meta.get("namespace"), meta.get("name")) == (namespace, node):
+            return bool(meta.get("deletionTimestamp"))
+    return False
 
 
 def clear(api: KubeApi, node: str) -> bool:

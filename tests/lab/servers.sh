@@ -2,7 +2,8 @@
 # Builds or fetches the lab's real servers into a cache outside the clone, once per version:
 #   kube  VERSION   kube-apiserver, kube-controller-manager, kube-scheduler from k8s.io/kubernetes
 #   helm  VERSION   helm from helm.sh/helm/v4
-#   crds            Volcano, JobSet, Kubeflow trainer and medik8s CRDs from their Go modules
+#   crds            JobSet's and Kubeflow's PyTorchJob CRDs from their Go modules (Volcano's
+#                   and medik8s' are not served by the proxy: committed in fixtures/crds)
 #   debs            Debian unstable's Prometheus 3.5, promtool, Alertmanager 0.33,
 #                   node_exporter 1.11, etcd 3.5 and kubectl (static binaries, unpacked)
 #   all             everything the tests use (the versions in tests/lab/versions.env)
@@ -104,9 +105,11 @@ helm() {
   rm -rf "$out" && mv "$out.tmp" "$out"
 }
 
-crds() { # the CRDs their projects publish inside their Go modules
+crds() { # the CRDs their projects publish inside their Go modules (Volcano's and medik8s'
+  # modules are refused by the proxy: fixtures/crds holds those, at VOLCANO_VERSION and
+  # SELF_NODE_REMEDIATION_VERSION, with their origin in its README)
   local out="$CACHE/crds"
-  [ -f "$out/.done" ] && return 0
+  [ -f "$out/.done" ] && [ -f "$out/jobset.x-k8s.io_jobsets.yaml" ] && [ -f "$out/kubeflow.org_pytorchjobs.yaml" ] && return 0
   mkdir -p "$out"
   local dir
   dir=$(go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')

@@ -92,8 +92,34 @@ async def test_draining_a_node_restarts_the_volcano_gang_whole_and_evicts_no_mem
     [(path, body)] = posts
     assert path == "/apis/bus.volcano.sh/v1alpha1/namespaces/train/commands"
     assert body["action"] == "RestartJob"
-    assert body["target"] == {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-                              "name": "llm", "uid": "vc-1"}  # fmt: skip
+    target = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "llm",
+              "uid": "vc-1", "controller": True}  # fmt: skip
+    assert body["target"] == target
+    assert body["metadata"]["ownerReferences"] == [target]  # as vcctl: gone with the vcjob
+
+
+async def test_volcano_members_that_name_no_owner_are_deleted_together_not_sent_a_command(
+    emu: kmock.KubernetesEmulator,
+) -> None:
+    """The Command CRD requires the target's uid (a real server answers 422 without it)."""
+    for i in range(4):
+        pod = vc_member(i, NODES[i])
+        del pod["metadata"]["ownerReferences"]
+        del emu.objects[PODS, "train", f"llm-worker-{i}"]
+        emu.objects[PODS, "train", f"llm-worker-{i}"] = pod
+    deleted: list[str] = []
+
+    def delete(req: Any) -> Any:
+        deleted.append(req.name)
+        del emu.objects[PODS, req.namespace, req.name]
+        return {"kind": "Status", "status": "Success"}
+
+    emu["delete", PODS] << delete
+    b = backend(emu)
+    out = await asyncio.to_thread(b.take_out, "gpu-node-001", "XID 79", True)
+    assert "restarted 1 gang(s) whole: train/volcano-job/llm" in out
+    assert sorted(deleted) == [f"llm-worker-{i}" for i in range(4)]
+    assert not [p for m, p, _ in writes(emu) if m == "POST" and "commands" in p]
 
 
 async def test_checkpoint_asks_every_rank_then_the_restart_is_verified_by_new_members(
