@@ -334,3 +334,26 @@ def test_the_equality_test_fails_when_a_feature_disagrees(tmp_path: Path) -> Non
     spec.write_text(yaml.safe_dump(_promtool_test(files, raw, shards), width=100000))
     rc, text = run(promtool_of("current"), "test", "rules", str(spec))
     assert rc != 0 and "gpuwarden_feature:gpu_sm_clock_hertz:avg3m" in text
+
+
+# ------------------------------------------------------------------ the health alerts
+
+HEALTH_TEST = ALERTS / "tests" / "features" / "rule-health_test.yml"
+
+
+@pytest.mark.parametrize("generation", ["current", "stable"])
+def test_the_health_alerts_unit_tests_pass_on_both_prometheus_generations(generation: str) -> None:
+    rc, out = run(promtool_of(generation), "test", "rules", str(HEALTH_TEST))
+    assert rc == 0 and "SUCCESS" in out, out
+
+
+def test_every_health_alert_has_a_firing_and_a_silent_case_and_a_runbook() -> None:
+    (rules,) = [yaml.safe_load((COMMITTED / "rule-health.rules.yml").read_text())["groups"]]
+    names = {r["alert"] for g in rules for r in g["rules"]}
+    cases = [c for t in yaml.safe_load(HEALTH_TEST.read_text())["tests"]
+             for c in t["alert_rule_test"]]  # fmt: skip
+    runbook = (ALERTS / "runbooks.md").read_text()
+    for name in names:
+        mine = [c for c in cases if c["alertname"] == name]
+        assert any(c["exp_alerts"] for c in mine) and any(not c["exp_alerts"] for c in mine)
+        assert f"## {name}\n" in runbook
