@@ -156,7 +156,7 @@ def health_groups(plan: Plan) -> list[dict[str, Any]]:
                     missed,
                     f"increase(prometheus_rule_group_iterations_missed_total{{{prom}}}[10m]) > 0",
                     "Feature rule group {{ $labels.rule_group }} skipped evaluations",
-                    "{{ $value | printf \"%.0f\" }} evaluations skipped in 10 min (an evaluation outlasted the "
+                    '{{ $value | printf "%.0f" }} evaluations skipped in 10 min (an evaluation outlasted the '
                     "interval): the analyzer's features have holes.",
                     "0m",
                 ),
@@ -164,7 +164,7 @@ def health_groups(plan: Plan) -> list[dict[str, Any]]:
                     failing,
                     f"increase(prometheus_rule_evaluation_failures_total{{{prom}}}[10m]) > 0",
                     "Feature rule group {{ $labels.rule_group }} fails to evaluate",
-                    "{{ $value | printf \"%.0f\" }} failed rule evaluations in 10 min: the features the analyzer "
+                    '{{ $value | printf "%.0f" }} failed rule evaluations in 10 min: the features the analyzer '
                     "reads have holes.",
                     "0m",
                 ),
@@ -186,7 +186,7 @@ def health_groups(plan: Plan) -> list[dict[str, Any]]:
                     missed,
                     f"increase(vmalert_iteration_missed_total{{{vm}}}[10m]) > 0",
                     "Feature rule group {{ $labels.group }} skipped evaluations",
-                    "{{ $value | printf \"%.0f\" }} evaluations skipped in 10 min: the analyzer's features "
+                    '{{ $value | printf "%.0f" }} evaluations skipped in 10 min: the analyzer\'s features '
                     "have holes.",
                     "0m",
                 ),
@@ -197,8 +197,7 @@ def health_groups(plan: Plan) -> list[dict[str, Any]]:
                     f" or max by (group) (increase(vmalert_recording_rules_errors_total"
                     f"{{{vm}}}[10m])) > 0",
                     "Feature rule group {{ $labels.group }} fails to evaluate",
-                    "A feature recording rule failed: the features the analyzer reads have "
-                    "holes.",
+                    "A feature recording rule failed: the features the analyzer reads have holes.",
                     "0m",
                 ),
             ],
