@@ -19,6 +19,11 @@ the raw read:
   for a counter present at both ends of the window that did not reset inside it; a row born
   or reset inside the window has no feature sample (read it raw);
 - ``lost``: per node, how many of its GPUs report ``up == 0`` now;
+- ``moved``: the analyzer's own moved-counter check (``Query.moved_expr``: rows whose counter
+  changed within the window, the value how often), which the Prometheus source reads instead
+  of scanning the raw counters of every node the rule engine covers;
+- ``present``: per node, its GPUs reporting; a node with this series at the read's time is
+  covered by the rule engine (the source falls back to raw reads for the others);
 - ``job_z``: the robust z-score of each GPU's sample among the GPUs of its job
   (``gpu_allocation_info``'s ``job_id``, the domain), median and MAD with the peer detector's
   floors (:data:`analyzer.detectors.peer.FEATURES`): :func:`analyzer.detectors.series.robust_z`
@@ -35,8 +40,9 @@ from dataclasses import dataclass
 from exporter import catalog
 
 SHARD_LABEL = "gpuwarden_shard"
-KINDS = ("mean", "increase", "lost", "job_z")
-NODE_LOCAL = ("mean", "increase", "lost")  # a node's own series: any shard can compute these
+KINDS = ("mean", "increase", "lost", "moved", "present", "job_z")
+# a node's own series: any shard can compute these
+NODE_LOCAL = ("mean", "increase", "lost", "moved", "present")
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,7 @@ class Feature:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"{self.metric.name}: feature kind must be one of {KINDS}")
-        if self.kind in ("mean", "increase") and self.span <= 0:
+        if self.kind in ("mean", "increase", "moved") and self.span <= 0:
             raise ValueError(f"{self.metric.name}: a {self.kind} needs a span in seconds")
 
     @property
@@ -63,6 +69,8 @@ class Feature:
             "mean": f"avg{_dur(self.span)}",
             "increase": f"increase{_dur(self.span)}",
             "lost": "lost_by_node",
+            "moved": f"changes{_dur(self.span)}",
+            "present": "count_by_node",
             "job_z": "job_z",
         }[self.kind]
         return f"gpuwarden_feature:{base}:{op}"
@@ -82,6 +90,10 @@ class Feature:
             return f"max by ({by}) ({sel}) - max by ({by}) ({sel} offset {off}) > 0"
         if self.kind == "lost":
             return f"count by (node,{SHARD_LABEL}) ({sel} == 0)"
+        if self.kind == "moved":  # Query.moved_expr's shape, the range in seconds as there
+            return f"max by ({by}) (changes({sel}[{int(self.span)}s]) > 0)"
+        if self.kind == "present":
+            return f"count by (node,{SHARD_LABEL}) ({sel})"
         return self._job_z(sel)
 
     def _selector(self, shard: int | None) -> str:
@@ -156,8 +168,22 @@ FEATURES: tuple[Feature, ...] = (
         )
         for m in (c.IB_COUNTER, c.IB_HW_COUNTER)
     ),
-    # per node: GPUs that report down now
+    # the moved-counter checks of the analyzer's moved-only queries (its QUERIES' labels)
+    Feature(c.GPU_ECC_ERRORS, "moved", ("node", "gpu", "error_type", "counter_type"), WINDOW),
+    Feature(c.NVLINK_ERRORS, "moved", ("node", "gpu", "link", "error_type"), WINDOW),
+    *(
+        Feature(
+            m,
+            "moved",
+            ("node", "device", "port", "counter"),
+            WINDOW,
+            matchers=f'counter=~"{"|".join(catalog.IB_ERROR_COUNTERS)}"',
+        )
+        for m in (c.IB_COUNTER, c.IB_HW_COUNTER)
+    ),
+    # per node: GPUs that report down now; GPUs reporting (the rule engine covers the node)
     Feature(c.GPU_UP, "lost", ("node",)),
+    Feature(c.GPU_UP, "present", ("node",)),
     # the peer detector's per-sample robust z-scores, within the job (its floors)
     Feature(c.GPU_SM_CLOCK, "job_z", _GPU, floor_rel=0.01),
     Feature(c.GPU_TEMPERATURE, "job_z", _GPU, floor_abs=1.5),

@@ -265,6 +265,15 @@ def _expected(raw: dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray], sh
                 if inc > 0:
                     add(f.record, {"node": node, "gpu": gpu, "error_type": "correctable",
                                    "counter_type": "volatile"}, inc)  # fmt: skip
+        elif f.kind == "moved":  # changes() over (t - 600 s, t]: the last 40 samples
+            for (node, gpu), v in rows.items():
+                n = int(np.count_nonzero(np.diff(v[-int(f.span // STEP) :])))
+                if n:
+                    add(f.record, {"node": node, "gpu": gpu, "error_type": "correctable",
+                                   "counter_type": "volatile"}, float(n))  # fmt: skip
+        elif f.kind == "present":
+            for node in NODES:
+                add(f.record, {"node": node}, float(len(GPUS)))
         elif f.kind == "lost":
             lost: dict[str, int] = {}
             for (node, _), v in rows.items():
