@@ -154,10 +154,12 @@ FEATURES: tuple[Feature, ...] = (
         )
     ),
     Feature(c.JOB_STEP_SECONDS, "mean", ("node", "gpu", "job_id"), MEAN_SPAN),
-    # error counters: the rise over the window, only rows that rose
+    # error counters: the rise over the window, only rows that rose. Not NVLink's: over its
+    # 576 series a node, ``M - M offset`` cost as much as every other node-local rule together
+    # (1.0 of 2.1 s a 256-node shard, benchmarks/bench_features.py); its moved check below
+    # is what the analyzer reads
     Feature(c.GPU_ECC_ERRORS, "increase", ("node", "gpu", "error_type", "counter_type"), WINDOW),
     Feature(c.GPU_XID_ERRORS, "increase", ("node", "gpu", "xid"), WINDOW),
-    Feature(c.NVLINK_ERRORS, "increase", ("node", "gpu", "link", "error_type"), WINDOW),
     *(
         Feature(
             m,
