@@ -490,3 +490,63 @@ def test_vmalert_evaluates_the_vmalert_variant_on_victoriametrics_scraping_throu
     shards = {(dict(k)["node"], dict(k)[SHARD_LABEL]) for k in up}
     assert {n for n, _ in shards} == set(nodes) and len(shards) == len(nodes)
     assert {s for _, s in shards} <= {"0", "1"}
+
+
+def test_the_vmalert_health_alerts_fire_on_vmalerts_own_metrics(tmp_path: Path) -> None:
+    """The vmalert variant's health group over the series vmalert 1.79.5 serves (labels as
+    its /metrics shows them): a slow group, a missed iteration, a failing recording rule;
+    a group that is not a feature group never."""
+    vm = rendered(tmp_path, engine="vmalert")
+    g = 'group="gpuwarden-features-shard-1",file="/etc/vmalert/node-shard-1.rules.yml"'
+    other = 'group="gpuwarden-gpu",file="/etc/vmalert/gpu.rules.yml"'
+    labels = {"severity": "warning", "action": "notify", "component": "features"}
+    rb = "https://github.com/gpuwarden/gpuwarden/blob/main/alerts/runbooks.md#"
+    grp = "Feature rule group gpuwarden-features-shard-1"
+
+    def ann(name: str, summary: str, description: str) -> dict[str, str]:
+        return {"summary": f"{grp} {summary}", "description": description,
+                "runbook_url": rb + name.lower()}  # fmt: skip
+
+    gl = {"group": "gpuwarden-features-shard-1", "file": "/etc/vmalert/node-shard-1.rules.yml"}
+    spec = {
+        "rule_files": [str(vm / "rule-health.rules.yml")],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'vmalert_iteration_duration_seconds{{{g},quantile="1"}}',
+                 "values": "13x10"},
+                {"series": f"vmalert_iteration_interval_seconds{{{g}}}", "values": "15x10"},
+                {"series": f'vmalert_iteration_duration_seconds{{{other},quantile="1"}}',
+                 "values": "14x10"},
+                {"series": f"vmalert_iteration_interval_seconds{{{other}}}", "values": "15x10"},
+                {"series": f"vmalert_iteration_missed_total{{{g}}}", "values": "0 0 0 2x7"},
+                {"series": f'vmalert_recording_rules_error{{recording="x",{g},id="1"}}',
+                 "values": "0 0 0 0 1x6"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": "GpuwardenFeatureRulesSlow", "exp_alerts": []},
+                {"eval_time": "6m", "alertname": "GpuwardenFeatureRulesSlow",
+                 "exp_alerts": [{"exp_labels": {**gl, **labels}, "exp_annotations": ann(
+                     "GpuwardenFeatureRulesSlow", "takes most of its interval",
+                     "Its slowest recent evaluation took 13s: add shards or vmalert instances "
+                     "before it misses evaluations.")}]},
+                {"eval_time": "2m", "alertname": "GpuwardenFeatureRulesMissed", "exp_alerts": []},
+                {"eval_time": "4m", "alertname": "GpuwardenFeatureRulesMissed",
+                 "exp_alerts": [{"exp_labels": {**gl, **labels}, "exp_annotations": ann(
+                     "GpuwardenFeatureRulesMissed", "skipped evaluations",
+                     "2 evaluations skipped in 10 min: the analyzer's features have holes.")}]},
+                {"eval_time": "3m", "alertname": "GpuwardenFeatureRulesFailing", "exp_alerts": []},
+                {"eval_time": "5m", "alertname": "GpuwardenFeatureRulesFailing",
+                 "exp_alerts": [{"exp_labels": {"group": gl["group"], **labels},
+                                 "exp_annotations": ann(
+                     "GpuwardenFeatureRulesFailing", "fails to evaluate",
+                     "A feature recording rule failed: the features the analyzer reads have "
+                     "holes.")}]},
+            ],
+        }],
+    }  # fmt: skip
+    path = tmp_path / "vm_health_test.yml"
+    path.write_text(yaml.safe_dump(spec))
+    rc, out = run(promtool_of("current"), "test", "rules", str(path))
+    assert rc == 0, out[-3000:]
