@@ -117,6 +117,9 @@ def test_without_feature_series_the_moved_checks_are_the_raw_scan_unchanged() ->
     feature = next(f for f in FEATURES if f.kind == "moved" and f.metric == c.GPU_ECC_ERRORS)
     assert moved_exprs(ecc, feature, [""], WINDOW, set(), {"a"}) == [ecc.moved_expr(WINDOW)]
     assert moved_exprs(ecc, None, [""], WINDOW, {"a"}, {"a"}) == [ecc.moved_expr(WINDOW)]
+    # most nodes not covered: the plain scan, not an alternation of their names
+    most = moved_exprs(ecc, feature, [""], WINDOW, {"a"}, {"a", "b", "c", "d"})
+    assert most == [ecc.moved_expr(WINDOW)]
 
 
 def test_covered_nodes_read_the_recorded_check_and_only_the_others_are_scanned() -> None:
