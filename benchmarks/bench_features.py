@@ -70,7 +70,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
             raw_series = sum(
                 float(r["value"][1])
                 for r in json.loads(http_get(f"{p.url}/api/v1/query?" + urllib.parse.urlencode(
-                    {"query": 'count({__name__=~"gpuwarden_.+"})', "time": f"{at:.3f}"})
+                    {"query": 'count({__name__=~"gpuwarden_.+"})', "time": f"{at:.3f}"}),
+                    timeout=300,
                 ))["data"]["result"]
             )  # fmt: skip
         per_node[nodes] = node_s / nodes
