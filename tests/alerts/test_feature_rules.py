@@ -232,7 +232,7 @@ def _fleet(seed: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarra
             out[(c.GPU_UP.name, lab)] = up
             moving = (n, g) == (NODES[1], "0")
             ecc = 7 + (np.cumsum(rng.integers(0, 3, T)) if moving else np.zeros(T))
-            out[(c.GPU_ECC_ERRORS.name, (*lab, ("error_type", "correctable"),
+            out[(c.GPU_ECC_ERRORS.name, (*lab, ("error_type", "corrected"),
                                          ("counter_type", "volatile")))] = ecc  # fmt: skip
             out[(c.GPU_ALLOCATION_INFO.name, (("node", n), ("gpu", g), ("job_id", job_of[n]),
                                               ("scheduler", "slurm")))] = np.ones(T)  # fmt: skip
@@ -275,13 +275,13 @@ def _expected(raw: dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray], sh
             for (node, gpu), v in rows.items():
                 inc = float(total_increase(v[:, None])[0])
                 if inc > 0:
-                    add(f.record, {"node": node, "gpu": gpu, "error_type": "correctable",
+                    add(f.record, {"node": node, "gpu": gpu, "error_type": "corrected",
                                    "counter_type": "volatile"}, inc)  # fmt: skip
         elif f.kind == "moved":  # changes() over (t - 600 s, t]: the last 40 samples
             for (node, gpu), v in rows.items():
                 n = int(np.count_nonzero(np.diff(v[-int(f.span // STEP) :])))
                 if n:
-                    add(f.record, {"node": node, "gpu": gpu, "error_type": "correctable",
+                    add(f.record, {"node": node, "gpu": gpu, "error_type": "corrected",
                                    "counter_type": "volatile"}, float(n))  # fmt: skip
         elif f.kind == "present":
             for node in NODES:

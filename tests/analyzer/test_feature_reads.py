@@ -41,7 +41,7 @@ def _fleet() -> FakeProm:
                          {**gl, "job_id": "7", "scheduler": "slurm"}, t, 1.0)  # fmt: skip
                 sbe = 40.0 * max(i - 30, 0) if (n, g) == ("n1", 0) else (3.0 if i > 20 else 0.0)
                 prom.add(c.GPU_ECC_ERRORS.name,
-                         {**gl, "error_type": "correctable", "counter_type": "volatile"},
+                         {**gl, "error_type": "corrected", "counter_type": "volatile"},
                          t, sbe)  # fmt: skip
                 nvl = 5.0 * max(i - 35, 0) if (n, g) == ("n2", 1) else 0.0
                 prom.add(c.NVLINK_ERRORS.name, {**gl, "link": "3", "error_type": "replay"}, t, nvl)
@@ -100,7 +100,7 @@ def test_findings_are_the_same_read_through_features_or_raw_while_a_shard_stops(
                 assert featured.covered == set(NODES) - stopped
 
     asyncio.run(run())
-    assert {"nvlink_errors", "ib_errors"} <= seen, seen
+    assert {"nvlink_errors", "ib_errors", "sbe_rate_high"} <= seen, seen
     for f in FEATURES:  # every moved check was read from its feature
         if f.kind == "moved" and f.metric != c.IB_HW_COUNTER:
             assert any(f.record in q for q in prom.calls), f.record
