@@ -80,6 +80,18 @@ def test_the_source_reads_the_recorded_moved_checks_of_a_real_prometheus() -> No
             featured = PrometheusSource(prom.url, window=600.0, step=1.0, settle=2.0)
             raw = PrometheusSource(prom.url, window=600.0, step=1.0, settle=2.0, features=())
             assert featured.moved_features  # the window matches the features' 600 s
+            asked: list[str] = []
+            inner = featured.http
+
+            class Spy:
+                async def post(self, path: str, form: Any) -> bytes:
+                    asked.append(form["query"])
+                    return await inner.post(path, form)
+
+                async def close(self) -> None:
+                    await inner.close()  # type: ignore[attr-defined]
+
+            featured.http = Spy()
 
             async def reads() -> tuple[Any, Any]:
                 await featured.read(now - 2)  # a cold read scans raw; the next reads features
@@ -87,6 +99,10 @@ def test_the_source_reads_the_recorded_moved_checks_of_a_real_prometheus() -> No
 
             w_feat, w_raw = asyncio.run(reads())
             assert featured.covered == set(NODES)
+            # the warm read asked the recorded check, and scanned no raw ECC counter
+            warm = asked[asked.index(next(q for q in asked if "count_by_node" in q), 1) :]
+            assert any(changes in q for q in warm)
+            assert not any(f"changes({c.GPU_ECC_ERRORS.name}" in q for q in warm)
             calls = " ".join(featured.stats.seconds)
             assert "features" in calls
     ecc = c.GPU_ECC_ERRORS.name
