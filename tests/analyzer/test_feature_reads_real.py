@@ -97,7 +97,11 @@ def test_the_source_reads_the_recorded_moved_checks_of_a_real_prometheus() -> No
 
             async def reads() -> tuple[Any, Any]:
                 await featured.read(now - 2)  # a cold read scans raw; the next reads features
-                return await featured.read(now), await raw.read(now)
+                try:
+                    return await featured.read(now), await raw.read(now)
+                finally:
+                    await featured.close()
+                    await raw.close()
 
             w_feat, w_raw = asyncio.run(reads())
             assert featured.covered == set(NODES)
