@@ -41,7 +41,7 @@ def _query(url: str, expr: str, at: float) -> tuple[float, int]:
 
 
 def _group(url: str, features: list[Feature], at: float) -> tuple[float, int]:
-    seconds = series = 0
+    seconds, series = 0.0, 0
     for f in features:
         s, n = _query(url, f.expr(None), at)
         seconds, series = seconds + s, series + n
