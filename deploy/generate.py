@@ -72,6 +72,8 @@ def is_rule_file(path: Path, alerts_dir: Path) -> bool:
         "dcgm" in rel.parts[:-1]
     ):  # the dcgm-exporter variant replaces, never joins, the native rules
         return False
+    if "features" in rel.parts[:-1]:  # per-shard feature rules: loaded where a site shards
+        return False
     data = load_yaml(path.read_text())
     return isinstance(data, dict) and "groups" in data and "tests" not in data
 

@@ -34,6 +34,8 @@ from analyzer.sources.dialects.discover import (
     without,
 )
 from analyzer.sources.dialects.identity import NodeMap
+from analyzer.sources.featureread import covered_expr, moved_exprs
+from analyzer.sources.features import FEATURES, Feature
 from analyzer.sources.matrix import Key, SeriesMatrix
 from analyzer.sources.place import assemble
 from analyzer.sources.promhttp import (
@@ -69,6 +71,7 @@ class PrometheusSource:
         gzip: bool = False,
         discover: bool = False,
         node_map: NodeMap | None = None,
+        features: Sequence[Feature] = FEATURES,
     ) -> None:
         self.url = url.rstrip("/")
         self.span, self.step = window, step
@@ -95,6 +98,14 @@ class PrometheusSource:
         self._gate_reads: dict[
             Gate, asyncio.Future[tuple[Parsed, Parsed]]
         ] = {}  # this cycle  # per gated query: the GPUs whose rows are held
+        # the rule engine's moved-counter checks (alerts/features/) over this window, read for
+        # the nodes it covers (analyzer.sources.featureread); none covered: raw scans only
+        self.moved_features = {
+            f.metric.name: f for f in features if f.kind == "moved" and f.span == window
+        }
+        self.present = next((f for f in features if f.kind == "present"), None)
+        self.covered: set[str] = set()
+        self.known: set[str] = set()  # the nodes of the last window
 
     # ------------------------------------------------------------------ cycle
     async def read(self, now: float) -> Window:
@@ -111,6 +122,7 @@ class PrometheusSource:
         self._gate_reads = {}
         if self.discover and (self._blank or not 0 <= end - self._found_at < RECHECK):
             await self._discover(end)
+        await self._coverage(end)
         sem = asyncio.Semaphore(self.parallel)
 
         async def one(q: Query) -> str | None:
@@ -130,10 +142,28 @@ class PrometheusSource:
         items = [(q, self.mats[q]) for q in self.queries]
         w = await asyncio.to_thread(assemble, items, grid, self.step, self.leaf_of, failed)
         self._blank = not w.nodes
+        self.known = set(w.nodes)
         self.stats.series = {q.name: float(len(m)) for q, m in items}
         self.stats.cycle_seconds = self.timer() - t0
         self.stats.cycles += 1
         return w
+
+    async def _coverage(self, at: float) -> None:
+        """The nodes whose feature rules ran (their ``present`` feature at ``at``); on a
+        failure, none: every node is scanned raw this cycle."""
+        self.covered = set()
+        if not self.moved_features or self.present is None:
+            return
+        try:
+            raw = await self.http.post(
+                "/api/v1/query", {"query": covered_expr(self.present), "time": f"{at:.3f}"}
+            )
+            got = decode(raw, "features")
+            self.stats.add("features", len(raw), got.samples, 0.0)
+        except SourceError as e:
+            self.errors["features"] = str(e)
+            return
+        self.covered = {lab.get("node", "") for lab in got.labels} - {""}
 
     async def _discover(self, at: float) -> None:
         """Which dialects hold series now; the query set follows (rows of queries that stay
@@ -263,7 +293,9 @@ class PrometheusSource:
             for s in shards
             for sc in (scope if scope is not None else [""])
         ]
-        keys = await self._moved_keys(q, [q.moved_expr(self.span, sel) for sel in sels], end)
+        feature = None if cold or q.dialect else self.moved_features.get(q.name)
+        exprs = moved_exprs(q, feature, sels, self.span, self.covered, self.known)
+        keys = await self._moved_keys(q, exprs, end)
         if not cold and q.moved_shards > 1:  # rows of the shards not checked now stay held
             checked = re.compile(q.shard_matcher(self.stats.cycles).split('"')[1])
             g = q.labels.index("gpu")

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 Labels = tuple[tuple[str, str], ...]
 
-_SEL = re.compile(r"(\w+)(?:\{(.*?)\})?")
+_SEL = re.compile(r"([\w:]+)(?:\{(.*?)\})?")
 _MATCH = re.compile(r'(\w+)(=~|!=|=)"((?:[^"\\]|\\.)*)"')
 
 
