@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -22,32 +22,14 @@ from remediation.gpureset.config import ResetPolicy
 from remediation.gpureset.job import suite as reset_suite
 from remediation.gpureset.kubernetes import KubernetesReset
 from remediation.validation.kubernetes import KubernetesValidation, TaintedCordon
-from remediation.validation.suite import StepRun, Suite, judge_suite, load_suites
+from remediation.validation.suite import StepRun, Suite, judge_suite
 from tests.kube.shipped import NAMESPACE, apply_remediation_rbac
 from tests.kubelab import KubeLab, Obj, Run, Script
+from tests.remediation.test_validation_kubernetes import SUITE, log_of
 
 pytestmark = pytest.mark.real
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "validation"
 IMAGE = "registry.example/gpuwarden-validation:1"
-SUITE = load_suites({"pre-release": [
-    {"name": "diag", "command": ["dcgmi", "diag", "-r", "3", "-j"], "timeout_s": 1800,
-     "parser": "dcgmi-diag"},
-    {"name": "nccl", "command": ["all_reduce_perf", "-b", "1G", "-e", "8G", "-g", "8"],
-     "timeout_s": 600, "parser": "nccl-tests", "min": {"busbw_at_max_size_gbps": 400}},
-]})["pre-release"]  # fmt: skip
-
-
-def log_of(diag: str, nccl: str, nccl_rc: int | None = 0) -> str:
-    parts = [
-        "===gpuwarden-step 0 begin===",
-        (FIX / diag).read_text(),
-        "===gpuwarden-step 0 rc=0===",
-    ]
-    parts += ["===gpuwarden-step 1 begin===", (FIX / nccl).read_text()]
-    if nccl_rc is not None:
-        parts.append(f"===gpuwarden-step 1 rc={nccl_rc}===")
-    return "\n".join(parts) + "\n"
 
 
 class Setup:
@@ -89,17 +71,21 @@ def poll_until_done(v: KubernetesValidation, run: object, timeout: float = 60) -
     raise AssertionError("the validation Job never finished")
 
 
-def finish_confirmed(v: KubernetesValidation, run: object, verdict: str | None) -> int:
-    """finish() until the API server confirms (as the release loop retries each tick);
-    returns how many tries it took."""
+def confirmed(stop: Callable[[], None]) -> int:
+    """A stop (finish or cancel) tried until the API server confirms, as the release loop
+    retries it each tick; returns how many tries it took."""
     for attempt in range(1, 200):
         try:
-            v.finish(run, verdict)
+            stop()
             return attempt
         except BackendError as e:
             assert "still there" in str(e), e
             time.sleep(0.2)
     raise AssertionError("the Job and its pods never went")
+
+
+def finish_confirmed(v: KubernetesValidation, run: object, verdict: str | None) -> int:
+    return confirmed(lambda: v.finish(run, verdict))  # type: ignore[arg-type]
 
 
 def pods_of(lab: KubeLab, ns: str, job: str) -> list[Obj]:
@@ -209,14 +195,7 @@ def test_a_gpu_reset_runs_as_a_privileged_job_admitted_in_the_shipped_namespace_
         [c] = pod["spec"]["containers"]
         assert c["securityContext"]["privileged"] is True, "PodSecurity admitted it as is"
         assert "nvidia.com/gpu" not in (c.get("resources") or {}).get("limits", {})
-        for _ in range(200):
-            try:
-                resetter.finish(run, "passed")
-                break
-            except BackendError:
-                time.sleep(0.2)
-        else:
-            raise AssertionError("the reset Job and its pod never went")
+        confirmed(lambda: resetter.finish(run, "passed"))
     assert [r.exit_code for r in runs] == [0, 0]
     jobs = lab.http.get(f"/apis/batch/v1/namespaces/{setup.ns}/jobs").get("items") or []
     assert run.job_name not in {j["metadata"]["name"] for j in jobs}
@@ -237,12 +216,7 @@ def test_a_hung_gpu_reset_is_cancelled_its_job_and_pod_deleted_and_the_node_stay
             30, 0.2, "the reset pod running",
         )  # fmt: skip
         assert resetter.poll(run) is None, "a running reset has no result yet"
-        for _ in range(200):
-            try:
-                resetter.cancel(run)
-                break
-            except BackendError:
-                time.sleep(0.2)
+        confirmed(lambda: resetter.cancel(run))
     assert pods_of(lab, setup.ns, run.job_name) == []
     view = setup.backend.node(node)
     assert view is not None and view.out_of_service and view.ours
