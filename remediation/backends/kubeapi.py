@@ -8,6 +8,7 @@ run it against the kmock emulator over real HTTP.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -192,7 +193,10 @@ class OfficialKubeApi:
             try:
                 kubernetes.config.load_incluster_config(client_configuration=cfg)
             except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config(client_configuration=cfg)
+                # $KUBECONFIG read now: the client reads it once, when first imported
+                kubernetes.config.load_kube_config(
+                    config_file=os.environ.get("KUBECONFIG"), client_configuration=cfg
+                )
         cfg.retries = bounded_retry(retries)
         api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(cfg))
         return cls(api, timeout)

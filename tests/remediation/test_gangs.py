@@ -46,6 +46,7 @@ def test_a_volcano_job_restarts_through_a_restartjob_command_never_by_evicting_o
         "kind": "Job",
         "name": "llm",
         "uid": "uid-llm",
+        "controller": True,
     }
     assert plan.command["metadata"]["namespace"] == "train"
     assert len(plan.members) == 4 and plan.nodes == tuple(f"gpu-node-00{i}" for i in range(4))
