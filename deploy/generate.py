@@ -26,6 +26,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT_DIR = Path("deploy/kubernetes/base/generated")
+# The dcgm-exporter variant as a kustomize overlay: kustomize loads files only from inside a
+# kustomization's own tree, so its generated rules and dashboards live beside it.
+DCGM_OVERLAY = Path("deploy/kubernetes/overlays/dcgm-exporter")
 POLICY_SOURCE = Path("remediation/default_policy.yaml")
 PART_OF = {"app.kubernetes.io/part-of": "gpuwarden"}
 # The label kube-prometheus-stack's Grafana sidecar looks for (sidecar.dashboards.label).
@@ -84,17 +87,32 @@ def alert_rule_files(root: Path = ROOT) -> list[Path]:
     return sorted(p for p in found if is_rule_file(p, alerts))
 
 
-def prometheus_rules(root: Path = ROOT) -> list[dict[str, Any]]:
+def dcgm_rule_files(root: Path = ROOT) -> list[Path]:
+    """alerts/dcgm/'s rule files: each replaces the native file of the same name."""
+    found = [*(root / "alerts" / "dcgm").glob("*.yml"), *(root / "alerts" / "dcgm").glob("*.yaml")]
+    return sorted(p for p in found if is_rule_file(p, p.parent))
+
+
+def dcgm_replaced(root: Path = ROOT) -> list[Path]:
+    """The native rule files a dcgm-exporter fleet does not load (a dcgm twin replaces each)."""
+    twins = {p.name for p in dcgm_rule_files(root)}
+    return [p for p in alert_rule_files(root) if p.name in twins]
+
+
+def rule_object_name(root: Path, path: Path) -> str:
+    return f"gpuwarden-{k8s_name(path.relative_to(root / 'alerts').with_suffix('').as_posix())}"
+
+
+def prometheus_rules(root: Path = ROOT, files: list[Path] | None = None) -> list[dict[str, Any]]:
     docs = []
-    for path in alert_rule_files(root):
+    for path in alert_rule_files(root) if files is None else files:
         groups = load_yaml(path.read_text())["groups"]
-        stem = k8s_name(path.relative_to(root / "alerts").with_suffix("").as_posix())
         docs.append(
             {
                 "apiVersion": "monitoring.coreos.com/v1",
                 "kind": "PrometheusRule",
                 "metadata": {
-                    "name": f"gpuwarden-{stem}",
+                    "name": rule_object_name(root, path),
                     "labels": {"app.kubernetes.io/component": "alerts", **PART_OF},
                     "annotations": {"gpuwarden.io/source": path.relative_to(root).as_posix()},
                 },
@@ -104,13 +122,18 @@ def prometheus_rules(root: Path = ROOT) -> list[dict[str, Any]]:
     return docs
 
 
-def dashboard_files(root: Path = ROOT) -> list[Path]:
-    return sorted((root / "dashboards" / "json").glob("*.json"))
+def dashboard_files(root: Path = ROOT, variant: str = "") -> list[Path]:
+    """The rendered dashboards; ``variant="dcgm"``: their dcgm-exporter variants."""
+    return sorted((root / "dashboards" / "json" / variant).glob("*.json"))
 
 
-def dashboard_configmaps(root: Path = ROOT) -> list[dict[str, Any]]:
+def dashboard_name(path: Path) -> str:
+    return f"gpuwarden-dashboard-{k8s_name(path.stem.removeprefix('gpuwarden-'))}"
+
+
+def dashboard_configmaps(root: Path = ROOT, variant: str = "") -> list[dict[str, Any]]:
     docs = []
-    for path in dashboard_files(root):
+    for path in dashboard_files(root, variant):
         text = path.read_text()
         json.loads(text)  # a broken dashboard stops generation here, not in Grafana
         docs.append(
@@ -118,7 +141,7 @@ def dashboard_configmaps(root: Path = ROOT) -> list[dict[str, Any]]:
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": {
-                    "name": f"gpuwarden-dashboard-{k8s_name(path.stem.removeprefix('gpuwarden-'))}",
+                    "name": dashboard_name(path),
                     "labels": {**DASHBOARD_LABEL, "app.kubernetes.io/component": "dashboards"},
                     # Folder for sidecars run with folderAnnotation=grafana_folder.
                     "annotations": {"grafana_folder": "gpuwarden"},
@@ -155,7 +178,50 @@ def render(root: Path = ROOT) -> dict[Path, str]:
         OUT_DIR / "remediation-policy.yaml": HEADER.format(source=POLICY_SOURCE.as_posix())
         + dump_all(policy_configmap(root)),
     }
+    out.update(dcgm_overlay(root))
     return {**out, **_helmchart().render(root, dump_all, out)}
+
+
+def _delete_patch(kind: str, name: str) -> str:
+    """A strategic-merge patch that removes the object (kustomize's ``$patch: delete``)."""
+    doc = {"$patch": "delete", "apiVersion": "v1", "kind": kind, "metadata": {"name": name}}
+    return dump_all([doc]).removesuffix("\n")
+
+
+def dcgm_overlay(root: Path = ROOT) -> dict[Path, str]:
+    """The dcgm-exporter overlay: no gpuwarden exporter, alerts/dcgm/ instead of their native
+    twins, the dcgm dashboards instead of the native ones; everything else as the base."""
+    if not (root / "alerts" / "dcgm").is_dir():
+        return {}
+    deletes = [("DaemonSet", "gpuwarden-exporter")]
+    deletes += [("PrometheusRule", rule_object_name(root, p)) for p in dcgm_replaced(root)]
+    deletes += [("ConfigMap", dashboard_name(p)) for p in dashboard_files(root)]
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": "gpuwarden",
+        "resources": ["../../base", "generated/prometheusrules.yaml", "generated/dashboards.yaml"],
+        "labels": [{"pairs": PART_OF, "includeSelectors": False}],
+        "patches": [
+            {"target": {"kind": kind, "name": name}, "patch": _delete_patch(kind, name)}
+            for kind, name in deletes
+        ],
+    }
+    head = (
+        "# The dcgm-exporter variant: for a fleet whose GPU telemetry comes from NVIDIA's\n"
+        "# dcgm-exporter (GPU Operator) instead of gpuwarden's exporter.\n"
+        "#   kubectl apply -k deploy/kubernetes/overlays/dcgm-exporter\n"
+    )
+    gen = DCGM_OVERLAY / "generated"
+    return {
+        DCGM_OVERLAY / "kustomization.yaml": HEADER.format(source="deploy/generate.py")
+        + head
+        + dump_all([kustomization]),
+        gen / "prometheusrules.yaml": HEADER.format(source="alerts/dcgm/*.yml")
+        + dump_all(prometheus_rules(root, dcgm_rule_files(root))),
+        gen / "dashboards.yaml": HEADER.format(source="dashboards/json/dcgm/*.json")
+        + dump_all(dashboard_configmaps(root, "dcgm")),
+    }
 
 
 def _helmchart() -> Any:

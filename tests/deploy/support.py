@@ -103,11 +103,15 @@ def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def _apply_patch(docs: list[dict[str, Any]], patch: dict[str, Any]) -> None:
     target = patch["target"]
     ops = yaml.safe_load(patch["patch"])
-    assert isinstance(ops, list), "only JSON 6902 patches (a list of ops) are supported"
     hits = [
         d for d in docs if d["kind"] == target["kind"] and d["metadata"]["name"] == target["name"]
     ]
     assert hits, f"patch target {target} matches nothing"
+    if isinstance(ops, dict) and ops.get("$patch") == "delete":  # strategic merge: delete it
+        assert set(ops) == {"$patch", "apiVersion", "kind", "metadata"}, ops
+        docs[:] = [d for d in docs if not any(d is h for h in hits)]
+        return
+    assert isinstance(ops, list), "only JSON 6902 patches and $patch: delete are supported"
     for doc in hits:
         for op in ops:
             _json_patch(doc, op)

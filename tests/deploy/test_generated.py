@@ -57,17 +57,26 @@ def test_promtool_unit_tests_are_not_shipped_as_rules() -> None:
             assert path.name not in shipped
 
 
+VARIANTS = ["base", "overlays/dcgm-exporter"]
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def variant(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
+    """The base's objects, then the dcgm-exporter overlay's (its own rules and dashboards)."""
+    return build(KUBE / request.param)
+
+
 @pytest.mark.parametrize("kind", sorted(SCHEMAS))
-def test_operator_custom_resources_match_their_crd_schema(docs, kind: str) -> None:
-    found = of_kind(docs, kind)
+def test_operator_custom_resources_match_their_crd_schema(variant, kind: str) -> None:
+    found = of_kind(variant, kind)
     assert found
     for doc in found:
         jsonschema.validate(doc, SCHEMAS[kind])
 
 
-def test_prometheusrule_groups_pass_promtool_check_rules(docs, tmp_path: Path) -> None:
+def test_prometheusrule_groups_pass_promtool_check_rules(variant, tmp_path: Path) -> None:
     files = []
-    for doc in of_kind(docs, "PrometheusRule"):
+    for doc in of_kind(variant, "PrometheusRule"):
         path = tmp_path / f"{doc['metadata']['name']}.yml"
         path.write_text(yaml.safe_dump({"groups": doc["spec"]["groups"]}, sort_keys=False))
         files.append(str(path))
@@ -76,15 +85,18 @@ def test_prometheusrule_groups_pass_promtool_check_rules(docs, tmp_path: Path) -
     assert result.stdout.decode().count("SUCCESS") == len(files)
 
 
-def test_group_names_are_unique_across_prometheusrules(docs) -> None:
+def test_group_names_are_unique_across_prometheusrules(variant) -> None:
     # The operator loads every PrometheusRule into one Prometheus; duplicate group names confuse
     # the rule manager's status pages and alert provenance.
-    names = [g["name"] for d in of_kind(docs, "PrometheusRule") for g in d["spec"]["groups"]]
+    names = [g["name"] for d in of_kind(variant, "PrometheusRule") for g in d["spec"]["groups"]]
     assert len(names) == len(set(names))
 
 
-def test_each_dashboard_is_one_sidecar_configmap_small_enough_to_apply(docs) -> None:
-    files = gen.dashboard_files(ROOT)
+@pytest.mark.parametrize("dashboards", ["", "dcgm"], ids=["native", "dcgm"])
+def test_each_dashboard_is_one_sidecar_configmap_small_enough_to_apply(dashboards: str) -> None:
+    files = gen.dashboard_files(ROOT, dashboards)
+    assert files
+    docs = build(KUBE / VARIANTS[bool(dashboards)])
     maps = [d for d in of_kind(docs, "ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]]
     assert len(maps) == len(files)
     by_key = {key: (cm, text) for cm in maps for key, text in cm["data"].items()}

@@ -66,6 +66,36 @@ def test_the_dcgm_variant_ships_no_gpuwarden_exporter_daemonset() -> None:
     assert "DaemonSet" not in kinds and "DaemonSet" in {d["kind"] for d in rendered()}
 
 
+def test_the_dcgm_variant_renders_what_the_dcgm_kustomize_overlay_builds() -> None:
+    def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(d["kind"], d["metadata"]["name"]) for d in docs}
+
+    dcgm = rendered(CHART / "examples" / "dcgm-exporter.yaml")
+    overlay = kustomize(ROOT / "deploy" / "kubernetes" / "overlays" / "dcgm-exporter")
+    assert names(dcgm) == names(overlay)
+    rules = {n for k, n in names(dcgm) if k == "PrometheusRule"}
+    assert "gpuwarden-dcgm-xid-rules" in rules and "gpuwarden-xid-rules" not in rules
+    native = {n for k, n in names(rendered()) if k == "PrometheusRule"}
+    assert "gpuwarden-xid-rules" in native and not any("dcgm" in n for n in native)
+    # the same rule groups as alerts/dcgm/xid.rules.yml, unescaped by helm
+    xid = next(d for d in dcgm if d["metadata"]["name"] == "gpuwarden-dcgm-xid-rules")
+    source = yaml.safe_load((ROOT / "alerts" / "dcgm" / "xid.rules.yml").read_text())
+    assert xid["spec"]["groups"] == source["groups"]
+
+
+def test_the_exporters_runtime_class_is_a_value_and_can_be_left_to_the_nodes_default() -> None:
+    def runtime(*extra: str) -> Any:
+        out = helm("template", "gw", str(CHART), *extra).stdout
+        ds = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "DaemonSet")
+        return ds["spec"]["template"]["spec"].get("runtimeClassName")
+
+    assert runtime() == "nvidia"
+    assert runtime("--set", "runtimeClassName=nvidia-cdi") == "nvidia-cdi"
+    assert runtime("--set", "runtimeClassName=") is None
+    bad = helm("template", "gw", str(CHART), "--set", "runtimeClassName=Bad_Name", check=False)
+    assert bad.returncode != 0 and "runtimeClassName" in bad.stderr
+
+
 def test_prometheus_operator_objects_can_be_switched_off() -> None:
     off = {d["kind"] for d in rendered(CHART / "examples" / "no-prometheus-operator.yaml")}
     assert not off & {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}

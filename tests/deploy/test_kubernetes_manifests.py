@@ -62,7 +62,13 @@ def test_every_built_manifest_validates_against_the_strict_kubernetes_schema(kdi
     core = [d for d in built if d["kind"] not in CRD_KINDS]
     for doc in core:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-    assert {d["kind"] for d in core} >= {"DaemonSet", "Deployment", "Service", "ClusterRole"}
+    want = {"Deployment", "Service", "ClusterRole"} | ({"DaemonSet"} - dcgm_overlay(kdir))
+    assert {d["kind"] for d in core} >= want
+
+
+def dcgm_overlay(kdir: Path) -> set[str]:
+    """{"DaemonSet"} for the dcgm-exporter overlay (it ships no exporter), else nothing."""
+    return {"DaemonSet"} if kdir.name == "dcgm-exporter" else set()
 
 
 def test_every_manifest_file_is_part_of_a_kustomization_build() -> None:
@@ -355,6 +361,31 @@ def test_kmsg_privileged_overlay_changes_only_the_exporter_privilege(docs: list)
     sc = container(changed[0])["securityContext"]
     assert sc["privileged"] is True and sc["allowPrivilegeEscalation"] is True
     assert len(overlay) == len(docs)
+
+
+def test_the_dcgm_exporter_overlay_swaps_the_exporter_rules_and_dashboards_for_dcgm_ones(
+    docs: list,
+) -> None:
+    overlay = build(KUBE / "overlays" / "dcgm-exporter")
+    names = {(d["kind"], d["metadata"]["name"]) for d in overlay}
+    base = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    removed, added = base - names, names - base
+    assert ("DaemonSet", "gpuwarden-exporter") in removed
+    twins = {p.name for p in (ROOT / "alerts" / "dcgm").glob("*.yml")}
+    assert twins, "alerts/dcgm has no rule files"
+    for twin in twins:  # each dcgm rule file replaces its native namesake
+        stem = twin.removesuffix(".yml").replace(".", "-").replace("_", "-")
+        assert ("PrometheusRule", f"gpuwarden-{stem}") in removed
+        assert ("PrometheusRule", f"gpuwarden-dcgm-{stem}") in added
+    # rules with no dcgm twin (the pipeline's, remediation's) stay
+    assert ("PrometheusRule", "gpuwarden-pipeline-rules") in names & base
+    dashboards = {n for k, n in names if k == "ConfigMap" and n.startswith("gpuwarden-dashboard-")}
+    assert dashboards and all(n.endswith("-dcgm") for n in dashboards)
+    assert all(d["metadata"]["namespace"] == "gpuwarden" for d in overlay if d["kind"] != "Namespace"
+               and d["kind"] not in ("ClusterRole", "ClusterRoleBinding"))  # fmt: skip
+    # nothing else changed: the workloads and RBAC are the base's
+    unchanged = [d for d in overlay if (d["kind"], d["metadata"]["name"]) in base]
+    assert all(d in docs for d in unchanged)
 
 
 def test_the_job_namespace_kit_validates_and_shares_one_ack_directory_with_remediation(
