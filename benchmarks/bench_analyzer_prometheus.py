@@ -17,26 +17,24 @@ it (rows ``prom_dcgm_<n>_*``): the analyzer reads it through its dialect readers
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import multiprocessing
+import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from analyzer.detectors import default_detectors
-from analyzer.engine import Engine
-from analyzer.sources.prometheus import PrometheusSource
 from analyzer.sources.queries import QUERIES
 from benchmarks.fleet_openmetrics import write
 from tests.realcomp import require_binary, run_prometheus
 
 STEP, WINDOW, CYCLES = 15.0, 600.0, 8
+BASELINE = os.environ.get("BENCH_BASELINE", "")  # a commit measured beside this tree
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1"))  # analyzer processes per tree
 TELEMETRY = os.environ.get("BENCH_TELEMETRY", "gpuwarden")
 # a cached TSDB holds the families the recorder wrote: a change to them starts a new cache
 _FAMILIES = ",".join(sorted(q.name + (f"+{q.gate.metric.name}" if q.gate else "") for q in QUERIES))
@@ -99,14 +97,6 @@ def _compact(data: Path) -> None:
         raise RuntimeError(f"{data}: Prometheus left {len(_blocks(data))} overlapping blocks")
 
 
-def _child(url: str, t_cold: float) -> dict[str, Any]:
-    """The analyzer's cycles in a process of its own (spawned: its peak RSS is the analyzer's
-    alone, not the simulator's that filled the TSDB)."""
-    r = asyncio.run(_cycles(url, t_cold))
-    r["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return r
-
-
 def _hwm_mib(pid: int) -> float:
     """Peak RSS of a running process (Prometheus)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -115,37 +105,70 @@ def _hwm_mib(pid: int) -> float:
     return float("nan")
 
 
-async def _cycles(url: str, t_cold: float) -> dict[str, Any]:
-    src = PrometheusSource(url, window=WINDOW, step=STEP, timeout=120.0, discover=True)
-    engine = Engine(default_detectors())
-    try:
-        w0, c0 = time.perf_counter(), time.process_time()
-        w = await src.read(t_cold + 5)
-        cold_wall, cold_cpu = time.perf_counter() - w0, time.process_time() - c0
-        cold_bytes = src.stats.cycle_bytes
-        engine.cycle(w)
-        walls, cpus, reads, engines = [], [], [], []
-        before = dict(src.stats.seconds)
-        for k in range(1, CYCLES + 1):
-            w0, c0 = time.perf_counter(), time.process_time()
-            w = await src.read(t_cold + k * STEP + 5)
-            e0 = time.perf_counter()
-            findings = engine.cycle(w)
-            engines.append(time.perf_counter() - e0)
-            walls.append(time.perf_counter() - w0)
-            cpus.append(time.process_time() - c0)
-            reads.append(src.stats.cycle_bytes)
-        return {
-            "cold_wall": cold_wall, "cold_cpu": cold_cpu, "cold_mb": cold_bytes / 1e6,
-            "wall": statistics.median(walls), "wall_max": max(walls),
-            "cpu": statistics.median(cpus), "mb": statistics.median(reads) / 1e6,
-            "engine": statistics.median(engines), "findings": len(findings),
-            "kinds": sorted({f.kind for f in findings}), "missing": w.missing,
-            "series": sum(src.stats.series.values()),
-            "slowest": sorted(((v - before.get(k, 0.0)) / CYCLES, k) for k, v in src.stats.seconds.items())[-3:],
-        }  # fmt: skip
-    finally:
-        await src.close()
+def _tree(ref: str) -> tuple[Path, str]:
+    """The source tree of commit ``ref``, unpacked once under ``.bench-cache/trees/``."""
+    root = Path(__file__).resolve().parents[1]
+    sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    out = root / ".bench-cache" / "trees" / sha[:12]
+    if not out.exists():
+        part = out.with_name(out.name + ".partial")
+        shutil.rmtree(part, ignore_errors=True)
+        part.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(root), "archive", sha], capture_output=True,
+                                 check=True).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(part)], input=archive, check=True)
+        part.rename(out)
+    return out, sha[:9]
+
+
+def _child(tree: Path, url: str, t_cold: float) -> dict[str, Any]:
+    """The analyzer of ``tree`` in a fresh process (its peak RSS is the analyzer's alone)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    r = subprocess.run([sys.executable, str(Path(__file__).with_name("prom_cycle_child.py")),
+                        url, repr(t_cold)], env=env, cwd=tree, capture_output=True, text=True,
+                       timeout=3600, check=False)  # fmt: skip
+    if r.returncode != 0:
+        raise RuntimeError(f"analyzer of {tree}: {r.stderr[-2000:]}")
+    return dict(json.loads(r.stdout))
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over every steady-state cycle of every round; ranges over the rounds."""
+    r = dict(runs[0])
+    for k in ("walls", "cpus", "engines", "engine_cpus", "reads"):
+        r[k] = [x for run in runs for x in run[k]]
+    r["wall"], r["wall_max"] = statistics.median(r["walls"]), max(r["walls"])
+    r["cpu"], r["mb"] = statistics.median(r["cpus"]), statistics.median(r["reads"]) / 1e6
+    r["engine"], r["engine_cpu"] = (
+        statistics.median(r["engines"]),
+        statistics.median(r["engine_cpus"]),
+    )
+    r["cpu_range"] = (min(statistics.median(x["cpus"]) for x in runs),
+                      max(statistics.median(x["cpus"]) for x in runs))  # fmt: skip
+    r["rss"] = max(x["rss"] for x in runs)
+    r["verdicts"] = [x["verdicts"] for x in runs]
+    return r
+
+
+def _against(tag: int | str, r: dict[str, Any], b: dict[str, Any], sha: str
+             ) -> list[dict[str, Any]]:  # fmt: skip
+    """The baseline's figures beside this tree's, and whether every cycle's findings agree."""
+    same = sum(x == y for run in r["verdicts"] + b["verdicts"]
+               for x, y in zip(run, r["verdicts"][0], strict=True))  # fmt: skip
+    total = len(r["verdicts"][0]) * (len(r["verdicts"]) + len(b["verdicts"]))
+    return [
+        {"name": f"prom_{tag}_baseline_cycle_cpu", "value": round(b["cpu"], 3), "unit": "s",
+         "note": f"{sha} (BENCH_BASELINE), same server, rounds interleaved: median of "
+                 f"{len(b['cpus'])}; rounds {b['cpu_range'][0]:.3f}-{b['cpu_range'][1]:.3f} s; "
+                 f"engine-only {b['engine_cpu']:.3f} s"},
+        {"name": f"prom_{tag}_cycle_cpu_vs_baseline", "value": round(r["cpu"] / b["cpu"], 3),
+         "unit": "x", "note": f"this tree / {sha}: {r['cpu']:.3f} / {b['cpu']:.3f} s CPU per "
+                              f"cycle; wall {r['wall']:.2f} / {b['wall']:.2f} s"},
+        {"name": f"prom_{tag}_same_findings", "value": same, "unit": f"/{total}",
+         "note": f"cycles whose findings (node, subject, kind, severity, action, detector, "
+                 f"since) equal this tree's first round; {r['findings']} findings a cycle"},
+    ]  # fmt: skip
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
@@ -159,21 +182,30 @@ def run(quick: bool) -> list[dict[str, Any]]:
         data, t0 = hit if hit else (_tsdb(nodes, base, steps), base)
         fill = time.perf_counter() - g0
         t_cold = t0 + STEP * (steps - 1 - CYCLES)
+        here = Path(__file__).resolve().parents[1]
+        baseline = _tree(BASELINE) if BASELINE else None
+        runs: dict[str, list[dict[str, Any]]] = {"this": [], "baseline": []}
         with run_prometheus(
             "global: {scrape_interval: 15s}\nscrape_configs: []\n", data_dir=data
         ) as p:
-            with multiprocessing.get_context("spawn").Pool(1) as pool:
-                r = pool.apply(_child, (p.url, t_cold))
+            for _ in range(ROUNDS):  # interleaved: both trees see the same server and load
+                if baseline is not None:
+                    runs["baseline"].append(_child(baseline[0], p.url, t_cold))
+                runs["this"].append(_child(here, p.url, t_cold))
             prom_rss = _hwm_mib(p.proc.pid)
+        r = _summary(runs["this"])
         n, tag = nodes, (nodes if TELEMETRY == "gpuwarden" else f"dcgm_{nodes}")
-        note = f"median of {CYCLES}; max {r['wall_max']:.2f} s; engine-only {r['engine']:.3f} s"
+        cycles = len(r["cpus"])
+        note = f"median of {cycles}; max {r['wall_max']:.2f} s; engine-only {r['engine']:.3f} s"
         rows += [
             {"name": f"prom_{tag}_cold_start", "value": round(r["cold_wall"], 2), "unit": "s",
              "note": f"first read, full window: {r['cold_mb']:.1f} MB, CPU {r['cold_cpu']:.2f} s"},
             {"name": f"prom_{tag}_cycle_wall", "value": round(r["wall"], 3), "unit": "s",
              "note": f"{note} (read/engine {r['wall'] / max(r['engine'], 1e-9):.1f}x)"},
             {"name": f"prom_{tag}_cycle_cpu", "value": round(r["cpu"], 3), "unit": "s",
-             "note": "analyzer process CPU per steady-state cycle (read + engine)"},
+             "note": f"analyzer process CPU per steady-state cycle (read + engine), median of "
+                     f"{cycles}; rounds {r['cpu_range'][0]:.3f}-{r['cpu_range'][1]:.3f} s; "
+                     f"engine-only {r['engine_cpu']:.3f} s"},
             {"name": f"prom_{tag}_cycle_read", "value": round(r["mb"], 3), "unit": "MB",
              "note": f"response bytes per steady-state cycle; window holds {r['series']:.0f} series"},
             {"name": f"prom_{tag}_bytes_per_node", "value": round(r["mb"] * 1e6 / n), "unit": "B",
@@ -190,6 +222,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
              "note": "simulate + promtool backfill (0 when cached)"
              + (f"; MISSING {r['missing']}" if r["missing"] else "")},
         ]  # fmt: skip
+        if baseline is not None:
+            rows += _against(tag, r, _summary(runs["baseline"]), baseline[1])
     per_node = {r["name"]: r["value"] for r in rows if r["name"].endswith("_per_node")}
     ns: list[int | str] = [int(x) if TELEMETRY == "gpuwarden" else f"dcgm_{x}"
                            for x in sizes.split(",")]  # fmt: skip

@@ -284,7 +284,10 @@ def quote_value(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def regex_literal(s: str) -> str:
+    """``s`` as a literal inside a PromQL regex matcher. Cached: the same node, GPU and port
+    names are rendered into the row matchers every cycle (5 % of a 1,024-node cycle's CPU)."""
     out = []
     for ch in s:
         if ch in r"\.+*?()|[]{}^$":
