@@ -1023,11 +1023,11 @@ ROCE_PFC_STORM_EVENTS = _m(
 # The hw_counters/ files (mlx5, served in IB_HW_COUNTER) that say how congested a RoCE port is
 # (DCQCN: ECN marks seen as notification point, CNPs sent and handled) and how often it lost
 # packets or retransmitted (drivers/infiniband/hw/mlx5/counters.c names; REFERENCE.md).
+# local_ack_timeout_err is one of IB_ERROR_COUNTERS, judged with the InfiniBand ones.
 ROCE_CONGESTION_COUNTERS = ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled")
 ROCE_RETRANSMIT_COUNTERS = (
     "out_of_sequence",
     "packet_seq_err",
-    "local_ack_timeout_err",
     "implied_nak_seq_err",
     "roce_adp_retrans",
 )
