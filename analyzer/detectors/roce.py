@@ -25,7 +25,10 @@ the same port index of every node, its rail), and each leaf against the other le
   machines; the leaf's port findings of congestion and loss fold into it.
 
 A whole fabric congested at once (an all-to-all phase) moves every port and every leaf alike:
-no port or leaf stands out, and nothing is reported.
+no port or leaf stands out, and nothing is reported. A job's all-to-all confined to one
+scalable unit makes every rail's leaf of that unit stand out together, over the same nodes:
+``same_nodes_leaves`` or more hot leaves sharing one node set are those nodes' traffic, not a
+switch, and are not reported either (a switch fault is one leaf).
 """
 
 from __future__ import annotations
@@ -71,10 +74,12 @@ class RoceDetector:
         min_peers: int = 3,
         leaf_fraction: float = 0.5,
         leaf_min_nodes: int = 3,
+        same_nodes_leaves: int = 3,
     ) -> None:
         self.span, self.storm_share, self.ratio = span, storm_share, ratio
         self.min_peers = min_peers
         self.leaf_fraction, self.leaf_min_nodes = leaf_fraction, leaf_min_nodes
+        self.same_nodes_leaves = same_nodes_leaves
 
     def detect(self, window: Window) -> list[Finding]:
         if window.empty or not window.ports or len(window.t) < 2:
@@ -168,6 +173,7 @@ class RoceDetector:
         floors = {**CONGESTION_FLOORS, **RETRANSMIT_FLOORS}
         out: list[Finding] = []
         folded: set[tuple[int, int]] = set()
+        hot: list[tuple[str, list[tuple[int, int]], set[int], dict[str, float]]] = []
         for leaf, members in sorted(leaves.items()):
             nodes = {n for n, _ in members}
             if len(nodes) < self.leaf_min_nodes:
@@ -184,7 +190,16 @@ class RoceDetector:
                     evidence[f"{name}_ports_above"] = float(above.sum())
             if not evidence:
                 continue
+            hot.append((leaf, members, nodes, evidence))
+        # several leaves hot over the same nodes (every rail of one unit): those nodes' own
+        # traffic (a job's all-to-all confined to the unit), not one switch
+        by_nodes: dict[frozenset[int], int] = defaultdict(int)
+        for _, _, nodes, _ in hot:
+            by_nodes[frozenset(nodes)] += 1
+        for leaf, members, nodes, evidence in hot:
             folded.update(members)
+            if by_nodes[frozenset(nodes)] >= self.same_nodes_leaves:
+                continue
             name = leaf.removeprefix("leaf=")
             out.append(Finding(name, f"switch={name}", "roce_fabric_congestion", "warning",
                                "notify", self.name, 1.0, since,

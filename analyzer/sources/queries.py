@@ -132,7 +132,8 @@ class Query:
 
     def selector(self, extra: str = "") -> str:
         m = ",".join(x for x in (self.matchers, extra) if x)
-        return f"{self.name}{{{m}}}" if m else self.name
+        name = self.metric.name  # not self.name: a second reading's key is not a series name
+        return f"{name}{{{m}}}" if m else name
 
     def source_selector(self, extra: str = "") -> str:
         """A dialect's source narrowed by ``extra``, matchers on its own (foreign) labels."""

@@ -143,3 +143,11 @@ def test_the_default_detector_set_includes_roce_and_takes_its_settings() -> None
     assert isinstance(roce, RoceDetector) and roce.storm_share == 0.3
     with pytest.raises(TypeError):
         default_detectors({"roce": {"no_such_setting": 1}})
+
+
+def test_a_units_all_to_all_lighting_every_rail_of_that_unit_is_its_traffic_not_a_switch() -> None:
+    rates = _base()
+    for n in range(8, 12):  # unit su2: every rail's leaf busy at once, over the same nodes
+        for k in ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled"):
+            rates[k][n, :] *= 10
+    assert RoceDetector().detect(_window(rates)) == []
