@@ -137,7 +137,8 @@ class RoceFleet:
                       "nodes": list(self._unit_nodes(f.unit))}  # fmt: skip
             elif f.kind == "congested_phase":
                 d |= {"node": "fabric", "subject": "",
-                      "nodes": [n for u in f.units for n in self._unit_nodes(u)]}  # fmt: skip
+                      "nodes": [n for u in f.units for n in self._unit_nodes(u)],
+                      "leaves": [f"su{u}-rail{p}" for u in f.units for p in range(PORTS)]}  # fmt: skip
             else:
                 d |= {"node": self.nodes[f.node], "subject": f"port={self.ports[f.port]}",
                       "nodes": [self.nodes[f.node]]}  # fmt: skip

@@ -220,7 +220,7 @@ def score(episodes: Sequence[Episode], truth: Sequence[dict[str, Any]], fleet: R
     controls: list[dict[str, Any]] = []
     matched: set[int] = set()
     for tr in truth:
-        where = set(tr["nodes"]) | {tr["node"]}
+        where = set(tr["nodes"]) | {tr["node"]} | set(tr.get("leaves", ()))  # a leaf finding
         near = [(i, ep) for i, ep in enumerate(episodes)
                 if ep.node in where and _overlaps(ep, tr["onset"], tr["end"])]  # fmt: skip
         if not tr["hardware"]:

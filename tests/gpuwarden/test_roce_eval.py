@@ -54,3 +54,18 @@ def test_the_table_has_a_row_per_fault_kind_and_per_control() -> None:
 def test_bad_arguments_are_refused_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--nodes", "12"]) == 2
     assert "multiple of 8" in capsys.readouterr().err
+
+
+def test_a_leaf_finding_during_a_units_all_to_all_counts_against_that_control() -> None:
+    from gpuwarden.lab.evaluation_metrics import Episode
+    from gpuwarden.lab.roce_eval import score
+
+    fleet = RoceFleet(16)
+    fleet.inject("congested_phase", 60.0, 600.0, units=(1,))
+    while fleet.t < 700:
+        fleet.step_frame()
+    ep = Episode("su1-rail0", "switch=su1-rail0", "roce_fabric_congestion", "roce", 120.0, 300.0,
+                 {"notify"})  # fmt: skip
+    got = score([ep], fleet.truth(), fleet)
+    assert got["controls"][0]["findings"] == 1 and got["controls"][0]["drains"] == 0
+    assert got["stray"] == []
