@@ -47,6 +47,11 @@ KINDS = frozenset(
         "afid_event",
         "xgmi_link_lost",
         "ras_deferred",
+        # RoCE fabrics (issue 34 item 7): analyzer.detectors.roce
+        "roce_pfc_storm",
+        "roce_retransmits",
+        "roce_congestion",
+        "roce_fabric_congestion",
     }
 )
 SEVERITIES = ("critical", "warning", "info")
@@ -88,6 +93,11 @@ FAULT_CLASS = {
     "afid_event": "faulty_machine",
     "xgmi_link_lost": "nvlink",  # the GPU-to-GPU fabric, as NVLink (same ladder)
     "ras_deferred": "memory",
+    # a RoCE port's faults are its link's, as InfiniBand's; a congested leaf is the switch's
+    "roce_pfc_storm": "infiniband",
+    "roce_retransmits": "infiniband",
+    "roce_congestion": "infiniband",
+    "roce_fabric_congestion": "switch",
 }
 # Kinds about shared infrastructure, not a machine: never more than notify (draining nodes
 # for them is wrong), and ``node`` names the scope (``cluster``, an NVLink domain), not a node.
@@ -100,6 +110,7 @@ NOTIFY_ONLY = frozenset(
         "facility_power_brake",
         "domain_fabric_service_down",
         "fabric_service_down",
+        "roce_fabric_congestion",
     }
 )
 CLUSTER = "cluster"

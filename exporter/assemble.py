@@ -21,11 +21,13 @@ from exporter.collectors.gpu_processes import GpuProcessesCollector
 from exporter.collectors.infiniband import InfinibandCollector
 from exporter.collectors.jobs import JobsCollector
 from exporter.collectors.pods import PodsCollector
+from exporter.collectors.roce_pfc import RocePfcCollector
 from exporter.collectors.steps import StepsCollector
 from exporter.collectors.storage import StorageCollector
 from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
 from exporter.sources.dcgm import DcgmProfiling, load_bindings
+from exporter.sources.ethtool import EthtoolStats, IoctlEthtool
 from exporter.sources.imex_ctl import ImexCtl, ImexCtlRunner
 from exporter.sources.jobmap import DirJobMap
 from exporter.sources.kmsg import KernelLogReader
@@ -71,6 +73,7 @@ def collectors_for(
     fabric_units: UnitReader | None = None,
     imex: ImexCtl | None = None,
     process_owners: ProcessOwners | None = None,
+    ethtool: EthtoolStats | None = None,
 ) -> list[Collector]:
     """The collector set of one node; the real exporter and the simulator both use it.
 
@@ -93,6 +96,8 @@ def collectors_for(
             backlog_seconds=kmsg_backlog,
         ),
     ]
+    if ethtool is not None:  # RoCE ports' PFC pause counters (nothing where no port is RoCE)
+        out.append(RocePfcCollector(sysfs, ethtool, node))
     if job_map_dir:
         out.append(JobsCollector(DirJobMap(job_map_dir), gpu.identities, node))
     if step_dir:  # the training side's step times, checked against the job map when there is one
@@ -166,5 +171,6 @@ def assemble(settings: ExporterSettings) -> Assembly:
         process_owners=ProcPodOwners(settings.proc_root, settings.pod_log_root)
         if settings.gpu_processes
         else None,
+        ethtool=IoctlEthtool(),
     )
     return Assembly(cols)

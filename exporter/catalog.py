@@ -990,6 +990,48 @@ IB_COUNTER_RESETS = _m(
     IB_PORT,
 )
 
+# --------------------------------------------------------------------------- RoCE (PFC, DCQCN)
+# The per-priority PFC pause counters of a RoCE port's netdev, which mlx5 reports as ethtool
+# statistics (``rx_prio<N>_pause``, ``tx_prio<N>_pause``, ``..._pause_duration`` in
+# microseconds; Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst),
+# labelled by the RDMA port whose netdev it is. ``direction`` is the frame's: ``tx`` pauses
+# this port SENT (it holds its peer paused), ``rx`` pauses it received (its peer holds it).
+ROCE_PFC = (*IB_PORT, "interface", "direction", "priority")
+ROCE_PFC_DIRECTIONS = ("rx", "tx")
+ROCE_PFC_PAUSE_FRAMES = _m(
+    "infiniband_port_pfc_pause_frames_total",
+    "counter",
+    "PFC pause frames per priority on a RoCE port's netdev (ethtool <direction>_prio<N>_pause).",
+    ROCE_PFC,
+)
+ROCE_PFC_PAUSE_SECONDS = _m(
+    "infiniband_port_pfc_pause_seconds_total",
+    "counter",
+    "Time paused per priority on a RoCE port's netdev (ethtool <direction>_prio<N>_pause_duration,"
+    " microseconds in the driver). Its rate is the share of time a port held its peer paused"
+    " (tx) or was held (rx).",
+    ROCE_PFC,
+    "seconds",
+)
+ROCE_PFC_STORM_EVENTS = _m(
+    "infiniband_port_pfc_storm_events_total",
+    "counter",
+    "mlx5's PFC storm prevention: times the port's receive path stalled past the minor (warning)"
+    " or critical (error) watermark (ethtool tx_pause_storm_<level>_events).",
+    (*IB_PORT, "interface", "level"),
+)
+# The hw_counters/ files (mlx5, served in IB_HW_COUNTER) that say how congested a RoCE port is
+# (DCQCN: ECN marks seen as notification point, CNPs sent and handled) and how often it lost
+# packets or retransmitted (drivers/infiniband/hw/mlx5/counters.c names; REFERENCE.md).
+# local_ack_timeout_err is one of IB_ERROR_COUNTERS, judged with the InfiniBand ones.
+ROCE_CONGESTION_COUNTERS = ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled")
+ROCE_RETRANSMIT_COUNTERS = (
+    "out_of_sequence",
+    "packet_seq_err",
+    "implied_nak_seq_err",
+    "roce_adp_retrans",
+)
+
 # --------------------------------------------------------------------------- checkpoint storage
 STORAGE = ("node", "mount")
 STORAGE_PROBE_UP = _m(
@@ -1520,3 +1562,17 @@ NODE_IB_DATA = {  # port data counters: node_exporter converts sysfs words to by
     "port_xmit_data": NODE_IB_PREFIX + "port_data_transmitted_bytes_total",
     "port_rcv_data": NODE_IB_PREFIX + "port_data_received_bytes_total",
 }
+
+# node_exporter's ethtool collector (collector/ethtool_linux.go at commit 013905a, off by
+# default: --collector.ethtool): every ethtool statistic as node_ethtool_<name>, lower-cased,
+# with ``rx``/``tx`` words spelled received/transmitted, untyped, label ``device`` (the
+# netdev). The PFC pause counters of priority N, per direction:
+NODE_ETHTOOL_PREFIX = "node_ethtool_"
+NODE_ETHTOOL_DIRECTION = {"rx": "received", "tx": "transmitted"}
+
+
+def node_ethtool_pfc(direction: str, priority: str, duration: bool) -> str:
+    """node_exporter's name of ``<direction>_prio<priority>_pause[_duration]``."""
+    tail = "_duration" if duration else ""
+    word = NODE_ETHTOOL_DIRECTION[direction]
+    return f"{NODE_ETHTOOL_PREFIX}{word}_prio{priority}_pause{tail}"

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "what the fleet is made of (models, limits, fabric)",
     ),
     "evaluate": ("gpuwarden.lab.evaluate", "main", "score the analyzer on the simulator, offline"),
+    "evaluate-roce": ("gpuwarden.lab.roce_eval", "main", "score the analyzer on a RoCE fleet"),
     "remediation": (
         "gpuwarden.remediation_service",
         "main",

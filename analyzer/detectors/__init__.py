@@ -35,6 +35,7 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
     from analyzer.detectors.peer import PeerDetector
     from analyzer.detectors.power_brake import PowerBrakeDetector
     from analyzer.detectors.ras import RasDetector
+    from analyzer.detectors.roce import RoceDetector
     from analyzer.detectors.storage import StorageDetector
     from analyzer.detectors.straggler import StragglerDetector
     from analyzer.detectors.throttling import ThrottlingDetector
@@ -56,6 +57,7 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
         FabricDetector(),
         FabricServicesDetector(),
         InfinibandDetector(expected_rate=cfg.get("ib_expected_rate_bytes")),
+        RoceDetector(**dict(cfg.get("roce") or {})),
         PcieDetector(),
         ThrottlingDetector(),
         PowerBrakeDetector(),

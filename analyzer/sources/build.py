@@ -48,7 +48,25 @@ NODE_FAMILY_AXES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 # node-level families without an axis: (T, nodes); their other labels are merged by max
 NODE_SCALARS = frozenset({catalog.FABRIC_IMEX_READY.name})
-_IB_COUNTER_FAMILIES = (catalog.IB_COUNTER.name, catalog.IB_HW_COUNTER.name)
+_IB_COUNTER_FAMILIES = (
+    catalog.IB_COUNTER.name,
+    catalog.IB_HW_COUNTER.name,
+    catalog.ROCE_PFC_PAUSE_SECONDS.name,  # as "<direction>_prio<N>_pause_seconds"
+    catalog.ROCE_PFC_STORM_EVENTS.name,  # as "tx_pause_storm_<level>_events"
+)
+
+
+def ib_counter_name(metric: str, labels: Mapping[str, str]) -> str:
+    """The key of a per-port counter series in ``Window.ib_counters``: the sysfs file name of
+    the InfiniBand families, a name of the ethtool statistic's shape for the RoCE PFC ones
+    (seconds, not the driver's microseconds); "" when a label is missing."""
+    if metric == catalog.ROCE_PFC_PAUSE_SECONDS.name:
+        d, p = labels.get("direction", ""), labels.get("priority", "")
+        return f"{d}_prio{p}_pause_seconds" if d and p else ""
+    if metric == catalog.ROCE_PFC_STORM_EVENTS.name:
+        level = labels.get("level", "")
+        return f"tx_pause_storm_{level}_events" if level else ""
+    return labels.get("counter", "")
 
 
 @dataclass(frozen=True)
@@ -147,7 +165,7 @@ def build_window(
             continue
         if metric.name in _IB_COUNTER_FAMILIES:
             p = port_ix.get(f"{s.labels.get('device')}/{s.labels.get('port')}")
-            counter = s.labels.get("counter")
+            counter = ib_counter_name(metric.name, s.labels)
             if p is None or not counter:
                 rep.skip("bad ib labels")
                 continue
@@ -329,6 +347,8 @@ QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.IB_PORT_RATE,
     catalog.IB_COUNTER,
     catalog.IB_HW_COUNTER,
+    catalog.ROCE_PFC_PAUSE_SECONDS,  # RoCE: PFC pause share per port (analyzer.detectors.roce)
+    catalog.ROCE_PFC_STORM_EVENTS,
     catalog.STORAGE_PROBE_UP,
     catalog.STORAGE_PROBE_DURATION,
     catalog.GPU_FABRIC_HEALTH,

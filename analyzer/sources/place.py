@@ -20,6 +20,7 @@ from analyzer.sources.build import (
     NODE_FAMILY_AXES,
     NODE_SCALARS,
     NVLINKS,
+    ib_counter_name,
     node_models,
 )
 from analyzer.sources.counters import counter_increases, node_presence
@@ -286,7 +287,11 @@ def _place_gpu(arrays: dict[str, np.ndarray], q: Query, m: SeriesMatrix, n_ix: n
 
 def _place_ib(ib: dict[str, np.ndarray], q: Query, m: SeriesMatrix, n_ix: np.ndarray,
               p_ix: np.ndarray, T: int, N: int, P: int) -> None:  # fmt: skip
-    counters = _col(m, q, "counter")
+    if "counter" in q.labels:
+        counters = _col(m, q, "counter")
+    else:  # the RoCE PFC families: a key made of their labels
+        counters = np.array([ib_counter_name(q.metric.name, dict(zip(q.labels, row, strict=True)))
+                             for row in zip(*(_col(m, q, x) for x in q.labels), strict=True)])  # fmt: skip
     for name in np.unique(counters):
         rows = counters == name
         a = ib.get(str(name))

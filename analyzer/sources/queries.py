@@ -33,6 +33,8 @@ class Relabel(Protocol):
 
 IDENTITY = frozenset({"uuid", "scheduler"})  # labels no detector reads
 IB_USED = "|".join(catalog.IB_ERROR_COUNTERS)  # the detector's RATE_LIMITS + ANY_INCREASE
+# the RoCE detector's hw_counters/ files: congestion (ECN, CNP) and loss (out of sequence, ...)
+ROCE_USED = "|".join((*catalog.ROCE_CONGESTION_COUNTERS, *catalog.ROCE_RETRANSMIT_COUNTERS))
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ class Query:
     by: tuple[str, ...] = ()
     divide: float = 1.0
     relabel: Relabel | None = None
-    # a short name for a long ``source`` expression (the query's key in stats and logs)
+    # a short name for a long ``source`` expression (the query's key in stats and logs); on a
+    # native query, what tells a second reading of the same family (other rows) from the first
     label: str = ""
     # an info series read for its labels only (identity that changes rarely, e.g. a GPU's
     # NVLink domain): one instant query at the window's end, ``count by`` the kept labels (the
@@ -119,6 +122,8 @@ class Query:
         ``dialect:metric:source`` for a foreign reading of it."""
         if self.dialect:
             return f"{self.dialect}:{self.metric.name}:{self.label or self.source}"
+        if self.label:  # a second reading of a native family (other rows of it)
+            return f"{self.metric.name}:{self.label}"
         return self.metric.name
 
     @functools.cached_property  # read per series of every response
@@ -127,7 +132,8 @@ class Query:
 
     def selector(self, extra: str = "") -> str:
         m = ",".join(x for x in (self.matchers, extra) if x)
-        return f"{self.name}{{{m}}}" if m else self.name
+        name = self.metric.name  # not self.name: a second reading's key is not a series name
+        return f"{name}{{{m}}}" if m else name
 
     def source_selector(self, extra: str = "") -> str:
         """A dialect's source narrowed by ``extra``, matchers on its own (foreign) labels."""
@@ -175,6 +181,7 @@ class Query:
 
 
 c = catalog
+_PORT = ("node", "device", "port")
 _IB_GATE = Gate(c.IB_PORT_ERRORS, "moved", ("node", "device", "port"), c.IB_PORT_STATE)
 QUERIES: tuple[Query, ...] = (
     Query(c.GPU_UP, keep=("node", "gpu")),
@@ -220,6 +227,17 @@ QUERIES: tuple[Query, ...] = (
     # the error counters of every port (9 per port): through the exporter's per-port sum
     Query(c.IB_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True, gate=_IB_GATE),
     Query(c.IB_HW_COUNTER, matchers=f'counter=~"{IB_USED}"', moved_only=True, gate=_IB_GATE),
+    # RoCE (analyzer.detectors.roce): the congestion and loss counters of hw_counters/, not
+    # behind the error gate (congestion is not an error), and the PFC pause time and storm
+    # events of each port's netdev; all moved-only (an idle port, or an InfiniBand one, costs
+    # one changes() row, not a range read)
+    Query(c.IB_HW_COUNTER, matchers=f'counter=~"{ROCE_USED}"', moved_only=True, label="roce"),
+    Query(
+        c.ROCE_PFC_PAUSE_SECONDS,
+        keep=("node", "device", "port", "direction", "priority"),
+        moved_only=True,
+    ),
+    Query(c.ROCE_PFC_STORM_EVENTS, keep=(*_PORT, "level"), moved_only=True),
     # NVLink fabric (NVL72, HGX with NVSwitch): the health bits per GPU, only those set
     # (a healthy fabric costs nothing), for analyzer.detectors.fabric; and each node's NVLink
     # domain (cluster UUID + clique id) from its GPUs' fabric info, an identity read every

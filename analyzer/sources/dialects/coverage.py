@@ -44,6 +44,19 @@ def _n(m: c.MetricDef, role: str, essential: bool = True) -> Need:
     return Need(m.name, role, essential)
 
 
+# the RoCE detector's inputs, per-port counters in Window.ib_counters (analyzer.detectors.roce)
+ROCE_PFC, ROCE_CONGESTION, ROCE_LOSS = "roce:pfc", "roce:congestion", "roce:loss"
+ROCE_KEYS: Mapping[str, tuple[str, ...]] = {
+    ROCE_PFC: tuple(f"{d}_prio{p}_pause_seconds" for d in ("rx", "tx") for p in range(8)),
+    ROCE_CONGESTION: c.ROCE_CONGESTION_COUNTERS,
+    ROCE_LOSS: c.ROCE_RETRANSMIT_COUNTERS,
+}
+ROCE_ENABLE = {
+    ROCE_PFC: "gpuwarden-exporter (RoCE ports' ethtool statistics), or node_exporter's ethtool"
+    " collector (--collector.ethtool); no data also means no pause moved in the window",
+    ROCE_CONGESTION: "gpuwarden-exporter (mlx5 hw_counters/); no data also means no congestion",
+    ROCE_LOSS: "gpuwarden-exporter (mlx5 hw_counters/); no data also means no loss",
+}
 FAIL_SLOW = "fail-slow"  # part of the straggler detector, reported on its own line
 # what tells an administrator's power or clock cap from a slow part
 CAP_SIGHT = (_n(c.GPU_POWER_LIMIT, "power limit (tells an admin cap from hardware)", False),
@@ -90,6 +103,10 @@ NEEDS: Mapping[str, tuple[Need, ...]] = {
     FAIL_SLOW: (_n(c.GPU_UTILIZATION, "utilization"), _n(c.GPU_SM_CLOCK, "SM clock"),
                 *CAP_SIGHT),
     "storage": (_n(c.STORAGE_PROBE_UP, "checkpoint storage probes"),),
+    # RoCE ports: any of them (read moved-only: an idle or InfiniBand fabric shows none)
+    "roce": (Need(ROCE_PFC, "PFC pause time per priority (storms)", False),
+             Need(ROCE_CONGESTION, "ECN/CNP counters (congestion vs the leaf)", False),
+             Need(ROCE_LOSS, "out-of-sequence / retransmit counters (bad NIC or cable)", False)),
     # any signal suffices: the detector judges each it has (state "cannot" with none)
     "marginal": (_n(c.NVLINK_ERRORS, "NVLink error counters (rate vs peers)", False),
                  Need(c.IB_COUNTER.name, "IB symbol-error counter (rate vs peers)", False),
@@ -138,6 +155,8 @@ def csv_lines(family: str, generation: str = catalog_dcgm.DEFAULT) -> list[str]:
 
 
 def enable(need: Need, dialect: str, generation: str = catalog_dcgm.DEFAULT) -> str:
+    if need.what in ROCE_ENABLE:
+        return ROCE_ENABLE[need.what]
     if AMD in dialect.split("+") and DCGM not in dialect:
         if need.what in _IB_FAMILIES and NODE_EXPORTER not in dialect:
             return NODE_EXPORTER_IB
@@ -179,6 +198,9 @@ def _has(w: Window, need: Need, nodes: np.ndarray, xid_read: bool, dialect: str 
         return bool(on & set(nodes.tolist()))
     if need.what == c.IB_COUNTER.name:
         return any(not np.isnan(a[:, nodes]).all() for a in w.ib_counters.values())
+    if need.what in ROCE_KEYS:
+        return any(not np.isnan(w.ib_counters[k][:, nodes]).all()
+                   for k in ROCE_KEYS[need.what] if k in w.ib_counters)  # fmt: skip
     a = w.metrics.get(need.what)
     return a is not None and a.shape[0] == len(w.t) and not np.isnan(a[:, nodes]).all()
 

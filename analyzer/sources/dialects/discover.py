@@ -22,6 +22,7 @@ from analyzer.sources.queries import QUERIES, Query
 from exporter import catalog
 
 RECHECK = 3600.0  # seconds between discoveries
+_NODE_PREFIXES = (catalog.NODE_IB_PREFIX, catalog.NODE_ETHTOOL_PREFIX)  # node_exporter's names
 
 
 @functools.cache
@@ -30,6 +31,7 @@ def known_names() -> frozenset[str]:
     dc = {n for f in catalog.dcgm_fields().values() for n, _ in names_of(f)}
     dc |= {*_markers(), *dcgm.clock_reason_names()}
     ib = {catalog.NODE_IB_STATE, catalog.NODE_IB_RATE, *catalog.NODE_IB_ERRORS.values()}
+    ib |= set(node_exporter.ethtool_names())  # RoCE ports' PFC pause time
     return frozenset(dc | ib)
 
 
@@ -60,7 +62,7 @@ class Discovered:
             out.append(DCGM)
         if amd.is_dme(self.names):
             out.append(AMD)
-        if any(n.startswith(catalog.NODE_IB_PREFIX) for n in self.names):
+        if any(n.startswith(_NODE_PREFIXES) for n in self.names):
             out.append(NODE_EXPORTER)
         return tuple(out)
 
@@ -73,7 +75,7 @@ class Discovered:
 
 def dialect_of_name(name: str) -> str:
     """Which reader a discovered name belongs to."""
-    if name.startswith(catalog.NODE_IB_PREFIX):
+    if name.startswith(_NODE_PREFIXES):
         return NODE_EXPORTER
     if name in known_names():
         return DCGM
