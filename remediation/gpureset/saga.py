@@ -65,10 +65,16 @@ def gpu_of(ex: Executor, a: dict[str, Any]) -> str | None:
 
 def amd_node(ex: Executor, a: dict[str, Any], node: str) -> bool:
     """An AMD node: the alert says ``vendor="amd"`` or the topology's ``gpu_model`` is AMD's
-    (then amd-smi resets and verifies, :mod:`remediation.gpureset.amd`)."""
+    (then amd-smi resets and verifies, :mod:`remediation.gpureset.amd`). Decided once per
+    action and journaled (step ``reset_vendor``): the saga runs every tick."""
+    aid = int(a["id"])
+    if ex.journal.step_state(aid, "reset_vendor") == "done":
+        return ex.journal.step_detail(aid, "reset_vendor") == "amd"
     view = getattr(ex.backend, "node", lambda _n: None)(node)
     domains = getattr(view, "domains", None) or {}
-    return is_amd(_labels(ex, a), domains.get("gpu_model"))
+    amd = is_amd(_labels(ex, a), domains.get("gpu_model"))
+    ex.journal.set_step(aid, "reset_vendor", "done", "amd" if amd else "nvidia")
+    return amd
 
 
 def _found(ex: Executor, node: str, run_id: str) -> ValidationRun | None:
