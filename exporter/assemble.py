@@ -124,6 +124,7 @@ def amd_collectors_for(
     pod_resources: PodResources | None = None,
     storage: StorageProber | None = None,
     step_dir: str | None = None,
+    kmsg_backlog: float | None = None,
 ) -> list[Collector]:
     """The collector set of an AMD node: amdsmi in place of NVML, amdgpu kernel-log events in
     place of XIDs; InfiniBand, jobs, pods, steps and storage as on any node."""
@@ -131,7 +132,7 @@ def amd_collectors_for(
     out: list[Collector] = [
         gpu,
         InfinibandCollector(sysfs, node),
-        AmdgpuLogCollector(kmsg, gpu.identities, node),
+        AmdgpuLogCollector(kmsg, gpu.identities, node, backlog_seconds=kmsg_backlog),
     ]
     if job_map_dir:
         out.append(JobsCollector(DirJobMap(job_map_dir), gpu.identities, node))
@@ -194,6 +195,7 @@ def assemble_amd(settings: ExporterSettings) -> Assembly:
         else None,
         storage=storage_prober(settings),
         step_dir=settings.step_dir,
+        kmsg_backlog=settings.kmsg_backlog,
     )
     return Assembly(cols)
 

@@ -6,7 +6,9 @@ file), the events of :class:`~exporter.sources.amdgpu_lines.AmdgpuLineStream`, o
 (GPU, event) for the exporter's life (never a latched "last event" gauge). Counts are kept by PCI
 key and named at each render through the AMD collector's identities, so a device amdsmi learns
 of later gets its index and UUID on the same counter; one never named is labelled with its PCI
-key (``uuid=""``), and a ring timeout no line attributed to a device with ``gpu=""``.
+key (``uuid=""``), and a ring timeout no line attributed to a device with ``gpu=""``. As for
+XIDs, ``/dev/kmsg`` records older than ``--kmsg-backlog`` before the start are skipped, so a
+restart does not count old events again (``--kmsg-state`` is the XID collector's only).
 """
 
 from __future__ import annotations
@@ -23,8 +25,13 @@ from exporter.sources.protocols import GpuLookup, KernelLog
 class AmdgpuLogCollector:
     name = "amdgpu_log"
 
-    def __init__(self, log: KernelLog, gpus: GpuLookup, node: str) -> None:
+    def __init__(
+        self, log: KernelLog, gpus: GpuLookup, node: str, *, backlog_seconds: float | None = None
+    ) -> None:
         self._log = log
+        skip = getattr(log, "skip_older_than", None)
+        if backlog_seconds is not None and skip is not None:  # a restart must not count old
+            skip(backlog_seconds)  # events again (the XID collector's --kmsg-backlog rule)
         self._gpus = gpus
         self._node = node
         self._stream = AmdgpuLineStream()

@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter import catalog as c
+from exporter.collectors.amdgpu_log import AmdgpuLogCollector
 from exporter.sources.amdgpu_lines import CONTEXT_LINES, AmdgpuLineStream, parse_amdgpu
+from exporter.sources.kmsg import ListKernelLog
+from exporter.sources.protocols import GpuIdentity
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "kmsg" / "amdgpu_corpus.yaml"
 ENTRIES: list[dict[str, Any]] = yaml.safe_load(CORPUS.read_text())["entries"]
@@ -45,3 +49,26 @@ def test_a_ring_timeout_whose_device_never_comes_is_counted_unattributed_not_dro
 def test_a_line_of_another_driver_or_without_a_device_is_not_an_event() -> None:
     assert parse_amdgpu("nvme 0000:01:00.0: GPU reset begin!") is None
     assert parse_amdgpu("drmn0: GPU reset begin!") is None
+
+
+class _Kmsg(ListKernelLog):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines)
+        self.skipped: float | None = None
+
+    def skip_older_than(self, seconds: float) -> None:
+        self.skipped = seconds
+
+
+def test_the_collector_counts_per_gpu_and_event_named_through_amdsmi_identities() -> None:
+    log = _Kmsg([e for entry in ENTRIES[:3] for e in entry["lines"]])
+    ids = {"0000:68:00": GpuIdentity("2", "uuid-2", "0000:68:00.0")}
+    col = AmdgpuLogCollector(log, lambda: ids, "m1", backlog_seconds=600)
+    got = {(s.labels["gpu"], s.labels["event"]): s.value
+           for s in col.collect() if s.metric is c.GPU_AMDGPU_EVENTS}  # fmt: skip
+    assert got[("2", "ras_uncorrectable")] == 1 and got[("2", "ras_poison_consumed")] == 1
+    assert got[("0000:e3:00", "gpu_reset")] == 1  # a device amdsmi does not know: its PCI key
+    assert log.skipped == 600  # old /dev/kmsg records are not counted again after a restart
+    log.append(ENTRIES[0]["lines"][0])
+    again = [s for s in col.collect() if s.metric is c.GPU_AMDGPU_EVENTS]
+    assert {s.value for s in again if s.labels["event"] == "ras_uncorrectable"} == {2.0, 1.0}
