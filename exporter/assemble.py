@@ -1,6 +1,8 @@
 """Wires sources to collectors for one node, from the exporter's settings.
 
-``--source nvml``: the pynvml module, /sys (or ``--sysfs-root``), /dev/kmsg (or ``--kmsg``)
+``--source amdsmi``: AMD's amdsmi module, with the same sysfs, kernel log, jobs, pods and
+storage; amdgpu kernel-log events take the place of XIDs (``auto``, the default, is resolved
+by the settings). ``--source nvml``: the pynvml module, /sys (or ``--sysfs-root``), /dev/kmsg (or ``--kmsg``)
 with NVML XID events as the fallback. Any other ``--source`` is a plugin: an entry point in
 the ``gpuwarden.exporter_sources`` group, a callable ``(settings) -> Assembly``. The node
 agent carries no simulator code: ``--source simulated`` is provided by the ``simulator``
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
+from exporter.collectors.amd_gpu import AmdGpuCollector
+from exporter.collectors.amdgpu_log import AmdgpuLogCollector
 from exporter.collectors.base import Collector
 from exporter.collectors.fabric_services import FabricServicesCollector
 from exporter.collectors.gpu import GpuCollector
@@ -26,6 +30,7 @@ from exporter.collectors.steps import StepsCollector
 from exporter.collectors.storage import StorageCollector
 from exporter.collectors.xid import XidCollector
 from exporter.settings import ExporterSettings
+from exporter.sources.amdsmi_api import AmdSmiApi, load_amdsmi
 from exporter.sources.dcgm import DcgmProfiling, load_bindings
 from exporter.sources.ethtool import EthtoolStats, IoctlEthtool
 from exporter.sources.imex_ctl import ImexCtl, ImexCtlRunner
@@ -114,6 +119,38 @@ def collectors_for(
     return out
 
 
+def amd_collectors_for(
+    node: str,
+    smi: AmdSmiApi,
+    sysfs: SysfsRoot,
+    kmsg: KernelLog,
+    *,
+    job_map_dir: str | None = None,
+    pod_resources: PodResources | None = None,
+    storage: StorageProber | None = None,
+    step_dir: str | None = None,
+    kmsg_backlog: float | None = None,
+) -> list[Collector]:
+    """The collector set of an AMD node: amdsmi in place of NVML, amdgpu kernel-log events in
+    place of XIDs; InfiniBand, jobs, pods, steps and storage as on any node."""
+    gpu = AmdGpuCollector(smi, node)
+    out: list[Collector] = [
+        gpu,
+        InfinibandCollector(sysfs, node),
+        AmdgpuLogCollector(kmsg, gpu.identities, node, backlog_seconds=kmsg_backlog),
+    ]
+    if job_map_dir:
+        out.append(JobsCollector(DirJobMap(job_map_dir), gpu.identities, node))
+    if step_dir:
+        owner = DirJobMap(job_map_dir) if job_map_dir else None
+        out.append(StepsCollector(DirSteps(step_dir), gpu.identities, node, owner))
+    if pod_resources is not None:
+        out.append(PodsCollector(pod_resources, gpu.identities, node))
+    if storage is not None and storage.mounts:
+        out.append(StorageCollector(storage, node))
+    return out
+
+
 SOURCE_PLUGIN_GROUP = "gpuwarden.exporter_sources"
 
 
@@ -144,7 +181,33 @@ def storage_prober(settings: ExporterSettings) -> StorageProber | None:
     )
 
 
+def assemble_amd(settings: ExporterSettings) -> Assembly:
+    """``--source amdsmi``: the amdsmi module (ImportError/OSError when ROCm cannot load)."""
+    try:
+        smi = load_amdsmi()
+    except ImportError as e:
+        raise ValueError(
+            f"amdsmi cannot be loaded: {e} (is ROCm's libamd_smi.so installed?)"
+        ) from e
+    cols = amd_collectors_for(
+        settings.node,
+        smi,
+        DirSysfs(settings.sysfs_root or "/sys"),
+        KernelLogReader(settings.kmsg or "/dev/kmsg"),
+        job_map_dir=settings.job_map_dir,
+        pod_resources=KubeletPodResources(settings.kubelet_socket)
+        if settings.kubelet_socket
+        else None,
+        storage=storage_prober(settings),
+        step_dir=settings.step_dir,
+        kmsg_backlog=settings.kmsg_backlog,
+    )
+    return Assembly(cols)
+
+
 def assemble(settings: ExporterSettings) -> Assembly:
+    if settings.source == "amdsmi":
+        return assemble_amd(settings)
     if settings.source != "nvml":
         return plugin_source(settings.source)(settings)
     nvml = _real_nvml()

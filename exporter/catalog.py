@@ -607,6 +607,52 @@ GPU_RAS_EVENTS = _m(
     " (fatal|non_fatal_uncorrected|non_fatal_corrected).",
     (*GPU, "afid", "severity"),
 )
+# amdgpu kernel-log events (exporter.sources.amdgpu_lines): AMD's analogue of XID lines
+AMDGPU_LOG_EVENTS = (
+    "ras_poison_consumed",  # "poison is consumed by client N, kick off gpu reset flow"
+    "ras_poison_created",  # "Poison is created" / "Poison detected in <block>"
+    "ras_uncorrectable",  # "uncorrectable hardware error(ERREVENT_...) detected!"
+    "ring_timeout",  # "ring <name> timeout, signaled seq=..., emitted seq=..."
+    "gpu_reset",  # "GPU reset begin!"
+)
+GPU_AMDGPU_EVENTS = _m(
+    "gpu_amdgpu_events_total",
+    "counter",
+    "amdgpu kernel-log events per GPU: RAS poison consumed/created, uncorrectable hardware"
+    " errors, ring timeouts (hangs), GPU resets begun.",
+    (*GPU, "event"),
+)
+PCIE_LINK_EVENTS = ("recovery", "nak_sent", "nak_received", "replay_rollover")
+GPU_PCIE_LINK_EVENTS = _m(
+    "gpu_pcie_link_events_total",
+    "counter",
+    "PCIe link events per GPU (amdsmi pcie_metric): L0 to recovery transitions, NAKs sent"
+    " and received, replay-counter rollovers.",
+    (*GPU, "event"),
+)
+VIOLATION_CAUSES = ("ppt", "socket_thermal", "vr_thermal", "hbm_thermal", "processor_hot")
+GPU_VIOLATION_RESIDENCY = _m(
+    "gpu_violation_residency_samples_total",
+    "counter",
+    "Firmware samples in which this cause held the clocks down (amdsmi violation status,"
+    " MI300 and later); its rate over gpu_violation_samples_total's is the share of time."
+    " ppt is the power cap.",
+    (*GPU, "cause"),
+)
+GPU_VIOLATION_SAMPLES = _m(
+    "gpu_violation_samples_total",
+    "counter",
+    "Firmware samples behind the violation residency counters (amdsmi acc_counter).",
+    GPU,
+)
+GPU_PARTITION_INFO = _m(
+    "gpu_partition_info",
+    "gauge",
+    "A GPU partition (AMD compute/memory partitioning): the physical device's PCI address,"
+    " the partition's index on it, the compute (SPX|DPX|QPX|CPX) and memory (NPS1|NPS4)"
+    " modes; physical sensors report on partition 0 only. Value is always 1.",
+    (*GPU, "pci_bus_id", "partition_id", "compute_partition", "memory_partition"),
+)
 DCGM_LAST_XID = _m(
     "DCGM_FI_DEV_XID_ERRORS",
     "gauge",

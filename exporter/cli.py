@@ -32,7 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     a = p.add_argument
     a("--listen", help="HOST:PORT to serve /metrics and /healthz (default 0.0.0.0:9835)")
     a("--node", help="node name put on every series (default: short hostname)")
-    a("--source", choices=["nvml", "simulated"], help="GPU source (default nvml)")
+    a(
+        "--source",
+        choices=["auto", "nvml", "amdsmi", "simulated"],
+        help="GPU source: nvml (NVIDIA), amdsmi (AMD Instinct, needs the amdsmi module), "
+        "simulated; auto (default) picks amdsmi where the amdsmi module is installed, else nvml",
+    )
     a("--sysfs-root", help="sysfs root for InfiniBand (default /sys)")
     a(
         "--kmsg",

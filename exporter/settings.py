@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from exporter.catalog import HOSTNAME_LABELS
 from exporter.catalog_dcgm import generation
+from exporter.sources.amdsmi_api import amdsmi_installed
 
-SOURCES = ("nvml", "simulated")
+# auto: amdsmi where AMD's amdsmi module is installed (an AMD node), nvml otherwise
+SOURCES = ("auto", "nvml", "amdsmi", "simulated")
 COMPAT = ("dcgm",)
 
 
@@ -29,7 +31,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 class ExporterSettings:
     listen: str = "0.0.0.0:9835"
     node: str = ""
-    source: str = "nvml"
+    source: str = "auto"  # resolved at start-up: settings.source is never "auto"
     sysfs_root: str | None = None  # None: /sys (nvml) or the simulated tree (simulated)
     kmsg: str | None = None  # None: /dev/kmsg (nvml) or the simulated log (simulated)
     kmsg_state: str | None = None  # XID counts + log position kept across restarts (issue 17)
@@ -65,6 +67,13 @@ class ExporterSettings:
             object.__setattr__(self, "node", socket.gethostname().split(".")[0])
         if self.source not in SOURCES:
             raise ValueError(f"--source: {self.source!r} is not one of {', '.join(SOURCES)}")
+        if self.source == "auto":
+            object.__setattr__(self, "source", "amdsmi" if amdsmi_installed() else "nvml")
+        elif self.source == "amdsmi" and not amdsmi_installed():
+            raise ValueError(
+                "--source amdsmi: AMD's amdsmi Python module is not installed (pip install"
+                " amdsmi, matching the node's ROCm; it loads ROCm's libamd_smi.so)"
+            )
         kind, _, version = (self.compat or "").partition(":")
         if kind not in ("", *COMPAT) or (version and kind != "dcgm"):
             raise ValueError(f"--compat: {self.compat!r} is not one of {', '.join(COMPAT)}"

@@ -9,6 +9,10 @@ from common.settings import SettingsError
 
 DEFAULT_COMMAND = ("nvidia-smi", "-r", "-i", "{index}")
 DEFAULT_VERIFY = ("nvidia-smi", "-q", "-i", "{index}")
+# AMD Instinct nodes (amd-smi, ROCm's CLI: ``amd-smi reset --gpureset -g <GPU>``; the check
+# after it: the GPU answers amd-smi and has no page left pending retirement nor unreservable)
+AMD_COMMAND = ("amd-smi", "reset", "--gpureset", "-g", "{index}")
+AMD_VERIFY = ("amd-smi", "bad-pages", "-g", "{index}", "--json")
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,8 @@ class ResetPolicy:
     timeout_s: float = 120.0  # the reset command's own limit (coreutils timeout)
     deadline_s: float = 900.0  # the whole job, queueing included; then the next rung
     persistence_mode: bool = True  # turn persistence mode off for the reset, back on after
+    amd_command: tuple[str, ...] = AMD_COMMAND  # the same two steps on AMD nodes
+    amd_verify_command: tuple[str, ...] = AMD_VERIFY
 
     def argv(self, which: tuple[str, ...], index: str) -> tuple[str, ...]:
         return tuple(a.replace("{index}", index) for a in which)
@@ -42,19 +48,24 @@ def parse(raw: Any) -> ResetPolicy:
         return ResetPolicy()
     if not isinstance(raw, dict):
         raise SettingsError("policy reset_gpu: expected a mapping")
-    known = {"command", "verify_command", "timeout_s", "deadline_s", "persistence_mode"}
+    known = {"command", "verify_command", "timeout_s", "deadline_s", "persistence_mode", "amd"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise SettingsError(f"policy reset_gpu: unknown key(s) {', '.join(unknown)}")
     pm = raw.get("persistence_mode", True)
     if not isinstance(pm, bool):
         raise SettingsError("policy reset_gpu.persistence_mode: expected true or false")
+    amd = raw.get("amd") or {}
+    if not isinstance(amd, dict) or set(amd) - {"command", "verify_command"}:
+        raise SettingsError("policy reset_gpu.amd: expected a mapping of command, verify_command")
     p = ResetPolicy(
         _argv(raw, "command", DEFAULT_COMMAND),
         _argv(raw, "verify_command", DEFAULT_VERIFY),
         _secs(raw, "timeout_s", 120.0),
         _secs(raw, "deadline_s", 900.0),
         pm,
+        _argv(amd, "command", AMD_COMMAND),
+        _argv(amd, "verify_command", AMD_VERIFY),
     )
     if p.deadline_s <= p.timeout_s:
         raise SettingsError("policy reset_gpu.deadline_s: must exceed timeout_s")

@@ -2,7 +2,7 @@
 job in gpuwarden's maintenance reservation, not exclusive: the jobs of the node's other
 GPUs keep running beside it; or a Kubernetes Job bound to the node), two
 steps: the reset (persistence mode off around it when it was on) and the verification that
-the GPU answers NVML again. Pure: builds the Suite; the suite runners do the I/O."""
+the GPU answers NVML again (on AMD nodes ``amd-smi``'s reset and check, :mod:`.amd`). Pure: builds the Suite; the suite runners do the I/O."""
 
 from __future__ import annotations
 
@@ -31,12 +31,18 @@ def reset_shell(p: ResetPolicy, index: str) -> str:
     )
 
 
-def suite(p: ResetPolicy, index: str) -> Suite:
+def suite(p: ResetPolicy, index: str, *, amd: bool = False) -> Suite:
+    """The two steps; on an AMD node ``amd-smi``'s (no persistence mode to turn off)."""
+    if amd:
+        reset = ("sh", "-c", " ".join(shlex.quote(a) for a in p.argv(p.amd_command, index)))
+        verify = p.argv(p.amd_verify_command, index)
+    else:
+        reset, verify = ("sh", "-c", reset_shell(p, index)), p.argv(p.verify_command, index)
     return Suite(
         SUITE,
         (
-            Step("reset", ("sh", "-c", reset_shell(p, index)), p.timeout_s, "exit_code"),
-            Step("verify", p.argv(p.verify_command, index), 60.0, "exit_code"),
+            Step("reset", reset, p.timeout_s, "exit_code"),
+            Step("verify", verify, 60.0, "exit_code"),
         ),
         exclusive=False,  # the jobs of the node's other GPUs keep running beside it
     )

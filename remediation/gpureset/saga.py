@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from remediation.backends.base import BackendError
+from remediation.gpureset.amd import is_amd
 from remediation.gpureset.job import suite
 from remediation.gpureset.verdict import judge
 from remediation.interrupts import Deferred, Superseded
@@ -50,12 +51,30 @@ class Executor(Protocol):
     def _requeue(self, a: dict[str, Any], job: Job, node: str) -> str: ...
 
 
+def _labels(ex: Executor, a: dict[str, Any]) -> dict[str, str]:
+    """The deciding alert's labels (kept in the decision's evidence)."""
+    raw = ex.journal.scalar("SELECT evidence FROM decisions WHERE id=?", (a.get("decision_id"),))
+    return dict((json.loads(raw) if raw else {}).get("labels") or {})
+
+
 def gpu_of(ex: Executor, a: dict[str, Any]) -> str | None:
     """The GPU index from the deciding alert's labels (kept in the decision's evidence)."""
-    raw = ex.journal.scalar("SELECT evidence FROM decisions WHERE id=?", (a.get("decision_id"),))
-    labels = (json.loads(raw) if raw else {}).get("labels") or {}
-    gpu = str(labels.get("gpu", ""))
+    gpu = str(_labels(ex, a).get("gpu", ""))
     return gpu if gpu.isdigit() else None
+
+
+def amd_node(ex: Executor, a: dict[str, Any], node: str) -> bool:
+    """An AMD node: the alert says ``vendor="amd"`` or the topology's ``gpu_model`` is AMD's
+    (then amd-smi resets and verifies, :mod:`remediation.gpureset.amd`). Decided once per
+    action and journaled (step ``reset_vendor``): the saga runs every tick."""
+    aid = int(a["id"])
+    if ex.journal.step_state(aid, "reset_vendor") == "done":
+        return ex.journal.step_detail(aid, "reset_vendor") == "amd"
+    view = getattr(ex.backend, "node", lambda _n: None)(node)
+    domains = getattr(view, "domains", None) or {}
+    amd = is_amd(_labels(ex, a), domains.get("gpu_model"))
+    ex.journal.set_step(aid, "reset_vendor", "done", "amd" if amd else "nvidia")
+    return amd
 
 
 def _found(ex: Executor, node: str, run_id: str) -> ValidationRun | None:
@@ -97,9 +116,10 @@ def _run(ex: Executor, detail: str) -> Any:
 def reset_gpu(ex: Executor, a: dict[str, Any], node: str) -> str:
     aid, p = int(a["id"]), ex.policy.reset_gpu
     gpu = gpu_of(ex, a)
+    amd = amd_node(ex, a, node)
     notes = [ex._requeue(a, job, node) for job in _jobs(ex, a, node, gpu)]
     if ex.backend.name == "dry-run":
-        argv = " ".join(p.argv(p.command, gpu or "?"))
+        argv = " ".join(p.argv(p.amd_command if amd else p.command, gpu or "?"))
         return "; ".join([*notes, f"dry-run: would reset GPU {gpu} on {node} ({argv})"])
     if gpu is None or ex.resetter is None:
         why = (
@@ -115,7 +135,7 @@ def reset_gpu(ex: Executor, a: dict[str, Any], node: str) -> str:
             ex.journal.set_step(aid, "reset_start", "done", json.dumps(dataclasses.asdict(found)))
 
     def start() -> str:
-        run = ex.resetter.start(node, suite(p, gpu), run_id, str(a["reason"]))  # type: ignore[union-attr]
+        run = ex.resetter.start(node, suite(p, gpu, amd=amd), run_id, str(a["reason"]))  # type: ignore[union-attr]
         if ex.journal.epoch(node) != int(a.get("epoch") or 0):
             # released while the job was being submitted: the operator wins, the job goes
             ex.resetter.finish(run, None)  # type: ignore[union-attr]
@@ -134,10 +154,11 @@ def reset_gpu(ex: Executor, a: dict[str, Any], node: str) -> str:
     if ex.journal.step_state(aid, "reset_verdict") != "done":
         if ex._wait(a, "reset_done", ended, p.deadline_s):
             runs = got.get("runs") or ex.resetter.poll(run) or []  # type: ignore[union-attr]
-            passed, ev = judge(runs)
+            passed, ev = judge(runs, amd=amd)
         else:
             ex.resetter.cancel(run)  # type: ignore[union-attr]
             passed, ev = False, {"why": f"no result within {p.deadline_s:.0f}s (job cancelled)"}
+        ev["vendor"] = "amd" if amd else "nvidia"
         verdict = json.dumps({"passed": passed, "gpu": gpu, **ev}, sort_keys=True)
         ex._step(a, "reset_verdict", lambda: verdict, None, gated=False)
     ev = json.loads(ex.journal.step_detail(aid, "reset_verdict"))

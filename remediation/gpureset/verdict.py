@@ -33,6 +33,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from remediation.gpureset import amd as amd_smi
 from remediation.gpureset.smi import Section, parse
 from remediation.validation.suite import StepRun
 
@@ -139,8 +140,10 @@ def judge_output(text: str) -> tuple[list[str], dict[str, Any]]:
     return bad, state
 
 
-def judge(runs: Sequence[StepRun]) -> tuple[bool, dict[str, Any]]:
+def judge(runs: Sequence[StepRun], *, amd: bool = False) -> tuple[bool, dict[str, Any]]:
+    """The reset job's verdict; ``amd``: the verification is ``amd-smi bad-pages --json``."""
     names = ("reset", "verify")
+    lib = "amdsmi" if amd else "NVML"
     ev: dict[str, Any] = {}
     for name, r in zip(names, runs, strict=False):
         ev[name] = {"exit_code": r.exit_code, "output": r.stdout.strip()[-300:]}
@@ -154,10 +157,10 @@ def judge(runs: Sequence[StepRun]) -> tuple[bool, dict[str, Any]]:
     if verify.exit_code != 0:
         return False, {
             **ev,
-            "why": f"the GPU does not answer NVML after reset (exit {verify.exit_code})",
+            "why": f"the GPU does not answer {lib} after reset (exit {verify.exit_code})",
         }
-    bad, state = judge_output(verify.stdout)
+    bad, state = (amd_smi.judge_output if amd else judge_output)(verify.stdout)
     ev["state"] = state
     if bad:
         return False, {**ev, "why": "the GPU still reports after reset: " + "; ".join(bad)}
-    return True, {**ev, "why": "reset and verified: the GPU answers NVML, nothing pending"}
+    return True, {**ev, "why": f"reset and verified: the GPU answers {lib}, nothing pending"}

@@ -13,6 +13,8 @@ fail, skip, with the GPUs they concern and the warning text) and numeric measure
   ``# Avg bus bandwidth : X``; ``#wrong`` > 0 is a failed check.
 - ``nvbandwidth``: ``Running <case>.``, a matrix of GB/s with ``N/A`` on the diagonal, and
   ``SUM <case> <GB/s>``.
+- rccl-tests (AMD's nccl-tests): the nccl-tests format; RVS and TransferBench (AMD's) in
+  :mod:`remediation.validation.parsers_amd`.
 - perftest ``ib_write_bw``: the ``#bytes #iterations BW peak[MB/sec|Gb/sec] BW average ...``
   row (MB/sec is 10^6 bytes/s).
 
@@ -29,38 +31,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("pass", "fail", "skip", "warn")
-
-
-class ParseError(ValueError):
-    """The tool's output is not in a format this parser knows; never read as a pass."""
-
-
-@dataclass(frozen=True)
-class Check:
-    """One test of a tool: its outcome, for which GPUs (empty: all or not per GPU)."""
-
-    name: str
-    status: str  # pass | fail | skip | warn
-    gpus: tuple[int, ...] = ()
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    tool: str
-    checks: tuple[Check, ...] = ()
-    measurements: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def failed(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.status == "fail")
-
-    def failed_gpus(self) -> set[int]:
-        return {g for c in self.failed for g in c.gpus}
+from remediation.validation.parsers_amd import parse_rvs, parse_transferbench
+from remediation.validation.results import STATUSES as STATUSES
+from remediation.validation.results import Check as Check
+from remediation.validation.results import ParseError as ParseError
+from remediation.validation.results import ToolResult as ToolResult
 
 
 def _status(word: str) -> str:
@@ -270,6 +247,15 @@ def parse_nccl_tests(text: str) -> ToolResult:
     return ToolResult("nccl-tests", (check,), out)
 
 
+def parse_rccl_tests(text: str) -> ToolResult:
+    """rccl-tests (ROCm/rccl-tests, AMD's port of nccl-tests): the same header, size table,
+    ``#wrong`` columns, ``# Out of bounds values`` and ``# Avg bus bandwidth`` lines (it adds
+    ``rccl-tests: Version ...`` and ``# Collective test concluded: <test>``), so the same
+    reading, the same measurement names (thresholds per GPU model) and the same end markers."""
+    result = parse_nccl_tests(text)
+    return ToolResult("rccl-tests", result.checks, result.measurements)
+
+
 # -- nvbandwidth -----------------------------------------------------------------------------
 
 _RUNNING = re.compile(r"^Running (?P<case>\S+?)\.?$")
@@ -356,4 +342,8 @@ PARSERS = {
     "nccl-tests": parse_nccl_tests,
     "nvbandwidth": parse_nvbandwidth,
     "ib_write_bw": parse_ib_write_bw,
+    # AMD Instinct nodes (remediation.validation.parsers_amd)
+    "rccl-tests": parse_rccl_tests,  # the nccl-tests format
+    "rvs": parse_rvs,
+    "transferbench": parse_transferbench,
 }

@@ -176,6 +176,11 @@ def test_every_gpu_and_nvlink_metric_of_the_catalogue_is_emitted_for_a_pre_amper
         c.GPU_RAS_EVENTS,
         c.GPU_XGMI_TRANSMIT,
         c.GPU_XGMI_RECEIVE,
+        c.GPU_AMDGPU_EVENTS,  # amdgpu kernel-log events (exporter.collectors.amdgpu_log)
+        c.GPU_PCIE_LINK_EVENTS,
+        c.GPU_VIOLATION_RESIDENCY,
+        c.GPU_VIOLATION_SAMPLES,
+        c.GPU_PARTITION_INFO,
     }
 
 
