@@ -208,12 +208,15 @@ def _values(afids: list[int], sel: str = "") -> str:
     return " or ".join(f"{EVENTS}{sel} == {a}" for a in afids)
 
 
-def _afid_alert(name: str, expr: str, info: tuple[str, str, str], what: str) -> dict[str, Any]:
+def _afid_alert(name: str, expr: str, info: tuple[str, str, str], what: str, cls: str
+                ) -> dict[str, Any]:  # fmt: skip
+    """``afid_class``: the catalogue's class (as the XID alerts' ``xid_class``), which the
+    failure accounting reads as the component (memory: gpu_memory, link: the XGMI fabric)."""
     severity, action, fault_class = info
     return {
         "alert": name,
         "expr": expr,
-        "labels": _labels(severity, action, fault_class),
+        "labels": {**_labels(severity, action, fault_class), "afid_class": cls},
         "annotations": {
             "summary": f"{what} on {{{{ $labels.node }}}} GPU {{{{ $labels.gpu }}}}: AFID"
                        " {{ $value }}",
@@ -240,24 +243,25 @@ def afid_alerts(cat: AfidCatalog) -> list[dict[str, Any]]:
         parts = [p for p in (_values(crit), _values(rest, '{cper_severity="fatal"}')) if p]
         if parts:
             out.append(_afid_alert(f"GpuAfidFatal{title}", "\nor ".join(parts) + "\n", fatal,
-                                   f"Fatal {cls} RAS event"))  # fmt: skip
+                                   f"Fatal {cls} RAS event", cls))  # fmt: skip
     listed = [e.afid for e in entries if e.cls in _CLASS_NAME]
     out.append(_afid_alert("GpuAfidFatalUnknown",
                            f'{EVENTS}{{cper_severity="fatal"}}\nunless ({_values(listed)})\n',
-                           fatal, "Fatal unclassified RAS event"))  # fmt: skip
+                           fatal, "Fatal unclassified RAS event", "unknown"))  # fmt: skip
     warn = [e for e in entries if e.severity == "warning" and e.cls in _CLASS_NAME]
-    for action in sorted({e.action for e in warn}):
-        afids = [e.afid for e in warn if e.action == action]
+    for action, cls in sorted({(e.action, e.cls) for e in warn}):
+        afids = [e.afid for e in warn if (e.action, e.cls) == (action, cls)]
         name = "GpuAfidError" if action == "cordon" else f"GpuAfidError{action.title()}"
         out.append(_afid_alert(name, _values(afids, '{cper_severity!="fatal"}') + "\n",
                                ("warning", action, FAULT_CLASS["afid_event"]),
-                               "Uncorrected RAS event"))  # fmt: skip
+                               "Uncorrected RAS event", cls))  # fmt: skip
     unknown = [e for e in entries if e.cls not in _CLASS_NAME]
     action = unknown[0].action if unknown else "notify"
     out.append(_afid_alert(
         "GpuAfidUnclassified",
         f'{EVENTS}{{cper_severity!="fatal"}}\nunless ({_values(listed)})\n',
-        ("warning", action, FAULT_CLASS["afid_event"]), "Unclassified RAS event"))  # fmt: skip
+        ("warning", action, FAULT_CLASS["afid_event"]), "Unclassified RAS event",
+        "unknown"))  # fmt: skip
     return out
 
 

@@ -49,8 +49,9 @@ GEN, AMD = _sibling("generate_dcgm_rules"), _sibling("amd_rules")
 IB = GEN.IB
 # native rules DME could be read for but would say wrong, and why (checked before translating)
 LEFT_OUT = {
-    "GpuLost": "DME drops a lost GPU's series instead of reporting it down; "
-    "GpuCountBelowInventory and GpuUnhealthy (gpu_health 0) cover it",
+    "GpuLost": "DME has no lost state: gpu_health 0 is its health verdict (GpuUnhealthy: "
+    "cordon, the ECC/RAS/AFID alerts say whether to drain), a GPU off the bus loses its series "
+    "(GpuCountBelowInventory)",
 }
 NO_XID = ("NVIDIA XIDs; an AMD GPU's RAS events are AFIDs (afid.rules.yml, from "
           "analyzer/afid_catalog.yaml)")  # fmt: skip

@@ -8,11 +8,11 @@ total), and DME's labels: ``hostname`` for ``node``, ``gpu_id`` for ``gpu``, ``g
 ``uuid``, ``link_index`` for ``link``. Names are DME's unprefixed ones (``MetricsFieldPrefix``
 empty); recording rules of the variant are named ``gpuwarden_amd:...``.
 
-Two catalogue series have no DME field and are stood in for: ``gpu_up`` by the presence of
-``gpu_health`` (DME drops a lost GPU's series instead of reporting it down, so only counts and
-presence are said, never a 0), and ``gpu_clock_throttle_active`` by the variant's recording
-:data:`THROTTLE_RECORD` (violation residency per throttle reason, as a share of time,
-alerts/amd_rules.py records it). Pure data and string functions; no I/O.
+Two catalogue series have no DME field and are stood in for: ``gpu_up`` by ``gpu_health``
+(1 healthy, 0 unhealthy: a failing GPU, as NVML's gpu_up 0 with a reason; a GPU that falls off
+the bus is not reported 0, its series vanish), and ``gpu_clock_throttle_active`` by the
+variant's recording :data:`THROTTLE_RECORD` (violation residency per throttle reason, as a
+share of time, alerts/amd_rules.py records it). Pure data and string functions; no I/O.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _fields() -> dict[str, tuple[Field, ...]]:
     )  # fmt: skip
     for metric, name in dme.XGMI.items():
         out[metric] = (VendorField(name, 1.0 / dme.XGMI_KB),)
-    out[c.GPU_UP.name] = (VendorField(HEALTH, presence=True),)
+    out[c.GPU_UP.name] = (VendorField(HEALTH),)
     out[c.GPU_THROTTLE.name] = (VendorField(THROTTLE_RECORD),)
     return out
 

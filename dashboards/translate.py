@@ -25,7 +25,6 @@ from exporter import catalog as c
 LINEAR = ("rate", "irate", "increase", "delta", "idelta", "deriv", "avg_over_time",
           "max_over_time", "min_over_time", "sum_over_time", "last_over_time")  # fmt: skip
 OTHER = ("changes", "resets", "count_over_time", "present_over_time", "absent_over_time")
-PRESENCE_FUNCTIONS = ("count_over_time", "present_over_time", "absent_over_time")
 _NAME = r"gpuwarden_[a-z0-9_]+"
 _MATCHERS = r"(?:\{([^}]*)\})?"
 _RANGE = re.compile(rf"\b({'|'.join(LINEAR + OTHER)})\(\s*({_NAME}){_MATCHERS}\[([^\]]+)\]\s*\)")
@@ -62,15 +61,13 @@ class Field(Protocol):
 @dataclass(frozen=True)
 class VendorField:
     """A :class:`Field` with what some exporters need beside it: ``select``, matchers on the
-    vendor's own labels (``clock_type="system"``); ``presence``: the field only says that the
-    GPU reports (read as 1, never compared)."""
+    vendor's own labels (``clock_type="system"``)."""
 
     name: str
     scale: float = 1.0
     match: tuple[tuple[str, str], ...] = ()
     sum_over: tuple[str, ...] = ()
     select: str = ""
-    presence: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,10 +144,6 @@ def _selector(field: Field, sel: str) -> str:
     return f"{field.name}{{{both}}}" if both else field.name
 
 
-def _present(expr: str, field: Field) -> str:
-    return f"({expr} * 0 + 1)" if getattr(field, "presence", False) else expr
-
-
 def translate(expr: str, d: Dialect, produced: frozenset[str] | set[str] | None = None) -> str:
     """``expr`` over the dialect's series. ``produced``: the recording rules the variant has
     (a reference to any other ``gpuwarden:`` record is untranslatable). An expression over
@@ -168,16 +161,12 @@ def translate(expr: str, d: Dialect, produced: frozenset[str] | set[str] | None 
     def _range(m: re.Match[str]) -> str:
         fn, name, matchers, rng = m[1], m[2], m[3], m[4]
         fields, sel = _fields(d, name, matchers)
-        if any(getattr(f, "presence", False) for f in fields) and fn not in PRESENCE_FUNCTIONS:
-            raise Untranslatable(
-                f"{name}: {d.exporter} serves no such series, only its GPUs' presence"
-            )
         return _union([_restore(_scaled(f"{fn}({_selector(f, sel)}[{rng}])", f, fn in LINEAR), f)
                        for f in fields])  # fmt: skip
 
     def _instant(m: re.Match[str]) -> str:
         fields, sel = _fields(d, m[1], m[2])
-        return _union([_restore(_present(_scaled(_selector(f, sel), f), f), f) for f in fields])
+        return _union([_restore(_scaled(_selector(f, sel), f), f) for f in fields])
 
     out = _RANGE.sub(_range, expr)
     out = _INSTANT.sub(_instant, out)
@@ -187,10 +176,16 @@ def translate(expr: str, d: Dialect, produced: frozenset[str] | set[str] | None 
     return relabel(out, d)
 
 
+def legend(text: str, d: Dialect) -> str:
+    """A legend's ``{{label}}`` templates -> the dialect's names (its prose stays)."""
+    keys = "|".join(sorted(d.labels, key=len, reverse=True))
+    return re.sub(rf"\{{\{{\s*({keys})\s*\}}\}}", lambda m: "{{" + d.labels[m[1]] + "}}", text)
+
+
 def relabel(text: str, d: Dialect) -> str:
     """Native label names (grouping, matchers, legends) -> the dialect's."""
     keys = "|".join(sorted(d.labels, key=len, reverse=True))
-    text = re.sub(rf"\{{\{{\s*({keys})\s*\}}\}}", lambda m: "{{" + d.labels[m[1]] + "}}", text)
+    text = legend(text, d)
     token = re.compile(rf"(?<![$\w.\"])({keys})\b(?!\s*\()")
     return token.sub(lambda m: d.labels[m[1]], text)
 
