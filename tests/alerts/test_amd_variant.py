@@ -163,3 +163,11 @@ def test_a_ras_block_and_error_type_become_dmes_field_with_the_labels_restored()
 def test_what_dme_cannot_say_is_refused_not_guessed(expr: str) -> None:
     with pytest.raises(Untranslatable):
         translate(expr, produced=set())
+
+
+def test_every_amd_alert_links_a_runbook_section_that_exists() -> None:
+    headings = set(re.findall(r"^## (\w+)$", (ALERTS / "runbooks.md").read_text(), re.M))
+    for name, rules in _alerts().items():
+        for r in rules:
+            anchor = r["annotations"]["runbook_url"].rsplit("#", 1)[1]
+            assert anchor == name.lower() and name in headings, name
