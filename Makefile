@@ -107,6 +107,7 @@ image-test: dist
 rules: venv
 	$(BIN)/python alerts/generate_xid_rules.py
 	$(BIN)/python alerts/generate_dcgm_rules.py
+	$(BIN)/python alerts/generate_amd_rules.py
 	$(BIN)/python alerts/generate_feature_rules.py
 	$(BIN)/python -m dashboards
 	$(BIN)/python deploy/generate.py --write

@@ -7,6 +7,11 @@ analyzer/xid_catalog.yaml (docs.nvidia.com/deploy/xid-errors): memory XIDs (48, 
 application and driver XIDs software (NVIDIA's resolution for them is the application's or
 the driver's, not the board's), power XIDs host (the rack's power delivery).
 
+An AMD GPU's RAS event (AFID) is refined the same way by the AFID catalogue's class
+(analyzer/afid_catalog.yaml: memory, link, firmware, hardware), which the AFID alerts carry as
+``afid_class`` (alerts/amd_rules.py): an HBM event is gpu_memory, an XGMI link event nvlink
+(the GPU-to-GPU fabric, whichever vendor's).
+
 The XID alerts carry the class as the label ``xid_class`` (alerts/generate_xid_rules.py);
 an alert without it (a findings rule, an older journal) has its XID's class read from the
 catalogue file, read as data (accounting runs no analyzer code); without it (a trimmed
@@ -72,6 +77,8 @@ def component(
     if base != "gpu":
         return base
     labels = labels or {}
+    if labels.get("afid_class"):
+        return BY_XID_CLASS.get(labels["afid_class"], base)
     xid_class = labels.get("xid_class") or (xid_classes() if classes is None else classes).get(
         str(labels.get("xid", ""))
     )

@@ -23,6 +23,14 @@ and the specification table (exporter/catalog_specs.py) spell them. Memory sizes
 factors of one-SKU families and of names without them are NVIDIA's datasheets' (H100 PCIe
 80 GB, H100 NVL 94 GB, H200 141 GB on SXM5 and NVL, A10/A10G/A30/L4 24 GB, A40/L40/L40S
 48 GB, T4 16 GB, all PCIe cards).
+
+AMD Instinct GPUs are spelt the same way, ``<family> OAM <memory>GB``: amd-smi's market name
+as DME labels it (``card_model="AMD Instinct MI300X OAM"``, fixtures/amd-dme/), the same name
+without the form factor, or a bare ``MI300X`` (a topology file) are all ``MI300X OAM 192GB``;
+MI325X and MI355X likewise. Their form factor (OAM modules) and HBM size are the
+specification table's (exporter/catalog_specs.py, AMD's data sheets: 192, 256 and 288 GB). An
+Instinct name this module does not know as one board (an MI300A APU, a virtual function's
+``... VF``, a memory size the family does not come in) is kept as given.
 """
 
 from __future__ import annotations
@@ -32,13 +40,14 @@ import re
 from collections.abc import Sequence
 
 from accounting.model import Exposure, Incident
+from exporter import catalog_specs
 
 # NVIDIA's data-centre families: a letter or two and 1-3 digits, optionally suffix letters
 # (A100, H100, GB200, V100S, A10G, L40S, T4, K20Xm); a word of its own.
 FAMILY = re.compile(r"^G?[A-Z]{1,2}\d{1,3}[A-Z]{0,2}$")
 MEMORY = re.compile(r"^(\d{1,4})(?:GB|G)$")
-FORM = re.compile(r"^(SXM\d?|PCIE|NVL)$")
-VENDOR = {"NVIDIA", "TESLA"}
+FORM = re.compile(r"^(SXM\d?|PCIE|NVL|OAM)$")
+VENDOR = {"NVIDIA", "TESLA", "AMD", "INSTINCT"}
 NOISE = {"HBM2", "HBM2E", "HBM3", "HBM3E"}  # the memory's kind: not part of the SKU's name
 # The SXM generation each family's SXM board has (a name that says only "SXM").
 SXM = {"P100": "SXM2", "V100": "SXM2", "A100": "SXM4", "A800": "SXM4", "H100": "SXM5",
@@ -46,6 +55,9 @@ SXM = {"P100": "SXM2", "V100": "SXM2", "A100": "SXM4", "A800": "SXM4", "H100": "
 # What NVML's name leaves out: (family, form or None) -> (form, memory GB or None). A None
 # memory: the name must say it (A100 PCIe comes with 40 and 80 GB).
 ONE_SKU = {"A10": 24, "A10G": 24, "A30": 24, "L4": 24, "A40": 48, "L40": 48, "L40S": 48, "T4": 16}
+# AMD Instinct OAM modules: family -> HBM GB, from the specification table
+AMD_OAM = {s.key.upper(): round(s.memory_bytes / catalog_specs.GB)
+           for s in catalog_specs.SPECS if s.form == "oam"}  # fmt: skip
 IMPLIED: dict[tuple[str, str | None], tuple[str, int | None]] = {
     ("H100", None): ("SXM5", None),  # "NVIDIA H100 80GB HBM3" (with HBM3): the SXM5 board
     ("H100", "PCIe"): ("PCIe", 80),
@@ -55,6 +67,7 @@ IMPLIED: dict[tuple[str, str | None], tuple[str, int | None]] = {
     ("H200", "NVL"): ("NVL", 141),
     **{(f, None): ("PCIe", gb) for f, gb in ONE_SKU.items()},  # one-SKU PCIe cards
     **{(f, "PCIe"): ("PCIe", gb) for f, gb in ONE_SKU.items()},
+    **{(f, form): ("OAM", gb) for f, gb in AMD_OAM.items() for form in (None, "OAM")},
 }
 
 
@@ -84,6 +97,8 @@ def sku(name: str) -> str:
         return given
     family = families[0]
     form = forms[0] if forms else None
+    if (form == "OAM") != (family in AMD_OAM) and form is not None:
+        return given  # an OAM module NVIDIA never made, an SXM/PCIe board AMD's family is not
     if family == "H100" and form is None and not hbm:
         return given  # "H100 80GB" may be the PCIe card; NVML names the SXM5 board "... HBM3"
     if form == "SXM" and family in SXM:

@@ -21,7 +21,6 @@ from exporter import catalog as c
 
 # instance "host:9100" -> node "host" (analyzer.sources.dialects.identity.host_of)
 NODE_FROM_INSTANCE = '"node", "$1", "instance", "(.+?)(?::[0-9]+)?"'
-HOST_FROM_NODE = f'"{HOST_LABEL}", "$1", "node", "(.*)"'  # dcgm-exporter's host label
 INSTANT = {
     c.IB_PORT_STATE.name: c.NODE_IB_STATE,
     c.IB_PORT_RATE.name: c.NODE_IB_RATE,
@@ -40,11 +39,16 @@ _SERIES = re.compile(rf"\b({'|'.join([*INSTANT, *DATA])})\b(\[[^\]]+\])?")
 _MATCHER = re.compile(r'^\s*counter\s*(=~|=)\s*"([^"]*)"\s*$')
 
 
-def with_node(expr: str) -> str:
-    return f"label_replace(label_replace({expr}, {NODE_FROM_INSTANCE}), {HOST_FROM_NODE})"
+def with_node(expr: str, host: str = HOST_LABEL) -> str:
+    """``node`` from ``instance``, and the GPU exporter's host label (dcgm's by default)
+    from ``node``."""
+    return (
+        f'label_replace(label_replace({expr}, {NODE_FROM_INSTANCE}), "{host}", "$1", "node",'
+        ' "(.*)")'
+    )
 
 
-def _counters(m: re.Match[str]) -> str:
+def _counters(m: re.Match[str], host: str) -> str:
     fn, family, matchers, window = m[1], FAMILIES[m[2]], m[3] or "", m[4]
     files = list(family)
     if matchers:
@@ -55,34 +59,37 @@ def _counters(m: re.Match[str]) -> str:
     if not files:
         raise Untranslatable(f"node_exporter serves none of {m[2]}{{{matchers}}}")
     parts = [
-        with_node(f'label_replace({fn}({family[f]}[{window}]), "counter", "{f}", "", "")')
+        with_node(f'label_replace({fn}({family[f]}[{window}]), "counter", "{f}", "", "")', host)
         for f in files
     ]
     return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
 
 
-def _series(m: re.Match[str]) -> str:
+def _series(m: re.Match[str], host: str) -> str:
     name = INSTANT.get(m[1]) or DATA[m[1]]
     if m[2]:  # a range: the caller's function applies to it; node is added around that
         raise Untranslatable(f"{m[1]} is read as a range outside a counter function")
-    return with_node(name)
+    return with_node(name, host)
 
 
-def _rates(expr: str) -> str:
+def _rates(expr: str, host: str) -> str:
     """``rate(<data counter>[w])`` -> node_exporter's byte counter, node added outside."""
     pattern = rf"\b(\w+)\(\s*({'|'.join(DATA)})\[([^\]]+)\]\s*\)"
-    return re.sub(pattern, lambda m: with_node(f"{m[1]}({DATA[m[2]]}[{m[3]}])"), expr)
+    return re.sub(pattern, lambda m: with_node(f"{m[1]}({DATA[m[2]]}[{m[3]}])", host), expr)
 
 
-def translate(expr: str, produced: set[str]) -> str:
-    """``expr`` (a native InfiniBand rule's) over node_exporter's series."""
+def translate(
+    expr: str, produced: set[str], host: str = HOST_LABEL, record_prefix: str = RECORD_PREFIX
+) -> str:
+    """``expr`` (a native InfiniBand rule's) over node_exporter's series; ``host``: the GPU
+    exporter's host label the series get beside ``node``, ``record_prefix``: the variant's."""
     for rec in re.findall(r"\bgpuwarden:[a-z0-9_:]+", expr):
         if rec not in produced:
             raise Untranslatable(f"{rec} is not recorded from node_exporter's series")
-    out = _COUNTERS.sub(_counters, expr)
-    out = _rates(out)
-    out = _SERIES.sub(_series, out)
+    out = _COUNTERS.sub(lambda m: _counters(m, host), expr)
+    out = _rates(out, host)
+    out = _SERIES.sub(lambda m: _series(m, host), out)
     left = re.findall(r"\bgpuwarden_[a-z0-9_]+", out)
     if left:
         raise Untranslatable(f"{left[0]} has no node_exporter series")
-    return out.replace("gpuwarden:", RECORD_PREFIX)
+    return out.replace("gpuwarden:", record_prefix)

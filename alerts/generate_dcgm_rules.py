@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +32,9 @@ from typing import Any
 
 import yaml
 
-from dashboards.dcgm_translate import Untranslatable, record_name, translate, with_node
+from dashboards import translate as t
+from dashboards.dcgm_translate import DCGM, Untranslatable, record_name, with_node
+from dashboards.translate import Dialect
 
 ROOT = Path(__file__).resolve().parent.parent
 LINKS = "{{ with $labels.link }}{{ . }}{{ else }}(all links: dcgm sums them){{ end }}"
@@ -54,28 +57,39 @@ def _sibling(name: str) -> ModuleType:
 XID, IB = _sibling("generate_xid_rules"), _sibling("dcgm_infiniband")
 DCGM_XID = _sibling("dcgm_xid")
 Translator = Callable[[dict[str, Any], set[str]], dict[str, Any]]
+_PRINTF = re.compile(r'printf "[^"]*"')
 
 
-def _rule(rule: dict[str, Any], produced: set[str]) -> dict[str, Any]:
-    if any("gpuwarden_" in str(v) or "gpuwarden:" in str(v)
-           for v in (rule.get("annotations") or {}).values()):  # fmt: skip
-        raise Untranslatable("its annotations query gpuwarden series")
-    expr = translate(str(rule["expr"]), produced)
-    out = dict(rule)
-    if "annotations" in rule:  # dcgm's UUID label; node stays (the alert copies it)
-        out["annotations"] = {k: _annotation(str(v)) for k, v in rule["annotations"].items()}
-    if "record" in rule:
-        out["record"] = record_name(rule["record"])
-        out["expr"] = expr
-    else:
-        out["expr"] = with_node(expr) + ("\n" if "\n" in str(rule["expr"]) else "")
-    return out
+def rule_translator(d: Dialect, annotation: Callable[[str], str]) -> Translator:
+    """The rewriting of one native rule over dialect ``d``'s series; ``annotation`` rewrites
+    an annotation's text (label names the alert carries under the vendor's name)."""
+
+    def _rule(rule: dict[str, Any], produced: set[str]) -> dict[str, Any]:
+        notes = rule.get("annotations") or {}
+        if any(re.search(r"gpuwarden[_:]", _PRINTF.sub("", str(v))) for v in notes.values()):
+            raise Untranslatable("its annotations query gpuwarden series")
+        expr = t.translate(str(rule["expr"]), d, produced)
+        out = dict(rule)
+        if "annotations" in rule:
+            out["annotations"] = {k: annotation(t.annotation_queries(str(v), d, produced))
+                                  for k, v in notes.items()}  # fmt: skip
+        if "record" in rule:
+            out["record"] = t.record_name(rule["record"], d)
+            out["expr"] = expr
+        else:
+            out["expr"] = t.with_node(expr, d) + ("\n" if "\n" in str(rule["expr"]) else "")
+        return out
+
+    return _rule
 
 
 def _annotation(text: str) -> str:
     """dcgm's label names; a link dcgm sums per GPU is said to be all of them."""
     text = text.replace("$labels.uuid", "$labels.UUID")
     return text.replace("{{ $labels.link }}", LINKS)
+
+
+_rule = rule_translator(DCGM, _annotation)
 
 
 def _ib_rule(rule: dict[str, Any], produced: set[str]) -> dict[str, Any]:
@@ -89,8 +103,8 @@ def _ib_rule(rule: dict[str, Any], produced: set[str]) -> dict[str, Any]:
     return out
 
 
-def convert(doc: dict[str, Any], produced: set[str], rule_of: Translator = _rule
-            ) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+def convert(doc: dict[str, Any], produced: set[str], rule_of: Translator = _rule,
+            group_prefix: str = "gpuwarden-dcgm-") -> tuple[dict[str, Any], list[str]]:  # fmt: skip
     """The variant of one rule file, and the rules left out (``name: reason``)."""
     groups, left_out = [], []
     for group in doc.get("groups", []):
@@ -104,7 +118,7 @@ def convert(doc: dict[str, Any], produced: set[str], rule_of: Translator = _rule
             if "record" in rule:
                 produced.add(rule["record"])
         if rules:
-            groups.append({**group, "name": group["name"].replace("gpuwarden-", "gpuwarden-dcgm-", 1),
+            groups.append({**group, "name": group["name"].replace("gpuwarden-", group_prefix, 1),
                            "rules": rules})  # fmt: skip
     return {"groups": groups}, left_out
 

@@ -4,8 +4,9 @@ python -m dashboards            # write dashboards/json/<uid>.json
 python -m dashboards --check    # exit 1 if a committed file differs (what CI runs)
 python -m dashboards --out DIR  # write somewhere else (e.g. a Grafana provisioning dir)
 
-Also writes the dcgm-exporter variants to dashboards/json/dcgm/ (dashboards/dcgm_variant.py),
-over the recording rules of alerts/dcgm/.
+Also writes the dcgm-exporter variants to dashboards/json/dcgm/ and the AMD DME variants to
+dashboards/json/amd/ (dashboards/dcgm_variant.py), over the recording rules of alerts/dcgm/ and
+alerts/amd/.
 """
 
 from __future__ import annotations
@@ -17,28 +18,39 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dashboards import catalogue
-from dashboards.dcgm_variant import variant
+from dashboards.dcgm_variant import AMD_VARIANT, DCGM_VARIANT, Flavour, variant
 from dashboards.render import to_json, to_text
 
 JSON_DIR = Path(__file__).resolve().parent / "json"
 DCGM_RULES = Path(__file__).resolve().parent.parent / "alerts" / "dcgm"
+AMD_RULES = Path(__file__).resolve().parent.parent / "alerts" / "amd"
 
 
-def dcgm_records(rules: Path = DCGM_RULES) -> set[str]:
-    """The native record names the dcgm rule variant records (as ``gpuwarden:...``)."""
-    names = re.findall(r"^\s*- record: gpuwarden_dcgm:(\S+)$", "\n".join(
+def dcgm_records(rules: Path = DCGM_RULES, prefix: str = "gpuwarden_dcgm:") -> set[str]:
+    """The record names a rule variant records, as the native ``gpuwarden:...`` (the
+    variant's own records, which no native one stands for, under their own names)."""
+    names = re.findall(rf"^\s*- record: {prefix}(\S+)$", "\n".join(
         p.read_text() for p in sorted(rules.glob("*.rules.yml"))), re.M)  # fmt: skip
     return {f"gpuwarden:{n}" for n in names}
 
 
-def rendered_dcgm() -> dict[str, str]:
-    """File name -> JSON text of every dashboard's dcgm-exporter variant."""
-    produced = dcgm_records()
+def _rendered_variant(flavour: Flavour, rules: Path) -> dict[str, str]:
+    produced = dcgm_records(rules, flavour.dialect.record_prefix)
     out = {}
     for module in catalogue.MODULES:
-        data = variant(to_json(module.build()), produced)
+        data = variant(to_json(module.build()), produced, flavour)
         out[f"{data['uid']}.json"] = to_text(data)
     return out
+
+
+def rendered_dcgm() -> dict[str, str]:
+    """File name -> JSON text of every dashboard's dcgm-exporter variant."""
+    return _rendered_variant(DCGM_VARIANT, DCGM_RULES)
+
+
+def rendered_amd() -> dict[str, str]:
+    """File name -> JSON text of every dashboard's AMD DME variant."""
+    return _rendered_variant(AMD_VARIANT, AMD_RULES)
 
 
 def rendered() -> dict[str, str]:
@@ -55,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=JSON_DIR, help="directory (default: %(default)s)")
     p.add_argument("--check", action="store_true", help="fail if the files on disk differ")
     ns = p.parse_args(list(sys.argv[1:] if argv is None else argv))
-    sets = ((ns.out, rendered()), (ns.out / "dcgm", rendered_dcgm()))
+    sets = ((ns.out, rendered()), (ns.out / "dcgm", rendered_dcgm()),
+            (ns.out / "amd", rendered_amd()))  # fmt: skip
     if ns.check:
         bad = 0
         for out, files in sets:

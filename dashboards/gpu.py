@@ -73,6 +73,21 @@ def build() -> g.Dashboard:
             (f"{c.GPU_REMAPPED_ROWS.name}{{{SEL}}}", "remapped rows ({{kind}})")], "short"),
         12, 8,
     )  # fmt: skip
+    # AMD Instinct only (empty on NVIDIA GPUs): RAS errors per hardware block, XGMI per link
+    ras = c.GPU_RAS_ERRORS.name
+    lay.add(
+        ts("RAS errors per block, last hour (AMD)",
+           [(f"increase({ras}{{{SEL}}}[1h])", "{{block}} {{error_type}}")], "short",
+           "umc is HBM; deferred: poisoned data caught before it was consumed."),
+        12, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("XGMI traffic per link (AMD)",
+           [(f"rate({c.GPU_XGMI_TRANSMIT.name}{{{SEL}}}[5m])", "link {{link}} tx"),
+            (f"rate({c.GPU_XGMI_RECEIVE.name}{{{SEL}}}[5m])", "link {{link}} rx")],
+           "Bps", "A link flat while the GPU's other links move is a lost link."),
+        12, 8,
+    )  # fmt: skip
     node = query_variable("node", "Node", f"label_values({c.GPU_INFO.name}, node)")
     gpu = query_variable("gpu", "GPU", f'label_values({c.GPU_INFO.name}{{node=~"$node"}}, gpu)')
     return dashboard(
