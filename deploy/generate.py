@@ -71,10 +71,8 @@ def is_rule_file(path: Path, alerts_dir: Path) -> bool:
     rel = path.relative_to(alerts_dir)
     if path.name.endswith(("_test.yml", "_test.yaml")) or "tests" in rel.parts[:-1]:
         return False
-    if (
-        "dcgm" in rel.parts[:-1]
-    ):  # the dcgm-exporter variant replaces, never joins, the native rules
-        return False
+    if {"dcgm", "amd"} & set(rel.parts[:-1]):
+        return False  # another exporter's variant replaces, never joins, the native rules
     if "features" in rel.parts[:-1]:  # per-shard feature rules: loaded where a site shards
         return False
     data = load_yaml(path.read_text())
