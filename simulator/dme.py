@@ -77,10 +77,12 @@ class DmeNode:
             self.last_afids[e.gpu] = (*prev, (e.afid, e.severity))
             self._last_event_t[e.gpu] = e.t
 
-    def families(self, frame: Any, jobs: Mapping[str, str] | None = None
-                 ) -> dict[str, list[str]]:  # fmt: skip
-        """Field name (prefixed) -> its series lines (``name{labels} value``) at ``frame``."""
-        self.observe(getattr(frame, "ras_events", ()))
+    def families(self, frame: Any, jobs: Mapping[str, str] | None = None,
+                 events: Sequence[RasEvent] | None = None) -> dict[str, list[str]]:  # fmt: skip
+        """Field name (prefixed) -> its series lines (``name{labels} value``) at ``frame``;
+        ``events``: the RAS events since the last call (None: the frame's own, when every
+        frame is rendered)."""
+        self.observe(getattr(frame, "ras_events", ()) if events is None else events)
         i, m = self.index, frame.metrics
         dt = 0.0 if self._t is None else max(0.0, frame.t - self._t)
         self._t = frame.t
@@ -145,10 +147,11 @@ class DmeNode:
                          float(afid)))  # fmt: skip
         return rows
 
-    def render(self, frame: Any, jobs: Mapping[str, str] | None = None) -> bytes:
+    def render(self, frame: Any, jobs: Mapping[str, str] | None = None,
+               events: Sequence[RasEvent] | None = None) -> bytes:  # fmt: skip
         """The text exposition of one scrape (every family a gauge, as DME types them)."""
         lines = []
-        for name, series in self.families(frame, jobs).items():
+        for name, series in self.families(frame, jobs, events).items():
             field = name.removeprefix(self.prefix)
             lines += [f"# HELP {name} DME field {field.upper()}", f"# TYPE {name} gauge", *series]
         return ("\n".join(lines) + "\n").encode()

@@ -48,6 +48,7 @@ class _Served:
     cols: list[Collector]
     units: FakeUnits | None = None  # an NVL72 tray's systemd units (IMEX)
     dme: DmeNode | None = None  # an AMD node: DME serves its GPUs (simulator.dme)
+    ras_seen: int = 0  # the fleet's RAS events this node's DME has observed
     steps: int = -1  # model step the body was rendered at
     t: float = -math.inf  # model time the body was rendered at
     wall: float = -math.inf  # wall time it was rendered at
@@ -133,7 +134,9 @@ class Simulator:
                 served.body = as_dcgm_exporter(served.body, self._allocation(i),
                                                self._dcgm_fields)  # fmt: skip
             if served.dme is not None:  # an AMD node: its GPUs as DME serves them
-                served.body += served.dme.render(self.frame, self._allocation(i))
+                new = self.fleet.ras_events[served.ras_seen :]  # every step's, not the last's
+                served.ras_seen = len(self.fleet.ras_events)
+                served.body += served.dme.render(self.frame, self._allocation(i), new)
             served.steps, served.t, served.wall = self.steps, self.fleet.t, self._clock()
         return served.body
 

@@ -139,3 +139,14 @@ def test_a_reboot_restarts_xgmi_and_ras_counters_on_an_amd_node():
     frames = run(f, 900)
     ras = frames[-1]["gpuwarden_gpu_ras_errors_total"][3, 3]
     assert np.nansum(ras) == 0
+
+
+def test_a_served_node_scraped_seldom_still_shows_a_ras_event_of_a_step_between_its_scrapes():
+    f = fleet()
+    now = [0.0]
+    sim = Simulator(f, telemetry="amd-dme", clock=lambda: now[0], wall=lambda: now[0])
+    sim.metrics("gpu-node-004")
+    sim.inject({"node": "gpu-node-004", "kind": "amd_hbm_uncorrectable", "target": "gpu1"})
+    now[0] = 10.0  # ten model steps later: the event's step was not the last one
+    got = series(sim.metrics("gpu-node-004"))
+    assert [(labels["gpu_id"], v) for n, labels, v in got if n == dme.AFID_ERRORS] == [("1", 20.0)]
