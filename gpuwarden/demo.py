@@ -437,6 +437,12 @@ def _watch(stack: Stack, story: list[Step], duration: float, job_node: str, tall
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if ns.fleet == "mixed-amd":
+        if ns.nodes != 32 or ns.telemetry not in ("gpuwarden", "amd-dme"):
+            print("gpuwarden demo: --fleet mixed-amd is 32 nodes (2 H100 + 2 MI300X racks) on "
+                  "amd-dme telemetry", file=sys.stderr)  # fmt: skip
+            return 2
+        ns.nodes, ns.telemetry = 32, "amd-dme"
     if ns.nodes < 21 and not ns.story:
         print(
             "gpuwarden demo: --nodes must be >= 21 for the built-in story (it uses "
@@ -444,12 +450,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if ns.fleet == "mixed-amd":
-        if ns.nodes != 32 or ns.telemetry not in ("gpuwarden", "amd-dme"):
-            print("gpuwarden demo: --fleet mixed-amd is 32 nodes (2 H100 + 2 MI300X racks) on "
-                  "amd-dme telemetry", file=sys.stderr)  # fmt: skip
-            return 2
-        ns.nodes, ns.telemetry = 32, "amd-dme"
     if ns.telemetry != "gpuwarden" and (ns.no_servers or not servers_installed()):
         print(
             f"gpuwarden demo: --telemetry {ns.telemetry} is read through Prometheus: it needs "
