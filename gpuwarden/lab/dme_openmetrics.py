@@ -22,6 +22,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from exporter import catalog as c
 from simulator.dme import DmeNode
 
 PORT = 5000  # DME's default
@@ -50,7 +51,7 @@ class DmeScrapeRecorder:
         job_of = {int(x): str(j) for j, members in jobs.items() for x in members}
         ts = f" {self.epoch + frame.t:.3f}\n"
         for i, node in self.dme.items():
-            gpus = frame.metrics["gpuwarden_gpu_up"][i]
+            gpus = frame.metrics[c.GPU_UP.name][i]
             alloc = {str(g): job_of[i] for g in range(gpus.size)} if i in job_of else {}
             fams = node.families(frame, alloc)  # every step: residency and events advance
             if fresh or i not in self._held:

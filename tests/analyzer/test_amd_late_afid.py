@@ -18,4 +18,4 @@ def test_the_afid_gauge_is_read_behind_every_prefix_found_even_before_it_exists(
 
 
 def test_a_prometheus_without_dme_reads_no_afid_gauge():
-    assert _afid_sources(frozenset({"gpuwarden_gpu_up", "DCGM_FI_DEV_GPU_TEMP"})) == set()
+    assert _afid_sources(frozenset({c.GPU_UP.name, c.GPU_TEMPERATURE.dcgm[0].name})) == set()

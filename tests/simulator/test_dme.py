@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from analyzer.sources.dialects import amd as dialect
+from exporter import catalog as c
 from exporter import catalog_amd as dme
 from simulator.cli import SimulateSettings, make_simulator
 from simulator.dme import DmeNode
@@ -111,12 +112,12 @@ def test_a_mixed_fleet_serves_h100_nodes_natively_and_mi300x_gpus_as_dme_with_th
     sim = make_simulator(SimulateSettings(skus="h100:1,mi300x:1", nodes_per_leaf=2,
                                           telemetry="amd-dme", dme_prefix="amd_"))  # fmt: skip
     h100, mi300x = series(sim.metrics("gpu-node-001")), series(sim.metrics("gpu-node-003"))
-    assert any(n == "gpuwarden_gpu_up" for n, _, _ in h100)
+    assert any(n == c.GPU_UP.name for n, _, _ in h100)
     assert not any(n.startswith("amd_") for n, _, _ in h100)
-    assert {n for n, _, _ in mi300x if n.startswith("gpuwarden_gpu_")} == set()
+    assert {n for n, _, _ in mi300x if n.startswith(c.PREFIX + "gpu_")} == set()
     assert any(n == "amd_gpu_health" for n, _, _ in mi300x)
     ports = {labels["device"] for n, labels, _ in mi300x
-             if n == "gpuwarden_infiniband_port_state"}  # fmt: skip
+             if n == c.IB_PORT_STATE.name}  # fmt: skip
     assert ports == {f"mlx5_{p}" for p in range(8)}  # the node's 8 NICs
 
 
@@ -137,7 +138,7 @@ def test_a_reboot_restarts_xgmi_and_ras_counters_on_an_amd_node():
     f = fleet(amd_deferred_errors=("gpu-node-004", "gpu3", {"count": 2}))
     f.inject("reboot", "gpu-node-004", "node", {}, onset=90)
     frames = run(f, 900)
-    ras = frames[-1]["gpuwarden_gpu_ras_errors_total"][3, 3]
+    ras = frames[-1][c.GPU_RAS_ERRORS.name][3, 3]
     assert np.nansum(ras) == 0
 
 
