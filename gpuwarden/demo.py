@@ -78,9 +78,25 @@ DEFAULT_STORY = [
 ]
 
 
-def load_story(path: str | None) -> list[Step]:
+# --fleet mixed-amd: two racks of H100 (gpu-node-001..016) beside two of AMD Instinct MI300X
+# (gpu-node-017..032, their GPUs served as AMD's Device Metrics Exporter serves them)
+# (the analyzer posts its findings to Alertmanager too: the AMD findings have no alert rule yet,
+# issue 34 item 5, so they reach remediation's one policy that way)
+MIXED_AMD = {"skus": "h100:2,mi300x:2", "nodes_per_leaf": 8, "analyzer_push": True}
+MIXED_AMD_STORY = [
+    Step(10, "gpu-node-020", "amd_hbm_uncorrectable", "gpu1", {"fatal": True},
+         "MI300X GPU 1 takes an uncorrectable HBM error: umc errors, AFID 20 (fatal)"),
+    Step(20, "gpu-node-005", "xid", "gpu2", {"xid": 79},
+         "H100 GPU 2 falls off the bus: XID 79, NVML says GPU lost"),
+    Step(30, "gpu-node-027", "amd_afid_event", "gpu6", {"afid": 27, "then": 22},
+         "MI300X GPU 6: a watchdog timeout (AFID 27), then a contained HBM error (22) before "
+         "the next scrape: DME's gauge shows only the second"),
+]  # fmt: skip
+
+
+def load_story(path: str | None, fleet: str = "") -> list[Step]:
     if not path:
-        return DEFAULT_STORY
+        return MIXED_AMD_STORY if fleet == "mixed-amd" else DEFAULT_STORY
     data = yaml.safe_load(Path(path).read_text()) or []
     return [
         Step(
@@ -148,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(no gpuwarden exporter anywhere) with the commonly enabled fields (ECC, NVLink errors, "
         "power limit, ...); dcgm-exporter:defaults: only the fields dcgm-exporter's "
         "default-counters.csv enables; either needs the real Prometheus",
+    )
+    p.add_argument(
+        "--fleet",
+        choices=("homogeneous", "mixed-amd"),
+        default="homogeneous",
+        help="mixed-amd: two H100 racks beside two AMD Instinct MI300X racks (32 nodes; the "
+        "MI300X GPUs served as AMD's Device Metrics Exporter serves them, read through the "
+        "real Prometheus), with a story of AMD and NVIDIA faults decided under one policy",
     )
     p.add_argument(
         "--no-slurm",
@@ -219,9 +243,10 @@ def _run_stack(ns: argparse.Namespace, workdir: Path, slurm: slurmlab.SlurmClust
             policy={"checkpoint": checkpoint},
             storage_mounts=(DEMO_MOUNT,),  # the "Checkpoint storage" dashboard row has data
             telemetry=ns.telemetry,
+            **(MIXED_AMD if ns.fleet == "mixed-amd" else {}),  # type: ignore[arg-type]
         )
     )
-    story = sorted(load_story(ns.story), key=lambda s: s.at)
+    story = sorted(load_story(ns.story, ns.fleet), key=lambda s: s.at)
     _say(f"starting the stack on {ns.nodes} simulated nodes (logs in {workdir / 'logs'}) ...")
     t0 = time.monotonic()
     try:
@@ -287,6 +312,11 @@ DETECTED_BY = {
     "straggler": ("straggler",),
     "ib_port_down": ("ib_port_down",),
     "ib_symbol_errors": ("ib_errors",),
+    "amd_hbm_uncorrectable": ("afid_fatal", "afid_event", "ecc_uncorrectable"),
+    "amd_afid_event": ("afid_fatal", "afid_event"),
+    "amd_deferred_errors": ("ras_deferred",),
+    "amd_gpu_lost": ("gpu_lost",),
+    "xgmi_link_down": ("xgmi_link_lost", "afid_fatal"),
 }
 DEMO_MOUNT = "/mnt/ckpt"  # the checkpoint mount every demo node probes
 NEGATIVE_CONTROLS = ("app_xid", "pipeline_imbalance", "checkpoint_pause", "reboot", "job_stop")
@@ -407,6 +437,12 @@ def _watch(stack: Stack, story: list[Step], duration: float, job_node: str, tall
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if ns.fleet == "mixed-amd":
+        if ns.nodes != 32 or ns.telemetry not in ("gpuwarden", "amd-dme"):
+            print("gpuwarden demo: --fleet mixed-amd is 32 nodes (2 H100 + 2 MI300X racks) on "
+                  "amd-dme telemetry", file=sys.stderr)  # fmt: skip
+            return 2
+        ns.nodes, ns.telemetry = 32, "amd-dme"
     if ns.nodes < 21 and not ns.story:
         print(
             "gpuwarden demo: --nodes must be >= 21 for the built-in story (it uses "

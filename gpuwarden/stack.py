@@ -60,6 +60,9 @@ class StackOptions:
     # dcgm-exporter: the simulator serves every node as dcgm-exporter + node_exporter would (the
     # analyzer reads that dialect through Prometheus; the embedded scrape reads only gpuwarden's)
     telemetry: str = "gpuwarden"
+    # a mixed fleet rack by rack (simulate --skus, e.g. h100:2,mi300x:2) and its rack size
+    skus: str | None = None
+    nodes_per_leaf: int | None = None
 
     @property
     def backend(self) -> str:
@@ -157,6 +160,10 @@ class Stack:
             argv += ["--storage-mounts", ",".join(self.opts.storage_mounts)]
         if self.opts.telemetry != "gpuwarden":
             argv += ["--telemetry", self.opts.telemetry]
+        if self.opts.skus:
+            argv += ["--skus", self.opts.skus]
+        if self.opts.nodes_per_leaf:
+            argv += ["--nodes-per-leaf", str(self.opts.nodes_per_leaf)]
         self.sup.start("simulator", argv, ready_url=f"{self.urls.simulator}/healthz")
 
     def _write_topology(self, w: Path) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -52,6 +53,7 @@ class SimulateSettings:
     ibnetdiscover: str | None = None  # write the fabric as ibnetdiscover prints it
     compat: str | None = None
     telemetry: str = "gpuwarden"  # dcgm-exporter: every node as dcgm-exporter + node_exporter
+    dme_prefix: str = ""  # AMD nodes: DME's field prefix (MetricsFieldPrefix; amd_ in its example)
     time_scale: float = 1.0
     tick: float = 1.0
     nodes_per_leaf: int | None = None
@@ -74,6 +76,9 @@ class SimulateSettings:
             raise ValueError(f"--compat: {self.compat!r} is not dcgm")
         if self.telemetry not in TELEMETRIES:
             raise ValueError(f"--telemetry: {self.telemetry!r} is not one of {TELEMETRIES}")
+        if self.dme_prefix and not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*_", self.dme_prefix):
+            raise ValueError(f"--dme-prefix: {self.dme_prefix!r} is not a metric-name prefix "
+                             "ending in _ (e.g. amd_)")  # fmt: skip
         if not 0 < self.time_scale <= 1e6:
             raise ValueError(f"--time-scale: {self.time_scale} is outside (0, 1e6]")
         if not 0.01 <= self.tick <= 3600:
@@ -101,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--ibnetdiscover", help="write the fleet's fabric in ibnetdiscover's format to this path")
     a("--compat", choices=["dcgm"], help="also render dcgm-exporter's names and labels")
     a("--telemetry", choices=TELEMETRIES, help=HELP)
+    a("--dme-prefix", help="AMD nodes: the prefix before DME's field names (e.g. amd_; "
+      "default none)")  # fmt: skip
     a("--time-scale", help="virtual seconds per wall second (default 1)")
     a("--tick", help="wall seconds between model steps at most (default 1)")
     a("--nodes-per-leaf", help="nodes under one leaf switch (default 32)")
@@ -198,7 +205,8 @@ def make_simulator(s: SimulateSettings) -> Simulator:
                                                  if m) or None)  # fmt: skip
     return Simulator(fleet, dcgm=s.compat == "dcgm", time_scale=s.time_scale, tick_s=s.tick,
                      epoch=s.epoch, shard=(s.shard or 0, s.workers),
-                     max_stale_s=s.max_staleness, telemetry=s.telemetry)  # fmt: skip
+                     max_stale_s=s.max_staleness, telemetry=s.telemetry,
+                     dme_prefix=s.dme_prefix)  # fmt: skip
 
 
 async def serve(sim: Simulator, s: SimulateSettings, stop: asyncio.Event) -> None:

@@ -8,6 +8,7 @@ for every step, so a fault that ends simply stops writing into it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +56,8 @@ class Effects:
     down: np.ndarray = field(init=False)  # per node: rebooting, exporter unreachable
     resets: np.ndarray = field(init=False)  # per node: counters restarted from zero this step
     events: list[Event] = field(default_factory=list)
+    ras_events: list[Any] = field(default_factory=list)  # simulator.amd.RasEvent (AMD nodes)
+    xgmi_down: np.ndarray = field(init=False)  # (n, 8, 8) an XGMI link carries nothing
     stop_jobs: set[int] = field(default_factory=set)  # nodes whose job crashes this step
 
     def __post_init__(self) -> None:
@@ -79,6 +82,7 @@ class Effects:
         self.pause = np.zeros(n, dtype=bool)
         self.down = np.zeros(n, dtype=bool)
         self.resets = np.zeros(n, dtype=bool)
+        self.xgmi_down = np.zeros((n, g, g), dtype=bool)
 
     def port_down(self, node: int | np.ndarray, port: int | slice, phys: int) -> None:
         self.port_state[node, port] = PORT_DOWN

@@ -18,6 +18,7 @@ import numpy as np
 from exporter import catalog_specs
 from simulator import frame as framing
 from simulator import model
+from simulator.amd import RasEvent, amd_rows
 from simulator.effects import Effects, Event
 from simulator.faults import KINDS, Fault, FaultError, make_fault
 from simulator.faults.base import Step
@@ -68,6 +69,10 @@ class Fleet:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.state = FleetState.new(nodes, self.rng)
+        self.amd = amd_rows(self.sku_of)  # per node: an AMD Instinct node (simulator.amd)
+        if self.amd.any():
+            self.state.enable_amd(self.amd)
+        self.ras_events: list[RasEvent] = []  # every AMD RAS event so far, in time order
         self.jobs = Jobs(nodes, idle_fraction, mean_job_s, small_job_share)
         self.t = float(start)
         self.events: list[Event] = []  # every kernel-log event so far, in time order
@@ -152,6 +157,8 @@ class Fleet:
         )
         if fault.onset < self.t:
             raise FaultError(f"onset {fault.onset} is in the past (fleet time is {self.t})")
+        if KINDS[kind].vendor == "amd" and not all(self.amd[i] for i in fault.nodes):
+            raise FaultError(f"{kind} needs an AMD node: {node} is {self.sku_of[fault.nodes[0]]}")
         self._faults.append(fault)
         if fault.onset == self.t:
             self._fresh.add(fault.id)
@@ -194,8 +201,10 @@ class Fleet:
         self.events.extend(events)
         for e in events:
             self.node_events.setdefault(e.node, []).append(e)
+        ras = sorted(eff.ras_events, key=lambda e: (e.t, e.node, e.gpu))
+        self.ras_events.extend(ras)
         self.t = t1
-        self.last = framing.build(t1, self.state, g, eff, self.sku, events)
+        self.last = framing.build(t1, self.state, g, eff, self.sku, events, tuple(ras))
         return self.last
 
     def run(self, until: float, every: float) -> Iterable[framing.Frame]:

@@ -8,6 +8,7 @@ Shapes and NaN rules are documented in docs/contracts.md (Fleet simulator in vir
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,7 @@ class Frame:
     xids: list[tuple[int, int, int]]  # (node index, gpu, xid) counted since the last step
     resets: np.ndarray  # (nodes,) True where raw counters restarted from zero (a reboot)
     events: tuple[Event, ...] = ()  # the kernel-log events behind ``xids``, with times
+    ras_events: tuple[Any, ...] = ()  # AMD RAS events (simulator.amd.RasEvent) this step
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.metrics[name]
@@ -44,6 +46,7 @@ def build(
     eff: Effects,
     sku: Sku | NodeSkus,
     events: list[Event],
+    ras_events: tuple[Any, ...] = (),
 ) -> Frame:
     """Copy the model's arrays into a frame, NaN where a real scrape would deliver nothing."""
     down = eff.down
@@ -95,6 +98,8 @@ def build(
             a = m[k.name]
             a[np.broadcast_to(absent.reshape(absent.shape + (1,) * (a.ndim - 3)), a.shape)] = np.nan
 
+    if st.amd.any():
+        _amd(m, st, gpu)
     for key, metric in (("sm_active", c.GPU_SM_ACTIVE), ("tensor_active", c.GPU_TENSOR_ACTIVE),
                         ("step_s", c.JOB_STEP_SECONDS)):  # fmt: skip
         if key in g:  # only on fleets that model them (Fleet(signals=...))
@@ -110,4 +115,16 @@ def build(
     m[c.IB_RECEIVE.name] = port(st.ib_rx)
     ib = {name: port(st.ib[IB[name]]) for name in IB_FILES}
     xids = [(e.node, e.gpu, e.xid) for e in events if e.counted]
-    return Frame(t, m, ib, xids, eff.resets.copy(), tuple(events))
+    return Frame(t, m, ib, xids, eff.resets.copy(), tuple(events), ras_events)
+
+
+def _amd(m: dict[str, np.ndarray], st: FleetState, gpu: Any) -> None:
+    """AMD nodes: XGMI bytes per link and RAS errors per block (NaN on NVIDIA nodes); the
+    NVIDIA-only families (row remapping, NVML's recovery action) NaN on AMD nodes."""
+    m[c.GPU_XGMI_TRANSMIT.name] = gpu(st.xgmi_tx)
+    m[c.GPU_XGMI_RECEIVE.name] = gpu(st.xgmi_rx)
+    m[c.GPU_RAS_ERRORS.name] = gpu(np.where(st.amd[:, None, None, None], st.ras, np.nan))
+    for k in (c.GPU_REMAPPED_ROWS, c.GPU_ROW_REMAP_PENDING, c.GPU_ROW_REMAP_FAILED,
+              c.GPU_RECOVERY_ACTION):  # fmt: skip
+        a = m[k.name]
+        a[st.amd] = np.nan

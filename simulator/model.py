@@ -41,6 +41,7 @@ class Sku:
 
 
 _A100, _L40S = catalog_specs.BY_KEY["a100-sxm"], catalog_specs.BY_KEY["l40s"]
+_MI300X = catalog_specs.BY_KEY["mi300x"]
 SKUS = {
     "h100": Sku("NVIDIA H100 80GB HBM3"),
     "h200": Sku("NVIDIA H200", mem_mhz=3201.0, memory_bytes=150_754_820_096.0),
@@ -50,6 +51,9 @@ SKUS = {
                 catalog_specs.HCA_RATES["HDR"]),
     "l40s": Sku("NVIDIA L40S", _L40S.sm_clock_max_hz / 1e6, 210.0, 9001.0, 48_305_799_168.0,
                 _L40S.power_limit_w, 35.0, _L40S.nvlinks, NDR_BYTES_S),
+    # AMD Instinct MI300X OAM (simulator.amd): XGMI, not NVLink (links 0); the catalogue's spec
+    "mi300x": Sku("AMD Instinct MI300X OAM", _MI300X.sm_clock_max_hz / 1e6, 132.0, 1300.0,
+                  206_141_652_992.0, _MI300X.power_limit_w, 140.0, 0, NDR_BYTES_S),
     # a GB200 NVL72 compute tray (4 GPUs of its 8 frame columns served: simulator.nvl72)
     "gb200-nvl72": Sku("NVIDIA GB200", 2062.0, 345.0, 3996.0, 198_642_237_440.0, 1200.0, 120.0,
                        LINKS),
@@ -237,6 +241,23 @@ def _traffic(
     st.ib[IB["port_xmit_packets"]] += ib_bytes / 4096.0
     st.ib[IB["port_rcv_packets"]] += ib_bytes / 4096.0
     st.ib[IB["port_xmit_wait"]] += ib_bytes / 65536.0
+    if st.amd.any():
+        _xgmi(st, eff, nvl, dt, rng)
+
+
+def _xgmi(st: FleetState, eff: Effects, nvl: np.ndarray, dt: float,
+          rng: np.random.Generator) -> None:  # fmt: skip
+    """XGMI bytes on AMD nodes: a job's traffic spread over the links to its peer GPUs (the own
+    index and a link that is down carry nothing, nor a link to a lost GPU)."""
+    from simulator.amd import XGMI_GPU_BYTES_S
+
+    G = nvl.shape[1]
+    up = ~eff.xgmi_down & ~np.eye(G, dtype=bool)[None]
+    up &= ~eff.lost[:, :, None] & ~eff.lost[:, None, :] & ~eff.down[:, None, None]
+    up &= st.amd[:, None, None]
+    per = (XGMI_GPU_BYTES_S * 0.5 * nvl / (G - 1))[:, :, None] * up * dt
+    st.xgmi_tx += per
+    st.xgmi_rx += per * rng.uniform(0.97, 1.03, per.shape[:2])[:, :, None]
 
 
 def _background(st: FleetState, eff: Effects, dt: float, rng: np.random.Generator) -> None:

@@ -30,6 +30,7 @@ FLEET_KEYS = {
     "seed",
     "small_job_share",
     "storage_mounts",
+    "skus",  # per node, its model (a mixed fleet: h100 beside mi300x)
 }
 TOP_KEYS = {"name", "description", "fleet", "faults", "random"}
 FAULT_KEYS = {"kind", "node", "target", "at", "duration", "parameters"}
@@ -133,6 +134,7 @@ def _target(rng: np.random.Generator, kind: str, want: str | None) -> str:
         "node": "node",
         "switch": "",
         "link": f"gpu{g}/{int(rng.integers(LINKS))}",
+        "xgmi_link": f"gpu{g}/{(g + 1 + int(rng.integers(GPUS - 1))) % GPUS}",
         "port": port_name(int(rng.integers(PORTS))),
         "mount": "/mnt/ckpt",
     }[t]

@@ -25,9 +25,11 @@ from exporter.collectors.steps import StepsCollector
 from exporter.collectors.storage import StorageCollector
 from exporter.sources.systemd_units import FakeUnits
 from simulator import nvl72
+from simulator.dme import DmeNode
 from simulator.faults import Fault, FaultError
 from simulator.fleet import Fleet
-from simulator.node_view import NodeView
+from simulator.node_view import DRIVER, NodeView
+from simulator.nvml_fake import FakeNvml
 from simulator.storage import SimStorage
 from simulator.telemetry import TELEMETRIES, as_dcgm_exporter, dcgm_fields, is_dcgm
 
@@ -45,6 +47,8 @@ class _Served:
     storage: SimStorage
     cols: list[Collector]
     units: FakeUnits | None = None  # an NVL72 tray's systemd units (IMEX)
+    dme: DmeNode | None = None  # an AMD node: DME serves its GPUs (simulator.dme)
+    ras_seen: int = 0  # the fleet's RAS events this node's DME has observed
     steps: int = -1  # model step the body was rendered at
     t: float = -math.inf  # model time the body was rendered at
     wall: float = -math.inf  # wall time it was rendered at
@@ -70,6 +74,7 @@ class Simulator:
         shard: tuple[int, int] = (0, 1),
         max_stale_s: float = 0.0,
         telemetry: str = "gpuwarden",
+        dme_prefix: str = "",
     ) -> None:
         if not time_scale > 0 or not tick_s > 0:
             raise ValueError(f"time_scale and tick must be > 0, got {time_scale}, {tick_s}")
@@ -80,6 +85,7 @@ class Simulator:
         self._dcgm_fields = dcgm_fields(telemetry)
         self.fleet, self.dcgm, self.time_scale, self.tick_s = fleet, dcgm, time_scale, tick_s
         self.shard, self.max_stale_s = shard, max_stale_s
+        self.dme_prefix = dme_prefix  # AMD nodes' DME field prefix (amd_ in DME's example)
         self._clock, self._wall = clock, wall
         self._epoch = clock() if epoch is None else epoch
         self._t0 = fleet.t
@@ -127,6 +133,10 @@ class Simulator:
             if is_dcgm(self.telemetry):
                 served.body = as_dcgm_exporter(served.body, self._allocation(i),
                                                self._dcgm_fields)  # fmt: skip
+            if served.dme is not None:  # an AMD node: its GPUs as DME serves them
+                new = self.fleet.ras_events[served.ras_seen :]  # every step's, not the last's
+                served.ras_seen = len(self.fleet.ras_events)
+                served.body += served.dme.render(self.frame, self._allocation(i), new)
             served.steps, served.t, served.wall = self.steps, self.fleet.t, self._clock()
         return served.body
 
@@ -148,14 +158,21 @@ class Simulator:
 
     def _serve(self, node: str, i: int) -> _Served:
         view = NodeView(node, i, self.fleet.sku_of[i])
+        dme = None
+        if self.fleet.amd[i]:  # NVML sees no GPU here: the exporter serves the node's NICs
+            view.nvml = FakeNvml([], driver_version=DRIVER)
+            dme = DmeNode(node, i, self.dme_prefix)
         units = nvl72.attach(view.nvml, self.fleet.sku_of, i)  # NVL72 trays: domain, IMEX
         cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg, fabric_units=units)
         gpu = next(x for x in cols if isinstance(x, GpuCollector))
-        cols.append(JobsCollector(view.jobs, gpu.identities, node))  # the prolog's job map
+        if dme is None:  # (an AMD node's jobs are DME's job_id label, from its Slurm prolog)
+            cols.append(JobsCollector(view.jobs, gpu.identities, node))  # the prolog's job map
         if "steps" in self.fleet.signals:  # the training side's published step times
             cols.append(StepsCollector(view.steps, gpu.identities, node, view.jobs))
         storage = SimStorage(node, i, self.fleet.faults(), self.fleet.storage_mounts)
-        self._served[node] = served = _Served(view, self._loop(node, cols), storage, cols, units)
+        self._served[node] = served = _Served(
+            view, self._loop(node, cols), storage, cols, units, dme=dme
+        )
         return served
 
     def _probe_storage(self, served: _Served, node: str) -> None:

@@ -7,10 +7,11 @@ Counters here are *raw*: they restart from zero on a reboot (``Frame.resets`` sa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from exporter.catalog import RAS_BLOCKS, RAS_ERROR_TYPES
 from simulator.topology import GPUS, LINKS, PORTS
 
 # sysfs ports/<p>/counters files the fleet models (data counters are kept in bytes apart).
@@ -54,6 +55,11 @@ class FleetState:
     temp: np.ndarray  # (n, 8) lagged core temperature
     sbe_rate: np.ndarray  # (n, 8) background corrected-ECC events per second
     symbol_rate: np.ndarray  # (n, 8) background symbol errors per second on a healthy port
+    # AMD nodes only (empty until :meth:`enable_amd`, so NVIDIA fleets pay nothing)
+    amd: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # (n,)
+    xgmi_tx: np.ndarray = field(default_factory=lambda: np.zeros((0, GPUS, 8)))  # (n, 8, 8)
+    xgmi_rx: np.ndarray = field(default_factory=lambda: np.zeros((0, GPUS, 8)))
+    ras: np.ndarray = field(default_factory=lambda: np.zeros((0, GPUS, 0, 3)))  # block x type
 
     @classmethod
     def new(cls, n: int, rng: np.random.Generator) -> FleetState:
@@ -80,6 +86,17 @@ class FleetState:
             symbol_rate=rng.lognormal(np.log(1 / 900), 1.0, (n, PORTS)),
         )
 
+    def enable_amd(self, amd: np.ndarray) -> None:
+        """Model AMD nodes (``amd``: per node): XGMI traffic per link and RAS errors per block
+        (no draw from the generator, so the rest of the fleet replays as before)."""
+        from simulator.amd import xgmi_start
+
+        n = amd.size
+        self.amd = amd.copy()
+        self.xgmi_tx = np.where(amd[:, None, None], xgmi_start(n, GPUS), np.nan)
+        self.xgmi_rx = self.xgmi_tx * 0.97
+        self.ras = np.zeros((n, GPUS, len(RAS_BLOCKS), len(RAS_ERROR_TYPES)))
+
     def reset(self, nodes: np.ndarray) -> None:
         """A reboot: the driver reloads and the HCAs reset; lifetime counts survive."""
         self.energy_j[nodes] = 0.0
@@ -92,3 +109,7 @@ class FleetState:
         self.ib_rx[nodes] = 0.0
         self.ib[:, nodes] = 0.0
         self.temp[nodes] = 30.0
+        if self.amd.any():  # the amdgpu driver reloads: XGMI and RAS counters restart
+            self.xgmi_tx[nodes] = np.where(self.amd[nodes, None, None], 0.0, np.nan)
+            self.xgmi_rx[nodes] = self.xgmi_tx[nodes]
+            self.ras[nodes] = 0.0

@@ -26,13 +26,15 @@ from exporter import catalog_dcgm
 
 DCGM = "dcgm-exporter"  # commonly enabled fields: every catalogue dcgm field
 DCGM_DEFAULTS = "dcgm-exporter:defaults"  # only default-counters.csv's enabled fields
-TELEMETRIES = ("gpuwarden", DCGM, DCGM_DEFAULTS)
+AMD_DME = "amd-dme"  # NVIDIA nodes gpuwarden's, AMD nodes AMD's Device Metrics Exporter
+TELEMETRIES = ("gpuwarden", DCGM, DCGM_DEFAULTS, AMD_DME)
 HELP = (
     "gpuwarden (default); dcgm-exporter: every node as dcgm-exporter + node_exporter would "
     "serve it (no gpuwarden_* series, no node label) with the commonly enabled fields (ECC, "
     "NVLink errors, power limit, row remaps, PCIe link, profiling: a counters CSV that adds "
     "them); dcgm-exporter:defaults: only the fields dcgm-exporter's default-counters.csv "
-    "enables"
+    "enables; amd-dme: NVIDIA nodes gpuwarden's, AMD nodes AMD's Device Metrics Exporter's "
+    "fields (simulator.dme). Whatever the choice, AMD nodes' GPUs are served as DME serves them"
 )
 _SERIES = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

@@ -30,9 +30,9 @@ def worker_argv(s: Any, i: int) -> list[str]:
             "--shard", str(i), "--epoch", repr(s.epoch), "--log-level", "warning"]  # fmt: skip
     for name in ("nodes", "seed", "scenario", "compat", "time_scale", "tick", "nodes_per_leaf",
                  "sku", "skus", "power_caps", "signals", "duration", "workers", "max_staleness",
-                 "telemetry"):  # fmt: skip
-        value = getattr(s, name)
-        if value is not None:
+                 "telemetry", "dme_prefix"):  # fmt: skip
+        value = getattr(s, name, None)
+        if value is not None and value != "":
             argv += [f"--{name.replace('_', '-')}", str(value)]
     return argv
 

@@ -1,7 +1,8 @@
 """The simulator's virtual-time stream as a series source (``gpuwarden evaluate``).
 
 Edge of the analyzer, without I/O: takes the fleet's ``Frame`` objects (docs/contracts.md:
-``t``, ``metrics`` keyed by catalogue name, ``ib_counters``, ``xids`` / ``events``) one by one
+``t``, ``metrics`` keyed by catalogue name, ``ib_counters``, ``xids`` / ``events``, AMD's
+``ras_events``) one by one
 and keeps the last ``window`` seconds in preallocated arrays, so building a :class:`Window`
 is a view, not a copy of the history. Knows the frame's shape by duck typing only; the
 analyzer never imports the simulator.
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.sources.build import QUERIED_NAMES
-from analyzer.window import Window, XidEvent
+from analyzer.window import AfidEvent, Window, XidEvent
 
 
 class FrameBuffer:
@@ -45,6 +46,7 @@ class FrameBuffer:
         self._n = 0  # frames stored
         self._start = 0
         self._xids: deque[XidEvent] = deque()
+        self._afids: deque[AfidEvent] = deque()
         self.jobs: dict[str, tuple[int, ...]] = {}
         self.missing: Any = None  # optional callable(name, array) -> array with NaN holes
 
@@ -77,6 +79,12 @@ class FrameBuffer:
             self._start += 1
         while self._xids and self._xids[0].t < frame.t - self.T * self.step:
             self._xids.popleft()
+        # AMD RAS events (CPER records, counted: none lost), by duck typing as the XIDs
+        for e in getattr(frame, "ras_events", ()):
+            self._afids.append(AfidEvent(float(e.t), int(e.node), int(e.gpu), int(e.afid),
+                                         str(e.severity)))  # fmt: skip
+        while self._afids and self._afids[0].t < frame.t - self.T * self.step:
+            self._afids.popleft()
         if jobs is not None:
             self.jobs = {str(k): tuple(int(x) for x in v) for k, v in jobs.items()}
 
@@ -104,6 +112,7 @@ class FrameBuffer:
             ib_counters={k: v[sl] for k, v in self._ib.items()},
             ports=self.ports,
             xids=tuple(self._xids),
+            afids=tuple(self._afids),
             jobs=self.jobs,
             leaf_of=self.leaf_of,
             sku=self.sku,

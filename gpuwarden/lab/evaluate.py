@@ -30,7 +30,14 @@ from analyzer.findings import Finding
 from analyzer.sources.frames import FrameBuffer
 from gpuwarden.lab.evaluation_baselines import Mahalanobis, StaticThresholds, ZScore
 from gpuwarden.lab.evaluation_metrics import EpisodeTracker, Truth, score
-from gpuwarden.lab.evaluation_scenarios import EXPLICIT, MIXED_CONTROLS, Planned, plan
+from gpuwarden.lab.evaluation_scenarios import (
+    AMD_HARDWARE,
+    EXPLICIT,
+    MIXED_CONTROLS,
+    NVIDIA_ONLY,
+    Planned,
+    plan,
+)
 from simulator.fleet import Fleet
 from simulator.model import SKUS
 from simulator.telemetry import TELEMETRIES
@@ -61,6 +68,9 @@ def _pick_node(fleet: Fleet, p: Planned, busy_until: np.ndarray, t: float,
             sizes[np.where(job_of >= 0, job_of - job_of.min(initial=0), 0)] >= 3
         )
         free &= in_big if p.kind != "app_xid" else job_of >= 0
+    amd = getattr(fleet, "amd", None)
+    if amd is not None and amd.any():  # an H100 + MI300X fleet: each vendor's faults on its own
+        free &= amd if p.kind in AMD_HARDWARE else ~amd if p.kind in NVIDIA_ONLY else True
     cand = np.flatnonzero(free)
     if len(cand) == 0:
         return None
@@ -99,6 +109,14 @@ def mixed_fleet(nodes: int, seed: int, **kw: Any) -> Fleet:
     skus = ["h100" if i // per_leaf < 4 else "a100" for i in range(nodes)]
     return Fleet(nodes, seed, nodes_per_leaf=per_leaf, skus=skus, power_caps={"leaf-02": 500.0},
                  **kw)  # fmt: skip
+
+
+def mixed_amd_fleet(nodes: int, seed: int, **kw: Any) -> Fleet:
+    """The heterogeneous-vendor evaluation: four racks (leaves), two of H100 SXM and two of
+    AMD Instinct MI300X (8 GPUs in an XGMI hive, 8 NICs each)."""
+    per_leaf = max(1, -(-nodes // 4))
+    skus = ["h100" if i // per_leaf < 2 else "mi300x" for i in range(nodes)]
+    return Fleet(nodes, seed, nodes_per_leaf=per_leaf, skus=skus, **kw)
 
 
 def _for_model(fleet: Fleet, p: Planned, node: str) -> Planned:
@@ -156,15 +174,17 @@ def run_seed(
     rails: bool = False,
     missed_scrapes: float = 0.0,
     tap: Any = None,
+    amd: bool = False,
 ) -> dict[str, Any]:
     """``missed_scrapes``: the share of node scrapes lost (every series of the node missing
     at that step); ``tap(fleet, frame, jobs, missed)`` sees each frame as pushed
     (``gpuwarden evaluate --via prometheus`` records the scraped history with it)."""
-    fleet = mixed_fleet(nodes, seed, rails=rails) if mixed else Fleet(nodes, seed)
+    fleet = (mixed_amd_fleet(nodes, seed) if amd else
+             mixed_fleet(nodes, seed, rails=rails) if mixed else Fleet(nodes, seed))  # fmt: skip
     port_leaf = fleet.port_leaf()  # a rail-optimized fabric: a leaf per port
     rng = np.random.default_rng(20_000 + seed)
     planned = plan(seed, horizon, per_kind, controls, hardware,
-                   extra=tuple(MIXED_CONTROLS) if mixed else ())  # fmt: skip
+                   extra=tuple(MIXED_CONTROLS) if mixed else (), amd=amd)  # fmt: skip
     buf = FrameBuffer(fleet.nodes, 600.0, step, dict(enumerate(fleet.leaf_of)),
                       [port_name(p) for p in range(8)], sku=fleet.models)  # fmt: skip
     if missing > 0:
@@ -459,6 +479,15 @@ def _parser() -> argparse.ArgumentParser:
                    "+reasons: commonly enabled plus the clock-event reasons bitmask "
                    "(DCGM field 112 under its pre-4.0 name) and the power/thermal violation "
                    "counters")  # fmt: skip
+    p.add_argument("--fleet", choices=("homogeneous", "mixed-amd"), default="homogeneous",
+                   help="--via prometheus: mixed-amd: two H100 racks beside two AMD Instinct "
+                   "MI300X racks with AMD's faults too; with --telemetry amd-dme a second path "
+                   "serves the MI300X GPUs as AMD's Device Metrics Exporter would")  # fmt: skip
+    p.add_argument(
+        "--dme-prefix",
+        default="",
+        help="--telemetry amd-dme: the prefix before DME's field names (amd_)",
+    )
     p.add_argument("--out", default="out/evaluation")
     return p
 
@@ -524,7 +553,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("gpuwarden evaluate: --via prometheus runs the homogeneous fleet (no --mixed) "
                   "and needs 0 <= --missed-scrapes < 1", file=sys.stderr)  # fmt: skip
             return 2
+        if (a.telemetry == "amd-dme") != (a.fleet == "mixed-amd"):
+            print("gpuwarden evaluate: --telemetry amd-dme goes with --fleet mixed-amd (and it "
+                  "with amd-dme)", file=sys.stderr)  # fmt: skip
+            return 2
         return _via_prometheus(a, out)
+    if a.fleet != "homogeneous":
+        print("gpuwarden evaluate: --fleet mixed-amd goes with --via prometheus", file=sys.stderr)
+        return 2
     runs, free, miss, strag, mixed = [], [], [], [], []
     with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Inline() as pool:
         for seed, (r, f, m, st, mx) in zip(
@@ -565,7 +601,8 @@ def _via_prometheus(a: argparse.Namespace, out: Path) -> int:
     for seed in range(a.seeds):
         r = vp.run_seed_via_prometheus(seed, a.nodes, a.hours * 3600.0, a.step, a.cycle,
                                        a.per_kind, a.controls, a.missed_scrapes,
-                                       a.telemetry)  # fmt: skip
+                                       a.telemetry, "" if a.fleet == "homogeneous" else a.fleet,
+                                       a.dme_prefix)  # fmt: skip
         print(f"seed {seed}: " + ", ".join(f"{k} {v:.0f}s" for k, v in r["seconds"].items()),
               file=sys.stderr)  # fmt: skip
         runs.append(r)

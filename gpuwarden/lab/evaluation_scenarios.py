@@ -40,6 +40,21 @@ CONTROLS: dict[str, tuple[str, bool, float]] = {
 }
 # controls only the mixed-fleet runs draw (the homogeneous plans stay as they were)
 MIXED_CONTROLS: dict[str, tuple[str, bool, float]] = {"driver_reload": ("node", True, 60.0)}
+# AMD Instinct faults (simulator.faults.amd): only the mixed H100 + MI300X runs draw them, on
+# MI300X nodes; the NVIDIA-only kinds go to the H100 nodes there (the rest anywhere)
+AMD_HARDWARE: dict[str, tuple[str, bool, float]] = {
+    "amd_hbm_uncorrectable": ("gpu", False, 1800.0),
+    "amd_deferred_errors": ("gpu", False, 3600.0),
+    "xgmi_link_down": ("xgmi_link", True, 1800.0),
+    "amd_gpu_lost": ("gpu", False, 1800.0),
+    "amd_ppt_throttle": ("gpu_or_node", True, 3600.0),
+    "amd_thermal_throttle": ("gpu_or_node", True, 3600.0),
+    "amd_fail_slow": ("gpu_or_node", True, 3600.0),
+    "amd_afid_event": ("gpu", False, 1800.0),
+}
+NVIDIA_ONLY = frozenset({"xid", "app_xid", "gpu_fallen_off_bus", "ecc_sbe_storm",
+                         "row_remap_pending", "row_remap_failure", "nvlink_errors", "nvlink_down",
+                         "thermal_throttle", "power_throttle", "straggler"})  # fmt: skip
 EXPLICIT = frozenset({"xid", "gpu_fallen_off_bus", "nvlink_down", "ib_port_down", "leaf_outage"})
 
 
@@ -75,6 +90,8 @@ def _params(kind: str, rng: np.random.Generator) -> tuple[dict[str, Any], str]:
                 "width": int(rng.choice([8, 16])),
             }, target
         return {}, target
+    if kind in AMD_HARDWARE:
+        return _amd_params(kind, g, rng)
     if kind in ("nvlink_errors", "nvlink_down"):
         return {}, f"gpu{g}/{int(rng.integers(0, 18))}"
     if kind.startswith("ib_"):
@@ -86,12 +103,28 @@ def _params(kind: str, rng: np.random.Generator) -> tuple[dict[str, Any], str]:
     return {}, "node" if kind != "leaf_outage" else ""
 
 
+def _amd_params(kind: str, g: int, rng: np.random.Generator) -> tuple[dict[str, Any], str]:
+    if kind == "xgmi_link_down":
+        return {}, f"gpu{g}/{(g + 1 + int(rng.integers(0, 7))) % 8}"
+    if kind == "amd_hbm_uncorrectable":
+        return {"fatal": bool(rng.random() < 0.7)}, f"gpu{g}"
+    if kind == "amd_deferred_errors":
+        return {"count": int(rng.integers(1, 5))}, f"gpu{g}"
+    if kind == "amd_afid_event":  # a watchdog timeout, or it then an HBM error before a scrape
+        return {"afid": 27, "then": int(rng.choice([0, 22]))}, f"gpu{g}"
+    target = "node" if rng.random() < 0.4 else f"gpu{g}"
+    if kind == "amd_fail_slow":
+        return {"slowdown": float(rng.choice([0.05, 0.08, 0.1, 0.15]))}, target
+    return {}, target
+
+
 def plan(
     seed: int, horizon: float, per_kind: int, controls_per_kind: int, hardware: bool = True,
-    extra: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (), amd: bool = False,
 ) -> list[Planned]:  # fmt: skip
     rng = np.random.default_rng(10_000 + seed)
-    kinds = ([k for k in HARDWARE for _ in range(per_kind)] if hardware else []) + [
+    hw = [*HARDWARE, *AMD_HARDWARE] if amd else list(HARDWARE)
+    kinds = ([k for k in hw for _ in range(per_kind)] if hardware else []) + [
         k for k in (*CONTROLS, *extra) for _ in range(controls_per_kind)
     ]
     rng.shuffle(kinds)
@@ -99,7 +132,7 @@ def plan(
     onsets = np.sort(rng.uniform(lo, hi, len(kinds)))
     out = []
     for kind, onset in zip(kinds, onsets, strict=True):
-        ttype, needs_job, duration = (HARDWARE | CONTROLS | MIXED_CONTROLS)[kind]
+        ttype, needs_job, duration = (HARDWARE | CONTROLS | MIXED_CONTROLS | AMD_HARDWARE)[kind]
         params, target = _params(kind, rng)
         if kind == "pcie_downgrade" and params["width"] == 16 and params["generation"] == 5:
             params["generation"] = 4

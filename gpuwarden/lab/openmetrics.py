@@ -33,7 +33,14 @@ from analyzer.sources.queries import QUERIES
 from exporter import catalog as c
 from simulator.state import IB_HW_COUNTERS
 
-_SPECIAL = (c.GPU_XID_ERRORS, c.GPU_ALLOCATION_INFO, c.GPU_INFO, c.IB_COUNTER, c.IB_HW_COUNTER)
+_SPECIAL = (
+    c.GPU_XID_ERRORS,
+    c.GPU_ALLOCATION_INFO,
+    c.GPU_INFO,
+    c.IB_COUNTER,
+    c.IB_HW_COUNTER,
+    c.GPU_RAS_EVENTS,
+)
 _AXES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     c.GPU_THROTTLE.name: (("reason", tuple(c.THROTTLE_REASONS)),),
     c.GPU_ECC_ERRORS.name: (
@@ -41,6 +48,9 @@ _AXES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
         ("counter_type", ("volatile", "aggregate")),
     ),
     c.NVLINK_ERRORS.name: (("error_type", tuple(c.NVLINK_ERROR_TYPES)),),
+    c.GPU_RAS_ERRORS.name: (("block", c.RAS_BLOCKS), ("error_type", c.RAS_ERROR_TYPES)),
+    # the frame's (correctable, uncorrectable) rows (simulator.state.FleetState.remapped)
+    c.GPU_REMAPPED_ROWS.name: (("kind", ("correctable", "uncorrectable")),),
 }
 _IB_USED = frozenset(c.IB_ERROR_COUNTERS)  # the counters the analyzer reads
 _HW = frozenset(IB_HW_COUNTERS)
@@ -76,8 +86,14 @@ class ScrapeRecorder:
         epoch: float,
         workdir: Path | None = None,
         part: tuple[int, int] | None = None,
+        native_gpus: Sequence[bool] | None = None,
     ) -> None:
         lo, hi = part or (0, len(nodes))
+        # per fleet node: its GPUs served by gpuwarden's exporter (False: by another exporter,
+        # e.g. AMD's DME, which another recorder writes; its NICs stay gpuwarden's)
+        self.native = np.ones(hi - lo, dtype=bool) if native_gpus is None else \
+            np.asarray(native_gpus, dtype=bool)[lo:hi]  # fmt: skip
+        self._ras: dict[tuple[int, int, int, str], float] = {}
         self.rows = slice(lo, hi)  # this recorder's nodes in the fleet's arrays
         self.nodes = tuple(nodes)[self.rows]
         self.uuid = uuid  # (node, gpu) -> uuid
@@ -102,13 +118,15 @@ class ScrapeRecorder:
         if missed is not None:
             present &= ~missed[rows]
         ts = f" {self.epoch + frame.t:.3f}\n"
+        nodes_present, present = present, present & self.native  # GPU families: native only
         for name in self.names:
             a = frame.metrics.get(name)
             if a is not None:
                 a = a[rows]
-                self._write(name, self._series(name, a.shape), a, present, ts)
+                here = nodes_present if "device" in c.by_name(name).labels else present
+                self._write(name, self._series(name, a.shape), a, here, ts)
                 for gate, value in _gates(name, a):
-                    self._write(gate, self._series(gate, value.shape), value, present, ts)
+                    self._write(gate, self._series(gate, value.shape), value, here, ts)
         errors = [a[rows] for k, a in frame.ib_counters.items() if k in _IB_USED]
         if errors:  # the exporter's per-port sum of the error counters
             sums = c.IB_PORT_ERRORS.name
@@ -118,7 +136,7 @@ class ScrapeRecorder:
                     f'{sums}{{node="{n}",device="mlx5_{p}",port="1"}}'
                     for n in self.nodes for p in range(errors[0].shape[1])
                 ])  # fmt: skip
-            self._write(sums, lab, np.sum(errors, axis=0), present, ts)
+            self._write(sums, lab, np.sum(errors, axis=0), nodes_present, ts)
         for counter, a in frame.ib_counters.items():
             a = a[rows]
             if counter in _IB_USED:
@@ -133,7 +151,8 @@ class ScrapeRecorder:
                             for p in range(a.shape[1])
                         ]
                     )
-                self._write(fam.name, lab, a, present, ts)
+                self._write(fam.name, lab, a, nodes_present, ts)
+        self._ras_events(frame, lo, present, ts)
         events = getattr(frame, "events", None)
         hits = (
             [(e.node, e.gpu, e.xid) for e in events if getattr(e, "counted", True)]
@@ -191,6 +210,23 @@ class ScrapeRecorder:
         self._write(c.GPU_INFO.name, info, np.ones((N, G)), present, ts)
         self.samples += len(xid_lines) + len(alloc)
         self.steps += 1
+
+    def _ras_events(self, frame: Any, lo: int, present: np.ndarray, ts: str) -> None:
+        """AMD RAS events (CPER records) as the exporter counts them: one counter per (GPU,
+        AFID, CPER severity), born at its first event, never losing one."""
+        for e in getattr(frame, "ras_events", ()):
+            if lo <= int(e.node) < self.rows.stop:
+                k = (int(e.node) - lo, int(e.gpu), int(e.afid), str(e.severity))
+                self._ras[k] = self._ras.get(k, 0.0) + 1.0
+        if not self._ras:
+            return
+        name = c.GPU_RAS_EVENTS.name
+        lines = [name + _labels({"node": self.nodes[n], "gpu": str(g),
+                                 "uuid": self.uuid(self.nodes[n], g), "afid": str(a),
+                                 "severity": sev}) + f" {v:g}{ts}"
+                 for (n, g, a, sev), v in sorted(self._ras.items()) if present[n]]  # fmt: skip
+        self._out(name).write("".join(lines))
+        self.samples += len(lines)
 
     def _series(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """Label strings for every cell of a frame array of ``shape`` (nodes, gpus, ...)."""

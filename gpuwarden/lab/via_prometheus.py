@@ -36,15 +36,18 @@ from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.sources.prometheus import PrometheusSource
 from exporter import catalog as c
+from exporter import catalog_amd
 from gpuwarden.lab.dcgm_openmetrics import DcgmScrapeRecorder
+from gpuwarden.lab.dme_openmetrics import DmeScrapeRecorder
 from gpuwarden.lab.evaluation_metrics import Episode, EpisodeTracker, Truth, score
 from gpuwarden.lab.openmetrics import ScrapeRecorder
 from gpuwarden.processes import Supervisor, free_port
 from simulator.model import SKUS
-from simulator.telemetry import DCGM, DCGM_DEFAULTS, dcgm_fields
+from simulator.telemetry import AMD_DME, DCGM, DCGM_DEFAULTS, dcgm_fields
 from simulator.topology import gpu_uuid
 
 BLOCK = 7200.0
+MIXED_AMD = "mixed-amd"  # two racks of H100 beside two of MI300X (evaluate.mixed_amd_fleet)
 
 
 # dcgm-exporter: the commonly enabled fields; :defaults: default-counters.csv's alone;
@@ -53,7 +56,7 @@ BLOCK = 7200.0
 # DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) and the power/thermal violation counters
 REASONS = "dcgm-exporter+reasons"
 BITMASK = c.DCGM_CLOCK_THROTTLE_REASONS.name
-TELEMETRIES = ("gpuwarden", DCGM, DCGM_DEFAULTS, "dcgm-exporter+clock-events", REASONS)
+TELEMETRIES = ("gpuwarden", DCGM, DCGM_DEFAULTS, "dcgm-exporter+clock-events", REASONS, AMD_DME)
 
 
 class Recorder:
@@ -63,11 +66,15 @@ class Recorder:
 
     def __init__(self, epoch: float, workdir: Path, dcgm: bool = False,
                  clock_events: bool = False, fields: frozenset[str] | None = None,
-                 reasons: bool = False) -> None:  # fmt: skip
+                 reasons: bool = False, dme: bool = False, dme_prefix: str = "") -> None:  # fmt: skip
         self.epoch, self.workdir, self.want_dcgm = epoch, workdir, dcgm
         self.clock_events, self.fields, self.reasons = clock_events, fields, reasons
+        self.want_dme, self.dme_prefix = dme, dme_prefix
         self.om: ScrapeRecorder | None = None
         self.dcgm: DcgmScrapeRecorder | None = None
+        # ``dme``: NVIDIA nodes (and every NIC) native, the AMD nodes' GPUs as DME serves them
+        self.dme_native: ScrapeRecorder | None = None
+        self.dme: DmeScrapeRecorder | None = None
         self.fleet: Any = None
 
     def __call__(self, fleet: Any, frame: Any, jobs: Any, missed: np.ndarray) -> None:
@@ -81,9 +88,27 @@ class Recorder:
                                                fields=self.fields,
                                                clock_reasons=BITMASK if self.reasons else "",
                                                violations=self.reasons)  # fmt: skip
+            if self.want_dme:
+                amd = fleet.amd
+                self.dme_native = ScrapeRecorder(fleet.nodes, gpu_uuid, names, self.epoch,
+                                                 self.workdir, native_gpus=~amd)  # fmt: skip
+                self.dme = DmeScrapeRecorder(fleet.nodes, amd, self.epoch, self.workdir,
+                                             self.dme_prefix, catalog_amd.read_fields())  # fmt: skip
         self.om.push(frame, jobs, missed)
         if self.dcgm is not None:
             self.dcgm.push(frame, jobs, missed)
+        if self.dme is not None and self.dme_native is not None:
+            self.dme_native.push(frame, jobs, missed)
+            self.dme.push(frame, jobs, missed)
+
+    def write_dme(self, path: Path) -> Path:
+        """The DME path's OpenMetrics: the native part and DME's (disjoint families)."""
+        assert self.dme is not None and self.dme_native is not None
+        self.dme_native.write(path)
+        with path.open("r+b") as f:  # drop the native part's "# EOF": DME's families follow
+            f.truncate(path.stat().st_size - len(b"# EOF\n"))
+        self.dme.write(path)
+        return path
 
 
 def epoch_for(horizon: float) -> float:
@@ -147,8 +172,8 @@ async def _cycles(url: str, fleet: Any, epoch: float, times: Sequence[float], st
 
 def run_seed_via_prometheus(seed: int, nodes: int, horizon: float, step: float = 15.0,
                             cycle: float = 30.0, per_kind: int = 2, controls: int = 2,
-                            missed_scrapes: float = 0.01, telemetry: str = "gpuwarden"
-                            ) -> dict[str, Any]:  # fmt: skip
+                            missed_scrapes: float = 0.01, telemetry: str = "gpuwarden",
+                            fleet: str = "", dme_prefix: str = "") -> dict[str, Any]:  # fmt: skip
     """One seed through both paths: the direct run's results and the Prometheus run's, each
     with per-class figures (:func:`per_class`). ``telemetry="dcgm-exporter"``: a third path,
     the same fleet scraped as dcgm-exporter + node_exporter would serve it (``dcgm``), with the
@@ -157,15 +182,19 @@ def run_seed_via_prometheus(seed: int, nodes: int, horizon: float, step: float =
 
     if telemetry not in TELEMETRIES:
         raise ValueError(f"telemetry {telemetry!r} is not one of {TELEMETRIES}")
+    if fleet not in ("", MIXED_AMD) or (telemetry == AMD_DME) != (fleet == MIXED_AMD):
+        raise ValueError(f"telemetry {AMD_DME} goes with the fleet {MIXED_AMD}, and only it")
+    amd = fleet == MIXED_AMD
     epoch = epoch_for(horizon)
     with tempfile.TemporaryDirectory(prefix="gpuwarden-eval-prom-") as tmp:
         work = Path(tmp)
-        rec = Recorder(epoch, work, dcgm=telemetry != "gpuwarden",
+        rec = Recorder(epoch, work, dcgm=telemetry not in ("gpuwarden", AMD_DME),
                        clock_events=telemetry.endswith("+clock-events"),
-                       fields=dcgm_fields(telemetry), reasons=telemetry == REASONS)  # fmt: skip
+                       fields=dcgm_fields(telemetry), reasons=telemetry == REASONS,
+                       dme=amd, dme_prefix=dme_prefix)  # fmt: skip
         t0 = time.perf_counter()
         direct = run_seed(seed, nodes, horizon, step, cycle, per_kind, controls, compare=False,
-                          missed_scrapes=missed_scrapes, tap=rec)  # fmt: skip
+                          missed_scrapes=missed_scrapes, tap=rec, amd=amd)  # fmt: skip
         eps_direct = direct.pop("episodes")
         assert rec.om is not None
         sim_s = time.perf_counter() - t0
@@ -173,10 +202,16 @@ def run_seed_via_prometheus(seed: int, nodes: int, horizon: float, step: float =
         paths: dict[str, list[Episode]] = {"direct": eps_direct}
         seconds = {"simulate_and_record": sim_s}
         samples, degraded = 0, {}
-        for path, om_rec in (("prometheus", rec.om), ("dcgm", rec.dcgm)):
+        for path, om_rec in (("prometheus", rec.om), ("dcgm", rec.dcgm), ("dme", rec.dme)):
             if om_rec is None:
                 continue
-            om = om_rec.write(work / f"{path}.om")
+            if path == "dme":
+                om = rec.write_dme(work / "dme.om")
+                assert rec.dme_native is not None
+                samples += rec.dme_native.samples
+                rec.dme_native.close()
+            else:
+                om = om_rec.write(work / f"{path}.om")
             samples += om_rec.samples
             om_rec.close()
             seconds[f"promtool_backfill_{path}"] = backfill(om, work / f"tsdb-{path}")
@@ -191,7 +226,7 @@ def run_seed_via_prometheus(seed: int, nodes: int, horizon: float, step: float =
     node_days = nodes * horizon / 86400.0
     out: dict[str, Any] = {
         "seed": seed, "nodes": nodes, "horizon_s": horizon, "missed_scrapes": missed_scrapes,
-        "telemetry": telemetry, "direct": direct["results"]["gpuwarden"],
+        "telemetry": telemetry, "fleet": fleet, "direct": direct["results"]["gpuwarden"],
         "samples": samples, "degraded_cycles": sum(degraded.values()), "cycles": len(times),
         "seconds": seconds,
     }  # fmt: skip
@@ -290,6 +325,15 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
               f"missed scrapes {runs[0]['missed_scrapes']:.1%}"]  # fmt: skip
     if all("dcgm" in r for r in runs):
         lines += ["", *telemetry_table(runs)]
+    if all("dme" in r for r in runs):
+        lines += [
+            "",
+            *telemetry_table(
+                runs,
+                "dme",
+                ("gpuwarden-exporter on every node", "H100 gpuwarden-exporter, MI300X DME"),
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -298,21 +342,25 @@ def _mean(vals: Sequence[float]) -> float:
     return float(np.mean(v)) if v else math.nan
 
 
-def telemetry_table(runs: Sequence[dict[str, Any]]) -> list[str]:
-    """gpuwarden's telemetry vs dcgm-exporter + node_exporter's, both through Prometheus:
-    the summary, then recall and F1 per fault class."""
+def telemetry_table(runs: Sequence[dict[str, Any]], other: str = "dcgm",
+                    labels: tuple[str, str] = ("gpuwarden-exporter",
+                                               "dcgm-exporter + node_exporter"),
+                    ) -> list[str]:  # fmt: skip
+    """gpuwarden's telemetry vs another's (``other``: dcgm-exporter + node_exporter's, or the
+    MI300X nodes on AMD's DME), both through Prometheus: the summary, then recall and F1 per
+    fault class."""
     lines = ["| telemetry (through Prometheus) | precision | recall | F1 | TTD median s | "
              "false drains |", "|---|---|---|---|---|---|"]  # fmt: skip
-    for path, label in (("prometheus", "gpuwarden-exporter"),
-                        ("dcgm", "dcgm-exporter + node_exporter")):  # fmt: skip
+    for path, label in (("prometheus", labels[0]), (other, labels[1])):
         summ = [r[path]["summary"] for r in runs]
         lines.append(f"| {label} | {_f(_mean([x['precision'] for x in summ]))} | "
                      f"{_f(_mean([x['recall'] for x in summ]))} | "
                      f"{_f(_mean([x['f1'] for x in summ]))} | "
                      f"{_s(_mean([x['ttd_median_s'] for x in summ]))} | "
                      f"{sum(int(x['false_drains']) for x in summ)} |")  # fmt: skip
-    lines += ["", "| fault class | recall gpuwarden | recall dcgm | F1 gpuwarden | F1 dcgm | "
-              "TTD gpuwarden s | TTD dcgm s |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", f"| fault class | recall gpuwarden | recall {other} | F1 gpuwarden | "
+              f"F1 {other} | TTD gpuwarden s | TTD {other} s |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for k in sorted({k for r in runs for k in r["classes"]}):
         cls = [r["classes"][k] for r in runs if k in r["classes"]]
 
@@ -322,10 +370,10 @@ def telemetry_table(runs: Sequence[dict[str, Any]]) -> list[str]:
 
         lines.append(
             f"| {k} | {_f(_mean([c['prometheus']['recall'] for c in cls]))} | "
-            f"{_f(_mean([c['dcgm']['recall'] for c in cls]))} | "
+            f"{_f(_mean([c[other]['recall'] for c in cls]))} | "
             f"{_f(_mean([c['prometheus']['f1'] for c in cls]))} | "
-            f"{_f(_mean([c['dcgm']['f1'] for c in cls]))} | {_s(ttd('prometheus'))} | "
-            f"{_s(ttd('dcgm'))} |"
+            f"{_f(_mean([c[other]['f1'] for c in cls]))} | {_s(ttd('prometheus'))} | "
+            f"{_s(ttd(other))} |"
         )
     return lines
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from simulator.faults import fabric, gpu, infiniband, nvlink, storage, workload
+from simulator.faults import amd, fabric, gpu, infiniband, nvlink, storage, workload
 from simulator.faults.base import Fault, FaultError, FaultKind, make_fault
 
 KINDS: dict[str, FaultKind] = {
-    k.name: k for mod in (gpu, nvlink, infiniband, workload, storage, fabric) for k in mod.KINDS
+    k.name: k
+    for mod in (gpu, nvlink, infiniband, workload, storage, fabric, amd)
+    for k in mod.KINDS
 }
 
 __all__ = ["KINDS", "Fault", "FaultError", "FaultKind", "make_fault"]

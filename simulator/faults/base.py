@@ -121,7 +121,7 @@ Apply = Callable[[Fault, Step], None]
 @dataclass(frozen=True)
 class FaultKind:
     name: str
-    target: str  # gpu | link | port | node | gpu_or_node | switch | mount
+    target: str  # gpu | link | xgmi_link | port | node | gpu_or_node | switch | mount
     apply: Apply
     params: Mapping[str, Param] = field(default_factory=dict)
     hardware: bool = True
@@ -129,6 +129,7 @@ class FaultKind:
     help: str = ""
     clears_on_reboot: Callable[[Fault], bool] = lambda f: False
     check: Callable[[Mapping[str, Any]], str] = lambda p: ""  # cross-parameter rule: "" = ok
+    vendor: str = ""  # "amd": only on AMD nodes (simulator.amd); "": any node
 
 
 _GPU = re.compile(r"^(?:gpu)?(\d+)$")
@@ -159,12 +160,19 @@ def resolve_target(kind: FaultKind, topo: Topology, node: str, target: str) -> d
         return {**out, "target": f"gpu{int(m[1])}", "gpu": int(m[1])}
     if kind.target == "link" and (m := _LINK.match(t)) and int(m[1]) < GPUS and int(m[2]) < LINKS:
         return {**out, "target": t, "gpu": int(m[1]), "link": int(m[2])}
+    if (
+        kind.target == "xgmi_link"
+        and (m := _LINK.match(t))
+        and GPUS > int(m[2]) != int(m[1]) < GPUS
+    ):
+        return {**out, "target": t, "gpu": int(m[1]), "link": int(m[2])}  # link_index = peer
     if kind.target == "port" and (m := _PORT.match(t)) and int(m[1]) < PORTS:
         return {**out, "target": port_name(int(m[1])), "port": int(m[1])}
     want = {
         "gpu": "gpu0..gpu7",
         "gpu_or_node": "'node' or gpu0..gpu7",
         "link": "gpu<0-7>/<0-17>",
+        "xgmi_link": "gpu<0-7>/<peer 0-7, not the GPU itself>",
         "port": "mlx5_<0-7>/1",
     }[kind.target]
     raise FaultError(f"bad target {target!r} for {kind.name}: want {want}")

@@ -29,7 +29,18 @@ def test_every_fault_kind_appears_in_the_every_kind_scenario() -> None:
     sc = scenario.load(SCENARIOS / "every-kind.yaml")
     # the NVL72 fabric kinds act on gb200-nvl72 trays only; the every-kind fleet is HGX
     nvl72_only = {k.name for k in fabric_faults.KINDS}
-    assert {f["kind"] for f in sc.faults} == set(KINDS) - nvl72_only
+    amd_only = {k.name for k in KINDS.values() if k.vendor == "amd"}  # mixed-amd.yaml's
+    assert {f["kind"] for f in sc.faults} == set(KINDS) - nvl72_only - amd_only
+
+
+def test_every_amd_fault_kind_appears_in_the_mixed_amd_scenario_on_an_mi300x_node() -> None:
+    sc = scenario.load(SCENARIOS / "mixed-amd.yaml")
+    fleet = scenario.build(sc, seed=1)
+    amd_only = {k.name for k in KINDS.values() if k.vendor == "amd"}
+    assert amd_only <= {f["kind"] for f in sc.faults}
+    assert {
+        fleet.sku_of[fleet.topo.index[f["node"]]] for f in sc.faults if f["kind"] in amd_only
+    } == {"mi300x"}
 
 
 def test_default_priors_name_known_kinds_with_rates_per_thousand_node_days() -> None:

@@ -102,6 +102,17 @@ def _names(present: frozenset[str] | None, f: str) -> list[str]:
     return sorted(n for n in present if (s := split(n)) is not None and s[1] == f)
 
 
+def _born_late(present: frozenset[str] | None, f: str) -> list[str]:
+    """The names field ``f`` is served under, and would be behind every prefix a DME here
+    uses: DME serves ``gpu_afid_errors`` only from a GPU's first RAS event on, so a discovery
+    made before it would otherwise never read it (an absent name costs an empty answer)."""
+    names = _names(present, f)
+    if present is None:
+        return names
+    prefixes = {s[0] for n in present if (s := split(n)) is not None}
+    return sorted({*names, *(p + f for p in prefixes)})
+
+
 def _presence(present: frozenset[str] | None, match: str = "") -> str:
     """One expression that is 1 for every GPU some presence field reports."""
     sel = f"{{{match}}}" if match else ""
@@ -139,7 +150,7 @@ def queries(node_map: NodeMap | None = None, present: frozenset[str] | None = No
             out.append(Query(catalog.by_name(metric_name), keep=("node", "gpu", "link"), dialect=AMD, source=n,
                              by=(*_BY, dme.LINK_INDEX), divide=1.0 / dme.XGMI_KB,
                              relabel=AmdRelabel(nm, renames=((dme.LINK_INDEX, "link"),))))  # fmt: skip
-    for n in _names(present, dme.AFID_ERRORS):
+    for n in _born_late(present, dme.AFID_ERRORS):
         out.append(Query(catalog.GPU_RAS_EVENTS, keep=("node", "gpu", "afid", "severity"),
                          dialect=AMD, source=n,
                          by=(*_BY, dme.AFID_INDEX, dme.AFID_SEVERITY), anchored=True,
