@@ -156,10 +156,13 @@ def run_seed(
     rails: bool = False,
     missed_scrapes: float = 0.0,
     tap: Any = None,
+    judged: Any = None,
 ) -> dict[str, Any]:
     """``missed_scrapes``: the share of node scrapes lost (every series of the node missing
     at that step); ``tap(fleet, frame, jobs, missed)`` sees each frame as pushed
-    (``gpuwarden evaluate --via prometheus`` records the scraped history with it)."""
+    (``gpuwarden evaluate --via prometheus`` records the scraped history with it);
+    ``judged(window, findings)`` sees each cycle's window and the full analyzer's findings
+    (the sharded analyzer's equivalence test judges the same windows with it)."""
     fleet = mixed_fleet(nodes, seed, rails=rails) if mixed else Fleet(nodes, seed)
     port_leaf = fleet.port_leaf()  # a rail-optimized fabric: a leaf per port
     rng = np.random.default_rng(20_000 + seed)
@@ -212,6 +215,8 @@ def run_seed(
             trackers[name].observe(t, found)
             if name == "gpuwarden":
                 main = found
+                if judged is not None:
+                    judged(window, found)
         for a in ablations:
             t0 = time.perf_counter()
             trackers[a.name].observe(t, a.cycle(window, main))
