@@ -67,10 +67,11 @@ class Coordinator:
         self.announced = self.done = self.first - 1
         membership.heartbeat(replica, self.first, started)
 
-    def turn(self, now: float, units: Iterable[str]) -> tuple[int, list[str]] | None:
-        """Call often (every few percent of the interval): the cycle and the units to judge,
-        once per cycle, as soon as its plan is known; None otherwise (nothing to do yet,
-        already done, not a member, or no plan in time)."""
+    def turn(self, now: float) -> Plan | None:
+        """Call often (a few times a second, or every few percent of the interval): the
+        plan of ``now``'s cycle, once per cycle, as soon as it is known and this replica is
+        a member (then read the window and judge :meth:`mine`); None otherwise (nothing to do
+        yet, already done, not a member, or no plan in time)."""
         k = self.timing.cycle(now)
         if k > self.announced and k >= self.first:
             self.announce(now)
@@ -83,8 +84,7 @@ class Coordinator:
                 self.done = k
             return None
         self.done = k
-        mine = self.mine(plan, units)
-        return (k, mine) if mine or self.replica in plan.members else None
+        return plan if self.replica in plan.members else None
 
     def announce(self, now: float) -> int:
         """Heartbeat for the cycle ``now`` is in (or the first one this replica may judge)."""

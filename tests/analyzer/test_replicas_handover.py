@@ -88,9 +88,9 @@ class Handover(RuleBasedStateMachine):
             w.eligible[k] = any(r.started < k for r in w.alive.values())
         for name in sorted(w.alive):
             r = w.alive[name]
-            got = r.coord.turn(w.now, UNITS)
-            if got is not None:
-                cycle, units = got
+            plan = r.coord.turn(w.now)
+            if plan is not None:
+                cycle, units = plan.cycle, r.coord.mine(plan, UNITS)
                 if r.doom is not None:
                     for u in units[: int(len(units) * r.doom)]:
                         w.judged[(cycle, u)] += 1
@@ -147,9 +147,9 @@ def test_a_steady_set_of_replicas_judges_every_unit_exactly_once_per_cycle() -> 
     judged: Counter[tuple[int, str]] = Counter()
     for tick in range(int(5 * INTERVAL)):
         for c in coords:
-            got = c.turn(float(tick), UNITS)
-            if got:
-                judged.update((got[0], u) for u in got[1])
+            plan = c.turn(float(tick))
+            if plan:
+                judged.update((plan.cycle, u) for u in c.mine(plan, UNITS))
     assert {k for k, _ in judged} == {1, 2, 3, 4}  # cycle 0: they started in it
     assert set(judged.values()) == {1} and len(judged) == 4 * len(UNITS)
     assert sum(c.leading for c in coords) == 1

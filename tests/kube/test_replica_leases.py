@@ -58,9 +58,9 @@ def test_three_coordinators_on_the_server_agree_on_one_plan_per_cycle(kube_lab: 
     for tick in range(7, 40):  # cycles 1001..1003, a tick a tenth of the interval
         now = 1000 * 10.0 + tick
         for c in coords:
-            got = c.turn(now, units)
-            if got:
-                judged += [(got[0], c.replica, u) for u in got[1]]
+            plan = c.turn(now)
+            if plan:
+                judged += [(plan.cycle, c.replica, u) for u in c.mine(plan, units)]
     per_cycle = {k: sorted(u for kk, _, u in judged if kk == k) for k in (1001, 1002, 1003)}
     assert all(v == sorted(units) for v in per_cycle.values()), per_cycle
     assert sum(c.leading for c in coords) == 1
