@@ -37,10 +37,8 @@ def _judge(window: Window, whole: bool) -> dict[str, float]:
     Engine(default_detectors()).cycle(synthetic_window(32))
     engine = Engine(default_detectors())
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    if whole:
-        found = engine.cycle(window)
-    else:
-        found = judge(engine, window, range(len(window.nodes)))
+    everyone = range(len(window.nodes))
+    found = engine.cycle(window) if whole else judge(engine, window, everyone)
     return {"wall": time.perf_counter() - wall0, "cpu": time.process_time() - cpu0,
             "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "findings": float(len(found))}  # fmt: skip
