@@ -47,3 +47,41 @@ def test_a_replica_counts_the_cycles_it_could_not_judge() -> None:
     late = ReplicaRole(store, "r-1", 10.0, started=5.0)
     assert late.turn(13.0) is None  # r-1 announced cycle 1 after the plan was stored
     assert late.turn(17.0) is None and late.stats.missed == 1
+
+
+class _Source:
+    name = "fixed"
+
+    def __init__(self, window: object) -> None:
+        self.window = window
+
+    async def read(self, now: float) -> object:
+        return self.window
+
+
+def test_the_service_in_the_sharded_mode_judges_only_its_units_and_reports_them() -> None:
+    import asyncio
+
+    from analyzer.detectors import default_detectors
+    from analyzer.engine import Engine
+    from analyzer.replicas.membership import Plan
+    from analyzer.replicas.ownership import owner, units
+    from analyzer.service import AnalyzerService
+    from benchmarks.bench_analyzer import synthetic_window
+
+    w = synthetic_window(128)  # four 32-node leaves; a fault on nodes 3, 5, 7 and 9 (leaf 0)
+    role = ReplicaRole(MemoryMembership(), "r-0", 15.0, started=0.0)
+    svc = AnalyzerService(_Source(w), Engine(default_detectors()), 15.0, replica=role)  # type: ignore[arg-type]
+    members = ("r-0", "r-1", "r-2")
+    asyncio.run(svc.run_cycle(float(w.now), Plan(1, members, "r-0")))
+    parts = units(w)
+    mine = {u for u in parts if owner(u, members) == "r-0"}
+    mine_nodes = {w.nodes[i] for u in mine for i in parts[u]}
+    assert 0 < len(mine_nodes) < len(w.nodes)
+    assert role.stats.units == len(mine) and role.stats.nodes == len(mine_nodes)
+    assert {f.node for f in svc.engine.findings} <= mine_nodes | {
+        f.node for f in svc.engine.findings if f.node not in w.nodes
+    }
+    text = asyncio.run(svc.metrics(None)).text  # type: ignore[arg-type]
+    assert 'gpuwarden_analyzer_replica_members{replica="r-0"} 3.0' in text
+    assert f'gpuwarden_analyzer_replica_nodes{{replica="r-0"}} {float(len(mine_nodes))}' in text
