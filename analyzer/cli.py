@@ -19,6 +19,7 @@ from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.inventory import load_inventory
 from analyzer.output import findings_json
+from analyzer.replicas.role import ReplicaRole, membership_from
 from analyzer.service import AnalyzerService
 from analyzer.settings import AnalyzerSettings
 from analyzer.sources import SeriesSource, SourceError
@@ -47,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="regex on foreign host names (dcgm-exporter Hostname, node_exporter "
                    "instance); group 1 is the node name")  # fmt: skip
     p.add_argument("--node-map", dest="node_map", help="file of 'host node' lines")
+    p.add_argument("--replica", help="sharded mode: this replica's name (a DNS label)")
+    p.add_argument("--membership",
+                   help="sharded mode: kubernetes:<namespace> (Leases) or dir:<path>")  # fmt: skip
     p.add_argument("--once", action="store_true", help="run one cycle, print findings, exit")
     p.add_argument("--coverage", action="store_true",
                    help="run one cycle, print what each detector can judge per node group "
@@ -110,11 +114,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         inventory = load_inventory(settings.inventory) if settings.inventory else None
         engine = Engine(default_detectors(settings.detector_config()), inventory=inventory)
         _check_time_travel(args, settings)
+        role = None
+        if settings.replica and not (args.once or args.at is not None or args.replay
+                                     or args.coverage):  # fmt: skip
+            role = ReplicaRole(membership_from(settings.membership), settings.replica,
+                               settings.interval)  # fmt: skip
     except (SettingsError, SourceError, ValueError) as e:
         print(f"gpuwarden-analyzer: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    service = AnalyzerService(source, engine, settings.interval, settings.alertmanager)
+    service = AnalyzerService(source, engine, settings.interval, settings.alertmanager,
+                              replica=role)  # fmt: skip
     if args.replay:
         start, stop = args.replay
         return asyncio.run(_replay(service, start, stop, args.step or settings.interval))

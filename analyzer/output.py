@@ -45,8 +45,10 @@ def render_metrics(
     stats: CycleStats,
     source_errors: Mapping[str, int],
     reads: Any = None,
+    replica: Any = None,
 ) -> str:
-    """Prometheus text exposition of findings and self-metrics."""
+    """Prometheus text exposition of findings and self-metrics (``replica``: the sharded
+    mode's :class:`analyzer.replicas.role.ReplicaStats`)."""
     families = [
         _family(catalog.FINDING, ((_labels(f, catalog.FINDING), 1.0) for f in findings)),
         _family(
@@ -69,6 +71,7 @@ def render_metrics(
         ),
         _family(catalog.ANALYZER_LAST_CYCLE, [({}, stats.last_cycle)]),
         *(_read_families(reads) if reads is not None else []),
+        *(_replica_families(replica) if replica is not None else []),
     ]
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))
@@ -90,6 +93,17 @@ def _read_families(r: Any) -> list[Metric]:
         _family(catalog.ANALYZER_READ_DURATION, [({}, r.cycle_seconds)]),
         _family(catalog.ANALYZER_READ_BYTES, [({}, r.cycle_bytes)]),
         _family(catalog.ANALYZER_READ_SAMPLES, [({}, r.cycle_samples)]),
+    ]
+
+
+def _replica_families(r: Any) -> list[Metric]:
+    me = {"replica": r.replica}
+    return [
+        _family(catalog.ANALYZER_REPLICA_UNITS, [(me, float(r.units))]),
+        _family(catalog.ANALYZER_REPLICA_NODES, [(me, float(r.nodes))]),
+        _family(catalog.ANALYZER_REPLICA_MEMBERS, [(me, float(r.members))]),
+        _family(catalog.ANALYZER_REPLICA_LEADER, [(me, 1.0 if r.leader else 0.0)]),
+        _family(catalog.ANALYZER_REPLICA_MISSED, [(me, float(r.missed))]),
     ]
 
 

@@ -19,6 +19,8 @@ from aiohttp import ClientSession, ClientTimeout, web
 
 from analyzer.engine import Engine
 from analyzer.output import alertmanager_alerts, findings_json, render_metrics
+from analyzer.replicas.membership import Plan
+from analyzer.replicas.role import ReplicaRole
 from analyzer.sources import SeriesSource
 from analyzer.sources.dialects import coverage
 from analyzer.window import Window
@@ -34,8 +36,12 @@ class AnalyzerService:
         interval: float,
         alertmanager: str = "",
         clock: Callable[[], float] = time.time,
+        replica: ReplicaRole | None = None,
     ) -> None:
+        """``replica``: the sharded mode (:mod:`analyzer.replicas`): judge only the units
+        this replica owns under each cycle's plan."""
         self.source, self.engine, self.interval = source, engine, interval
+        self.replica = replica
         self.alertmanager = alertmanager.rstrip("/")
         self.clock = clock
         self.source_errors: dict[str, int] = {source.name: 0}
@@ -45,8 +51,9 @@ class AnalyzerService:
         self.window: Window | None = None  # the last cycle's (for /coverage)
         self._session: ClientSession | None = None
 
-    async def run_cycle(self, at: float | None = None) -> None:
-        """One cycle at ``at`` (a past moment, for ``--at`` / ``--replay``) or now."""
+    async def run_cycle(self, at: float | None = None, plan: Plan | None = None) -> None:
+        """One cycle at ``at`` (a past moment, for ``--at`` / ``--replay``) or now; with
+        ``plan`` (sharded mode), judging only this replica's units under it."""
         now = self.clock() if at is None else at
         try:
             window = await self.source.read(now)
@@ -55,7 +62,10 @@ class AnalyzerService:
             self.last_error = f"{type(e).__name__}: {e}"
             log.warning("source %s failed: %s", self.source.name, self.last_error)
             return
-        findings = await asyncio.to_thread(self.engine.cycle, window)
+        if self.replica is not None and plan is not None:
+            findings = await asyncio.to_thread(self.replica.judge, self.engine, window, plan)
+        else:
+            findings = await asyncio.to_thread(self.engine.cycle, window)
         self.window = window
         self.missing = window.missing
         if window.missing:
@@ -80,10 +90,30 @@ class AnalyzerService:
             log.warning("alertmanager push failed: %s", e)
 
     async def loop(self) -> None:
+        if self.replica is not None:
+            return await self._replica_loop(self.replica)
         while True:
             started = self.clock()
             await self.run_cycle()
             await asyncio.sleep(max(0.0, self.interval - (self.clock() - started)))
+
+    async def _replica_loop(self, role: ReplicaRole) -> None:
+        """Ask the coordinator often; judge a cycle as soon as its plan is known."""
+        try:
+            while True:
+                now = self.clock()
+                try:
+                    plan = await asyncio.to_thread(role.turn, now)
+                except Exception as e:  # the membership store is unreachable: no plan
+                    self.source_errors["membership"] = self.source_errors.get("membership", 0) + 1
+                    log.warning("membership: %s: %s", type(e).__name__, e)
+                    plan = None
+                if plan is not None:
+                    await self.run_cycle(now, plan)
+                await asyncio.sleep(role.poll)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(role.leave)  # hand the units over at once
 
     # ------------------------------------------------------------------ HTTP
     async def metrics(self, _: web.Request) -> web.Response:
@@ -92,6 +122,7 @@ class AnalyzerService:
             self.engine.stats,
             self.source_errors,
             getattr(self.source, "stats", None),
+            self.replica.stats if self.replica is not None else None,
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 

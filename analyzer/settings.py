@@ -8,11 +8,14 @@ switch map (``leaf_of``) and detector parameters (``detectors``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer.sources.dialects.identity import NodeMap, load_node_map
 from common.settings import SettingsError
+
+REPLICA_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,10 @@ class AnalyzerSettings:
     # themselves; these only say how their host names become node names, where they differ
     node_pattern: str = ""  # regex matched in full on the host name; group 1 is the node
     node_map: str = ""  # file of "host node" lines (or a YAML mapping), looked up first
+    # sharded mode (analyzer.replicas): this replica's name and where the replicas meet,
+    # "kubernetes:<namespace>" (Leases) or "dir:<path>" (bare metal); both empty: one process
+    replica: str = ""
+    membership: str = ""
 
     def __post_init__(self) -> None:
         if not self.interval > 0:
@@ -81,6 +88,34 @@ class AnalyzerSettings:
             if not str(k).isdigit():
                 raise SettingsError(f"afid_overrides: {k!r} is not an AFID number")
         self.nodes()  # a bad pattern or map stops the start, not the first foreign series
+        self._check_replicas()
+
+    def _check_replicas(self) -> None:
+        if not self.replica and not self.membership:
+            return
+        if not self.replica or not self.membership:
+            raise SettingsError("replica and membership go together (the sharded mode)")
+        if not REPLICA_NAME.fullmatch(self.replica):
+            raise SettingsError(
+                f"replica must be a DNS label of at most 40 characters (a-z, 0-9, '-'; it "
+                f"names a Lease), got {self.replica!r}"
+            )
+        kind, _, where = self.membership.partition(":")
+        if kind not in ("kubernetes", "dir") or not where:
+            raise SettingsError(
+                f"membership must be kubernetes:<namespace> or dir:<path>, got {self.membership!r}"
+            )
+        if kind == "kubernetes" and not REPLICA_NAME.fullmatch(where):
+            raise SettingsError(f"membership: {where!r} is not a namespace name")
+        if not self.prometheus:
+            raise SettingsError(
+                "the sharded mode reads a shared Prometheus-compatible API: give --prometheus URL"
+            )
+        if self.interval < 5:
+            raise SettingsError(
+                f"the sharded mode needs an interval of at least 5 s (got {self.interval}): "
+                "replicas agree on a plan within each cycle over the network"
+            )
 
     def nodes(self) -> NodeMap:
         """The site's host name -> node name mapping for foreign dialects."""

@@ -1279,6 +1279,34 @@ ANALYZER_READ_BYTES = _m(
     "analyzer_read_bytes", "gauge", "Response bytes read in the last cycle.", (), "bytes"
 )
 ANALYZER_READ_SAMPLES = _m("analyzer_read_samples", "gauge", "Samples read in the last cycle.", ())
+# sharded mode (analyzer.replicas): what this replica owns and whether the replicas agree
+ANALYZER_REPLICA_UNITS = _m(
+    "analyzer_replica_units",
+    "gauge",
+    "Ownership units (comparison domains joined whole) this replica judged in its last cycle.",
+    ("replica",),
+)
+ANALYZER_REPLICA_NODES = _m(
+    "analyzer_replica_nodes", "gauge", "Nodes this replica judged in its last cycle.", ("replica",)
+)
+ANALYZER_REPLICA_MEMBERS = _m(
+    "analyzer_replica_members",
+    "gauge",
+    "Replicas in the plan of this replica's last judged cycle.",
+    ("replica",),
+)
+ANALYZER_REPLICA_LEADER = _m(
+    "analyzer_replica_leader",
+    "gauge",
+    "1 while this replica holds the leader lease (it publishes each cycle's plan).",
+    ("replica",),
+)
+ANALYZER_REPLICA_MISSED = _m(
+    "analyzer_replica_cycles_missed_total",
+    "counter",
+    "Cycles this replica judged nothing in: no plan in time, or not in the plan.",
+    ("replica",),
+)
 
 # --------------------------------------------------------------------------- remediation
 REMEDIATION_DECISIONS = _m(

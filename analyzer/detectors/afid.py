@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.afidcat import AfidCatalog
+from analyzer.detectors.events import fresh
 from analyzer.detectors.ras import rises
 from analyzer.findings import Finding
 from analyzer.window import ECC_COUNTER_TYPES, ECC_ERROR_TYPES, AfidEvent, Window
@@ -30,15 +31,13 @@ class AfidDetector:
 
     def __init__(self, catalog: AfidCatalog, hold: float = 600.0) -> None:
         self.catalog, self.hold = catalog, hold
-        self._watermark = float("-inf")
+        self._watermark: dict[str, float] = {}  # per node (analyzer.detectors.events)
         self._active: dict[tuple[str, str, str], tuple[Finding, float]] = {}
 
     def detect(self, window: Window) -> list[Finding]:
-        fresh = [e for e in window.afids if e.t > self._watermark and e.node < len(window.nodes)]
-        if window.afids:
-            self._watermark = max(self._watermark, max(e.t for e in window.afids))
-        unseen = _unseen(window) if any(e.last_only for e in fresh) else None
-        for e in sorted(fresh, key=lambda e: e.t):
+        new = fresh(window.afids, window.nodes, self._watermark)
+        unseen = _unseen(window) if any(e.last_only for e in new) else None
+        for e in sorted(new, key=lambda e: e.t):
             self._judge(window.nodes[e.node], e, unseen)
         now = window.now
         self._active = {k: v for k, v in self._active.items() if v[1] > now}

@@ -58,7 +58,8 @@ class InfinibandDetector:
         self.span = span
         self.flap_cycles, self.flap_window = flap_cycles, flap_window
         self.switch_fraction, self.switch_min_nodes = switch_fraction, switch_min_nodes
-        self._seen_until = float("-inf")
+        # per node, the last sample judged for flaps (per node, as analyzer.detectors.events)
+        self._seen_until: dict[str, float] = {}
         self._ups: dict[tuple[str, int], deque[float]] = defaultdict(deque)
 
     def detect(self, window: Window) -> list[Finding]:
@@ -122,10 +123,11 @@ class InfinibandDetector:
             )
         filled = np.nan_to_num(state, nan=-1)
         came_up = (filled[1:] == ACTIVE) & (filled[:-1] != ACTIVE) & (filled[:-1] >= 0)
-        new = w.t[1:] > self._seen_until
-        for ti, n, p in zip(*np.nonzero(came_up & new[:, None, None]), strict=False):
+        seen = np.array([self._seen_until.get(name, -np.inf) for name in w.nodes])
+        new = w.t[1:, None] > seen[None, :]
+        for ti, n, p in zip(*np.nonzero(came_up & new[:, :, None]), strict=False):
             self._ups[(w.nodes[n], int(p))].append(float(w.t[1:][ti]))
-        self._seen_until = w.now
+        self._seen_until.update(dict.fromkeys(w.nodes, w.now))
         for (node, p), ups in self._ups.items():
             while ups and w.now - ups[0] > self.flap_window:
                 ups.popleft()

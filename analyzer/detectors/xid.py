@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
+from analyzer.detectors.events import fresh
 from analyzer.findings import Finding
 from analyzer.window import Window, XidEvent
 from analyzer.xidcat import XidCatalog, XidInfo
@@ -49,7 +50,9 @@ class XidDetector:
             recur_count,
             recur_window,
         )
-        self._watermark = float("-inf")
+        # per node, the newest event judged: a node another replica judged until now (or
+        # an engine just started) has its events in the window read afresh
+        self._watermark: dict[str, float] = {}
         self._open: dict[tuple[str, int], _Incident] = {}
         self._active: dict[tuple[str, str, str], tuple[Finding, float]] = {}
         self._app: dict[tuple[str, int], deque[tuple[float, int, str]]] = defaultdict(deque)
@@ -57,12 +60,7 @@ class XidDetector:
 
     def detect(self, window: Window) -> list[Finding]:
         now = window.now
-        events = sorted(
-            (e for e in window.xids if e.t > self._watermark and 0 <= e.node < len(window.nodes)),
-            key=lambda e: e.t,
-        )
-        if window.xids:
-            self._watermark = max(self._watermark, max(e.t for e in window.xids))
+        events = sorted(fresh(window.xids, window.nodes, self._watermark), key=lambda e: e.t)
         jobs_of = _jobs_by_node(window)
         for e in events:
             self._add(window.nodes[e.node], e, jobs_of.get(e.node, ""))

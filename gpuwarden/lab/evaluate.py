@@ -175,10 +175,13 @@ def run_seed(
     missed_scrapes: float = 0.0,
     tap: Any = None,
     amd: bool = False,
+    judged: Any = None,
 ) -> dict[str, Any]:
     """``missed_scrapes``: the share of node scrapes lost (every series of the node missing
     at that step); ``tap(fleet, frame, jobs, missed)`` sees each frame as pushed
-    (``gpuwarden evaluate --via prometheus`` records the scraped history with it)."""
+    (``gpuwarden evaluate --via prometheus`` records the scraped history with it);
+    ``judged(window, findings)`` sees each cycle's window and the full analyzer's findings
+    (the sharded analyzer's equivalence test judges the same windows with it)."""
     fleet = (mixed_amd_fleet(nodes, seed) if amd else
              mixed_fleet(nodes, seed, rails=rails) if mixed else Fleet(nodes, seed))  # fmt: skip
     port_leaf = fleet.port_leaf()  # a rail-optimized fabric: a leaf per port
@@ -232,6 +235,8 @@ def run_seed(
             trackers[name].observe(t, found)
             if name == "gpuwarden":
                 main = found
+                if judged is not None:
+                    judged(window, found)
         for a in ablations:
             t0 = time.perf_counter()
             trackers[a.name].observe(t, a.cycle(window, main))

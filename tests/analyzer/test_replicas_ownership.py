@@ -1,0 +1,51 @@
+"""Ownership units and the rendezvous hash: domains joined whole, a straddling job with them,
+and a replica joining moves only the units it gains."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyzer.replicas.ownership import assign, owner, units
+from analyzer.replicas.slicing import subwindow
+from analyzer.window import Window, XidEvent
+
+
+def _window(jobs: dict[str, tuple[int, ...]]) -> Window:
+    n = 8
+    return Window(
+        t=np.arange(3.0), nodes=tuple(f"n{i}" for i in range(n)),
+        metrics={"m": np.arange(3.0 * n * 2).reshape(3, n, 2)},
+        xids=(XidEvent(1.0, 5, 0, 79),), jobs=jobs,
+        leaf_of={i: f"leaf-{i // 2}" for i in range(n)},
+        sku=tuple("h100" if i < 4 else "b200" for i in range(n)),
+    )  # fmt: skip
+
+
+def test_a_job_straddling_two_leaves_joins_them_into_one_unit() -> None:
+    parts = units(_window({"7": (1, 2)}))
+    assert parts["leaf/leaf-0"] == (0, 1, 2, 3)  # leaf-0 and leaf-1 through job 7
+    assert parts["leaf/leaf-2"] == (4, 5) and len(parts) == 3
+
+
+def test_a_replica_that_joins_takes_units_only_from_others_never_shuffles_them() -> None:
+    names = [f"leaf/l{i}" for i in range(200)]
+    before = assign(names, ["a", "b", "c"])
+    after = assign(names, ["a", "b", "c", "d"])
+    for r in ("a", "b", "c"):
+        assert set(after[r]) <= set(before[r])
+    assert 30 < len(after["d"]) < 70
+    assert owner("leaf/l1", ["c", "a", "b"]) == owner("leaf/l1", ["a", "b", "c"])
+
+
+def test_a_sub_window_renumbers_nodes_events_and_maps() -> None:
+    w = _window({"7": (1, 2), "9": (5, 6)})
+    part = subwindow(w, [4, 5, 6])
+    assert part.nodes == ("n4", "n5", "n6") and part.metrics["m"].shape == (3, 3, 2)
+    assert np.array_equal(part.metrics["m"][:, 1], w.metrics["m"][:, 5])
+    assert part.xids == (XidEvent(1.0, 1, 0, 79),)
+    assert dict(part.jobs) == {"9": (1, 2)} and part.leaf_of == {
+        0: "leaf-2",
+        1: "leaf-2",
+        2: "leaf-3",
+    }
+    assert part.sku == ("b200",) * 3

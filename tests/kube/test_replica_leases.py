@@ -1,0 +1,70 @@
+"""The analyzer replicas' membership as Lease objects (coordination.k8s.io/v1) on the real
+kube-apiserver: the same contract as the in-memory fake and the shared directory, plus what
+only a real server shows (its 409 on a stale resourceVersion, its MicroTime format, a
+coordinator cycle on it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from analyzer.replicas.coordinator import Coordinator, Timing
+from analyzer.replicas.leases import PLANS, LeaseMembership
+from analyzer.replicas.membership import Membership
+from tests.analyzer.membership_contract import CONTRACT, T0
+from tests.kubelab import KubeLab
+
+pytestmark = pytest.mark.real
+
+
+def _leases(lab: KubeLab) -> LeaseMembership:
+    import kubernetes
+
+    return LeaseMembership(kubernetes.client.CoordinationV1Api(lab.client()), lab.namespace())
+
+
+@pytest.mark.parametrize("check", CONTRACT, ids=lambda c: c.__name__)
+def test_leases_keep_the_membership_contract(
+    kube_lab: KubeLab, check: Callable[[Membership], None]
+) -> None:
+    check(_leases(kube_lab))
+
+
+def test_a_replica_holding_a_stale_copy_of_the_leader_lease_loses_the_race(
+    kube_lab: KubeLab,
+) -> None:
+    m = _leases(kube_lab)
+    assert m.lead("r-1", T0, 12.0)
+    stale = m._leader()  # what a slow replica read before r-1 renewed
+    assert m.lead("r-1", T0 + 5, 12.0)
+    stale.spec.holder_identity = "r-2"
+    assert m._replace(stale) is False  # the server's 409 Conflict
+    lease = kube_lab.http.get(
+        f"/apis/coordination.k8s.io/v1/namespaces/{m.namespace}/leases/{m.leader_name}"
+    )
+    assert lease["spec"]["holderIdentity"] == "r-1"
+    assert lease["spec"]["leaseDurationSeconds"] == 12
+    assert lease["spec"]["renewTime"].endswith("Z") and "." in lease["spec"]["renewTime"]
+
+
+def test_three_coordinators_on_the_server_agree_on_one_plan_per_cycle(kube_lab: KubeLab) -> None:
+    m = _leases(kube_lab)
+    timing = Timing(10.0)
+    start = 1000 * 10.0 + 3.0  # inside cycle 1000: they judge from 1001
+    coords = [Coordinator(m, f"r-{i}", timing, start) for i in range(3)]
+    units = [f"leaf/l{i}" for i in range(9)]
+    judged: list[tuple[int, str, str]] = []
+    for tick in range(7, 40):  # cycles 1001..1003, a tick a tenth of the interval
+        now = 1000 * 10.0 + tick
+        for c in coords:
+            plan = c.turn(now)
+            if plan:
+                judged += [(plan.cycle, c.replica, u) for u in c.mine(plan, units)]
+    per_cycle = {k: sorted(u for kk, _, u in judged if kk == k) for k in (1001, 1002, 1003)}
+    assert all(v == sorted(units) for v in per_cycle.values()), per_cycle
+    assert sum(c.leading for c in coords) == 1
+    lease = kube_lab.http.get(
+        f"/apis/coordination.k8s.io/v1/namespaces/{m.namespace}/leases/{m.leader_name}"
+    )
+    assert set(__import__("json").loads(lease["metadata"]["annotations"][PLANS])) >= {"1003"}
