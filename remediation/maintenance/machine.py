@@ -36,6 +36,7 @@ from remediation.maintenance.model import (
     OPERATING,
     PAUSED,
     PENDING,
+    RESIGNAL_S,
     RUNNING,
     SKIPPED,
     STOPPED,
@@ -95,17 +96,22 @@ def _draining(n: NodeRun, w: World, run: Run) -> Step:
     force = run.spec.force or n.forced
     late = w.now >= n.deadline
     signalled, requeued = list(n.signalled), list(n.requeued)
+    again = w.now - n.signalled_at >= RESIGNAL_S
+    asked = False
     for job in jobs:
         if job.job_id in requeued:
             continue  # requeued, not yet off the node: looked at again next tick
-        if job.job_id not in signalled:
-            signalled.append(job.job_id)
+        if job.job_id not in signalled or (again and job.job_id not in w.acked):
+            if job.job_id not in signalled:
+                signalled.append(job.job_id)
             effects.append(Effect("checkpoint", n.node, job.job_id))
+            asked = True
         elif job.job_id in w.acked or (force and late):
             requeued.append(job.job_id)
             why = "checkpointed" if job.job_id in w.acked else "forced: no checkpoint"
             effects.append(Effect("requeue", n.node, job.job_id, why))
-    n = replace(n, signalled=tuple(signalled), requeued=tuple(requeued))
+    n = replace(n, signalled=tuple(signalled), requeued=tuple(requeued),
+                signalled_at=w.now if asked else n.signalled_at)  # fmt: skip
     if not jobs and not effects:
         return n.to(OPERATING, w.now, "empty", attempt=n.attempt + 1, handle=""), [
             Effect("operate", n.node)
@@ -155,7 +161,10 @@ def _failed(n: NodeRun, w: World, why: str) -> Step:
 
 
 def _out(nodes: list[NodeRun], w: World) -> frozenset[str]:
-    mine = frozenset(n.node for n in nodes if n.state in IN_FLIGHT)
+    # a node failed this tick is kept out (its keep_out effect not yet carried out, the
+    # scheduler read before it: e.g. still in the suite's reservation)
+    mine = frozenset(n.node for n in nodes if n.state in IN_FLIGHT
+                     or (n.state == FAILED and n.since == w.now))  # fmt: skip
     return planner.out_now(w.fleet, w.faulted) | mine | w.others
 
 

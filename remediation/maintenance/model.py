@@ -29,6 +29,10 @@ FINAL = frozenset({DONE, FAILED, SKIPPED})
 RUNNING, PAUSED, STOPPED, ABORTED, COMPLETE = "running", "paused", "stopped", "aborted", "done"
 RUN_STATES = (RUNNING, PAUSED, STOPPED, ABORTED, COMPLETE)
 OPERATIONS = ("command", "slurm_reboot", "none")
+# A checkpoint request is a signal: nothing shows it arrived (a job starting up, a signal
+# lost while slurmstepd was busy), so a job without an ack is asked again this often; a
+# second request is acknowledged again (remediation/checkpoint.py), never harmful.
+RESIGNAL_S = 20.0
 
 
 class SpecError(ValueError):
@@ -71,6 +75,7 @@ class NodeRun:
     reason: str = ""
     deadline: float = 0.0  # draining: jobs checkpointed or ended by then
     signalled: tuple[str, ...] = ()  # jobs asked to checkpoint
+    signalled_at: float = 0.0  # the last request (asked again every RESIGNAL_S until acked)
     requeued: tuple[str, ...] = ()  # jobs requeued (after their ack, or forced)
     forced: bool = False  # the operator chose force for this node
     attempt: int = 0  # operation / validation attempt (a lost one starts again)

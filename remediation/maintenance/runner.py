@@ -248,7 +248,9 @@ class Maintenance:
         elif e.kind == "checkpoint":
             job = b.job(e.job)
             if job is not None and job.state == "RUNNING":
-                ack_path(self.policy.checkpoint.ack_dir, e.job).unlink(missing_ok=True)
+                n = before.node(node) if before is not None else None
+                if n is None or e.job not in n.signalled:  # a stale ack must not count
+                    ack_path(self.policy.checkpoint.ack_dir, e.job).unlink(missing_ok=True)
                 b.request_checkpoint(job)
         elif e.kind == "requeue":
             job = b.job(e.job)
@@ -265,7 +267,8 @@ class Maintenance:
             return self._validate(run, e, before)
         elif e.kind == "release":
             v = b.node(node)
-            if v is not None and v.out_of_service and v.ours:
+            held = node in self.journal.held_nodes()  # faults win: never released here
+            if v is not None and v.out_of_service and v.ours and not held:
                 b.release(node)
         elif e.kind == "keep_out":
             self._keep_out(run, node, e.detail)
