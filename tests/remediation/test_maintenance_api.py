@@ -6,7 +6,9 @@ progress gauges come from the catalogue, and the CLI renders the plan."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 from aiohttp.test_utils import TestClient
 
@@ -89,3 +91,27 @@ def test_the_cli_renders_a_plan_with_its_waves_and_budget_room() -> None:
     req = cli.request_body(args)
     assert req["operation"]["argv"] == ["ssh", "{node}", "/opt/up.sh"]
     assert json.loads(json.dumps(req))["wave_size"] == 2
+
+
+def test_with_events_on_each_state_change_is_a_maintenance_cloudevent_in_the_outbox(
+    tmp_path: Path,
+) -> None:
+    from remediation.events import cloudevent
+    from remediation.journal import Journal
+    from remediation.maintenance.model import NodeRun, Operation, Spec
+
+    j = Journal(tmp_path / "s.db")
+    store.ensure(j)
+    spec = Spec(("a", "b"), Operation("none"), 1)
+    run = store.create(j, spec, (NodeRun("a", 0), NodeRun("b", 1)), 10.0, "me")
+    moved = dataclasses.replace(run, nodes=(run.nodes[0].to("draining", 11.0, "taken out"),
+                                            run.nodes[1]))  # fmt: skip
+    store.save(j, run, moved, 11.0, "/gpuwarden/test")
+    store.save(j, run, moved, 11.5, "/gpuwarden/test")  # a tick repeated after a crash
+    rows = j.rows("SELECT partition, kind, event FROM outbox")
+    assert [(r["partition"], r["kind"]) for r in rows] == [("a", "maintenance")]
+    event = json.loads(rows[0]["event"])
+    assert not cloudevent.problems(event)
+    assert event["type"] == "io.gpuwarden.maintenance.v1" and event["subject"] == "a"
+    assert event["data"]["state"] == "draining" and event["data"]["run"] == run.id
+    assert store.load(j, run.id).nodes[0].state == "draining"  # type: ignore[union-attr]
