@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -79,6 +79,10 @@ def api(port: int, method: str, path: str, body: object = None) -> tuple[int, di
         return e.code, json.loads(e.read() or b"{}")
 
 
+def running(sc: SlurmCluster, job: str) -> Callable[[], bool]:
+    return lambda: sc.job_state(job) == "RUNNING"
+
+
 def out_of_service(sc: SlurmCluster) -> set[str]:
     nodes = json.loads(sc.run("sinfo", "--json"))["nodes"]
     return {str(n["name"]) for n in nodes if slurmstate.out_of_service(n) or n.get("reservation")}
@@ -134,7 +138,7 @@ def test_a_rolling_wave_on_real_slurm_keeps_the_budget_checkpoints_every_job_and
             "--wrap", f"exec python3 {d}/job.py",
         )  # fmt: skip
     for job in jobs.values():
-        wait_until(lambda job=job: sc.job_state(job) == "RUNNING", 60, 0.2, f"job {job} running")
+        wait_until(running(sc, job), 60, 0.2, f"job {job} running")
     env = {**sc.env}
     port = free_port()
     proc = start_service(tmp_path, port, env, "--backend", "slurm")

@@ -252,11 +252,11 @@ class MaintenanceMachine(RuleBasedStateMachine):
                 break
         assert self.run is not None
         assert all(n.state in FINAL for n in self.run.nodes), self.run.nodes
-        for n in self.run.nodes:
-            if n.state in (DONE, SKIPPED):
-                assert self.sim.drained.get(n.node) != "maint", f"{n.node} left drained"
-            if n.state == FAILED:
-                assert n.node in self.sim.kept and n.node in self.sim.drained
+        for nr in self.run.nodes:
+            if nr.state in (DONE, SKIPPED):
+                assert self.sim.drained.get(nr.node) != "maint", f"{nr.node} left drained"
+            if nr.state == FAILED:
+                assert nr.node in self.sim.kept and nr.node in self.sim.drained
         assert not [j for j, acked in self.sim.requeues if not acked and not self.run.spec.force
                     and not any(x.forced for x in self.run.nodes)]  # fmt: skip
 
