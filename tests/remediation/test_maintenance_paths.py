@@ -85,3 +85,16 @@ def test_a_slurm_reboot_is_asked_once_and_done_when_no_reboot_flag_shows() -> No
     assert sc.calls[0] == ["scontrol", "reboot", "ASAP", "nextstate=DOWN",
                            "reason=gpuwarden: maintenance 1", "a"]  # fmt: skip
     assert [op.poll(h), op.poll(h), op.poll(h)] == ["running", "running", "ok"]
+
+
+def test_a_fault_is_not_denied_for_maintenance_nodes_not_yet_operated_on() -> None:
+    from remediation import guards
+    from tests.remediation.helpers import alert
+
+    views = (NodeView("a", True, True, "gpuwarden: maintenance 1"), NodeView("b"), NodeView("c"))
+    pol = live_policy(fleet_budget=Budget(1.0, 1))
+    s = guards.Situation(alert("b"), "drain", 0.0, False, False, views[1], views, frozenset())
+    assert guards.budget_fleet(s, pol) is not None  # counted: a maintenance node being operated on
+    yielding = guards.Situation(alert("b"), "drain", 0.0, False, False, views[1], views,
+                                frozenset(), yielding=frozenset({"a"}))  # fmt: skip
+    assert guards.budget_fleet(yielding, pol) is None  # faults win: the run gives "a" back
