@@ -93,6 +93,7 @@ def build() -> g.Dashboard:
         12, 8,
     )  # fmt: skip
     _placement_row(lay)
+    _maintenance_row(lay)
     return dashboard(
         "gpuwarden / Remediation", UID,
         "Decisions and actions of the remediation service, its circuit breaker, pause state,"
@@ -121,5 +122,26 @@ def _placement_row(lay: Layout) -> None:
              f"{RATE})) or on() vector(0)", "{{projection}} {{kind}}"),
             (f"sum by (projection) (increase({c.REMEDIATION_PLACEMENT_ERRORS.name}{RATE}))"
              " or on() vector(0)", "{{projection}} unanswered (retried)")], "none"),
+        8, 8,
+    )  # fmt: skip
+
+
+def _maintenance_row(lay: Layout) -> None:
+    """Rolling maintenance: progress, ETA and where each run's nodes are."""
+    lay.row("Rolling maintenance")
+    lay.add(
+        ts("Progress by run",
+           [(f"max by (run) ({c.REMEDIATION_MAINTENANCE_PROGRESS.name})", "run {{run}}")],
+           "percentunit"),
+        8, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("ETA by run", [(f"max by (run) ({c.REMEDIATION_MAINTENANCE_ETA.name})", "run {{run}}")],
+           "s"),
+        8, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Nodes by state",
+           [(f"sum by (state) ({c.REMEDIATION_MAINTENANCE_NODES.name})", "{{state}}")], "none"),
         8, 8,
     )  # fmt: skip

@@ -1424,6 +1424,29 @@ REMEDIATION_EVENTS_DEAD_LETTERS = _m(
     ("kind",),
 )
 
+# --------------------------------------------------------------------------- rolling maintenance
+REMEDIATION_MAINTENANCE_NODES = _m(
+    "remediation_maintenance_nodes",
+    "gauge",
+    "Nodes of each live maintenance run by state (pending, draining, stuck, operating,"
+    " validating, done, failed, skipped); read from the journal.",
+    ("run", "state"),
+)
+REMEDIATION_MAINTENANCE_PROGRESS = _m(
+    "remediation_maintenance_progress_ratio",
+    "gauge",
+    "Fraction of a maintenance run's nodes finished (done, failed or skipped).",
+    ("run",),
+    unit="ratio",
+)
+REMEDIATION_MAINTENANCE_ETA = _m(
+    "remediation_maintenance_eta_seconds",
+    "gauge",
+    "Seconds a maintenance run still needs at its pace so far (NaN until a node finished).",
+    ("run",),
+    unit="seconds",
+)
+
 # --------------------------------------------------------------------------- failure accounting
 # Exported by the remediation service, recomputed from its journal (accounting/
 # metrics.py): the same journal gives the same values after a restart. Over the journal's

@@ -25,6 +25,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "run the remediation webhook (= gpuwarden-remediation)",
     ),
     "quarantine": ("remediation.quarantine_cli", "main", "list/show/release/pause/resume/history"),
+    "maintenance": (
+        "remediation.maintenance.cli",
+        "main",
+        "rolling maintenance in waves: plan/start/status/pause/resume/abort",
+    ),
     "report": (
         "accounting.cli",
         "main",

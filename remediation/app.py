@@ -205,6 +205,10 @@ def build_app(svc: Service) -> web.Application:
     app.router.add_post("/api/v1/pause", api.pause)
     app.router.add_post("/api/v1/resume", api.pause)
     app.router.add_post("/api/v1/breaker/reset", api.breaker_reset)
+    if svc.maintenance is not None:
+        from remediation.maintenance import http as maintenance_http
+
+        maintenance_http.routes(app, svc.maintenance, svc.worker.wake.set)
 
     async def lifecycle(app: web.Application) -> Any:
         await svc.worker.start()

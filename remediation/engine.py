@@ -44,6 +44,8 @@ class Engine:
     silences: Silences = field(default_factory=NoSilences)
     pager: Pager = field(default_factory=NoPager)
     validator: Any = None  # remediation.validation.release.Validator: suites before release
+    # nodes out for maintenance that a fault may take the budget of (remediation/maintenance)
+    yielding: Callable[[], frozenset[str]] = frozenset
     placement: Placement | None = None  # soft tiers (avoid); None: avoid is recorded, denied
     # why a node may not go back into service now (a GPU reset job still runs on it:
     # remediation.gpureset.release.blocked); None: nothing blocks. Wired by the service.
@@ -573,6 +575,7 @@ class Engine:
             node=node,
             fleet=fleet,
             held=self.journal.held_nodes(),
+            yielding=self.yielding(),
             jobs=jobs,
             recent_actions=self.journal.actions_since(now - p.rate_window_s),
             scheduler_error=error,

@@ -41,6 +41,10 @@ class Situation:
     breaker_open: bool = False
     recent_actions: int = 0
     scheduler_error: str = ""  # the scheduler could not be asked
+    # nodes out for rolling maintenance not yet operated on: faults win, so they are not
+    # counted against a fault's budget (the maintenance run gives them back on its next
+    # tick, remediation/maintenance/machine.py)
+    yielding: frozenset[str] = frozenset()
 
 
 Guard = Callable[[Situation, Policy], Verdict | None]
@@ -107,7 +111,7 @@ def _already_out(s: Situation) -> bool:
 
 
 def _out(s: Situation) -> set[str]:
-    return {n.name for n in s.fleet if n.out_of_service} | set(s.held)
+    return ({n.name for n in s.fleet if n.out_of_service} | set(s.held)) - s.yielding
 
 
 def budget_fleet(s: Situation, p: Policy) -> Verdict | None:

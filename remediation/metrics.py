@@ -47,6 +47,9 @@ class Metrics:
         self.events_pending = _gauge(c.REMEDIATION_EVENTS_PENDING, reg)
         self.events_oldest = _gauge(c.REMEDIATION_EVENTS_OLDEST_PENDING, reg)
         self.events_dead = _gauge(c.REMEDIATION_EVENTS_DEAD_LETTERS, reg)
+        self.maintenance_nodes = _gauge(c.REMEDIATION_MAINTENANCE_NODES, reg)
+        self.maintenance_progress = _gauge(c.REMEDIATION_MAINTENANCE_PROGRESS, reg)
+        self.maintenance_eta = _gauge(c.REMEDIATION_MAINTENANCE_ETA, reg)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

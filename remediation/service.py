@@ -29,6 +29,7 @@ from remediation.events.sink import HttpSink, Sink
 from remediation.executor import Executor
 from remediation.gpureset import release as reset_release
 from remediation.journal import HELD_STATES, Journal
+from remediation.maintenance.runner import Maintenance
 from remediation.metrics import Metrics
 from remediation.pager import AlertmanagerPager, NoPager
 from remediation.placement.manager import Placement
@@ -59,6 +60,7 @@ class Service:
     clock: Clock
     credentials: auth.Credentials | None
     relay: Relay | None = None  # events out (remediation/events), None when off
+    maintenance: Maintenance | None = None  # rolling maintenance (remediation/maintenance)
 
     @property
     def validator(self) -> Validator:
@@ -158,6 +160,8 @@ class Service:
         self.metrics.paused.set(1 if self.engine.paused else 0)
         self.metrics.unreachable.set(1 if self.worker.unreachable else 0)
         self.metrics.breaker.set(1 if self.status()["breaker_open"] else 0)
+        if self.maintenance is not None:
+            self.maintenance.refresh(self.metrics)
 
     def health_problem(self) -> str:
         """Why the service cannot be trusted to act now ("" when healthy). Reads only the
@@ -320,6 +324,8 @@ def build(
     engine.release_blocked = lambda node: reset_release.blocked(journal, executor.resetter, node)
     worker = Worker(engine, executor, s.tick_s)
     relay = make_relay(s, journal, clock, metrics, events_sink)
+    maint = make_maintenance(s, pol, journal, chosen, real, engine, clock, relay)
+    worker.ticks.append(maint.tick)
     return Service(
         s,
         pol,
@@ -332,7 +338,40 @@ def build(
         clock,
         creds if creds.expected else None,
         relay,
+        maint,
     )
+
+
+def make_maintenance(
+    s: Settings, pol: Policy, journal: Journal, chosen: Backend, real: Backend | None,
+    engine: Engine, clock: Clock, relay: Relay | None,
+) -> Maintenance:  # fmt: skip
+    """Rolling maintenance on the chosen backend, its suites run where the validator's
+    run; the engine's guards stop counting the nodes it may give back (faults win)."""
+    runner = getattr(real, "runner", None) if isinstance(real, SlurmBackend) else None
+    partition = None
+    if runner is not None:
+        from remediation.backends.hostlist import expand
+        from remediation.backends.runner import checked
+
+        def partition(name: str) -> tuple[str, ...]:
+            out = checked(runner, ("sinfo", "-h", "-p", name, "-o", "%N"), s.command_timeout_s)
+            return tuple(n for part in out.split() for n in expand(part))
+
+    maint = Maintenance(
+        journal,
+        chosen,
+        pol,
+        clock.now,
+        lambda: engine.paused,
+        engine.validator.runner if engine.validator is not None else None,
+        s.state_db.parent / "maintenance",
+        events_source=s.events_source if relay is not None else None,
+        partition=partition,
+        runner=runner,
+    )
+    engine.yielding = maint.out_for_faults
+    return maint
 
 
 def make_relay(

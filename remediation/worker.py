@@ -15,6 +15,7 @@ import contextlib
 import logging
 import sqlite3
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -50,6 +51,8 @@ class Worker:
         self.write_error = ""  # the last cycle could not write the journal (health)
         # the backend did not answer while deciding: alerts wait undecided (status, metrics)
         self.unreachable = ""
+        # more loops run on each cycle after the engine's tick (rolling maintenance)
+        self.ticks: list[Callable[[], None]] = []
 
     async def start(self) -> None:
         await self.resume_actions()  # interrupted by a crash: finish, reconciling each step
@@ -79,6 +82,8 @@ class Worker:
             try:
                 await self.drain_until_unreachable()
                 await asyncio.to_thread(self.engine.tick)
+                for more in self.ticks:
+                    await asyncio.to_thread(more)
                 await self.resume_actions()
                 self.last_tick, self.write_error = time.monotonic(), ""
             except sqlite3.OperationalError as e:  # locked or read-only: retried next cycle

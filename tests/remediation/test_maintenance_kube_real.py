@@ -1,0 +1,141 @@
+"""Rolling maintenance on the real Kubernetes API server of the lab (tests/kubelab.py): the
+issue's shape on Kubernetes. 4 GPU nodes each running a pod, one drained for a fault (the xid_fatal ladder), a
+wave of 2 under a fleet budget of 2, a kill -9 of the service mid-run. The test plays the
+pods' side of the checkpoint protocol: a pod annotated ``gpuwarden.io/checkpoint-requested``
+writes its ack a second later (remediation/checkpoint.py).
+
+Checked: no pod is evicted before its ack; the unschedulable nodes (sampled every 0.1 s)
+never exceed the budget; the run, resumed after the kill, finishes and every maintained node
+is schedulable again while the faulty one stays cordoned. (No validation suite here: on
+Kubernetes a suite needs the validation image, which the lab's kubelet stand-in cannot run.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.processes import wait_until
+from remediation.backends.kubernetes import CHECKPOINT_ANNOTATION
+from remediation.executor import ack_path
+from tests.kube.shipped import apply_remediation_rbac
+from tests.kubelab import KubeLab, cleanup, start_lab
+from tests.realcomp import free_port
+from tests.remediation.helpers import AUTH, LIVE_POLICY, alert, payload, start_service
+from tests.remediation.test_maintenance_slurm_real import api, run_state
+
+pytestmark = pytest.mark.real
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[KubeLab]:
+    lab = start_lab()
+    try:
+        yield lab
+    finally:
+        cleanup(lab)
+
+
+class Pods(threading.Thread):
+    """The pods' side: ack a checkpoint request; and the sampler: unschedulable nodes, and
+    any pod gone without its ack."""
+
+    def __init__(self, lab: KubeLab, ns: str, nodes: list[str], ack_dir: Path) -> None:
+        super().__init__(daemon=True)
+        self.lab, self.ns, self.nodes, self.ack_dir = lab, ns, nodes, ack_dir
+        self.stop, self.max_out, self.samples = threading.Event(), 0, 0
+        self.asked: dict[str, float] = {}
+        self.gone_without_ack: list[str] = []
+        self.seen: set[str] = set()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            with contextlib.suppress(Exception):  # a slow answer: the next sample counts
+                self.once()
+            time.sleep(0.1)
+
+    def once(self) -> None:
+        nodes = self.lab.http.get("/api/v1/nodes").get("items") or []
+        out = [n for n in nodes if (n.get("spec") or {}).get("unschedulable")]
+        self.samples += 1
+        self.max_out = max(self.max_out, len(out))
+        pods = self.lab.http.get(f"/api/v1/namespaces/{self.ns}/pods").get("items") or []
+        live = set()
+        for p in pods:
+            meta = p["metadata"]
+            jid = f"{self.ns}/{meta['name']}"
+            live.add(jid)
+            if CHECKPOINT_ANNOTATION in (meta.get("annotations") or {}):
+                self.asked.setdefault(jid, time.monotonic())
+                if time.monotonic() - self.asked[jid] > 1.0:
+                    ack_path(str(self.ack_dir), jid).write_text(json.dumps({"job": jid}))
+        for jid in self.seen - live:
+            if not ack_path(str(self.ack_dir), jid).exists() and jid not in self.gone_without_ack:
+                self.gone_without_ack.append(jid)
+        self.seen |= live
+
+
+def test_a_rolling_wave_on_the_real_api_server_keeps_the_budget_and_evicts_only_acked_pods(
+    lab: KubeLab, tmp_path: Path
+) -> None:
+    ns = lab.namespace("maint")  # a job namespace: its RoleBinding lets gpuwarden annotate pods
+    kubeconfig = lab.kubeconfig(apply_remediation_rbac(lab, [ns]), name="remediation")
+    nodes = [lab.add_node() for _ in range(4)]
+    for i, node in enumerate(nodes):
+        lab.run_pod(ns, node, f"trainer-{i}", gpus=8)
+    acks = tmp_path / "acks"
+    acks.mkdir()
+    (tmp_path / "policy.yaml").write_text(
+        LIVE_POLICY.replace("ack_dir: /tmp", f"ack_dir: {acks}").replace(
+            "fleet: {max_fraction: 0.5, max_nodes: 100}", "fleet: {max_fraction: 1.0, max_nodes: 2}"
+        )
+    )
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    port = free_port()
+    proc = start_service(tmp_path, port, env, "--backend", "kubernetes")
+    pods = Pods(lab, ns, nodes, acks)
+    faulty, todo = nodes[3], nodes[:3]
+    try:
+        req_body = payload(alert(faulty, action="cordon"))
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port}/alertmanager", data=req_body, headers=AUTH, method="POST"),
+            timeout=10).close()  # fmt: skip
+        wait_until(lambda: bool(lab.http.get(f"/api/v1/nodes/{faulty}")["spec"].get(
+            "unschedulable")), 30, 0.2, "faulty node cordoned")  # fmt: skip
+        pods.start()
+        body = {"select": {"nodes": todo}, "wave_size": 2, "drain_deadline_s": 120,
+                "operation": {"kind": "command", "argv": ["sh", "-c", "sleep 1"]}}  # fmt: skip
+        status, run = api(port, "POST", "/api/v1/maintenance", body)
+        assert status == 201, run
+        wait_until(lambda: "operating" in run_state(tmp_path / "state.db")[1].values(), 90, 0.1,
+                   "operating")  # fmt: skip
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+        proc = start_service(tmp_path, free_port(), env, "--backend", "kubernetes")
+        wait_until(lambda: run_state(tmp_path / "state.db")[0] == "done", 120, 0.3, "run done")
+    finally:
+        pods.stop.set()
+        proc.kill()
+        proc.wait(10)
+    state, states = run_state(tmp_path / "state.db")
+    assert state == "done"
+    print(json.dumps({"final": states, "max_out": pods.max_out, "samples": pods.samples,
+                      "acked": len(list(acks.iterdir()))}))  # fmt: skip
+    assert set(states.values()) == {"done"}
+    assert pods.samples > 20 and pods.max_out <= 2, pods.max_out
+    # trainer-3 ran on the faulty node: the fault path's drain (the xid_fatal ladder's first
+    # rung) evicts it, as faults do; the run's own nodes lose no pod without its ack
+    assert [p for p in pods.gone_without_ack if not p.endswith("/trainer-3")] == []
+    assert len(list(acks.iterdir())) == 3  # each maintained node's pod checkpointed
+    for node in todo:
+        assert not lab.http.get(f"/api/v1/nodes/{node}")["spec"].get("unschedulable"), node
+    assert lab.http.get(f"/api/v1/nodes/{faulty}")["spec"].get("unschedulable")
