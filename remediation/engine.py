@@ -24,7 +24,7 @@ from remediation.clock import Clock
 from remediation.executor import OPEN_SAGA, validate
 from remediation.journal import Journal
 from remediation.metrics import Metrics
-from remediation.model import DISRUPTIVE, REASON_PREFIX, Alert, Verdict, deny
+from remediation.model import DISRUPTIVE, REASON_PREFIX, Alert, NodeView, Verdict, deny
 from remediation.pager import NoPager, Pager
 from remediation.placement.manager import Event, Placement
 from remediation.policy import Policy
@@ -50,6 +50,11 @@ class Engine:
     # why a node may not go back into service now (a GPU reset job still runs on it:
     # remediation.gpureset.release.blocked); None: nothing blocks. Wired by the service.
     release_blocked: Callable[[str], str | None] | None = None
+    # the last fleet read and its nodes by name: a backend that keeps its fleet (the dry run's)
+    # hands the same tuple back until it changes, so a decision finds its node without a scan
+    _index: tuple[tuple[NodeView, ...], dict[str, NodeView]] = field(
+        default_factory=lambda: ((), {}), init=False, repr=False, compare=False
+    )
 
     # ------------------------------------------------------------------ pause / breaker
     @property
@@ -255,7 +260,12 @@ class Engine:
         incident = self.journal.incident(node, fc, now, self.policy.incident_window_s)
         if incident["acted"]:
             return self._same_incident(alert, incident)
-        return self._climb(alert, rec, now, incident, alert_started, min_occurrence)
+        try:
+            return self._climb(alert, rec, now, incident, alert_started, min_occurrence)
+        except Unavailable:  # no answer, nothing decided: the incident it opened goes too
+            if incident["created"]:
+                self.journal.forget_incident(incident["id"])
+            raise
 
     def _held_again(self, alert: Alert, rec: dict[str, Any]) -> None:
         """The alert instance fired again after its resolve (``ordering.refired``): the fault
@@ -565,7 +575,7 @@ class Engine:
             raise  # no answer: nothing decided, the alert waits (worker.drain_until_unreachable)
         except (BackendError, OSError) as e:  # an answer we cannot use: denied (fail closed)
             fleet, jobs, error = (), (), str(e)
-        node = next((n for n in fleet if n.name == alert.node), None)
+        node = self._find(fleet, alert.node)
         return guards.Situation(
             alert=alert,
             action=action,
@@ -580,6 +590,15 @@ class Engine:
             recent_actions=self.journal.actions_since(now - p.rate_window_s),
             scheduler_error=error,
         )
+
+    def _find(self, fleet: tuple[NodeView, ...], name: str) -> NodeView | None:
+        seen, index = self._index
+        if seen is not fleet:
+            index = {}
+            for n in fleet:
+                index.setdefault(n.name, n)  # the first of a name, as a scan would find
+            self._index = (fleet, index)
+        return index.get(name)
 
     def _resolved(self, alert: Alert) -> None:
         node, rec = alert.node, self.journal.node(alert.node) if alert.node else None

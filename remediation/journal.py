@@ -355,7 +355,14 @@ class Journal:
             else:
                 iid = row["id"]
                 db.execute("UPDATE incidents SET last_at=? WHERE id=?", (now, iid))
-            return dict(db.execute("SELECT * FROM incidents WHERE id=?", (iid,)).fetchone())
+            out = dict(db.execute("SELECT * FROM incidents WHERE id=?", (iid,)).fetchone())
+            return {**out, "created": row is None}
+
+    def forget_incident(self, incident_id: int) -> None:
+        """Remove an incident opened by a decision that then waited (the scheduler did not
+        answer): the alert is decided again later, and must not leave one incident per try."""
+        with self.tx() as db:
+            db.execute("DELETE FROM incidents WHERE id=? AND acted IS NULL", (incident_id,))
 
     def cluster_incident(
         self, fault_class: str, subject: str, now: float, firing: bool, window: float = 0.0

@@ -40,7 +40,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from remediation.backends.base import BackendError
+from remediation.backends.base import BackendError, Unavailable
 from remediation.journal import HELD_STATES
 from remediation.model import Alert, NodeView, Verdict, deny
 from remediation.validation import slurm as vslurm
@@ -69,6 +69,10 @@ PAGE_AFTER = 5  # failed tries to stop a concluded run before it pages a human
 
 class ValidationError(Exception):
     """A validation cannot be started (unknown node, not ours, no suite, one running)."""
+
+
+class SchedulerSilent(ValidationError):
+    """The scheduler did not answer: nothing started, nothing failed; asked again later."""
 
 
 class SuiteRunner(Protocol):
@@ -273,7 +277,10 @@ class Validator:
                 )
                 e._record(None, rec["node"], rec.get("fault_class") or "", "validate", v, {})
                 return False
-            self.start(rec["node"], trigger, who, suite.name)
+            try:
+                self.start(rec["node"], trigger, who, suite.name)
+            except SchedulerSilent as ex:  # held, asked again next tick
+                log.warning("validation of %s waits: %s", rec["node"], ex)
         return True
 
     def start(
@@ -309,6 +316,12 @@ class Validator:
                     + (f" (suites: {', '.join(sorted(self.vp.suites))})" if self.vp.suites else "")
                 )
             suite = self.vp.suites[name]
+            try:  # before anything is recorded: no answer is no verdict (an answer we
+                view = e.backend.node(node)  # cannot use still fails closed, below)
+            except Unavailable as ex:
+                raise SchedulerSilent(f"the scheduler did not answer about {node}: {ex}") from ex
+            except Exception:
+                view = None
             deadline = now + self.vp.deadline_s(suite)
             with e.journal.tx() as db:
                 vid = int(
@@ -337,7 +350,7 @@ class Validator:
             try:
                 if self.runner is None:
                     raise BackendError(f"no validation runner for backend {e.backend.name}")
-                view = e.backend.node(node)
+                view = view or e.backend.node(node)
                 if view is None:
                     raise BackendError(f"node {node} unknown to the scheduler")
                 handle = self.runner.start(node, suite, run_id(vid, node), view)
@@ -399,10 +412,12 @@ class Validator:
                     continue
                 try:
                     self._poll(rows[0])
+                except Unavailable as ex:  # no answer is no verdict: polled again next tick
+                    log.warning("validation %s of %s waits: %s", vid, rows[0]["node"], ex)
                 except Exception as ex:  # a bug or runner error: fail closed, never stuck
                     reason = f"runner error: {type(ex).__name__}: {ex}"
                     self._conclude(vid, _failed(rows[0]["suite"], reason), rows[0])
-        if not e.paused:  # the consequences parked by a pause, now that it is lifted
+        if not e.paused:  # consequences parked by a pause or a silent scheduler: again now
             for r in e.journal.rows("SELECT * FROM validations WHERE parked=1 ORDER BY id"):
                 with self.lock:
                     with e.journal.tx() as db:
@@ -640,7 +655,13 @@ class Validator:
         with e.journal.tx() as db:
             e.journal.close_incidents(db, node)  # the failed validation is a new incident
         floor = e.policy.inspect_after if failures >= self.vp.max_attempts else 0
-        e.decide(a, e.clock.now(), min_occurrence=floor)  # the worker runs the action
+        try:
+            e.decide(a, e.clock.now(), min_occurrence=floor)  # the worker runs the action
+        except Unavailable as ex:  # parked: the node stays out, decided again next tick
+            log.warning("escalation of %s after validation %s waits: %s", node, vid, ex)
+            with e.journal.tx() as db:
+                db.execute("UPDATE validations SET parked=1 WHERE id=?", (vid,))
+            return
         with e.journal.tx() as db:  # only now: "validating" until the action is queued
             db.execute(
                 "UPDATE nodes SET state='quarantined' WHERE node=? AND state='validating'", (node,)
