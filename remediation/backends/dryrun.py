@@ -34,6 +34,7 @@ class DryRunBackend:
         self._lock = threading.RLock()
         self._cache: dict[str, str] | None = None
         self._base: tuple[NodeView, ...] | None = None
+        self._fleet: tuple[NodeView, ...] | None = None  # the topology's fleet, kept in step
 
     @property
     def action_id(self) -> int:
@@ -71,26 +72,31 @@ class DryRunBackend:
 
     def _apply(self, node: str, op: str, detail: dict[str, object]) -> None:
         assert self._cache is not None
+        self._fleet = None
         if op == "take_out":
             self._cache[node] = str(detail.get("reason", REASON_PREFIX))
         elif op == "release":
             self._cache.pop(node, None)
 
     def fleet(self) -> tuple[NodeView, ...]:
-        out = self._out()
         if self.source is not None:
+            out = self._out()
             return tuple(
                 NodeView(n.name, True, True, out[n.name], n.domains) if n.name in out else n
                 for n in self.source.fleet()
             )
-        if self._base is None:
-            self._base = tuple(
-                NodeView(n, domains=dict(d)) for n, d in sorted(self.topology.items())
-            )
-        return tuple(
-            NodeView(n.name, True, True, out[n.name], n.domains) if n.name in out else n
-            for n in self._base
-        )
+        with self._lock:  # every decision reads the whole fleet: built once per change
+            if self._fleet is None:
+                out = self._out()
+                if self._base is None:
+                    self._base = tuple(
+                        NodeView(n, domains=dict(d)) for n, d in sorted(self.topology.items())
+                    )
+                self._fleet = tuple(
+                    NodeView(n.name, True, True, out[n.name], n.domains) if n.name in out else n
+                    for n in self._base
+                )
+            return self._fleet
 
     def node(self, name: str) -> NodeView | None:
         """None for a node it cannot know (not in the topology, nor the real scheduler)."""
