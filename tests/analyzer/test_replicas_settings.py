@@ -9,6 +9,7 @@ from analyzer.replicas.membership import MemoryMembership
 from analyzer.replicas.role import ReplicaRole
 from analyzer.settings import AnalyzerSettings
 from common.settings import SettingsError
+from exporter import catalog as c
 
 OK = {"prometheus": "http://prom:9090", "replica": "analyzer-0", "membership": "dir:/var/lib/x"}
 
@@ -83,5 +84,6 @@ def test_the_service_in_the_sharded_mode_judges_only_its_units_and_reports_them(
         f.node for f in svc.engine.findings if f.node not in w.nodes
     }
     text = asyncio.run(svc.metrics(None)).text  # type: ignore[arg-type]
-    assert 'gpuwarden_analyzer_replica_members{replica="r-0"} 3.0' in text
-    assert f'gpuwarden_analyzer_replica_nodes{{replica="r-0"}} {float(len(mine_nodes))}' in text
+    members, nodes = c.ANALYZER_REPLICA_MEMBERS.name, c.ANALYZER_REPLICA_NODES.name
+    assert f'{members}{{replica="r-0"}} 3.0' in text
+    assert f'{nodes}{{replica="r-0"}} {float(len(mine_nodes))}' in text
