@@ -94,7 +94,8 @@ def test_every_alert_has_severity_summary_description_and_runbook(rule: Rule) ->
 
 @pytest.mark.parametrize("rule", ALERTS, ids=_id)
 def test_every_alert_names_what_it_is_about(rule: Rule) -> None:
-    """node (plus gpu/link/port ... where relevant), or component for pipeline alerts."""
+    """node (plus gpu/link/port ... where relevant), component for pipeline alerts, the run
+    for a maintenance run's."""
     text = rule.annotations["summary"] + rule.annotations["description"]
     if rule.file.name == "pipeline.rules.yml":
         assert "component" in rule.labels or 'component="' in rule.expr
@@ -102,6 +103,8 @@ def test_every_alert_names_what_it_is_about(rule: Rule) -> None:
         assert "$labels.mount" in text
     elif rule.labels.get("scope") == "domain":  # an NVLink domain's fault: named by the domain
         assert "$labels.nvlink_domain" in text and "nvlink_domain" in rule.expr
+    elif "maintenance_nodes" in rule.expr:  # a maintenance run's: named by its run
+        assert "$labels.run" in text
     else:
         assert "$labels.node" in text
     per_node = ":by_node" in rule.expr  # a count of GPUs per node names no single GPU
