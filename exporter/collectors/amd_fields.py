@@ -21,8 +21,9 @@ from typing import Any
 
 from exporter import catalog as c
 from exporter import catalog_amd as dme
-from exporter.catalog import MetricDef, Sample
+from exporter.catalog import Sample
 from exporter.collectors.amd_reader import AmdReader, number
+from exporter.collectors.device_samples import DeviceSamples
 from exporter.counters import Monotonic
 from exporter.sources import amdsmi_api as api
 
@@ -41,7 +42,7 @@ PCIE_EVENTS = (("recovery", "pcie_l0_to_recovery_count"), ("nak_sent", "pcie_nak
 
 
 @dataclass
-class AmdRead:
+class AmdRead(DeviceSamples):
     """One cycle's reading of one AMD GPU: where to read, how to label, where to put samples."""
 
     smi: api.AmdSmiApi
@@ -50,15 +51,6 @@ class AmdRead:
     lv: tuple[str, ...]  # (node, gpu, uuid)
     mono: Monotonic
     out: list[Sample]
-
-    def gauge(self, m: MetricDef, v: float | None, *extra: str) -> None:
-        if v is not None:
-            self.out.append(m.make(v, *self.lv, *extra))
-
-    def counter(self, m: MetricDef, raw: float | None, *extra: str, scale: float = 1.0) -> None:
-        if raw is not None:
-            labels = (*self.lv, *extra)
-            self.out.append(m.make(self.mono.update((m.name, labels), raw) * scale, *labels))
 
 
 def read_partition(g: AmdRead) -> None:

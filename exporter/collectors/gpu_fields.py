@@ -15,7 +15,8 @@ from typing import Any
 import pynvml
 
 from exporter import catalog as c
-from exporter.catalog import MetricDef, Sample
+from exporter.catalog import Sample
+from exporter.collectors.device_samples import DeviceSamples
 from exporter.collectors.gpu_reader import FieldReader
 from exporter.counters import Monotonic
 from exporter.sources.protocols import NvmlApi
@@ -57,7 +58,7 @@ PCIE_GAUGES = (
 
 
 @dataclass
-class GpuRead:
+class GpuRead(DeviceSamples):
     """One cycle's reading of one GPU: where to read, how to label, where to put samples."""
 
     nvml: NvmlApi
@@ -66,15 +67,6 @@ class GpuRead:
     lv: tuple[str, ...]  # (node, gpu, uuid)
     mono: Monotonic
     out: list[Sample]
-
-    def gauge(self, m: MetricDef, v: float | None, *extra: str) -> None:
-        if v is not None:
-            self.out.append(m.make(v, *self.lv, *extra))
-
-    def counter(self, m: MetricDef, raw: float | None, *extra: str, scale: float = 1.0) -> None:
-        if raw is not None:
-            labels = (*self.lv, *extra)
-            self.out.append(m.make(self.mono.update((m.name, labels), raw) * scale, *labels))
 
 
 def read_device(g: GpuRead) -> None:
