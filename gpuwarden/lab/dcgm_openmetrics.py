@@ -32,12 +32,10 @@ label anywhere:
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +43,7 @@ from analyzer.sources.queries import QUERIES
 from exporter import catalog as c
 from exporter import catalog_dcgm
 from gpuwarden.lab.openmetrics import _AXES
+from gpuwarden.lab.spool import FamilySpool
 
 DRIVER = "550.90.07"
 CLOCK_EVENTS_WINDOW = 300.0  # dcgm-exporter's clock-events-count window (default 300000 ms)
@@ -87,7 +86,7 @@ def field_values(metric: c.MetricDef, f: c.DcgmField, a: np.ndarray) -> np.ndarr
     return v * f.scale
 
 
-class DcgmScrapeRecorder:
+class DcgmScrapeRecorder(FamilySpool):
     """Frames in, dcgm-exporter + node_exporter OpenMetrics out; ``part=(lo, hi)``: only
     those nodes (a mixed fleet records the rest with the native recorder)."""
 
@@ -112,10 +111,9 @@ class DcgmScrapeRecorder:
         self.nodes = tuple(nodes)[self.rows]
         self.uuid, self.gpu_names = uuid, tuple(gpu_names)[self.rows]
         self.epoch, self.collect, self.host = epoch, collect, hostname_label
-        self.dir = Path(tempfile.mkdtemp(prefix="gpuwarden-dcgm-om-", dir=workdir))
+        super().__init__("gpuwarden-dcgm-om-", workdir)
         # ``fields`` (4.8 names): only those (simulator.telemetry.dcgm_fields); None: all
         self.fields = [(m, f) for m, f in _fields() if fields is None or f.name in fields]
-        self._files: dict[str, IO[str]] = {}
         self._types: dict[str, str] = {}
         self._held: dict[str, np.ndarray] = {}  # last collected value per field
         self._tick = -1  # the collect interval the held values are from
@@ -258,30 +256,17 @@ class DcgmScrapeRecorder:
             self._emit(name, out)
 
     def _emit(self, family: str, lines: list[str]) -> None:
-        f = self._files.get(family)
-        if f is None:
-            f = self._files[family] = (self.dir / family).open("w")
-        f.write("".join(lines))
+        self._out(family).write("".join(lines))
         self.samples += len(lines)
 
     def write(self, path: Path) -> Path:
-        with path.open("w") as out:
-            for family, f in self._files.items():
-                f.close()
-                t = self._types.get(family, "gauge")
-                base = family.removesuffix("_total") if t == "counter" else family
-                # OpenMetrics: a counter's samples end in _total; dcgm's counters do not, so
-                # promtool gets them as the gauges Prometheus stores them as anyway
-                if t == "counter" and not family.endswith("_total"):
-                    t, base = "gauge", family
-                out.write(f"# TYPE {base} {t}\n")
-                with (self.dir / family).open() as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
-            out.write("# EOF\n")
-        self._files.clear()
-        return path
+        return self._join(path, self._type_line)
 
-    def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def _type_line(self, family: str) -> str:
+        t = self._types.get(family, "gauge")
+        base = family.removesuffix("_total") if t == "counter" else family
+        # OpenMetrics: a counter's samples end in _total; dcgm's counters do not, so
+        # promtool gets them as the gauges Prometheus stores them as anyway
+        if t == "counter" and not family.endswith("_total"):
+            t, base = "gauge", family
+        return f"# TYPE {base} {t}\n"

@@ -14,21 +14,20 @@ The NVIDIA nodes, and the AMD nodes' NICs, are the native recorder's
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 from exporter import catalog as c
+from gpuwarden.lab.spool import FamilySpool
 from simulator.dme import DmeNode
 
 PORT = 5000  # DME's default
 
 
-class DmeScrapeRecorder:
+class DmeScrapeRecorder(FamilySpool):
     """Frames in, DME OpenMetrics out, for the fleet nodes flagged in ``amd``."""
 
     def __init__(self, nodes: Sequence[str], amd: Sequence[bool], epoch: float,
@@ -37,8 +36,7 @@ class DmeScrapeRecorder:
         self.epoch, self.cache = epoch, cache
         self.dme = {i: DmeNode(n, i, prefix, fields)
                     for i, (n, a) in enumerate(zip(nodes, amd, strict=True)) if a}  # fmt: skip
-        self.dir = Path(tempfile.mkdtemp(prefix="gpuwarden-dme-om-", dir=workdir))
-        self._files: dict[str, IO[str]] = {}
+        super().__init__("gpuwarden-dme-om-", workdir)
         self._held: dict[int, dict[str, list[str]]] = {}
         self._tick = -1
         self.samples = 0
@@ -64,26 +62,6 @@ class DmeScrapeRecorder:
                 self._out(fam).write(out)
                 self.samples += len(lines)
 
-    def _out(self, family: str) -> IO[str]:
-        f = self._files.get(family)
-        if f is None:
-            f = self._files[family] = (self.dir / family).open("w")
-        return f
-
     def write(self, path: Path, eof: bool = True) -> Path:
         """Every family as a gauge (as DME types them); ``eof`` False: to join another file."""
-        with path.open("a") as out:
-            for family, f in self._files.items():
-                f.close()
-                out.write(f"# TYPE {family} gauge\n")
-                with (self.dir / family).open() as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
-            if eof:
-                out.write("# EOF\n")
-        self._files.clear()
-        return path
-
-    def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        return self._join(path, lambda family: f"# TYPE {family} gauge\n", "a", eof)

@@ -21,16 +21,15 @@ step by step (memory stays flat over long runs) and the files are joined at :met
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 from analyzer.sources.queries import QUERIES
 from exporter import catalog as c
+from gpuwarden.lab.spool import FamilySpool
 from simulator.state import IB_HW_COUNTERS
 
 _SPECIAL = (
@@ -75,7 +74,7 @@ def _gates(name: str, a: np.ndarray) -> list[tuple[str, np.ndarray]]:
     return []
 
 
-class ScrapeRecorder:
+class ScrapeRecorder(FamilySpool):
     """Frames in, OpenMetrics out. ``epoch`` is added to the frames' virtual times."""
 
     def __init__(
@@ -99,10 +98,9 @@ class ScrapeRecorder:
         self.uuid = uuid  # (node, gpu) -> uuid
         self.gpu_names = tuple(gpu_names)[self.rows]  # per node, the NVML model name
         self.epoch = epoch
-        self.dir = Path(tempfile.mkdtemp(prefix="gpuwarden-om-", dir=workdir))
+        super().__init__("gpuwarden-om-", workdir)
         self.names = [q.name for q in QUERIES if q.metric not in _SPECIAL]
         self._labels: dict[str, np.ndarray] = {}
-        self._files: dict[str, IO[str]] = {}
         self._xid: dict[tuple[int, int, int], float] = {}
         self.samples = 0
         self.steps = 0
@@ -260,26 +258,7 @@ class ScrapeRecorder:
         self._out(family).write("".join(f"{lab[i]} {flat[i]:.10g}{ts}" for i in good))
         self.samples += len(good)
 
-    def _out(self, family: str) -> IO[str]:
-        f = self._files.get(family)
-        if f is None:
-            f = self._files[family] = (self.dir / family).open("w")
-        return f
-
     # ------------------------------------------------------------------ output
     def write(self, path: Path) -> Path:
         """Join the spooled families into one OpenMetrics file at ``path``."""
-        with path.open("w") as out:
-            for family, f in self._files.items():
-                f.close()
-                out.write(type_line(c.by_name(family)))
-                with (self.dir / family).open() as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
-            out.write("# EOF\n")
-        self._files.clear()
-        return path
-
-    def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        return self._join(path, lambda family: type_line(c.by_name(family)))
