@@ -206,6 +206,23 @@ def test_pods_of_one_node_are_asked_for_by_field_selector_and_filtered_again() -
     assert wire.last.query == {}
 
 
+def test_a_pod_is_read_by_namespace_and_name_and_reads_as_none_when_gone() -> None:
+    wire = Wire()
+    api = adapter(wire)
+    wire.answer("GET", "/api/v1/namespaces/ml/pods/w-0", 200, {"metadata": {"name": "w-0"}})
+    assert api.read_pod("ml", "w-0") == {"metadata": {"name": "w-0"}}
+    wire.answer("GET", "/api/v1/namespaces/ml/pods/w-0", 404, status_body("NotFound", "x"))
+    assert api.read_pod("ml", "w-0") is None
+
+
+def test_a_pod_patch_sends_the_body_to_the_pod() -> None:
+    wire = Wire()
+    body = {"metadata": {"annotations": {"gpuwarden.io/checkpoint": "requested"}}}
+    adapter(wire).patch_pod("ml", "w-0", body)
+    s = wire.last
+    assert (s.method, s.path, s.body) == ("PATCH", "/api/v1/namespaces/ml/pods/w-0", body)
+
+
 def test_pods_by_label_are_asked_for_with_the_label_selector() -> None:
     wire = Wire()
     wire.answer("GET", "/api/v1/namespaces/gpuwarden/pods", 200, {"items": [{"n": 1}]})
