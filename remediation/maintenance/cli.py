@@ -104,9 +104,13 @@ def read_manifest(path: str) -> Any:
     except OSError as e:
         raise ManifestError(f"--kube-job {path}: {e.strerror or e}") from None
     try:
-        return yaml.safe_load(text)
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ManifestError(f"--kube-job {path}: not YAML: {' '.join(str(e).split())}") from None
+    try:  # sent as JSON: a YAML date or the like would not go
+        return json.loads(json.dumps(doc, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise ManifestError(f"--kube-job {path}: {e} (quote it in the YAML)") from None
 
 
 def _eta(s: float | None) -> str:

@@ -6,6 +6,7 @@ persists them; ``runner`` fills ``World`` from the scheduler and carries out ``E
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -198,7 +199,10 @@ def kube_job(raw: Any) -> dict[str, Any]:
     ns = meta.get("namespace")
     if ns is not None and not (isinstance(ns, str) and _DNS_LABEL.match(ns)):
         raise SpecError(f"operation.job: metadata.namespace {ns!r} is not a namespace name")
-    return dict(raw)
+    try:  # stored as JSON with the run (YAML's dates and the like are not)
+        return dict(json.loads(json.dumps(raw, allow_nan=False)))
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"operation.job: not JSON-representable: {e}") from None
 
 
 def spec(raw: Any, nodes: tuple[str, ...], suites: frozenset[str]) -> Spec:

@@ -181,6 +181,13 @@ def test_any_other_refused_create_fails_the_start() -> None:
         ({**MANIFEST, "spec": "x"}, "at least one container"),
         ({**MANIFEST, "metadata": {"namespace": "Not_A_Namespace"}}, "is not a namespace name"),
         ("kind: Job\n  bad: [indent", "operation.job: not YAML"),
+        (
+            {
+                **MANIFEST,
+                "metadata": {"annotations": {"since": __import__("datetime").date(2026, 1, 1)}},
+            },
+            "not JSON-representable",
+        ),
     ],
 )
 def test_a_manifest_that_is_not_one_batch_v1_job_is_refused_clearly(raw: Any, why: str) -> None:
@@ -300,3 +307,7 @@ def test_the_cli_sends_the_manifest_file_and_refuses_one_it_cannot_read(
     assert cli.main([*unreachable, str(f)]) == 2
     err = capsys.readouterr().err
     assert f"--kube-job {f}: not YAML" in err and "cannot reach" not in err
+    f.write_text(yaml.safe_dump({**MANIFEST, "metadata": {"annotations": {"since": "x"}}}).replace(
+        "since: x", "since: 2026-01-01"))  # fmt: skip
+    assert cli.main([*unreachable, str(f)]) == 2
+    assert "not JSON serializable (quote it in the YAML)" in capsys.readouterr().err
