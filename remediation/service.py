@@ -369,6 +369,10 @@ def make_maintenance(
         events_source=s.events_source if relay is not None else None,
         partition=partition,
         runner=runner,
+        kube=getattr(real, "api", None)
+        if real is not None and real.name == "kubernetes" and not pol.dry_run
+        else None,
+        kube_namespace=pol.validation.kube_namespace,
     )
     engine.yielding = maint.out_for_faults
     return maint

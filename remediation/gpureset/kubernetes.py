@@ -34,10 +34,9 @@ APP = "gpuwarden-gpu-reset"
 
 def reset_manifest(node: str, suite: Suite, name: str, namespace: str, image: str) -> Any:
     body = job_manifest(node, suite, name, namespace, image, 0)
-    labels = {"app.kubernetes.io/name": APP, "gpuwarden.io/node": node}
-    body["metadata"]["labels"] = labels
     pod = body["spec"]["template"]
-    pod["metadata"]["labels"] = labels
+    for meta in (body["metadata"], pod["metadata"]):
+        meta["labels"]["app.kubernetes.io/name"] = APP
     [c] = pod["spec"]["containers"]
     c["name"] = "reset"
     del c["resources"]  # no GPU request: see the module docstring

@@ -5,6 +5,8 @@ from GPUWARDEN_WEBHOOK_TOKEN or --token-file, never a command-line value).
     gpuwarden maintenance plan  --nodes 'gpu-node-[001-064]' --command 'ssh {node} /opt/upgrade.sh' \\
         --wave-size 8 --suite post-maintenance --max-failures 2
     gpuwarden maintenance start ...same options...
+    gpuwarden maintenance start --nodes 'gpu-node-[001-064]' --kube-job driver-upgrade.yaml
+        # a batch/v1 Job per node ({node} replaced), bound to it; Kubernetes backend only
     gpuwarden maintenance status [RUN]
     gpuwarden maintenance pause|resume|abort RUN
     gpuwarden maintenance skip|force RUN NODE     # a stuck node: the operator decides
@@ -18,6 +20,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from remediation.quarantine_cli import DEFAULT_URL, call
@@ -29,7 +32,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--url", default=os.environ.get("GPUWARDEN_REMEDIATION_URL", DEFAULT_URL))
     p.add_argument("--token-file", help="file with the bearer token (else GPUWARDEN_WEBHOOK_TOKEN)")
     p.add_argument("--json", action="store_true", help="print the API's JSON")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="verb", required=True)  # --command is the operation
     for verb, text in (("plan", "show the waves and the budget room (a dry run)"),
                        ("start", "start a run")):  # fmt: skip
         s = sub.add_parser(verb, help=text)
@@ -41,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
         op = s.add_mutually_exclusive_group(required=True)
         op.add_argument("--command", help="run per node ({node} replaced), e.g. 'ssh {node} ...'")
         op.add_argument("--slurm-reboot", action="store_true", help="scontrol reboot ASAP")
+        op.add_argument("--kube-job", metavar="FILE",
+                        help="a batch/v1 Job manifest (YAML), one Job per node ({node} replaced)")  # fmt: skip
         op.add_argument("--no-operation", action="store_true", help="drain, validate, release")
         s.add_argument("--operation-timeout-s", type=float, default=3600.0)
         s.add_argument("--wave-size", type=int, default=1)
@@ -75,12 +80,37 @@ def request_body(a: argparse.Namespace) -> dict[str, Any]:
         import shlex
 
         op: dict[str, Any] = {"kind": "command", "argv": shlex.split(a.command)}
+    elif a.kube_job:
+        op = {"kind": "kube_job", "job": read_manifest(a.kube_job)}
     else:
         op = {"kind": "slurm_reboot" if a.slurm_reboot else "none"}
     op["timeout_s"] = a.operation_timeout_s
     return {"select": select, "operation": op, "wave_size": a.wave_size,
             "max_failures": a.max_failures, "drain_deadline_s": a.drain_deadline_s,
             "suite": a.suite, "force": a.force, "reason": a.reason}  # fmt: skip
+
+
+class ManifestError(ValueError):
+    """A --kube-job file that cannot be read or is not one YAML document."""
+
+
+def read_manifest(path: str) -> Any:
+    """The --kube-job file's one YAML document (the service checks that it is a batch/v1
+    Job, and the API server checks the rest with a dry run, before anything starts)."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ManifestError(f"--kube-job {path}: {e.strerror or e}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ManifestError(f"--kube-job {path}: not YAML: {' '.join(str(e).split())}") from None
+    try:  # sent as JSON: a YAML date or the like would not go
+        return json.loads(json.dumps(doc, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise ManifestError(f"--kube-job {path}: {e} (quote it in the YAML)") from None
 
 
 def _eta(s: float | None) -> str:
@@ -111,11 +141,16 @@ def render(command: str, body: Any) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     a = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    who, c = getpass.getuser(), a.command
+    who, c = getpass.getuser(), a.verb
     try:
-        if c in ("plan", "start"):
+        req = request_body(a) if c in ("plan", "start") else None
+    except ManifestError as e:
+        print(f"gpuwarden maintenance: {e}", file=sys.stderr)
+        return 2
+    try:
+        if req is not None:
             status, body = _post_json(a, "maintenance/plan" if c == "plan" else "maintenance",
-                                      request_body(a), who)  # fmt: skip
+                                      req, who)  # fmt: skip
         elif c == "status":
             status, body = call(a, "GET", f"maintenance/{a.run}" if a.run else "maintenance")
         elif c in ("skip", "force"):

@@ -6,6 +6,8 @@ persists them; ``runner`` fills ``World`` from the scheduler and carries out ``E
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -28,11 +30,14 @@ FINAL = frozenset({DONE, FAILED, SKIPPED})
 # failures than allowed: nothing new starts, what runs finishes); aborted; done.
 RUNNING, PAUSED, STOPPED, ABORTED, COMPLETE = "running", "paused", "stopped", "aborted", "done"
 RUN_STATES = (RUNNING, PAUSED, STOPPED, ABORTED, COMPLETE)
-OPERATIONS = ("command", "slurm_reboot", "none")
+OPERATIONS = ("command", "slurm_reboot", "kube_job", "none")
 # A checkpoint request is a signal: nothing shows it arrived (a job starting up, a signal
 # lost while slurmstepd was busy), so a job without an ack is asked again this often; a
 # second request is acknowledged again (remediation/checkpoint.py), never harmful.
 RESIGNAL_S = 20.0
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class SpecError(ValueError):
@@ -41,13 +46,20 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Operation:
-    kind: str  # command | slurm_reboot | none
+    kind: str  # command | slurm_reboot | kube_job | none
     argv: tuple[str, ...] = ()  # command: {node} is replaced by the node's name
     timeout_s: float = 3600.0
+    # kube_job: the operator's batch/v1 Job manifest ({node} replaced in every string), one
+    # Job per node and attempt, bound to the node (remediation/maintenance/operations.py)
+    job: Mapping[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         if self.kind == "command":
             return "command " + " ".join(self.argv)
+        if self.kind == "kube_job":
+            meta = self.job.get("metadata") or {}
+            where = meta.get("namespace") or "the validation namespace"
+            return f"kube_job {meta.get('name') or meta.get('generateName') or 'Job'} in {where}"
         return self.kind
 
 
@@ -147,7 +159,7 @@ def _positive(raw: Mapping[str, Any], key: str, default: float, kind: type = flo
 
 def operation(raw: Any) -> Operation:
     if not isinstance(raw, Mapping):
-        raise SpecError("operation: expected {kind: command|slurm_reboot|none, ...}")
+        raise SpecError("operation: expected {kind: command|slurm_reboot|kube_job|none, ...}")
     kind = raw.get("kind")
     if kind not in OPERATIONS:
         raise SpecError(f"operation.kind: {kind!r} is not one of {', '.join(OPERATIONS)}")
@@ -155,7 +167,42 @@ def operation(raw: Any) -> Operation:
     if kind == "command" and (not argv or not all(isinstance(a, str) and a for a in argv)):
         raise SpecError("operation.argv: a command needs a non-empty list of strings")
     timeout = _positive(raw, "timeout_s", 3600.0)
-    return Operation(kind, tuple(argv), timeout)
+    job = kube_job(raw.get("job")) if kind == "kube_job" else {}
+    return Operation(kind, tuple(argv) if kind == "command" else (), timeout, job)
+
+
+def kube_job(raw: Any) -> dict[str, Any]:
+    """The ``kube_job`` operation's manifest (a JSON object, or its YAML text), checked to
+    be one batch/v1 Job with a pod template and at least one container; the API server
+    checks the rest when the run is planned (a server-side dry run of the first node's)."""
+    if isinstance(raw, str):
+        import yaml
+
+        try:
+            raw = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise SpecError(f"operation.job: not YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(raw, Mapping) or not raw:
+        raise SpecError("operation.job: a kube_job needs a batch/v1 Job manifest (an object)")
+    if raw.get("apiVersion") != "batch/v1" or raw.get("kind") != "Job":
+        raise SpecError(
+            f"operation.job: expected apiVersion batch/v1, kind Job; got "
+            f"{raw.get('apiVersion')!r}, {raw.get('kind')!r}"
+        )
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec")
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    pod = template.get("spec") if isinstance(template, Mapping) else None
+    containers = pod.get("containers") if isinstance(pod, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(containers, list) or not containers:
+        raise SpecError("operation.job: spec.template.spec.containers: at least one container")
+    ns = meta.get("namespace")
+    if ns is not None and not (isinstance(ns, str) and _DNS_LABEL.match(ns)):
+        raise SpecError(f"operation.job: metadata.namespace {ns!r} is not a namespace name")
+    try:  # stored as JSON with the run (YAML's dates and the like are not)
+        return dict(json.loads(json.dumps(raw, allow_nan=False)))
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"operation.job: not JSON-representable: {e}") from None
 
 
 def spec(raw: Any, nodes: tuple[str, ...], suites: frozenset[str]) -> Spec:

@@ -62,11 +62,14 @@ class Maintenance:
         events_source: str | None = None,
         partition: Callable[[str], tuple[str, ...]] | None = None,
         runner: Any = None,  # the Slurm command runner (slurm_reboot), None elsewhere
+        kube: Any = None,  # the Kubernetes API (kube_job), None elsewhere and under dry-run
+        kube_namespace: str = "gpuwarden",  # a kube_job's namespace when its manifest has none
     ) -> None:
         self.journal, self.backend, self.policy = journal, backend, policy
         self.clock, self.paused, self.suites = clock, paused, suites
         self.state_dir, self.events_source = state_dir, events_source
         self.partition, self.runner = partition, runner
+        self.kube, self.kube_namespace = kube, kube_namespace
         self.operators: dict[int, operations.Operator] = {}
         store.ensure(journal)
 
@@ -86,6 +89,8 @@ class Maintenance:
         spec = store_spec(raw, nodes, frozenset(self.policy.validation.suites))
         if spec.operation.kind == "slurm_reboot" and self.backend.name != "slurm":
             raise SpecError("operation slurm_reboot: only with --backend slurm")
+        if spec.operation.kind == "kube_job":
+            spec = self._kube_job(spec)
         waves = planner.waves(nodes, fleet, spec.wave_size, self.policy)
         out = planner.out_now(fleet, self.journal.held_nodes()) | store.out_for_maintenance(
             self.journal
@@ -98,6 +103,25 @@ class Maintenance:
             "skipped": sorted(n for n in nodes if n in out),
         }
         return spec, waves, room
+
+    def _kube_job(self, spec: Spec) -> Spec:
+        """The manifest with its namespace written in (what the run will use), checked by
+        the API server with a dry-run create of the first node's Job: a manifest it would
+        refuse stops the plan, nothing started."""
+        if self.kube is None or self.backend.name != "kubernetes":
+            raise SpecError(
+                "operation kube_job: only with --backend kubernetes, live (not under dry-run)"
+            )
+        op = spec.operation
+        meta = dict(op.job.get("metadata") or {})
+        meta["namespace"] = meta.get("namespace") or self.kube_namespace
+        op = replace(op, job={**op.job, "metadata": meta})
+        problem = operations.KubeJob(self.kube, op.job, meta["namespace"], op.timeout_s).check(
+            spec.nodes[0]
+        )
+        if problem:
+            raise SpecError(f"operation.job: {problem}")
+        return replace(spec, operation=op)
 
     def start(self, raw: Any, who: str) -> Run:
         spec, waves, _ = self.plan(raw)
@@ -175,8 +199,9 @@ class Maintenance:
         if run.id not in self.operators:
             reason = f"{PREFIX} {run.id}: {run.spec.operation.kind}"
             self.operators[run.id] = operations.make(
-                run.spec.operation, self.state_dir, self.runner, reason
-            )
+                run.spec.operation, self.state_dir, self.runner, reason, self.kube,
+                self.kube_namespace,
+            )  # fmt: skip
         return self.operators[run.id]
 
     def _op(self, run: Run, n: NodeRun) -> str:

@@ -2,7 +2,8 @@
 
 The Job's pod is bound to the node with ``spec.nodeName`` (that bypasses the scheduler, so
 the cordon stays in place for everyone else) and tolerates gpuwarden's quarantine taint
-(any effect), nothing else. The suite runs in one container, step after step under
+(any effect), nothing else: :func:`remediation.backends.kubejob.pinned`, shared with the
+GPU reset's Job and rolling maintenance's ``kube_job`` operation. The suite runs in one container, step after step under
 ``timeout``; each step's output is framed in the pod log by marker lines, so no shared
 storage is needed:
 
@@ -25,6 +26,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from remediation.backends import kubejob
 from remediation.backends.base import BackendError
 from remediation.backends.kubernetes import TAINT_KEY
 from remediation.model import REASON_PREFIX
@@ -57,21 +59,15 @@ def job_manifest(
     node: str, suite: Suite, name: str, namespace: str, image: str, gpus: int
 ) -> dict[str, Any]:
     deadline = int(sum(s.timeout_s + 15 for s in suite.steps)) + 60
-    labels = {"app.kubernetes.io/name": "gpuwarden-validation", "gpuwarden.io/node": node}
-    return {
+    body = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": 0,  # a failed suite is a verdict, not something to retry blindly
             "activeDeadlineSeconds": deadline,
             "ttlSecondsAfterFinished": 3600,
             "template": {
-                "metadata": {"labels": labels},
                 "spec": {
-                    "nodeName": node,
-                    "restartPolicy": "Never",
-                    "tolerations": [{"key": TAINT_KEY, "operator": "Exists"}],
                     "containers": [
                         {
                             "name": "suite",
@@ -84,6 +80,8 @@ def job_manifest(
             },
         },
     }
+    labels = {"app.kubernetes.io/name": "gpuwarden-validation"}
+    return kubejob.pinned(body, node, name, namespace, labels)
 
 
 def split_log(log: str, steps: int) -> list[StepRun]:

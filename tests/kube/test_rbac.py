@@ -5,7 +5,8 @@ rendered by kubectl kustomize, applied server-side) are applied to the lab; ever
 Kubernetes path of the remediation service then runs with that ServiceAccount's token: a
 quarantine with evictions and a gang restart, a checkpoint request, a reboot through
 SelfNodeRemediation, the release, one-GPU isolation through DRA (preview, live, release),
-a validation Job read through pods/log and cleaned up, placement's taints. The API server's
+a validation Job read through pods/log and cleaned up, a maintenance kube_job (its
+dry-run check, the Job, its polls), placement's taints. The API server's
 audit log says which calls were made and what was answered:
 - sufficient: no call was refused (403);
 - least: every verb on every resource a shipped Role grants was used by some path.
@@ -26,6 +27,7 @@ from gpuwarden.processes import wait_until
 from remediation.backends.base import BackendError, EvacuationBlocked
 from remediation.backends.dra import DraIsolation
 from remediation.backends.kubernetes import KubernetesBackend
+from remediation.maintenance.operations import KubeJob
 from remediation.placement.kubernetes import KubePlacement
 from remediation.validation.kubernetes import KubernetesValidation
 from remediation.validation.suite import load_suites
@@ -164,6 +166,18 @@ def _exercise_every_path(lab: KubeLab, token: str, job_ns: str) -> None:
             time.sleep(0.2)
     assert steps is not None and steps[0].exit_code == 0
     wait_until(lambda: _finished(validation, run), 30, 0.2, "validation Job cleaned up")
+
+    # rolling maintenance's kube_job operation: the plan's dry-run create, the Job, its polls
+    upgrade = KubeJob(api, {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {
+        "spec": {"containers": [{"name": "up", "image": "lab/none:0"}]}}}}, NAMESPACE, 60)  # fmt: skip
+    assert upgrade.check(node) is None
+    with lab.kubelet.scripted(
+        lambda pod: Run(exit_code=0)
+        if pod["metadata"].get("labels", {}).get("app.kubernetes.io/name")
+        == "gpuwarden-maintenance" else None
+    ):  # fmt: skip
+        handle = upgrade.start(int(time.time()), node, 1)
+        wait_until(lambda: upgrade.poll(handle) == "ok", 60, 0.2, "maintenance Job complete")
 
     # placement: de-prefer a node (PreferNoSchedule taint + label), then neutral again
     placement = KubePlacement(api)

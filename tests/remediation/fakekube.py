@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 from remediation.backends import dra
+from remediation.backends.base import Unavailable
 from remediation.backends.kubeapi import Eviction
 from remediation.backends.kubernetes import KubernetesBackend
 
@@ -88,6 +89,12 @@ class FakeKube:
         self.list_all_pods = 0  # list_pods(None) calls: the whole cluster's pods
         self.ignore_node_patches = False  # a webhook that undoes every node write
         self.node_patch_error: Exception | None = None
+        self.jobs: dict[tuple[str, str], Obj] = {}  # batch/v1 Jobs by (namespace, name)
+        self.job_creates: list[tuple[str, str]] = []
+        self.dry_run: tuple[int, str] = (201, "")  # what a dryRun=All create answers
+        self.dry_runs: list[Obj] = []
+        self.silent: set[str] = set()  # calls that raise Unavailable (a silent server)
+        self.job_read_error: Exception | None = None
 
     # -- the cluster
     def add(self, *pods: Obj) -> None:
@@ -235,6 +242,40 @@ class FakeKube:
     def delete_cluster_custom(self, group: str, version: str, plural: str, name: str,
                               resource_version: str = "") -> None:  # fmt: skip
         self.rules.pop(name, None)
+
+    # -- batch/v1 Jobs: stored as created; a test writes their status (no Job controller)
+    def _silent(self, call: str) -> None:
+        if call in self.silent:
+            raise Unavailable(f"Kubernetes API server did not answer {call} within 10 s")
+
+    def create_job(self, namespace: str, body: Obj) -> int:
+        self._silent("create_job")
+        name = body["metadata"]["name"]
+        self.job_creates.append((namespace, name))
+        if (namespace, name) in self.jobs:
+            return 409  # AlreadyExists
+        self.jobs[(namespace, name)] = copy.deepcopy(body)
+        return 201
+
+    def dry_run_create_job(self, namespace: str, body: Obj) -> tuple[int, str]:
+        self._silent("dry_run_create_job")
+        self.dry_runs.append(copy.deepcopy(body))
+        return self.dry_run
+
+    def read_job(self, namespace: str, name: str) -> Obj | None:
+        self._silent("read_job")
+        if self.job_read_error is not None:
+            raise self.job_read_error
+        return copy.deepcopy(self.jobs.get((namespace, name)))
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        self.jobs.pop((namespace, name), None)
+
+    def job_condition(self, namespace: str, name: str, type_: str, reason: str = "",
+                      message: str = "") -> None:  # fmt: skip
+        """What the Job controller writes when the Job ends."""
+        cond = {"type": type_, "status": "True", "reason": reason, "message": message}
+        self.jobs[(namespace, name)]["status"] = {"conditions": [cond]}
 
 
 def backend(api: FakeKube, **kw: Any) -> KubernetesBackend:

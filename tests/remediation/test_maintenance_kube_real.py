@@ -27,8 +27,8 @@ import pytest
 from gpuwarden.processes import wait_until
 from remediation.backends.kubernetes import CHECKPOINT_ANNOTATION
 from remediation.executor import ack_path
-from tests.kube.shipped import apply_remediation_rbac
-from tests.kubelab import KubeLab, cleanup, start_lab
+from tests.kube.shipped import NAMESPACE, apply_remediation_rbac
+from tests.kubelab import KubeLab, Obj, Run, cleanup, start_lab
 from tests.realcomp import free_port
 from tests.remediation.helpers import AUTH, LIVE_POLICY, alert, payload, start_service
 from tests.remediation.test_maintenance_slurm_real import api, run_state
@@ -139,3 +139,91 @@ def test_a_rolling_wave_on_the_real_api_server_keeps_the_budget_and_evicts_only_
     for node in todo:
         assert not lab.http.get(f"/api/v1/nodes/{node}")["spec"].get("unschedulable"), node
     assert lab.http.get(f"/api/v1/nodes/{faulty}")["spec"].get("unschedulable")
+
+
+UPGRADE_JOB = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "driver-upgrade"},
+    "spec": {"template": {"spec": {
+        "hostPID": True,
+        "containers": [{
+            "name": "upgrade", "image": "registry.example/driver-upgrade:570",
+            "command": ["nsenter", "-t", "1", "-m", "--", "/opt/upgrade-driver.sh", "{node}"],
+            "securityContext": {"privileged": True},
+        }],
+    }}},
+}  # fmt: skip
+
+
+def test_a_wave_whose_operation_is_a_job_per_node_releases_the_nodes_whose_job_completed(
+    lab: KubeLab, tmp_path: Path
+) -> None:
+    """The kube_job operation on the real Job controller, as the shipped ServiceAccount in
+    the base's namespace (validation.kubernetes.namespace's default; its Role grants the Job
+    calls): each node's Job is made once, bound to the cordoned node; the kubelet stand-in
+    ends the pods (exit 0, and exit 1 on one node); the Job controller's Complete releases
+    the node, its Failed (backoffLimit 0: BackoffLimitExceeded) keeps the node out with the
+    reason. A kill -9 while the Jobs run: the restarted service finds them (no second Job).
+    Before that, a manifest the API server refuses (no image) stops the plan."""
+    kubeconfig = lab.kubeconfig(apply_remediation_rbac(lab, []), name="remediation-jobs")
+    nodes = [lab.add_node() for _ in range(3)]
+    bad = nodes[2]
+    (tmp_path / "policy.yaml").write_text(
+        LIVE_POLICY.replace(
+            "fleet: {max_fraction: 0.5, max_nodes: 100}", "fleet: {max_fraction: 1.0, max_nodes: 6}"
+        )
+    )
+
+    def script(pod: Obj) -> Run | None:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        node = labels.get("gpuwarden.io/node")
+        if labels.get("app.kubernetes.io/name") != "gpuwarden-maintenance" or node not in nodes:
+            return None
+        return Run(log=f"upgraded {node}\n", exit_code=1 if node == bad else 0, after_s=4)
+
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    port = free_port()
+    proc = start_service(tmp_path, port, env, "--backend", "kubernetes")
+    ns = NAMESPACE
+    try:
+        with lab.kubelet.scripted(script):
+            wait_until(lambda: api(port, "GET", "/api/v1/maintenance")[0] == 200, 30, 0.2, "up")
+            no_image = json.loads(json.dumps(UPGRADE_JOB))
+            del no_image["spec"]["template"]["spec"]["containers"][0]["image"]
+            status, body = api(port, "POST", "/api/v1/maintenance", {
+                "select": {"nodes": nodes}, "operation": {"kind": "kube_job", "job": no_image}})  # fmt: skip
+            assert status == 400 and "HTTP 422" in body["error"], body
+            assert "image" in body["error"] and run_state(tmp_path / "state.db")[0] == ""
+            req = {"select": {"nodes": nodes}, "wave_size": 3, "max_failures": 1,
+                   "drain_deadline_s": 60, "operation": {"kind": "kube_job", "job": UPGRADE_JOB,
+                                                         "timeout_s": 120}}  # fmt: skip
+            status, run = api(port, "POST", "/api/v1/maintenance", req)
+            assert status == 201, run
+            wait_until(lambda: list(run_state(tmp_path / "state.db")[1].values()).count(
+                "operating") == 3, 60, 0.1, "operating")  # fmt: skip
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+            port = free_port()
+            proc = start_service(tmp_path, port, env, "--backend", "kubernetes")
+            wait_until(lambda: run_state(tmp_path / "state.db")[0] == "done", 120, 0.3, "done")
+            status, shown = api(port, "GET", f"/api/v1/maintenance/{run['id']}")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    reasons = {n["node"]: (n["state"], n["reason"]) for n in shown["nodes"]}
+    print(json.dumps(reasons))
+    jobs = lab.http.get(f"/apis/batch/v1/namespaces/{ns}/jobs?labelSelector="
+                        f"gpuwarden.io/maintenance-run={run['id']}")["items"]  # fmt: skip
+    by_node = {j["metadata"]["labels"]["gpuwarden.io/node"]: j for j in jobs}
+    assert len(jobs) == 3 and set(by_node) == set(nodes)  # one Job per node, none twice
+    for node, job in by_node.items():
+        pod = job["spec"]["template"]["spec"]
+        assert pod["nodeName"] == node and job["spec"]["backoffLimit"] == 0
+        assert pod["containers"][0]["command"][-1] == node
+        assert job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuwarden"
+    for node in nodes[:2]:
+        assert reasons[node][0] == "done", reasons
+        assert not lab.http.get(f"/api/v1/nodes/{node}")["spec"].get("unschedulable"), node
+    assert reasons[bad][0] == "failed" and "BackoffLimitExceeded" in reasons[bad][1], reasons
+    assert lab.http.get(f"/api/v1/nodes/{bad}")["spec"].get("unschedulable")  # kept out

@@ -106,7 +106,8 @@ def runner(api: Api, cordon: Cordon | None = None, gpus: int = 8) -> KubernetesV
 
 def test_the_job_is_bound_to_the_node_tolerates_our_taint_and_asks_for_the_gpus() -> None:
     m = job_manifest(NODE, SUITE, "gpuwarden-validate-r1", "ns", "img:1", 4)
-    labels = {"app.kubernetes.io/name": "gpuwarden-validation", "gpuwarden.io/node": NODE}
+    labels = {"app.kubernetes.io/name": "gpuwarden-validation", "gpuwarden.io/node": NODE,
+              "app.kubernetes.io/managed-by": "gpuwarden"}  # fmt: skip
     assert m["apiVersion"] == "batch/v1" and m["kind"] == "Job"
     assert m["metadata"] == {"name": "gpuwarden-validate-r1", "namespace": "ns", "labels": labels}
     spec = m["spec"]
