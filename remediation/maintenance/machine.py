@@ -58,6 +58,7 @@ def advance(run: Run, world: World, policy: Policy) -> tuple[Run, list[Effect]]:
         return run, []
     effects: list[Effect] = []
     nodes: list[NodeRun] = []
+    before = {n.node: n.state for n in run.nodes}
     for n in run.nodes:
         moved, eff = _node(n, world, run)
         nodes.append(moved)
@@ -68,6 +69,8 @@ def advance(run: Run, world: World, policy: Policy) -> tuple[Run, list[Effect]]:
     if run.state == RUNNING and run.failures() > run.spec.max_failures:
         run = replace(run, state=STOPPED, reason=f"{run.failures()} nodes failed "
                       f"(more than max_failures={run.spec.max_failures}): nothing new starts")  # fmt: skip
+    if run.state == STOPPED:
+        run, effects = _stop_new_work(run, effects, before, world.now)
     if run.state == RUNNING:
         run, eff = _admit(run, world, policy)
         effects += eff
@@ -237,14 +240,34 @@ def decide(run: Run, node: str, choice: str, now: float) -> tuple[Run, list[Effe
 def abort(run: Run, now: float, why: str) -> tuple[Run, list[Effect]]:
     """Stop the run: nodes not yet operated on are released; an operation or validation
     under way finishes (its node is released or kept out by its verdict on later ticks)."""
-    nodes, effects = [], []
-    for n in run.nodes:
-        if n.state in (PENDING, DRAINING, STUCK):
-            if n.state != PENDING:
-                effects.append(Effect("release", n.node, detail="abort"))
-            n = n.to(SKIPPED, now, f"aborted: {why}", finished=now)
-        nodes.append(n)
+    nodes, effects = _give_back(run.nodes, {}, now, f"aborted: {why}", "abort")
     return replace(run, nodes=tuple(nodes), state=ABORTED, reason=why), effects
+
+
+def _give_back(nodes: tuple[NodeRun, ...], before: dict[str, str], now: float, why: str,
+               detail: str) -> tuple[list[NodeRun], list[Effect]]:  # fmt: skip
+    """Nodes not yet operated on (as they were at the tick's start, ``before``) leave the
+    run, released where drained; an operation or validation under way finishes."""
+    out, effects = [], []
+    for n in nodes:
+        was = before.get(n.node, n.state)
+        if was in (PENDING, DRAINING, STUCK) and n.state not in FINAL:
+            if was != PENDING or n.state != PENDING:
+                effects.append(Effect("release", n.node, detail=detail))
+            n = n.to(SKIPPED, now, why, finished=now)
+        out.append(n)
+    return out, effects
+
+
+def _stop_new_work(run: Run, effects: list[Effect], before: dict[str, str],
+                   now: float) -> tuple[Run, list[Effect]]:  # fmt: skip
+    """A stopped run starts nothing new: a node that had not reached its operation by this
+    tick's start (a drain under way included, even one that emptied this tick) is given
+    back, its operation never started; what was operating or validating finishes."""
+    nodes, released = _give_back(run.nodes, before, now, f"run stopped: {run.reason}", "stopped")
+    gone = {e.node for e in released}
+    kept = [e for e in effects if not (e.node in gone and e.kind in ("operate", "drain"))]
+    return replace(run, nodes=tuple(nodes)), kept + released
 
 
 def progress(run: Run, now: float) -> tuple[float, float | None]:

@@ -48,8 +48,21 @@ def test_more_failures_than_allowed_stop_the_run_and_nothing_new_starts() -> Non
     w = World(1.0, False, fleet("a"), frozenset(), op={"a": "failed: exit 3"})
     run, eff = machine.advance(run, w, POLICY)
     assert run.state == "stopped" and run.nodes[0].state == "failed"
-    assert [e.kind for e in eff] == ["keep_out"]
-    assert [n.state for n in run.nodes[1:]] == ["pending", "pending"]
+    assert [e.kind for e in eff] == ["keep_out"]  # nothing drained, nothing to release
+    assert [n.state for n in run.nodes[1:]] == ["skipped", "skipped"]
+    assert all(n.reason.startswith("run stopped: 1 nodes failed") for n in run.nodes[1:])
+
+
+def test_a_stopped_run_gives_back_a_draining_node_before_its_operation_starts() -> None:
+    spec = Spec(("a", "b"), Operation("none"), 2, 0, 100.0)
+    nodes = (NodeRun("a", 0, "operating", 0.0, handle="{}"),
+             NodeRun("b", 0, "draining", 0.0, deadline=100.0))  # fmt: skip
+    run = Run(1, spec, "running", nodes, 0.0)
+    w = World(1.0, False, fleet(("a", "b")), frozenset(), op={"a": "failed: exit 3"})
+    run, eff = machine.advance(run, w, POLICY)  # b emptied this tick: it would operate next
+    assert run.state == "stopped" and [n.state for n in run.nodes] == ["failed", "skipped"]
+    assert ("operate", "b") not in [(e.kind, e.node) for e in eff]
+    assert ("release", "b") in [(e.kind, e.node) for e in eff]
 
 
 def test_a_command_operation_keeps_its_exit_code_on_disk_and_a_dead_one_is_lost(
