@@ -179,10 +179,10 @@ def test_the_charts_sharded_analyzer_follows_the_overlays_patch_and_refuses_othe
     assert gen.stale(tmp_path) == {}
     kfile = tmp_path / "deploy/kubernetes/overlays/analyzer-sharded/kustomization.yaml"
     text = kfile.read_text()
-    kfile.write_text(text.replace("value: 30\n", "value: 60\n", 1))  # minReadySeconds
+    kfile.write_text(text.replace("value: 60\n", "value: 90\n", 1))  # minReadySeconds
     stale = gen.stale(tmp_path)
     assert list(stale) == [Path("deploy/helm/gpuwarden/templates/analyzer.yaml")]
-    assert "+  minReadySeconds: 60" in stale[next(iter(stale))]
+    assert "+  minReadySeconds: 90" in stale[next(iter(stale))]
     # an op the chart's renderer does not apply stops the generation, not the helm install
     kfile.write_text(text.replace("- op: add\n", "- op: remove\n", 1))
     with pytest.raises(ValueError, match="unsupported patch op 'remove'"):

@@ -565,7 +565,7 @@ def test_the_sharded_overlay_runs_replicas_named_after_their_pods_meeting_in_lea
     # a rollout starts a new replica before an old one stops, one at a time, and gives each
     # a cycle to join; an old one has time to remove its heartbeat on SIGTERM
     assert d["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
-    assert d["spec"]["minReadySeconds"] >= float(f["--interval"])
+    assert d["spec"]["minReadySeconds"] >= 2 * float(f["--interval"])
     assert pod_spec(d)["terminationGracePeriodSeconds"] >= 10
     pdb = one(overlay, "PodDisruptionBudget", "gpuwarden-analyzer")
     assert pdb["spec"]["maxUnavailable"] == 1
