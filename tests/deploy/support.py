@@ -28,7 +28,7 @@ CONTRACT_FLAGS = {
     },
     "gpuwarden-analyzer": {
         "--prometheus", "--targets", "--listen", "--interval", "--config", "--alertmanager",
-        "--window",
+        "--window", "--replica", "--membership",
     },
     "gpuwarden-remediation": {
         "--listen", "--policy", "--state-db", "--backend", "--webhook-token-file",

@@ -167,3 +167,23 @@ def test_a_broken_dashboard_stops_generation(tmp_path: Path) -> None:
     (root / "dashboards" / "json" / "bad.json").write_text("{not json")
     with pytest.raises(json.JSONDecodeError):
         gen.render(root)
+
+
+def test_the_charts_sharded_analyzer_follows_the_overlays_patch_and_refuses_other_ops(
+    tmp_path: Path,
+) -> None:
+    for rel in ("alerts", "dashboards/json", "deploy/kubernetes", "deploy/helm"):
+        shutil.copytree(ROOT / rel, tmp_path / rel)
+    (tmp_path / "remediation").mkdir()
+    shutil.copy(ROOT / "remediation" / "default_policy.yaml", tmp_path / "remediation")
+    assert gen.stale(tmp_path) == {}
+    kfile = tmp_path / "deploy/kubernetes/overlays/analyzer-sharded/kustomization.yaml"
+    text = kfile.read_text()
+    kfile.write_text(text.replace("value: 60\n", "value: 90\n", 1))  # minReadySeconds
+    stale = gen.stale(tmp_path)
+    assert list(stale) == [Path("deploy/helm/gpuwarden/templates/analyzer.yaml")]
+    assert "+  minReadySeconds: 90" in stale[next(iter(stale))]
+    # an op the chart's renderer does not apply stops the generation, not the helm install
+    kfile.write_text(text.replace("- op: add\n", "- op: remove\n", 1))
+    with pytest.raises(ValueError, match="unsupported patch op 'remove'"):
+        gen.render(tmp_path)

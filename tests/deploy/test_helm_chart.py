@@ -33,7 +33,8 @@ def rendered(values: Path | None = None) -> list[dict[str, Any]]:
 
 def test_there_is_an_example_values_file_for_each_supported_set() -> None:
     names = {p.stem for p in EXAMPLES}
-    assert {"observe-first", "live", "dcgm-exporter", "no-prometheus-operator"} <= names
+    assert {"observe-first", "live", "dcgm-exporter", "no-prometheus-operator",
+            "analyzer-sharded"} <= names  # fmt: skip
 
 
 @pytest.mark.parametrize("values", EXAMPLES, ids=lambda p: p.stem)
@@ -114,3 +115,40 @@ def test_the_charts_rbac_is_the_kustomize_rbac() -> None:
 
     base = kustomize(ROOT / "deploy" / "kubernetes" / "base")
     assert rbac(rendered()) == rbac(base)
+
+
+def test_the_sharded_analyzer_renders_object_for_object_what_its_kustomize_overlay_builds() -> None:
+    def objects(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+    chart = objects(rendered(CHART / "examples" / "analyzer-sharded.yaml"))
+    overlay = objects(kustomize(ROOT / "deploy" / "kubernetes" / "overlays" / "analyzer-sharded"))
+    assert chart.keys() == overlay.keys()
+    differ = sorted(k for k in chart if chart[k] != overlay[k])
+    assert not differ, differ
+    # and the default is today's single process, the base object for object
+    single = objects(rendered())
+    base = objects(kustomize(ROOT / "deploy" / "kubernetes" / "base"))
+    assert single.keys() == base.keys() and ("Role", "gpuwarden-analyzer-replicas") not in single
+    assert (
+        single[("Deployment", "gpuwarden-analyzer")] == base[("Deployment", "gpuwarden-analyzer")]
+    )
+
+
+def test_the_analyzer_replica_count_is_the_value_and_must_be_at_least_one() -> None:
+    def analyzer(*extra: str) -> dict[str, Any]:
+        out = helm("template", "gw", str(CHART), *extra).stdout
+        return next(
+            d for d in yaml.safe_load_all(out)
+            if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "gpuwarden-analyzer"
+        )  # fmt: skip
+
+    two = analyzer("--set", "analyzer.replicas=2")
+    assert two["spec"]["replicas"] == 2
+    assert "--replica=$(POD_NAME)" in two["spec"]["template"]["spec"]["containers"][0]["args"]
+    one = analyzer("--set", "analyzer.replicas=1")
+    assert (
+        one["spec"]["replicas"] == 1 and "serviceAccountName" not in one["spec"]["template"]["spec"]
+    )
+    zero = helm("template", "gw", str(CHART), "--set", "analyzer.replicas=0", check=False)
+    assert zero.returncode != 0 and "analyzer/replicas" in zero.stderr

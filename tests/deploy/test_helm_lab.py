@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.deploy.test_helm_chart import EXAMPLES, rendered
+from tests.kube.shipped import DEPLOY, kustomize
 from tests.kubelab import KubeLab
 
 pytestmark = pytest.mark.real
@@ -58,3 +59,14 @@ def test_each_values_sets_rendering_passes_a_server_side_dry_run_apply(
     rest = [d for d in docs if d["kind"] != "Namespace"]
     kube_lab.apply_yaml(rest, manager="helm-test", dry_run=True)  # raises on any refusal
     assert rest, yaml.safe_dump(docs)
+
+
+@pytest.mark.parametrize("overlay", ["analyzer-sharded"])
+def test_the_overlays_build_passes_a_server_side_dry_run_apply(
+    kube_lab: KubeLab, operator_crds: None, overlay: str
+) -> None:
+    docs = kustomize(DEPLOY / "overlays" / overlay)
+    kube_lab.apply_yaml([d for d in docs if d["kind"] == "Namespace"], manager="kustomize-test")
+    rest = [d for d in docs if d["kind"] != "Namespace"]
+    kube_lab.apply_yaml(rest, manager="kustomize-test", dry_run=True)  # raises on any refusal
+    assert {"Role", "RoleBinding", "PodDisruptionBudget"} <= {d["kind"] for d in rest}

@@ -538,3 +538,75 @@ def test_the_shipped_rbac_grants_exactly_the_calls_the_kubernetes_code_makes(doc
     assert SNR in snr and "selfnoderemediationtemplates" in snr
     dra = (ROOT / "remediation" / "backends" / "dra.py").read_text()
     assert f'GROUP = "{DRA}"' in dra and '"devicetaintrules"' in dra
+
+
+SHARDED = KUBE / "overlays" / "analyzer-sharded"
+# LeaseMembership's calls (CoordinationV1Api method prefix) -> the RBAC verb each needs
+LEASE_VERBS = {"read": "get", "list": "list", "create": "create", "replace": "update",
+               "patch": "patch", "delete": "delete"}  # fmt: skip
+
+
+def test_the_sharded_overlay_runs_replicas_named_after_their_pods_meeting_in_leases(
+    docs: list,
+) -> None:
+    from analyzer.settings import REPLICA_NAME, AnalyzerSettings
+
+    overlay = build(SHARDED)
+    d = one(overlay, "Deployment", "gpuwarden-analyzer")
+    assert d["spec"]["replicas"] == 4
+    c = container(d)
+    f = flags(c)
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    assert f["--replica"] == "$(POD_NAME)" and env["POD_NAME"] == "metadata.name"
+    assert f["--membership"] == "kubernetes:$(POD_NAMESPACE)"
+    assert env["POD_NAMESPACE"] == "metadata.namespace"
+    # the longest name a Deployment gives its pods: <name>-<10-char template hash>-<5 chars>
+    longest = f"{d['metadata']['name']}-7d9c5b6f4b-x2x9k"
+    assert REPLICA_NAME.fullmatch(longest), longest
+    expanded = {"prometheus": f["--prometheus"], "interval": float(f["--interval"]),
+                "replica": longest, "membership": f"kubernetes:{d['metadata']['namespace']}"}  # fmt: skip
+    assert AnalyzerSettings(**expanded).replica == longest  # the settings accept it
+    # a rollout starts a new replica before an old one stops, one at a time, and gives each
+    # a cycle to join; an old one has time to remove its heartbeat on SIGTERM
+    assert d["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert d["spec"]["minReadySeconds"] >= 2 * float(f["--interval"])
+    assert pod_spec(d)["terminationGracePeriodSeconds"] >= 10
+    pdb = one(overlay, "PodDisruptionBudget", "gpuwarden-analyzer")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert (
+        pdb["spec"]["selector"]["matchLabels"].items()
+        <= d["spec"]["template"]["metadata"]["labels"].items()
+    )
+    # the token is mounted for the analyzer's own ServiceAccount, nothing else changes
+    assert pod_spec(d)["serviceAccountName"] == "gpuwarden-analyzer"
+    assert pod_spec(d)["automountServiceAccountToken"] is True
+    base = {(x["kind"], x["metadata"]["name"]): x for x in docs}
+    changed = [x for x in overlay if base.get((x["kind"], x["metadata"]["name"])) != x]
+    assert sorted((x["kind"], x["metadata"]["name"]) for x in changed) == [
+        ("Deployment", "gpuwarden-analyzer"),
+        ("PodDisruptionBudget", "gpuwarden-analyzer"),
+        ("Role", "gpuwarden-analyzer-replicas"),
+        ("RoleBinding", "gpuwarden-analyzer-replicas"),
+        ("ServiceAccount", "gpuwarden-analyzer"),
+    ]
+    assert len(overlay) == len(docs) + 4
+    assert all(x["metadata"]["namespace"] == "gpuwarden" for x in changed)
+
+
+def test_the_sharded_analyzers_role_grants_exactly_the_lease_calls_its_code_makes() -> None:
+    code = (ROOT / "analyzer" / "replicas" / "leases.py").read_text()
+    called = set(re.findall(r"\bapi\.(\w+)_namespaced_lease\(", code))
+    assert called and called <= set(LEASE_VERBS), sorted(called - set(LEASE_VERBS))
+    overlay = build(SHARDED)
+    role = one(overlay, "Role", "gpuwarden-analyzer-replicas")
+    assert rbac_grants(role) == {("coordination.k8s.io", "leases", LEASE_VERBS[c]) for c in called}
+    binding = one(overlay, "RoleBinding", "gpuwarden-analyzer-replicas")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "gpuwarden-analyzer-replicas"}  # fmt: skip
+    d = one(overlay, "Deployment", "gpuwarden-analyzer")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": "gpuwarden",
+                                    "name": pod_spec(d)["serviceAccountName"]}]  # fmt: skip
+    # namespaced only: no cluster-wide grant joins the base's
+    assert {(x["kind"], x["metadata"]["name"]) for x in of_kind(overlay, "ClusterRole")} == {
+        (x["kind"], x["metadata"]["name"]) for x in of_kind(build(BASE), "ClusterRole")
+    }

@@ -194,3 +194,41 @@ def test_systemd_analyze_verify_accepts_every_unit(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == "", result.stderr  # unknown keys are only warnings
+
+
+def test_the_replica_drop_in_names_each_host_a_replica_meeting_in_the_shared_directory(
+    tmp_path: Path,
+) -> None:
+    from analyzer.settings import AnalyzerSettings
+
+    path = UNITS / "gpuwarden-analyzer.service.d" / "replica.conf"
+    unit = parse_unit(path)
+    env = dict(e.partition("=")[::2] for e in unit["Service"]["Environment"])
+    assert env["GPUWARDEN_REPLICA"] == "%l"  # the short host name
+    kind, _, where = env["GPUWARDEN_MEMBERSHIP"].partition(":")
+    assert kind == "dir"
+    # the unit may write there (ProtectSystem=strict otherwise) and waits for the mount
+    assert unit["Service"]["ReadWritePaths"] == [where]
+    assert unit["Unit"]["RequiresMountsFor"] == [where]
+    # one static user on every host: each replica writes the leader file
+    assert last(unit["Service"], "User") == "gpuwarden-analyzer"
+    assert "useradd --system" in path.read_text() and where in path.read_text()
+    # the analyzer takes them as settings (GPUWARDEN_<FIELD>), with the unit's own flags
+    _, flags = exec_flags(service("analyzer"))
+    s = AnalyzerSettings(prometheus=flags["--prometheus"], interval=float(flags["--interval"]),
+                         replica="gpu-ctl-01", membership=env["GPUWARDEN_MEMBERSHIP"])  # fmt: skip
+    assert s.membership == f"dir:{where}"
+    # systemd accepts the unit with the drop-in (an unknown key or bad specifier would warn)
+    binary = realcomp.require_binary("systemd-analyze")
+    stand_in = tmp_path / "gpuwarden-analyzer"
+    stand_in.write_text("#!/bin/sh\n")
+    stand_in.chmod(0o755)
+    text = (UNITS / "gpuwarden-analyzer.service").read_text()
+    (tmp_path / "gpuwarden-analyzer.service").write_text(text.replace(PREFIX, f"{tmp_path}/"))
+    (tmp_path / "gpuwarden-analyzer.service.d").mkdir()
+    (tmp_path / "gpuwarden-analyzer.service.d" / "replica.conf").write_text(path.read_text())
+    result = subprocess.run(
+        [binary, "verify", "--man=no", str(tmp_path / "gpuwarden-analyzer.service")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stderr.strip() == "", result.stderr

@@ -1,7 +1,8 @@
 """The analyzer replicas' membership as Lease objects (coordination.k8s.io/v1) on the real
 kube-apiserver: the same contract as the in-memory fake and the shared directory, plus what
 only a real server shows (its 409 on a stale resourceVersion, its MicroTime format, a
-coordinator cycle on it)."""
+coordinator cycle on it), and the shipped Role of the analyzer-sharded overlay proven least and
+sufficient for those calls from the server's audit log."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from analyzer.replicas.coordinator import Coordinator, Timing
 from analyzer.replicas.leases import PLANS, LeaseMembership
 from analyzer.replicas.membership import Membership
 from tests.analyzer.membership_contract import CONTRACT, T0
+from tests.kube.shipped import DEPLOY, RBAC_KINDS, kustomize, used
 from tests.kubelab import KubeLab
 
 pytestmark = pytest.mark.real
@@ -68,3 +70,33 @@ def test_three_coordinators_on_the_server_agree_on_one_plan_per_cycle(kube_lab: 
         f"/apis/coordination.k8s.io/v1/namespaces/{m.namespace}/leases/{m.leader_name}"
     )
     assert set(__import__("json").loads(lease["metadata"]["annotations"][PLANS])) >= {"1003"}
+
+
+def test_the_shipped_sharded_role_allows_every_lease_call_and_no_more(kube_lab: KubeLab) -> None:
+    import kubernetes
+
+    ns = kube_lab.namespace("shard")
+    shipped = kustomize(DEPLOY / "overlays" / "analyzer-sharded")
+    deployment = next(d for d in shipped if d["kind"] == "Deployment"
+                      and d["metadata"]["name"] == "gpuwarden-analyzer")  # fmt: skip
+    sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    mine = [d for d in shipped if d["kind"] in RBAC_KINDS - {"Namespace", "ClusterRole",
+            "ClusterRoleBinding"} and d["metadata"]["labels"].get("app.kubernetes.io/component")
+            == "analyzer"]  # fmt: skip
+    assert {d["kind"] for d in mine} == {"ServiceAccount", "Role", "RoleBinding"}
+    for d in mine:  # into a namespace of its own, as `kustomize edit set namespace` would
+        d["metadata"]["namespace"] = ns
+        for s in d.get("subjects") or []:
+            s["namespace"] = ns
+    kube_lab.apply_yaml(mine)
+    token = kube_lab.service_account_token(ns, sa)
+    api = kubernetes.client.CoordinationV1Api(kube_lab.client(token))
+    mark = kube_lab.audit_mark()
+    for i, check in enumerate(CONTRACT):  # every call leases.py makes, with the shipped token
+        check(LeaseMembership(api, ns, prefix=f"gpuwarden-analyzer-{i}"))
+    calls = used(kube_lab.audit_since(mark, user=f"system:serviceaccount:{ns}:{sa}"))
+    assert not [k for k, codes in calls.items() if 403 in codes], calls
+    role = next(d for d in mine if d["kind"] == "Role")
+    granted = {("coordination.k8s.io", r, v) for rule in role["rules"]
+               for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+    assert set(calls) == granted, (sorted(granted - set(calls)), sorted(set(calls) - granted))
