@@ -19,6 +19,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,26 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT_DIR = Path("deploy/kubernetes/base/generated")
-# The dcgm-exporter variant as a kustomize overlay: kustomize loads files only from inside a
-# kustomization's own tree, so its generated rules and dashboards live beside it.
-DCGM_OVERLAY = Path("deploy/kubernetes/overlays/dcgm-exporter")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Another exporter's variant: alerts/<key>/ and dashboards/json/<key>/ in place of their
+    native twins, no gpuwarden exporter; a kustomize overlay (kustomize loads files only from
+    inside a kustomization's own tree, so its generated rules and dashboards live beside it)
+    and Helm's ``exporter=<key>``."""
+
+    key: str
+    overlay: Path
+    exporter: str  # whose exporter serves the GPUs, for the overlay's header
+
+
+VARIANTS = (
+    Variant("dcgm", Path("deploy/kubernetes/overlays/dcgm-exporter"),
+            "NVIDIA's dcgm-exporter (GPU Operator)"),
+    Variant("amd", Path("deploy/kubernetes/overlays/amd-device-metrics-exporter"),
+            "AMD's device-metrics-exporter (AMD GPU Operator)"),
+)  # fmt: skip
 POLICY_SOURCE = Path("remediation/default_policy.yaml")
 PART_OF = {"app.kubernetes.io/part-of": "gpuwarden"}
 # The label kube-prometheus-stack's Grafana sidecar looks for (sidecar.dashboards.label).
@@ -71,7 +89,7 @@ def is_rule_file(path: Path, alerts_dir: Path) -> bool:
     rel = path.relative_to(alerts_dir)
     if path.name.endswith(("_test.yml", "_test.yaml")) or "tests" in rel.parts[:-1]:
         return False
-    if {"dcgm", "amd"} & set(rel.parts[:-1]):
+    if {v.key for v in VARIANTS} & set(rel.parts[:-1]):
         return False  # another exporter's variant replaces, never joins, the native rules
     if "features" in rel.parts[:-1]:  # per-shard feature rules: loaded where a site shards
         return False
@@ -85,15 +103,15 @@ def alert_rule_files(root: Path = ROOT) -> list[Path]:
     return sorted(p for p in found if is_rule_file(p, alerts))
 
 
-def dcgm_rule_files(root: Path = ROOT) -> list[Path]:
-    """alerts/dcgm/'s rule files: each replaces the native file of the same name."""
-    found = [*(root / "alerts" / "dcgm").glob("*.yml"), *(root / "alerts" / "dcgm").glob("*.yaml")]
-    return sorted(p for p in found if is_rule_file(p, p.parent))
+def variant_rule_files(root: Path, key: str) -> list[Path]:
+    """alerts/<key>/'s rule files: each replaces the native file of the same name."""
+    d = root / "alerts" / key
+    return sorted(p for p in [*d.glob("*.yml"), *d.glob("*.yaml")] if is_rule_file(p, p.parent))
 
 
-def dcgm_replaced(root: Path = ROOT) -> list[Path]:
-    """The native rule files a dcgm-exporter fleet does not load (a dcgm twin replaces each)."""
-    twins = {p.name for p in dcgm_rule_files(root)}
+def variant_replaced(root: Path, key: str) -> list[Path]:
+    """The native rule files the variant's fleet does not load (a twin replaces each)."""
+    twins = {p.name for p in variant_rule_files(root, key)}
     return [p for p in alert_rule_files(root) if p.name in twins]
 
 
@@ -121,7 +139,7 @@ def prometheus_rules(root: Path = ROOT, files: list[Path] | None = None) -> list
 
 
 def dashboard_files(root: Path = ROOT, variant: str = "") -> list[Path]:
-    """The rendered dashboards; ``variant="dcgm"``: their dcgm-exporter variants."""
+    """The rendered dashboards; ``variant="dcgm"``, ``"amd"``: that exporter's variants."""
     return sorted((root / "dashboards" / "json" / variant).glob("*.json"))
 
 
@@ -176,8 +194,10 @@ def render(root: Path = ROOT) -> dict[Path, str]:
         OUT_DIR / "remediation-policy.yaml": HEADER.format(source=POLICY_SOURCE.as_posix())
         + dump_all(policy_configmap(root)),
     }
-    out.update(dcgm_overlay(root))
-    return {**out, **_helmchart().render(root, dump_all, out)}
+    for v in VARIANTS:
+        out.update(variant_overlay(root, v))
+    variants = {v.key: v.overlay for v in VARIANTS}
+    return {**out, **_helmchart().render(root, dump_all, out, variants)}
 
 
 def _delete_patch(kind: str, name: str) -> str:
@@ -186,13 +206,16 @@ def _delete_patch(kind: str, name: str) -> str:
     return dump_all([doc]).removesuffix("\n")
 
 
-def dcgm_overlay(root: Path = ROOT) -> dict[Path, str]:
-    """The dcgm-exporter overlay: no gpuwarden exporter, alerts/dcgm/ instead of their native
-    twins, the dcgm dashboards instead of the native ones; everything else as the base."""
-    if not (root / "alerts" / "dcgm").is_dir():
+def variant_overlay(root: Path, v: Variant) -> dict[Path, str]:
+    """The variant's overlay: no gpuwarden exporter, alerts/<key>/ instead of their native
+    twins (and beside the natives where it has rules of its own), the variant's dashboards
+    instead of the native ones; everything else as the base."""
+    if not (root / "alerts" / v.key).is_dir():
         return {}
     deletes = [("DaemonSet", "gpuwarden-exporter")]
-    deletes += [("PrometheusRule", rule_object_name(root, p)) for p in dcgm_replaced(root)]
+    deletes += [
+        ("PrometheusRule", rule_object_name(root, p)) for p in variant_replaced(root, v.key)
+    ]
     deletes += [("ConfigMap", dashboard_name(p)) for p in dashboard_files(root)]
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -206,19 +229,19 @@ def dcgm_overlay(root: Path = ROOT) -> dict[Path, str]:
         ],
     }
     head = (
-        "# The dcgm-exporter variant: for a fleet whose GPU telemetry comes from NVIDIA's\n"
-        "# dcgm-exporter (GPU Operator) instead of gpuwarden's exporter.\n"
-        "#   kubectl apply -k deploy/kubernetes/overlays/dcgm-exporter\n"
+        f"# The {v.key} variant: for a fleet whose GPU telemetry comes from\n"
+        f"# {v.exporter} instead of gpuwarden's exporter.\n"
+        f"#   kubectl apply -k {v.overlay.as_posix()}\n"
     )
-    gen = DCGM_OVERLAY / "generated"
+    gen = v.overlay / "generated"
     return {
-        DCGM_OVERLAY / "kustomization.yaml": HEADER.format(source="deploy/generate.py")
+        v.overlay / "kustomization.yaml": HEADER.format(source="deploy/generate.py")
         + head
         + dump_all([kustomization]),
-        gen / "prometheusrules.yaml": HEADER.format(source="alerts/dcgm/*.yml")
-        + dump_all(prometheus_rules(root, dcgm_rule_files(root))),
-        gen / "dashboards.yaml": HEADER.format(source="dashboards/json/dcgm/*.json")
-        + dump_all(dashboard_configmaps(root, "dcgm")),
+        gen / "prometheusrules.yaml": HEADER.format(source=f"alerts/{v.key}/*.yml")
+        + dump_all(prometheus_rules(root, variant_rule_files(root, v.key))),
+        gen / "dashboards.yaml": HEADER.format(source=f"dashboards/json/{v.key}/*.json")
+        + dump_all(dashboard_configmaps(root, v.key)),
     }
 
 

@@ -57,12 +57,12 @@ def test_promtool_unit_tests_are_not_shipped_as_rules() -> None:
             assert path.name not in shipped
 
 
-VARIANTS = ["base", "overlays/dcgm-exporter"]
+VARIANTS = ["base", "overlays/dcgm-exporter", "overlays/amd-device-metrics-exporter"]
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
 def variant(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
-    """The base's objects, then the dcgm-exporter overlay's (its own rules and dashboards)."""
+    """The base's objects, then each exporter variant overlay's (its own rules and dashboards)."""
     return build(KUBE / request.param)
 
 

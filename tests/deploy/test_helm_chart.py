@@ -33,8 +33,8 @@ def rendered(values: Path | None = None) -> list[dict[str, Any]]:
 
 def test_there_is_an_example_values_file_for_each_supported_set() -> None:
     names = {p.stem for p in EXAMPLES}
-    assert {"observe-first", "live", "dcgm-exporter", "no-prometheus-operator",
-            "analyzer-sharded"} <= names  # fmt: skip
+    assert {"observe-first", "live", "dcgm-exporter", "amd-device-metrics-exporter",
+            "no-prometheus-operator", "analyzer-sharded"} <= names  # fmt: skip
 
 
 @pytest.mark.parametrize("values", EXAMPLES, ids=lambda p: p.stem)
@@ -82,6 +82,28 @@ def test_the_dcgm_variant_renders_what_the_dcgm_kustomize_overlay_builds() -> No
     xid = next(d for d in dcgm if d["metadata"]["name"] == "gpuwarden-dcgm-xid-rules")
     source = yaml.safe_load((ROOT / "alerts" / "dcgm" / "xid.rules.yml").read_text())
     assert xid["spec"]["groups"] == source["groups"]
+
+
+def test_the_amd_variant_renders_what_the_amd_kustomize_overlay_builds() -> None:
+    def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(d["kind"], d["metadata"]["name"]) for d in docs}
+
+    amd = rendered(CHART / "examples" / "amd-device-metrics-exporter.yaml")
+    overlay = kustomize(ROOT / "deploy" / "kubernetes" / "overlays" / "amd-device-metrics-exporter")
+    assert names(amd) == names(overlay)
+    rules = {n for k, n in names(amd) if k == "PrometheusRule"}
+    # DME's twins replace the natives; its AFID rules join them; xid stays (no DME twin)
+    assert {"gpuwarden-amd-gpu-rules", "gpuwarden-amd-afid-rules", "gpuwarden-xid-rules"} <= rules
+    assert "gpuwarden-gpu-rules" not in rules and not any("dcgm" in n for n in rules)
+    assert "DaemonSet" not in {k for k, _ in names(amd)}
+    # the dcgm variant keeps the rules only the AMD one replaces, and the other way round
+    dcgm = {n for k, n in names(rendered(CHART / "examples" / "dcgm-exporter.yaml"))}
+    assert "gpuwarden-xid-rules" not in dcgm and not any(
+        n.startswith("gpuwarden-amd-") for n in dcgm
+    )
+    afid = next(d for d in amd if d["metadata"]["name"] == "gpuwarden-amd-afid-rules")
+    source = yaml.safe_load((ROOT / "alerts" / "amd" / "afid.rules.yml").read_text())
+    assert afid["spec"]["groups"] == source["groups"]
 
 
 def test_the_exporters_runtime_class_is_a_value_and_can_be_left_to_the_nodes_default() -> None:

@@ -62,13 +62,17 @@ def test_every_built_manifest_validates_against_the_strict_kubernetes_schema(kdi
     core = [d for d in built if d["kind"] not in CRD_KINDS]
     for doc in core:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-    want = {"Deployment", "Service", "ClusterRole"} | ({"DaemonSet"} - dcgm_overlay(kdir))
+    want = {"Deployment", "Service", "ClusterRole"} | ({"DaemonSet"} - variant_overlay(kdir))
     assert {d["kind"] for d in core} >= want
 
 
-def dcgm_overlay(kdir: Path) -> set[str]:
-    """{"DaemonSet"} for the dcgm-exporter overlay (it ships no exporter), else nothing."""
-    return {"DaemonSet"} if kdir.name == "dcgm-exporter" else set()
+# another exporter's variant overlay -> its key (alerts/<key>/, dashboards/json/<key>/)
+VARIANT_OVERLAYS = {"dcgm-exporter": "dcgm", "amd-device-metrics-exporter": "amd"}
+
+
+def variant_overlay(kdir: Path) -> set[str]:
+    """{"DaemonSet"} for an exporter variant's overlay (it ships no exporter), else nothing."""
+    return {"DaemonSet"} if kdir.name in VARIANT_OVERLAYS else set()
 
 
 def test_every_manifest_file_is_part_of_a_kustomization_build() -> None:
@@ -363,24 +367,30 @@ def test_kmsg_privileged_overlay_changes_only_the_exporter_privilege(docs: list)
     assert len(overlay) == len(docs)
 
 
-def test_the_dcgm_exporter_overlay_swaps_the_exporter_rules_and_dashboards_for_dcgm_ones(
-    docs: list,
+@pytest.mark.parametrize("overlay_dir,key", sorted(VARIANT_OVERLAYS.items()))
+def test_an_exporter_variant_overlay_swaps_the_exporter_rules_and_dashboards_for_its_own(
+    docs: list, overlay_dir: str, key: str
 ) -> None:
-    overlay = build(KUBE / "overlays" / "dcgm-exporter")
+    overlay = build(KUBE / "overlays" / overlay_dir)
     names = {(d["kind"], d["metadata"]["name"]) for d in overlay}
     base = {(d["kind"], d["metadata"]["name"]) for d in docs}
     removed, added = base - names, names - base
     assert ("DaemonSet", "gpuwarden-exporter") in removed
-    twins = {p.name for p in (ROOT / "alerts" / "dcgm").glob("*.yml")}
-    assert twins, "alerts/dcgm has no rule files"
-    for twin in twins:  # each dcgm rule file replaces its native namesake
-        stem = twin.removesuffix(".yml").replace(".", "-").replace("_", "-")
-        assert ("PrometheusRule", f"gpuwarden-{stem}") in removed
-        assert ("PrometheusRule", f"gpuwarden-dcgm-{stem}") in added
-    # rules with no dcgm twin (the pipeline's, remediation's) stay
-    assert ("PrometheusRule", "gpuwarden-pipeline-rules") in names & base
+    natives = {p.name for p in (ROOT / "alerts").glob("*.rules.yml")}
+    variants = {p.name for p in (ROOT / "alerts" / key).glob("*.rules.yml")}
+    assert variants, f"alerts/{key} has no rule files"
+    for name in variants:
+        stem = name.removesuffix(".yml").replace(".", "-").replace("_", "-")
+        assert ("PrometheusRule", f"gpuwarden-{key}-{stem}") in added
+        # a twin replaces its native namesake; a file of its own joins the natives
+        assert (("PrometheusRule", f"gpuwarden-{stem}") in removed) is (name in natives)
+    # natives with no twin (the pipeline's, remediation's) stay
+    for name in natives - variants:
+        stem = name.removesuffix(".yml").replace(".", "-").replace("_", "-")
+        assert ("PrometheusRule", f"gpuwarden-{stem}") in names & base
+    assert len({n for k, n in added if k == "PrometheusRule"}) == len(variants)
     dashboards = {n for k, n in names if k == "ConfigMap" and n.startswith("gpuwarden-dashboard-")}
-    assert dashboards and all(n.endswith("-dcgm") for n in dashboards)
+    assert dashboards and all(n.endswith(f"-{key}") for n in dashboards)
     assert all(d["metadata"]["namespace"] == "gpuwarden" for d in overlay if d["kind"] != "Namespace"
                and d["kind"] not in ("ClusterRole", "ClusterRoleBinding"))  # fmt: skip
     # nothing else changed: the workloads and RBAC are the base's
