@@ -61,6 +61,7 @@ def _conf(
         "SchedulerType=sched/backfill\nSchedulerParameters=sched_interval=2,bf_interval=1",
         "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\nGresTypes=gpu",
         "ReturnToService=2\nSlurmdTimeout=30\nKillWait=2\nJobRequeue=1\nMinJobAge=2",
+        f"RebootProgram={d}/etc/reboot\nResumeTimeout=60",
     ]
     for name in live:
         lines.append(f"NodeName={name} NodeAddr=127.0.0.1 Port={ports[name]} {node}")
@@ -172,16 +173,40 @@ class SlurmCluster:
 
 
 def _kill_orphan_stepds(conf: str) -> None:
+    """SIGKILL this lab's slurmstepds and the slurmds its RebootProgram started again (and the
+    shells waiting to), none of them a child the lab holds."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() != "slurmstepd":
+            if Path(f"/proc/{pid}/comm").read_text().strip() not in ("slurmstepd", "slurmd", "sh"):
                 continue
-            if conf.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+            mine = (
+                Path(f"/proc/{pid}/environ").read_bytes()
+                + Path(f"/proc/{pid}/cmdline").read_bytes()
+            )
+            if conf.encode() in mine:
                 os.kill(int(pid), signal.SIGKILL)
         except OSError:
             continue
+
+
+# The lab's RebootProgram. slurmd runs it for ``scontrol reboot``; a real node would go down
+# and its slurmd start again at boot. Here the slurmd that ran it (found up the process tree,
+# its node in its ``-N``) is stopped and started again with ``-b`` (slurmd's "report node
+# reboot now"), detached, so slurmctld sees the node come back rebooted. Each reboot is
+# appended to log/reboots.
+REBOOT = """#!/bin/sh
+pid=$PPID
+while [ "$pid" -gt 1 ] && [ "$(cat /proc/$pid/comm)" != slurmd ]; do
+  pid=$(cut -d' ' -f4 /proc/$pid/stat)
+done
+[ "$pid" -gt 1 ] || exit 1
+name=$(tr '\\0' '\\n' < /proc/$pid/cmdline | sed -n '/^-N$/{{n;p;}}')
+echo "$name $(date +%s)" >> {d}/log/reboots
+setsid sh -c "kill $pid; while grep -qs '^State:.*[^Z] (' /proc/$pid/status; do sleep 0.1; done; \\
+  exec slurmd -D -b -N $name -f {d}/etc/slurm.conf" </dev/null >>{d}/log/daemons.out 2>&1 &
+"""
 
 
 def _prepare(d: Path, names: Sequence[str]) -> None:
@@ -198,6 +223,8 @@ def _prepare(d: Path, names: Sequence[str]) -> None:
     for i in range(8):
         os.mknod(d / "fakedev" / f"nvidia{i}", 0o666 | 0o020000, os.makedev(195, i))
     (d / "etc" / "gres.conf").write_text(f"AutoDetect=off\nName=gpu File={d}/fakedev/nvidia[0-7]\n")
+    (d / "etc" / "reboot").write_text(REBOOT.format(d=d))
+    (d / "etc" / "reboot").chmod(0o755)
 
 
 @contextlib.contextmanager

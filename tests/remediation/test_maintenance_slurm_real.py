@@ -220,3 +220,83 @@ def test_a_rolling_wave_on_real_slurm_keeps_the_budget_checkpoints_every_job_and
             elif line.startswith("start ") and int(line.split()[2]) > 0:
                 assert acks >= int(line.split()[2]), (job, lines)
     sc.cancel_all()
+
+
+def reboots(sc: SlurmCluster) -> list[str]:
+    """The nodes the lab's RebootProgram rebooted, in order (log/reboots)."""
+    log = sc.dir / "log" / "reboots"
+    return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_a_slurm_reboot_wave_reboots_each_node_once_through_slurmctld_and_puts_it_back(
+    slurm4: SlurmCluster, tmp_path: Path, readable_dir: Path
+) -> None:
+    """The slurm_reboot operation on the real slurmctld: ``scontrol reboot ASAP
+    nextstate=DOWN`` runs the lab's RebootProgram on each node's slurmd (which comes back
+    reporting a reboot), one node at a time under a budget of 1, the job on each node
+    checkpointed before; the node is validated and returned to service, and nothing is
+    rebooted twice or while its job still ran."""
+    sc, d = slurm4, readable_dir
+    sc.reset_nodes()
+    before = len(reboots(sc))
+    (d / "val").mkdir()
+    (d / "val").chmod(0o777)
+    repo = str(Path(__file__).resolve().parents[2])
+    (d / "job.py").write_text(JOB.format(repo=repo))
+    (tmp_path / "policy.yaml").write_text(
+        policy(d).replace(
+            "fleet: {max_fraction: 1.0, max_nodes: 2}", "fleet: {max_fraction: 1.0, max_nodes: 1}"
+        )  # fmt: skip
+    )
+    targets = ("gpu-node-001", "gpu-node-003")
+    jobs = {}
+    for node in targets:
+        jobs[node] = sc.sbatch(
+            "--requeue", "--gres=gpu:1", f"--nodelist={node}", f"--output={d}/{node}.out",
+            "--open-mode=append", f"--export=ALL,GPUWARDEN_ACK_DIR={d}",
+            "--wrap", f"exec python3 {d}/job.py",
+        )  # fmt: skip
+    for job in jobs.values():
+        wait_until(running(sc, job), 60, 0.2, f"job {job} running")
+    port = free_port()
+    proc = start_service(tmp_path, port, {**sc.env}, "--backend", "slurm")
+    sampler = Sampler(sc)
+    sampler.start()
+    try:
+        body = {
+            "select": {"nodes": ",".join(targets)}, "operation": {"kind": "slurm_reboot"},
+            "wave_size": 1, "max_failures": 0, "drain_deadline_s": 120,
+            "suite": "post-maintenance", "reason": "firmware 1.2 -> 1.3",
+        }  # fmt: skip
+        status, run = api(port, "POST", "/api/v1/maintenance", body)
+        assert status == 201, run
+        try:
+            wait_until(lambda: run_state(tmp_path / "state.db")[0] in ("done", "stopped"), 240,
+                       0.5, "the run finished")  # fmt: skip
+        except TimeoutError:
+            c = sqlite3.connect(tmp_path / "state.db")
+            print(c.execute("SELECT node, state, detail FROM maintenance_nodes").fetchall())
+            print(sc.run("sinfo", "-N", "-o", "%N %T %E"), sc.run("squeue"))
+            print((tmp_path / "log").read_text()[-4000:])
+            raise
+    finally:
+        sampler.stop.set()
+        proc.kill()
+        proc.wait(10)
+    state, nodes = run_state(tmp_path / "state.db")
+    assert state == "done" and nodes == dict.fromkeys(targets, "done"), nodes
+    # each node rebooted once, by slurmctld through its RebootProgram
+    assert sorted(reboots(sc)[before:]) == sorted(targets)
+    # one node out at a time: the budget of 1 held at every sample
+    assert sampler.samples > 20 and sampler.max_out <= 1, (sampler.max_out, sampler.worst)
+    for node in targets:  # back in service, no reboot pending
+        st = sc.node_state(node)
+        assert st["state"] in ("idle", "mixed", "allocated") and not st["flags"], st
+        lines = (d / f"{node}.out").read_text().split("\n")
+        # the job was checkpointed before its node went down, and is queued again, not lost
+        requeued = next(i for i, ln in enumerate(lines) if "DUE TO JOB REQUEUE" in ln)
+        assert "ack" in lines[:requeued], lines
+        assert sc.job_state(jobs[node]) in ("PENDING", "RUNNING"), sc.job_state(jobs[node])
+    sc.cancel_all()
