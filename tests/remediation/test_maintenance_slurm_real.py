@@ -248,7 +248,7 @@ def test_a_slurm_reboot_wave_reboots_each_node_once_through_slurmctld_and_puts_i
     (tmp_path / "policy.yaml").write_text(
         policy(d).replace(
             "fleet: {max_fraction: 1.0, max_nodes: 2}", "fleet: {max_fraction: 1.0, max_nodes: 1}"
-        )  # fmt: skip
+        )
     )
     targets = ("gpu-node-001", "gpu-node-003")
     jobs = {}
