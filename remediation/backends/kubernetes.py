@@ -307,7 +307,8 @@ class KubernetesBackend:
         meta = _meta(p)
         jid = f"{meta.get('namespace', 'default')}/{meta.get('name')}"
         phase = str((p.get("status") or {}).get("phase") or "Pending").upper()
-        return Job(jid, phase, ((p.get("spec") or {}).get("nodeName") or "",))
+        where = str((p.get("spec") or {}).get("nodeName") or "")
+        return Job(jid, phase, (where,) if where else ())  # unscheduled: on no node, as a gang
 
     def jobs_on(self, node: str) -> tuple[Job, ...]:
         return self._jobs_of(self._pods(node))

@@ -101,7 +101,7 @@ def test_an_unscheduled_pod_is_a_job_on_no_named_node() -> None:
     _, b = cluster(pod("ml", "waiting", None, phase="Pending"))
     job = b.job("ml/waiting")
     assert job is not None and job.state == "PENDING"
-    assert not any(job.nodes)
+    assert job.nodes == ()  # not ("",): no node named "" enters a blast radius or storage check
 
 
 def test_a_pod_that_still_exists_is_its_own_job_not_a_replacement() -> None:
