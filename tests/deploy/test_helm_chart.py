@@ -67,10 +67,11 @@ def test_the_dcgm_variant_ships_no_gpuwarden_exporter_daemonset() -> None:
     assert "DaemonSet" not in kinds and "DaemonSet" in {d["kind"] for d in rendered()}
 
 
-def test_the_dcgm_variant_renders_what_the_dcgm_kustomize_overlay_builds() -> None:
-    def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
-        return {(d["kind"], d["metadata"]["name"]) for d in docs}
+def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(d["kind"], d["metadata"]["name"]) for d in docs}
 
+
+def test_the_dcgm_variant_renders_what_the_dcgm_kustomize_overlay_builds() -> None:
     dcgm = rendered(CHART / "examples" / "dcgm-exporter.yaml")
     overlay = kustomize(ROOT / "deploy" / "kubernetes" / "overlays" / "dcgm-exporter")
     assert names(dcgm) == names(overlay)
@@ -85,9 +86,6 @@ def test_the_dcgm_variant_renders_what_the_dcgm_kustomize_overlay_builds() -> No
 
 
 def test_the_amd_variant_renders_what_the_amd_kustomize_overlay_builds() -> None:
-    def names(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
-        return {(d["kind"], d["metadata"]["name"]) for d in docs}
-
     amd = rendered(CHART / "examples" / "amd-device-metrics-exporter.yaml")
     overlay = kustomize(ROOT / "deploy" / "kubernetes" / "overlays" / "amd-device-metrics-exporter")
     assert names(amd) == names(overlay)

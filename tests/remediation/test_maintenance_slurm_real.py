@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -88,6 +88,39 @@ def out_of_service(sc: SlurmCluster) -> set[str]:
     return {str(n["name"]) for n in nodes if slurmstate.out_of_service(n) or n.get("reservation")}
 
 
+def start_jobs(sc: SlurmCluster, d: Path, nodes: Iterable[str]) -> dict[str, str]:
+    """One checkpointing job (JOB) pinned to each node, running; node -> job id."""
+    repo = str(Path(__file__).resolve().parents[2])
+    (d / "job.py").write_text(JOB.format(repo=repo))
+    jobs = {}
+    for node in nodes:
+        jobs[node] = sc.sbatch(
+            "--requeue", "--gres=gpu:1", f"--nodelist={node}", f"--output={d}/{node}.out",
+            "--open-mode=append", f"--export=ALL,GPUWARDEN_ACK_DIR={d}",
+            "--wrap", f"exec python3 {d}/job.py",
+        )  # fmt: skip
+    for job in jobs.values():
+        wait_until(running(sc, job), 60, 0.2, f"job {job} running")
+    return jobs
+
+
+def wait_or_dump(sc: SlurmCluster, tmp_path: Path, done: Callable[[], bool], timeout: float,
+                 what: str) -> None:  # fmt: skip
+    """wait_until, printing the run's nodes, Slurm's view and the service's log on a timeout."""
+    try:
+        wait_until(done, timeout, 0.5, what)
+    except TimeoutError:
+        c = sqlite3.connect(tmp_path / "state.db")
+        print(c.execute("SELECT node, state, detail FROM maintenance_nodes").fetchall())
+        print(sc.run("sinfo", "-N", "-o", "%N %T %E"), sc.run("squeue"))
+        print((tmp_path / "log").read_text()[-4000:])
+        raise
+
+
+def finished(tmp_path: Path) -> Callable[[], bool]:
+    return lambda: run_state(tmp_path / "state.db")[0] in ("done", "stopped")
+
+
 class Sampler(threading.Thread):
     def __init__(self, sc: SlurmCluster) -> None:
         super().__init__(daemon=True)
@@ -127,18 +160,8 @@ def test_a_rolling_wave_on_real_slurm_keeps_the_budget_checkpoints_every_job_and
     sc.reset_nodes()
     (d / "val").mkdir()
     (d / "val").chmod(0o777)
-    repo = str(Path(__file__).resolve().parents[2])
-    (d / "job.py").write_text(JOB.format(repo=repo))
     (tmp_path / "policy.yaml").write_text(policy(d))
-    jobs = {}
-    for node in sc.nodes:
-        jobs[node] = sc.sbatch(
-            "--requeue", "--gres=gpu:1", f"--nodelist={node}", f"--output={d}/{node}.out",
-            "--open-mode=append", f"--export=ALL,GPUWARDEN_ACK_DIR={d}",
-            "--wrap", f"exec python3 {d}/job.py",
-        )  # fmt: skip
-    for job in jobs.values():
-        wait_until(running(sc, job), 60, 0.2, f"job {job} running")
+    jobs = start_jobs(sc, d, sc.nodes)
     env = {**sc.env}
     port = free_port()
     proc = start_service(tmp_path, port, env, "--backend", "slurm")
@@ -169,23 +192,15 @@ def test_a_rolling_wave_on_real_slurm_keeps_the_budget_checkpoints_every_job_and
         killed_at = run_state(tmp_path / "state.db")
         port = free_port()
         proc = start_service(tmp_path, port, env, "--backend", "slurm")
-        try:
-            # the failed node is kept out: with the faulty one that is the whole budget, so
-            # the last node waits until the operator puts the faulty node back
-            wait_until(lambda: run_state(tmp_path / "state.db")[1].get(BAD) == "failed", 150,
-                       0.5, "the bad node failed")  # fmt: skip
-            time.sleep(2)
-            waiting = run_state(tmp_path / "state.db")[1]["gpu-node-003"]
-            status, rel = api(port, "POST", f"/api/v1/nodes/{FAULTY}/release")
-            assert status == 200 and rel["released"], rel
-            wait_until(lambda: run_state(tmp_path / "state.db")[0] in ("done", "stopped"), 150,
-                       0.5, "the run finished")  # fmt: skip
-        except TimeoutError:
-            c = sqlite3.connect(tmp_path / "state.db")
-            print(c.execute("SELECT node, detail FROM maintenance_nodes").fetchall())
-            print(sc.run("sinfo", "-N", "-o", "%N %T %E"), sc.run("squeue"))
-            print((tmp_path / "log").read_text()[-4000:])
-            raise
+        # the failed node is kept out: with the faulty one that is the whole budget, so
+        # the last node waits until the operator puts the faulty node back
+        wait_or_dump(sc, tmp_path, lambda: run_state(tmp_path / "state.db")[1].get(BAD) == "failed",
+                     150, "the bad node failed")  # fmt: skip
+        time.sleep(2)
+        waiting = run_state(tmp_path / "state.db")[1]["gpu-node-003"]
+        status, rel = api(port, "POST", f"/api/v1/nodes/{FAULTY}/release")
+        assert status == 200 and rel["released"], rel
+        wait_or_dump(sc, tmp_path, finished(tmp_path), 150, "the run finished")
     finally:
         sampler.stop.set()
         proc.kill()
@@ -243,23 +258,13 @@ def test_a_slurm_reboot_wave_reboots_each_node_once_through_slurmctld_and_puts_i
     before = len(reboots(sc))
     (d / "val").mkdir()
     (d / "val").chmod(0o777)
-    repo = str(Path(__file__).resolve().parents[2])
-    (d / "job.py").write_text(JOB.format(repo=repo))
     (tmp_path / "policy.yaml").write_text(
         policy(d).replace(
             "fleet: {max_fraction: 1.0, max_nodes: 2}", "fleet: {max_fraction: 1.0, max_nodes: 1}"
         )
     )
     targets = ("gpu-node-001", "gpu-node-003")
-    jobs = {}
-    for node in targets:
-        jobs[node] = sc.sbatch(
-            "--requeue", "--gres=gpu:1", f"--nodelist={node}", f"--output={d}/{node}.out",
-            "--open-mode=append", f"--export=ALL,GPUWARDEN_ACK_DIR={d}",
-            "--wrap", f"exec python3 {d}/job.py",
-        )  # fmt: skip
-    for job in jobs.values():
-        wait_until(running(sc, job), 60, 0.2, f"job {job} running")
+    jobs = start_jobs(sc, d, targets)
     port = free_port()
     proc = start_service(tmp_path, port, {**sc.env}, "--backend", "slurm")
     sampler = Sampler(sc)
@@ -272,15 +277,7 @@ def test_a_slurm_reboot_wave_reboots_each_node_once_through_slurmctld_and_puts_i
         }  # fmt: skip
         status, run = api(port, "POST", "/api/v1/maintenance", body)
         assert status == 201, run
-        try:
-            wait_until(lambda: run_state(tmp_path / "state.db")[0] in ("done", "stopped"), 240,
-                       0.5, "the run finished")  # fmt: skip
-        except TimeoutError:
-            c = sqlite3.connect(tmp_path / "state.db")
-            print(c.execute("SELECT node, state, detail FROM maintenance_nodes").fetchall())
-            print(sc.run("sinfo", "-N", "-o", "%N %T %E"), sc.run("squeue"))
-            print((tmp_path / "log").read_text()[-4000:])
-            raise
+        wait_or_dump(sc, tmp_path, finished(tmp_path), 240, "the run finished")
     finally:
         sampler.stop.set()
         proc.kill()
