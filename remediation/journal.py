@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS decisions(id INTEGER PRIMARY KEY AUTOINCREMENT, alert
   node TEXT, fault_class TEXT, action TEXT, verdict TEXT, guard TEXT, reason TEXT,
   evidence TEXT, at REAL);
 CREATE INDEX IF NOT EXISTS decisions_node ON decisions(node, at);
+CREATE INDEX IF NOT EXISTS decisions_alert ON decisions(alert_key);
 CREATE TABLE IF NOT EXISTS actions(id INTEGER PRIMARY KEY AUTOINCREMENT, decision_id INTEGER,
   node TEXT, action TEXT, backend TEXT, state TEXT, outcome TEXT, started_at REAL,
   finished_at REAL, alert_started REAL, reason TEXT, fault_class TEXT);
@@ -40,6 +41,7 @@ CREATE TABLE IF NOT EXISTS steps(action_id INTEGER, step TEXT, state TEXT, detai
 CREATE TABLE IF NOT EXISTS nodes(node TEXT PRIMARY KEY, state TEXT, fault_class TEXT,
   action TEXT, since REAL, resolved_at REAL, probation_s REAL, flapped INTEGER,
   released_at REAL, reason TEXT);
+CREATE INDEX IF NOT EXISTS nodes_state ON nodes(state);
 CREATE TABLE IF NOT EXISTS flags(node TEXT PRIMARY KEY, at REAL);
 CREATE INDEX IF NOT EXISTS flags_at ON flags(at);
 CREATE INDEX IF NOT EXISTS actions_started ON actions(started_at);
