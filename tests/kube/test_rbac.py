@@ -150,6 +150,10 @@ def _exercise_every_path(lab: KubeLab, token: str, job_ns: str) -> None:
     )  # fmt: skip
     assert "reboot requested" in backend.reboot(node, "rbac test")
     assert "SelfNodeRemediation deleted" in backend.release(node)
+    lab.http.delete(  # the lab is shared: another test's operator has its own template
+        f"/apis/self-node-remediation.medik8s.io/v1alpha1/namespaces/{tpl_ns}/"
+        "selfnoderemediationtemplates/self-node-remediation-automatic-strategy-template"
+    )
 
     # a validation Job, its verdict read through pods/log, then everything deleted
     validation = KubernetesValidation(api, NAMESPACE, "lab/none:0", gpus=0)

@@ -372,6 +372,19 @@ def test_a_reboot_creates_one_selfnoderemediation_and_waits_while_the_last_one_i
 ) -> None:
     lab = any_kube_lab
     _, backend = prepared(lab)
+    base = f"/apis/{noderemediation.GROUP}/{noderemediation.VERSION}"
+
+    def listed() -> list[Obj] | None:
+        try:  # a CRD just installed answers 429 while its storage initializes
+            return list(lab.http.get(f"{base}/{noderemediation.TEMPLATES}").get("items") or [])
+        except ApiError:
+            return None
+
+    for t in wait_until(lambda: (got := listed()) is not None and [got], 30, 0.5, "templates")[0]:
+        lab.http.delete(  # the lab is shared: this test's operator is the only one
+            f"{base}/namespaces/{t['metadata']['namespace']}/{noderemediation.TEMPLATES}/"
+            f"{t['metadata']['name']}"
+        )
     snr_ns = lab.namespace("snr")
     lab.http.post(f"/apis/{noderemediation.GROUP}/{noderemediation.VERSION}/namespaces/{snr_ns}/"
                   f"{noderemediation.TEMPLATES}", {
