@@ -6,8 +6,9 @@ writes its ack a second later (remediation/checkpoint.py).
 
 Checked: no pod is evicted before its ack; the unschedulable nodes (sampled every 0.1 s)
 never exceed the budget; the run, resumed after the kill, finishes and every maintained node
-is schedulable again while the faulty one stays cordoned. (No validation suite here: on
-Kubernetes a suite needs the validation image, which the lab's kubelet stand-in cannot run.)
+is schedulable again while the faulty one stays cordoned. The validation suite after the
+operation runs as a Job per node whose pod the kubelet stand-in plays (its framed log), in its
+own test below.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tests.kube.shipped import NAMESPACE, apply_remediation_rbac
 from tests.kubelab import KubeLab, Obj, Run, cleanup, start_lab
 from tests.realcomp import free_port
 from tests.remediation.helpers import AUTH, LIVE_POLICY, alert, payload, start_service
-from tests.remediation.test_maintenance_slurm_real import api, run_state
+from tests.remediation.test_maintenance_slurm_real import FIX, api, run_state
 
 pytestmark = pytest.mark.real
 
@@ -227,3 +228,67 @@ def test_a_wave_whose_operation_is_a_job_per_node_releases_the_nodes_whose_job_c
         assert not lab.http.get(f"/api/v1/nodes/{node}")["spec"].get("unschedulable"), node
     assert reasons[bad][0] == "failed" and "BackoffLimitExceeded" in reasons[bad][1], reasons
     assert lab.http.get(f"/api/v1/nodes/{bad}")["spec"].get("unschedulable")  # kept out
+
+
+def test_a_wave_validates_each_node_with_a_job_and_keeps_the_one_that_fails_out(
+    lab: KubeLab, tmp_path: Path
+) -> None:
+    """The post-maintenance suite on Kubernetes: after the operation, a validation Job per
+    node, bound to the cordoned node, made by the real Job controller's rules as the shipped
+    ServiceAccount; the kubelet stand-in plays the suite's pod (its framed log: the step's rc
+    0 and a recorded all_reduce_perf on one node, 1 and an NCCL error on the other). The passing node is released (schedulable again); the
+    failing one stays cordoned, its maintenance node ``failed`` with the reason, and is held
+    in the fault path (quarantined in the journal)."""
+    kubeconfig = lab.kubeconfig(apply_remediation_rbac(lab, []), name="remediation-validate")
+    good, bad = lab.add_node(), lab.add_node()
+    (tmp_path / "policy.yaml").write_text(
+        LIVE_POLICY.replace(
+            "fleet: {max_fraction: 0.5, max_nodes: 100}", "fleet: {max_fraction: 1.0, max_nodes: 6}"
+        )
+        + "validation:\n  suites:\n    post-maintenance:\n"
+        "      - {name: nccl, command: [all_reduce_perf], timeout_s: 60, parser: nccl-tests,\n"
+        "         min: {busbw_at_max_size_gbps: 100}}\n"
+        "  kubernetes: {namespace: gpuwarden, image: registry.local/gpu-validate:1}\n"
+    )
+
+    played: list[str] = []
+
+    def script(pod: Obj) -> Run | None:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        node = str((pod.get("spec") or {}).get("nodeName"))
+        validation = labels.get("app.kubernetes.io/name") == "gpuwarden-validation"
+        if not validation or node not in (good, bad):
+            return None
+        played.append(node)
+        rc = 1 if node == bad else 0
+        out = FIX.read_text() if node == good else "NCCL error: unhandled cuda error\n"
+        log = f"===gpuwarden-step 0 begin===\n{out}\n===gpuwarden-step 0 rc={rc}===\n"
+        return Run(log=log, exit_code=rc, after_s=2)
+
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    port = free_port()
+    proc = start_service(tmp_path, port, env, "--backend", "kubernetes")
+    try:
+        with lab.kubelet.scripted(script):
+            wait_until(lambda: api(port, "GET", "/api/v1/maintenance")[0] == 200, 30, 0.2, "up")
+            req = {"select": {"nodes": [good, bad]}, "wave_size": 2, "max_failures": 1,
+                   "drain_deadline_s": 60, "suite": "post-maintenance",
+                   "operation": {"kind": "command", "argv": ["true"]}}  # fmt: skip
+            status, run = api(port, "POST", "/api/v1/maintenance", req)
+            assert status == 201, run
+            wait_until(lambda: run_state(tmp_path / "state.db")[0] == "done", 120, 0.3, "done")
+            status, shown = api(port, "GET", f"/api/v1/maintenance/{run['id']}")
+            _, shown_bad = api(port, "GET", f"/api/v1/nodes/{bad}")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    reasons = {n["node"]: (n["state"], n["reason"]) for n in shown["nodes"]}
+    held = shown_bad["node"]
+    print(json.dumps({"nodes": reasons, "held": held}))
+    assert reasons[good][0] == "done" and reasons[bad][0] == "failed", reasons
+    assert "validation" in reasons[bad][1], reasons
+    assert not lab.http.get(f"/api/v1/nodes/{good}")["spec"].get("unschedulable")
+    assert lab.http.get(f"/api/v1/nodes/{bad}")["spec"].get("unschedulable")  # kept out
+    assert held["state"] == "quarantined" and "validation failed" in held["reason"], held
+    # each node's suite ran once, as a pod the Job controller made on that node
+    assert sorted(played) == sorted([good, bad]), played
