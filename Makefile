@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 # EVAL_ARGS="--jobs 2" (256 nodes x 24 h x 5 seeds; see docs/analyzer.md for its time).
 EVAL_ARGS ?= --nodes 64 --hours 6 --seeds 5 --straggler-trials 6 --jobs 2
 # Each worker starts its own servers on free ports. Three workers on two cores: most real-server tests wait on a server's timers (for:, group_wait,
-# slurmctld's pings), so a third worker fills that time (13 min instead of 16 on 2026-12-05).
+# slurmctld's pings), so a third worker fills that time (11.5 min instead of 16 on 2026-12-06).
 PYTEST_ARGS ?= -n 3
 APT_PACKAGES := prometheus prometheus-alertmanager slurmctld slurmd slurm-client munge systemd openssl prometheus-node-exporter shellcheck victoria-metrics chromium
 
