@@ -6,12 +6,13 @@ failed as "deleted outside gpuwarden")."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from remediation.backends.base import BackendError
 from remediation.maintenance import store
-from remediation.validation.slurm import SuiteCancelled
+from remediation.validation.slurm import SchedulerUnknown, SuiteCancelled
 from remediation.validation.suite import StepRun
 from tests.remediation.helpers import LIVE_POLICY, service, topology_file
 
@@ -74,3 +75,111 @@ def test_a_verdict_read_before_a_slow_clean_up_is_the_nodes_verdict(tmp_path: Pa
     assert sorted(suites.stops) == [("gpu-node-001", "passed"), ("gpu-node-001", "passed"),
                                     ("gpu-node-002", "failed"), ("gpu-node-002", "failed")]  # fmt: skip
     assert m.concluding == {}
+
+
+class Scripted(SlowCleanup):
+    """Each poll of a node answers the next of its script: a list of runs (done), None
+    (still running), or an exception to raise; the last answer repeats."""
+
+    def __init__(self, script: dict[str, list[Any]]) -> None:
+        super().__init__({})
+        self.script, self.lost = script, []  # type: ignore[var-annotated]
+
+    def poll(self, handle: dict[str, Any]) -> list[StepRun] | None:
+        if handle["run_id"] in self.deleted:
+            raise SuiteCancelled(f"validation Job {handle['run_id']} was deleted outside gpuwarden")
+        queue = self.script[handle["node"]]
+        answer = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def stop(self, handle: dict[str, Any], verdict: str | None) -> None:
+        self.stops.append((handle["node"], verdict))
+        self.deleted.add(handle["run_id"])
+
+    def stop_lost(self, node: str, run_id: str, verdict: str) -> None:
+        self.lost.append((node, run_id))
+
+
+PASS = [StepRun(0, FIX.read_text())]
+
+
+def _wave(
+    tmp_path: Path, suites: Any, nodes: tuple[str, ...] = ("gpu-node-001",)
+) -> tuple[Any, Any]:
+    svc = service(tmp_path, policy_text=POLICY, topology=topology_file(tmp_path, 4))
+    m = svc.maintenance
+    assert m is not None
+    m.suites = suites
+    run = m.start({"select": {"nodes": list(nodes)}, "wave_size": len(nodes), "max_failures": 1,
+                   "suite": "post-maintenance", "operation": {"kind": "none"}}, "test")  # fmt: skip
+    return svc, run
+
+
+def _states(svc: Any, run_id: int) -> dict[str, tuple[str, str]]:
+    got = store.load(svc.journal, run_id)
+    assert got is not None
+    return {n.node: (n.state, n.reason) for n in got.nodes}
+
+
+def test_a_scheduler_that_does_not_answer_or_a_suite_still_running_is_no_verdict(
+    tmp_path: Path,
+) -> None:
+    suites = Scripted({"gpu-node-001": [SchedulerUnknown("squeue: timed out"), None,
+                                        BackendError("HTTP 503"), None, PASS]})  # fmt: skip
+    svc, run = _wave(tmp_path, suites)
+    m = svc.maintenance
+    seen = []
+    for _ in range(9):
+        m.tick()
+        seen.append(_states(svc, run.id)["gpu-node-001"][0])
+    assert "validating" in seen and seen[-1] == "done", seen
+    assert seen.index("done") >= seen.index("validating") + 5  # five answers that were no verdict
+    assert suites.stops == [("gpu-node-001", "passed")]
+
+
+def test_a_suite_someone_else_cancelled_fails_its_node_with_the_reason(tmp_path: Path) -> None:
+    suites = Scripted({"gpu-node-001": [SuiteCancelled("validation Job x was deleted by kubectl")]})
+    svc, run = _wave(tmp_path, suites)
+    for _ in range(5):
+        svc.maintenance.tick()
+    state, reason = _states(svc, run.id)["gpu-node-001"]
+    assert state == "failed" and "deleted by kubectl" in reason, reason
+    assert suites.stops == [("gpu-node-001", "failed")]
+
+
+def test_a_suite_whose_handle_was_lost_in_a_crash_is_cleaned_up_by_name_and_started_again(
+    tmp_path: Path,
+) -> None:
+    suites = Scripted({"gpu-node-001": [None]})
+    svc, run = _wave(tmp_path, suites)
+    m = svc.maintenance
+    for _ in range(4):
+        m.tick()
+    cur = store.load(svc.journal, run.id)
+    assert cur is not None and cur.nodes[0].state == "validating" and cur.nodes[0].handle
+    # a crash between the suite's start and the save of its handle: the intent, no handle
+    crashed = replace(cur, nodes=(replace(cur.nodes[0], handle=""),))
+    store.save(svc.journal, cur, crashed, 0.0, None)
+    suites.script["gpu-node-001"] = [PASS]
+    for _ in range(4):
+        m.tick()
+    assert suites.lost and suites.lost[0][0] == "gpu-node-001"  # what it left, stopped by name
+    assert _states(svc, run.id)["gpu-node-001"][0] == "done"
+
+
+def test_a_service_without_a_suite_runner_fails_a_node_it_finds_validating(
+    tmp_path: Path,
+) -> None:
+    suites = Scripted({"gpu-node-001": [None]})
+    svc, run = _wave(tmp_path, suites)
+    m = svc.maintenance
+    for _ in range(4):
+        m.tick()
+    assert _states(svc, run.id)["gpu-node-001"][0] == "validating"
+    m.suites = None  # restarted where validation cannot run (dry-run): no verdict can come
+    for _ in range(3):
+        m.tick()
+    state, reason = _states(svc, run.id)["gpu-node-001"]
+    assert state == "failed" and "no suite runner here" in reason, reason
