@@ -54,16 +54,11 @@ class SlowCleanup:
 
 
 def test_a_verdict_read_before_a_slow_clean_up_is_the_nodes_verdict(tmp_path: Path) -> None:
-    svc = service(tmp_path, policy_text=POLICY, topology=topology_file(tmp_path, 4))
-    m = svc.maintenance
-    assert m is not None
     suites = SlowCleanup(
         {"gpu-node-001": (0, FIX.read_text()), "gpu-node-002": (1, "NCCL error\n")}
     )
-    m.suites = suites
-    run = m.start({"select": {"nodes": ["gpu-node-001", "gpu-node-002"]}, "wave_size": 2,
-                   "max_failures": 1, "suite": "post-maintenance",
-                   "operation": {"kind": "none"}}, "test")  # fmt: skip
+    svc, run = _wave(tmp_path, suites, nodes=("gpu-node-001", "gpu-node-002"))
+    m = svc.maintenance
     for _ in range(8):
         m.tick()
     done = store.load(svc.journal, run.id)
@@ -123,6 +118,15 @@ def _states(svc: Any, run_id: int) -> dict[str, tuple[str, str]]:
     return {n.node: (n.state, n.reason) for n in got.nodes}
 
 
+def _left_validating(tmp_path: Path) -> tuple[Any, Any, Scripted]:
+    """A one-node wave whose suite is still running after a few ticks."""
+    suites = Scripted({"gpu-node-001": [None]})
+    svc, run = _wave(tmp_path, suites)
+    for _ in range(4):
+        svc.maintenance.tick()
+    return svc, run, suites
+
+
 def test_a_scheduler_that_does_not_answer_or_a_suite_still_running_is_no_verdict(
     tmp_path: Path,
 ) -> None:
@@ -152,11 +156,8 @@ def test_a_suite_someone_else_cancelled_fails_its_node_with_the_reason(tmp_path:
 def test_a_suite_whose_handle_was_lost_in_a_crash_is_cleaned_up_by_name_and_started_again(
     tmp_path: Path,
 ) -> None:
-    suites = Scripted({"gpu-node-001": [None]})
-    svc, run = _wave(tmp_path, suites)
+    svc, run, suites = _left_validating(tmp_path)
     m = svc.maintenance
-    for _ in range(4):
-        m.tick()
     cur = store.load(svc.journal, run.id)
     assert cur is not None and cur.nodes[0].state == "validating" and cur.nodes[0].handle
     # a crash between the suite's start and the save of its handle: the intent, no handle
@@ -172,11 +173,8 @@ def test_a_suite_whose_handle_was_lost_in_a_crash_is_cleaned_up_by_name_and_star
 def test_a_service_without_a_suite_runner_fails_a_node_it_finds_validating(
     tmp_path: Path,
 ) -> None:
-    suites = Scripted({"gpu-node-001": [None]})
-    svc, run = _wave(tmp_path, suites)
+    svc, run, _ = _left_validating(tmp_path)
     m = svc.maintenance
-    for _ in range(4):
-        m.tick()
     assert _states(svc, run.id)["gpu-node-001"][0] == "validating"
     m.suites = None  # restarted where validation cannot run (dry-run): no verdict can come
     for _ in range(3):
