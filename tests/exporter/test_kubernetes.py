@@ -3,6 +3,7 @@ unix socket) maps GPUs and MIG devices to pods; an absent or slow kubelet never 
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -128,8 +129,29 @@ def test_the_committed_grpc_stubs_are_what_grpcio_tools_generates_from_the_proto
     from exporter.sources.podresources import generate
 
     for name, text in generate.generated().items():
-        assert (generate.HERE / name).read_text() == text, f"{name} is stale: regenerate"
+        committed = generate.unstamped((generate.HERE / name).read_text())
+        assert committed == generate.unstamped(text), f"{name} is stale: regenerate"
     assert "k8s.io/kubelet/pkg/apis/podresources/v1" in Path(generate.PROTO).read_text()
+
+
+def test_the_stale_stub_check_ignores_only_the_tools_release_stamps() -> None:
+    from exporter.sources.podresources import generate
+
+    committed = {name: (generate.HERE / name).read_text() for name in generate.STUBS}
+    grpc_stub, pb_stub = committed["api_pb2_grpc.py"], committed["api_pb2.py"]
+    newer_grpc = re.sub(
+        r"GRPC_GENERATED_VERSION = '[^']*'", "GRPC_GENERATED_VERSION = '9.9.9'", grpc_stub
+    )
+    newer_pb = re.sub(r"# Protobuf Python Version: .*", "# Protobuf Python Version: 9.9.9", pb_stub)
+    newer_pb = re.sub(
+        r"PUBLIC,\n(\s*)\d+,\n\s*\d+,\n\s*\d+,", r"PUBLIC,\n\g<1>9,\n\g<1>9,\n\g<1>9,", newer_pb
+    )
+    assert newer_grpc != grpc_stub and newer_pb != pb_stub
+    assert generate.unstamped(newer_grpc) == generate.unstamped(grpc_stub)
+    assert generate.unstamped(newer_pb) == generate.unstamped(pb_stub)
+    changed = grpc_stub.replace("/v1.PodResourcesLister/List", "/v1.PodResourcesLister/Lisp")
+    assert changed != grpc_stub
+    assert generate.unstamped(changed) != generate.unstamped(grpc_stub)
 
 
 def test_kubernetes_settings_come_from_flags() -> None:
