@@ -67,9 +67,6 @@ class Maintenance:
     ) -> None:
         self.journal, self.backend, self.policy = journal, backend, policy
         self.clock, self.paused, self.suites = clock, paused, suites
-        # a suite's verdict read, its stop (which deletes what the poll reads) not yet
-        # confirmed: handle -> verdict, so the retried stop keeps the verdict read
-        self.concluding: dict[str, str] = {}
         self.state_dir, self.events_source = state_dir, events_source
         self.partition, self.runner = partition, runner
         self.kube, self.kube_namespace = kube, kube_namespace
@@ -217,7 +214,7 @@ class Maintenance:
         if not n.handle or self.suites is None:
             return "lost" if self.suites is not None else "failed: no suite runner here"
         handle = json.loads(n.handle)
-        verdict_text = self.concluding.get(n.handle)
+        verdict_text = store.kept_verdict(self.journal, n.handle)
         if verdict_text is None:
             try:
                 runs = self.suites.poll(handle)
@@ -231,14 +228,15 @@ class Maintenance:
                 suite = self.policy.validation.suites[run.spec.suite]
                 verdict = judge_suite(suite, runs)
                 verdict_text = "passed" if verdict.passed else f"failed: {summary(verdict)}"
-            # the stop below deletes what the poll read (a Job): kept until it is confirmed
-            self.concluding[n.handle] = verdict_text
+            # the stop below deletes what the poll read (a Job): the verdict is journaled
+            # first, and goes with the node's next state (store.save), after the stop
+            store.keep_verdict(self.journal, run.id, n.node, n.handle, verdict_text,
+                               self.clock())  # fmt: skip
         try:
             self.suites.stop(handle, "passed" if verdict_text == "passed" else "failed")
         except Exception as e:  # retried next tick: a verdict acts only once the node is ours
             log.warning("maintenance: stopping validation on %s: %s", n.node, e)
             return "running"
-        self.concluding.pop(n.handle, None)
         return verdict_text
 
     def _reconcile_done(self, run: Run, world: World) -> None:

@@ -23,6 +23,8 @@ CREATE TABLE IF NOT EXISTS maintenance_runs(id INTEGER PRIMARY KEY AUTOINCREMENT
 CREATE TABLE IF NOT EXISTS maintenance_nodes(run_id INTEGER, node TEXT, pos INTEGER,
   state TEXT NOT NULL, detail TEXT NOT NULL, PRIMARY KEY(run_id, node));
 CREATE INDEX IF NOT EXISTS maintenance_nodes_state ON maintenance_nodes(state);
+CREATE TABLE IF NOT EXISTS maintenance_verdicts(handle TEXT PRIMARY KEY, run_id INTEGER,
+  node TEXT, verdict TEXT NOT NULL, at REAL);
 """
 LIVE_RUNS = ("running", "paused", "stopped")  # a stopped run still finishes what it started
 _NODE_FIELDS = tuple(f.name for f in fields(NodeRun))
@@ -84,9 +86,28 @@ def ids(journal: Journal, live_only: bool = False, reader: bool = False) -> list
     return [int(r["id"]) for r in rows]
 
 
+def keep_verdict(journal: Journal, run_id: int, node: str, handle: str, verdict: str,
+                 now: float) -> None:  # fmt: skip
+    """A suite's verdict, read before the stop that deletes what it was read from (a Job):
+    committed before the stop is asked for, so a kill -9 before the stop is confirmed
+    finds it after the restart instead of reading its own clean-up as a cancel."""
+    with journal.tx() as db:
+        db.execute(
+            "INSERT OR IGNORE INTO maintenance_verdicts(handle,run_id,node,verdict,at) "
+            "VALUES(?,?,?,?,?)",
+            (handle, run_id, node, verdict, now),
+        )
+
+
+def kept_verdict(journal: Journal, handle: str) -> str | None:
+    rows = journal.rows("SELECT verdict FROM maintenance_verdicts WHERE handle=?", (handle,))
+    return str(rows[0]["verdict"]) if rows else None
+
+
 def save(journal: Journal, before: Run, after: Run, now: float, source: str | None) -> None:
     """Write what changed; with ``source`` (events out is on), one maintenance event per
-    node whose state changed and one for the run's, in the same transaction."""
+    node whose state changed and one for the run's, in the same transaction. A kept suite
+    verdict goes in that transaction too, once its node has moved on from it."""
     old = {n.node: n for n in before.nodes}
     with journal.tx() as db:
         if after.state != before.state or after.reason != before.reason:
@@ -102,6 +123,12 @@ def save(journal: Journal, before: Run, after: Run, now: float, source: str | No
                 (n.state, json.dumps(asdict(n)), after.id, n.node),
             )
             prev = old.get(n.node)
+            if (
+                prev is not None
+                and prev.handle
+                and (prev.handle != n.handle or n.state != prev.state)
+            ):
+                db.execute("DELETE FROM maintenance_verdicts WHERE handle=?", (prev.handle,))
             if source and (prev is None or prev.state != n.state):
                 _event(db, after, n.node, n.state, n.reason, now, source, n.since)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from remediation.backends.base import BackendError
 from remediation.maintenance import store
+from remediation.maintenance.runner import Maintenance
 from remediation.validation.slurm import SchedulerUnknown, SuiteCancelled
 from remediation.validation.suite import StepRun
 from tests.remediation.helpers import LIVE_POLICY, service, topology_file
@@ -69,7 +70,63 @@ def test_a_verdict_read_before_a_slow_clean_up_is_the_nodes_verdict(tmp_path: Pa
     # each stop retried with the verdict first read, until confirmed
     assert sorted(suites.stops) == [("gpu-node-001", "passed"), ("gpu-node-001", "passed"),
                                     ("gpu-node-002", "failed"), ("gpu-node-002", "failed")]  # fmt: skip
-    assert m.concluding == {}
+    assert svc.journal.rows("SELECT * FROM maintenance_verdicts") == []  # gone with the nodes
+
+
+class StuckCleanup(SlowCleanup):
+    """Every stop deletes the Job and raises (its pods linger) until ``gone`` is set."""
+
+    gone = False
+
+    def stop(self, handle: dict[str, Any], verdict: str | None) -> None:
+        self.stops.append((handle["node"], verdict))
+        self.deleted.add(handle["run_id"])
+        if not self.gone:
+            raise BackendError("pods of the Job still there (the garbage collector deletes them)")
+
+
+def test_a_verdict_read_before_a_kill_9_is_the_nodes_verdict_after_the_restart(
+    tmp_path: Path,
+) -> None:
+    suites = StuckCleanup(
+        {"gpu-node-001": (0, FIX.read_text()), "gpu-node-002": (1, "NCCL error\n")}
+    )
+    svc, run = _wave(tmp_path, suites, nodes=("gpu-node-001", "gpu-node-002"))
+    m = svc.maintenance
+    for _ in range(6):
+        m.tick()
+    assert {s for s, _ in _states(svc, run.id).values()} == {"validating"}
+    assert {n for n, _ in suites.stops} == {"gpu-node-001", "gpu-node-002"}  # Jobs deleted
+    # kill -9: a new process, the same journal and scheduler; the Jobs are gone, so a poll
+    # now reads a cancel: only the journaled verdict can say what the suite found
+    again = Maintenance(m.journal, m.backend, m.policy, m.clock, m.paused, suites, m.state_dir)
+    suites.gone = True
+    for _ in range(3):
+        again.tick()
+    states = _states(svc, run.id)
+    assert states["gpu-node-001"][0] == "done", states
+    assert states["gpu-node-002"][0] == "failed" and "deleted" not in states["gpu-node-002"][1]
+    assert "nccl" in states["gpu-node-002"][1].lower(), states
+    assert suites.stops[-2:] in ([("gpu-node-001", "passed"), ("gpu-node-002", "failed")],
+                                 [("gpu-node-002", "failed"), ("gpu-node-001", "passed")])  # fmt: skip
+    assert svc.journal.rows("SELECT * FROM maintenance_verdicts") == []
+
+
+def test_a_kept_verdict_goes_only_when_its_node_moves_on(tmp_path: Path) -> None:
+    suites = StuckCleanup({"gpu-node-001": (1, "NCCL error\n")})
+    svc, run = _wave(tmp_path, suites)
+    m = svc.maintenance
+    for _ in range(5):
+        m.tick()
+    cur = store.load(svc.journal, run.id)
+    assert cur is not None and cur.nodes[0].state == "validating"
+    handle = cur.nodes[0].handle
+    assert store.kept_verdict(svc.journal, handle) is not None
+    store.save(svc.journal, cur, replace(cur, state="paused"), 0.0, None)  # the run, not the node
+    assert store.kept_verdict(svc.journal, handle) is not None
+    nxt = replace(cur.nodes[0], handle='{"node": "gpu-node-001", "run_id": "again"}')
+    store.save(svc.journal, cur, replace(cur, nodes=(nxt,)), 0.0, None)  # a new attempt
+    assert store.kept_verdict(svc.journal, handle) is None
 
 
 class Scripted(SlowCleanup):
