@@ -552,3 +552,216 @@ def test_only_nodes_not_yet_operated_on_are_offered_to_faults(tmp_path: Path) ->
     store.save(m.journal, cur, operating, 2.0, None)
     assert m.out_for_faults() == {"n2"}
     assert store.out_for_maintenance(m.journal) == {"n1", "n2"}
+
+
+# ------------------------------------------------------------------ the tick's edges
+def test_a_paused_run_is_not_ticked_and_does_not_hold_up_the_next_run(tmp_path: Path) -> None:
+    sched = Scheduler()
+    m = _maint(tmp_path, sched)
+    first = _run(m, nodes=("n1",))
+    cur = store.load(m.journal, first.id)
+    assert cur is not None
+    done = replace(cur, nodes=(cur.nodes[0].to("done", 5.0, "validation passed", finished=5.0),))
+    store.save(m.journal, cur, done, 5.0, None)
+    sched.views["n1"] = NodeView("n1", True, True, "gpuwarden: maintenance")  # release lost
+    m.set_state(first.id, "pause", "bob")
+    second = _run(m, nodes=("n2",))
+    m.tick()
+    assert ("release", "n1") not in sched.calls  # paused: nothing moves, not even this
+    assert _node(m, second.id, "n2").state == "draining"
+    m.set_state(first.id, "resume", "bob")
+    m.tick()
+    assert ("release", "n1") in sched.calls
+
+
+def test_the_global_pause_stops_every_run(tmp_path: Path) -> None:
+    sched = Scheduler()
+    m = _maint(tmp_path, sched)
+    m.paused = lambda: True
+    run = _run(m, nodes=("n1", "n2"), wave_size=2)
+    m.tick()
+    assert sched.calls == [] and _node(m, run.id, "n1").state == "pending"
+    m.paused = lambda: False
+    m.tick()
+    assert _node(m, run.id, "n1").state == "draining"
+
+
+def test_nodes_out_for_another_run_count_against_the_budget(tmp_path: Path) -> None:
+    sched = Scheduler()
+    m = _maint(tmp_path, sched)
+    m.policy = replace(m.policy, fleet_budget=Budget(1.0, 1))
+    first = _run(m, nodes=("n1",))
+    m.tick()
+    assert _node(m, first.id, "n1").state == "draining"
+    second = _run(m, nodes=("n2",))
+    sched.jobs["7"] = Job("7", "RUNNING", ("n1",))  # n1 stays out a while
+    m.tick()
+    assert _node(m, second.id, "n2").state == "pending"  # one out already: no room
+    assert not sched.views["n2"].out_of_service
+
+
+class Suites:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def start(self, node: str, suite: Any, run_id: str, view: NodeView) -> dict[str, Any]:
+        self.calls.append(("start", node, run_id, view.name))
+        return {"node": node, "run_id": run_id}
+
+    def poll(self, handle: dict[str, Any]) -> None:
+        return None
+
+    def stop(self, handle: dict[str, Any], verdict: str | None) -> None:
+        self.calls.append(("stop", handle["node"], verdict))
+
+    def stop_lost(self, node: str, run_id: str, verdict: str) -> None:
+        self.calls.append(("stop_lost", node, run_id, verdict))
+
+
+SUITE_POLICY = """
+validation:
+  suites:
+    post:
+      - {name: nccl, command: [all_reduce_perf], timeout_s: 60, parser: nccl-tests,
+         min: {busbw_at_max_size_gbps: 100}}
+"""
+
+
+def _with_suite(tmp_path: Path, sched: Scheduler) -> Maintenance:
+    from remediation import policy as policy_mod
+
+    m = _maint(tmp_path, sched, events_source="gpuwarden/test")
+    suites = policy_mod.loads(SUITE_POLICY).validation
+    m.policy = replace(m.policy, validation=suites)
+    m.suites = Suites()  # type: ignore[assignment]
+    return m
+
+
+def test_a_suite_starts_with_the_runs_name_for_it_and_a_lost_one_is_stopped_first(
+    tmp_path: Path,
+) -> None:
+    sched = Scheduler()
+    m = _with_suite(tmp_path, sched)
+    run = _run(m, suite="post")
+    m.tick()  # drained
+    m.tick()  # empty: operating (none)
+    m.tick()  # ok: validating, the suite started
+    suites = m.suites.calls  # type: ignore[union-attr]
+    assert suites == [("start", "n1", f"maint{run.id}-n1-2", "n1")]
+    n = _node(m, run.id, "n1")
+    assert n.state == "validating" and json.loads(n.handle)["run_id"] == f"maint{run.id}-n1-2"
+    outbox = [r["id"] for r in m.journal.rows("SELECT id FROM outbox ORDER BY rowid")]
+    assert outbox[-1].startswith(f"maintenance-{run.id}-n1-validating-")  # the intent, first
+    cur = store.load(m.journal, run.id)
+    assert cur is not None
+    m._apply(cur, [Effect("validate", "n1", detail="restart")], before=cur)
+    assert suites[1:] == [("stop_lost", "n1", f"maint{run.id}-n1-2", "lost"),
+                          ("start", "n1", f"maint{run.id}-n1-2", "n1")]  # fmt: skip
+
+
+def test_the_operators_calls_and_each_tick_are_cloudevents_at_their_time(tmp_path: Path) -> None:
+    sched = Scheduler()
+    m = _maint(tmp_path, sched, events_source="gpuwarden/test")
+    run = _run(m, nodes=("n1", "n2"))
+    m.clock.t = 1100.0  # type: ignore[attr-defined]
+    m.tick()
+    m.clock.t = 1200.0  # type: ignore[attr-defined]
+    m.decide(run.id, "n1", "skip", "dave")
+    m.clock.t = 1300.0  # type: ignore[attr-defined]
+    m.set_state(run.id, "abort", "erin")
+    rows = m.journal.rows("SELECT id FROM outbox ORDER BY rowid")
+    assert [r["id"] for r in rows] == [
+        f"maintenance-{run.id}-n1-draining-1100.000000",
+        f"maintenance-{run.id}-n1-skipped-1200.000000",
+        f"maintenance-{run.id}-run-aborted-1300.000000",
+        f"maintenance-{run.id}-n2-skipped-1300.000000",
+    ]
+
+
+def test_a_checkpoint_asked_again_keeps_an_ack_written_since_the_tick_read_the_world(
+    tmp_path: Path,
+) -> None:
+    sched = Scheduler()
+    sched.jobs["7"] = Job("7", "RUNNING", ("n1",))
+    m = _maint(tmp_path, sched)
+    run = _run(m)
+    m.tick()
+    m.tick()
+    cur = store.load(m.journal, run.id)
+    assert cur is not None and cur.node("n1").signalled == ("7",)  # type: ignore[union-attr]
+    ack = ack_path(m.policy.checkpoint.ack_dir, "7")
+    ack.write_text("ok\n")  # written between the world's read and the second request
+    m._apply(cur, [Effect("checkpoint", "n1", job="7")], before=cur)
+    assert ack.exists()
+    fresh = replace(cur, nodes=(replace(cur.nodes[0], signalled=()),))
+    m._apply(fresh, [Effect("checkpoint", "n1", job="7")], before=fresh)
+    assert not ack.exists()  # not asked before: an ack already there is stale
+    ack.write_text("ok\n")
+    m._apply(cur, [Effect("checkpoint", "n1", job="7")])  # no tick-start state: stale
+    assert not ack.exists()
+
+
+def test_a_failed_operation_start_is_journaled_with_its_error_as_the_reason(
+    tmp_path: Path,
+) -> None:
+    m = _maint(tmp_path)
+    run = _run(m)
+
+    class Refusing:
+        def start(self, run_id: int, node: str, attempt: int) -> dict[str, Any]:
+            raise OSError("flash tool missing")
+
+        def poll(self, handle: dict[str, Any]) -> str:
+            return "running"
+
+    m.operators[run.id] = Refusing()  # type: ignore[assignment]
+    for _ in range(2):
+        m.tick()
+    row = m.journal.node("n1")
+    assert row is not None
+    assert row["reason"] == f"maintenance {run.id}: operate failed: OSError: flash tool missing"
+
+
+def test_a_finished_run_takes_no_more_calls_and_its_gauges_are_gone(tmp_path: Path) -> None:
+    m = _maint(tmp_path)
+    run = _run(m)
+    cur = store.load(m.journal, run.id)
+    assert cur is not None
+    store.save(m.journal, cur, replace(cur, state="done"), 5.0, None)
+    with pytest.raises(ValueError, match=f"run {run.id} is done"):
+        m.set_state(run.id, "pause", "bob")
+    metrics = type("M", (), {})()
+    metrics.maintenance_nodes, metrics.maintenance_progress, metrics.maintenance_eta = (
+        Gauges(), Gauges(), Gauges())  # fmt: skip
+    m.refresh(metrics)
+    assert metrics.maintenance_nodes.values == {} and metrics.maintenance_eta.values == {}
+
+
+def test_the_eta_gauge_is_the_pace_times_what_is_left(tmp_path: Path) -> None:
+    m = _maint(tmp_path)
+    run = _run(m, nodes=("n1", "n2", "n3"))
+    cur = store.load(m.journal, run.id)
+    assert cur is not None
+    n1 = cur.nodes[0].to("done", 1100.0, "ok", started=1000.0, finished=1100.0)
+    store.save(m.journal, cur, replace(cur, nodes=(n1, *cur.nodes[1:])), 1100.0, None)
+    m.clock.t = 1150.0  # type: ignore[attr-defined]
+    metrics = type("M", (), {})()
+    metrics.maintenance_nodes, metrics.maintenance_progress, metrics.maintenance_eta = (
+        Gauges(), Gauges(), Gauges())  # fmt: skip
+    m.refresh(metrics)
+    assert metrics.maintenance_eta.values == {(str(run.id),): 150.0}  # 100 s a node, 2 left
+    assert metrics.maintenance_progress.values == {(str(run.id),): pytest.approx(1 / 3)}
+
+
+def test_an_abort_is_dated_by_the_clock(tmp_path: Path) -> None:
+    m = _maint(tmp_path)
+    run = _run(m, nodes=("n1", "n2"))
+    m.clock.t = 1234.0  # type: ignore[attr-defined]
+    aborted = m.set_state(run.id, "abort", "erin")
+    assert {(n.since, n.finished) for n in aborted.nodes} == {(1234.0, 1234.0)}
+    m.clock.t = 1300.0  # type: ignore[attr-defined]
+    forced = _run(m, nodes=("n3",))
+    m.tick()
+    m.clock.t = 1400.0  # type: ignore[attr-defined]
+    n3 = m.decide(forced.id, "n3", "force", "dave").node("n3")
+    assert n3 is not None and n3.since == 1400.0 and n3.deadline == 1400.0

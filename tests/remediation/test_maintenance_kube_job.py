@@ -311,3 +311,16 @@ def test_the_cli_sends_the_manifest_file_and_refuses_one_it_cannot_read(
         "since: x", "since: 2026-01-01"))  # fmt: skip
     assert cli.main([*unreachable, str(f)]) == 2
     assert "not JSON serializable (quote it in the YAML)" in capsys.readouterr().err
+
+
+def test_a_manifests_own_namespace_is_kept_in_the_plan_and_the_dry_run(tmp_path: Path) -> None:
+    api = FakeKube(node("n1"), node("n2"))
+    svc = kube_service(tmp_path, api)
+    assert svc.maintenance is not None
+    own = {**MANIFEST, "metadata": {**MANIFEST["metadata"], "namespace": "infra-jobs"}}
+    spec, _, _ = svc.maintenance.plan({**BODY, "operation": {"kind": "kube_job", "job": own}})
+    assert spec.operation.job["metadata"]["namespace"] == "infra-jobs"
+    assert api.dry_runs[-1]["metadata"]["namespace"] == "infra-jobs"
+    bare = {k: v for k, v in MANIFEST.items() if k != "metadata"}
+    spec, _, _ = svc.maintenance.plan({**BODY, "operation": {"kind": "kube_job", "job": bare}})
+    assert spec.operation.job["metadata"] == {"namespace": "gpuwarden"}

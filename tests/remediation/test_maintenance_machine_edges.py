@@ -15,7 +15,7 @@ import pytest
 from remediation.journal import Journal
 from remediation.maintenance import machine, store
 from remediation.maintenance.model import NodeRun, Operation, Run, Spec, World
-from remediation.model import NodeView
+from remediation.model import Job, NodeView
 from remediation.policy import Budget
 from tests.remediation.helpers import live_policy
 
@@ -234,3 +234,204 @@ def test_each_transition_is_one_cloudevent_in_the_same_transaction(tmp_path: Pat
     assert '"reason": "by bob"' in json.dumps(events[1])
     assert store.load(j, run.id).state == "aborted"  # type: ignore[union-attr]
     assert math.isclose(store.load(j, run.id).nodes[0].since, 6.0)  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------ one node, one tick
+def _one(n: NodeRun, suite: str = "", timeout_s: float = 60.0, force: bool = False) -> Run:
+    s = Spec((n.node,), Operation("command", ("fw",), timeout_s), 1, 5, 100.0, suite, force)
+    return Run(1, s, "running", (n,), 0.0)
+
+
+def _step(run: Run, **world: object) -> tuple[NodeRun, list[tuple[str, str, str, str]]]:
+    fleet = world.pop("fleet", _fleet("a", drained=("a",)))
+    w = World(world.pop("now", 1000.0), False, fleet, world.pop("faulted", frozenset()),  # type: ignore[arg-type]
+              **world)  # type: ignore[arg-type]  # fmt: skip
+    new, eff = machine.advance(run, w, POLICY)
+    return new.nodes[0], [(e.kind, e.node, e.job, e.detail) for e in eff]
+
+
+OPERATING = NodeRun("a", 0, "operating", 950.0, "empty", attempt=1, handle='{"pid": 1}')
+
+
+def test_an_operation_not_yet_reported_is_running_until_its_timeout_then_fails() -> None:
+    assert _step(_one(OPERATING)) == (OPERATING, [])  # nothing seen: still running
+    assert _step(_one(OPERATING), op={"a": "running"}) == (OPERATING, [])
+    at_limit = _step(_one(OPERATING, timeout_s=50.0), op={"a": "running"})
+    assert at_limit == (OPERATING, [])  # exactly at the timeout: not yet
+    n, eff = _step(_one(OPERATING, timeout_s=49.0), op={"a": "running"})
+    assert (n.state, n.reason, n.since, n.finished) == (
+        "failed",
+        "operation timed out after 49s",
+        1000.0,
+        1000.0,
+    )
+    assert eff == [("keep_out", "a", "", "operation timed out after 49s")]
+
+
+def test_a_lost_operation_is_started_again_and_a_failed_one_fails_its_node() -> None:
+    n, eff = _step(_one(OPERATING), op={"a": "lost"})
+    assert n == replace(OPERATING, handle="") and eff == [("operate", "a", "", "")]
+    n, eff = _step(_one(OPERATING), op={"a": "failed: exit 3"})
+    assert (n.state, n.reason) == ("failed", "operation failed: exit 3")
+    assert eff == [("keep_out", "a", "", "operation failed: exit 3")]
+
+
+def test_an_operation_that_ended_well_goes_to_its_suite_or_is_released() -> None:
+    n, eff = _step(_one(OPERATING, suite="post"), op={"a": "ok"})
+    assert (n.state, n.reason, n.attempt, n.handle, n.since) == (
+        "validating",
+        "suite post",
+        2,
+        "",
+        1000.0,
+    )
+    assert eff == [("validate", "a", "", "")]
+    n, eff = _step(_one(OPERATING), op={"a": "ok"})
+    assert (n.state, n.reason, n.finished) == ("done", "operation ok; no validation suite", 1000.0)
+    assert eff == [("release", "a", "", "")]
+    n, eff = _step(_one(OPERATING), op={"a": "ok"}, faulted=frozenset({"a"}))
+    assert n.state == "done" and eff == []  # a fault arrived meanwhile: it keeps the node
+    assert n.reason == "operation ok; no validation suite; kept out: the fault path holds it"
+
+
+VALIDATING = NodeRun("a", 0, "validating", 900.0, "suite post", attempt=2, handle='{"j": 1}')
+
+
+def test_a_suite_is_waited_for_restarted_when_lost_and_its_verdict_applied() -> None:
+    run = _one(VALIDATING, suite="post")
+    assert _step(run) == (VALIDATING, [])
+    assert _step(run, validation={"a": "running"}) == (VALIDATING, [])
+    n, eff = _step(run, validation={"a": "lost"})
+    assert n == replace(VALIDATING, handle="") and eff == [("validate", "a", "", "restart")]
+    n, eff = _step(run, validation={"a": "passed"})
+    assert (n.state, n.reason, n.finished) == ("done", "validation passed", 1000.0)
+    assert eff == [("release", "a", "", "")]
+    n, eff = _step(run, validation={"a": "failed: busbw 80"})
+    assert (n.state, n.reason) == ("failed", "validation failed: busbw 80")
+    assert eff == [("keep_out", "a", "", "validation failed: busbw 80")]
+
+
+def test_a_node_the_fault_path_takes_before_its_operation_leaves_the_run() -> None:
+    for state in ("pending", "draining", "stuck"):
+        n, eff = _step(_one(NodeRun("a", 0, state, 900.0, deadline=2000.0)),
+                       faulted=frozenset({"a"}))  # fmt: skip
+        assert (n.state, n.reason, n.since, n.finished) == (
+            "skipped",
+            "taken by the fault path",
+            1000.0,
+            1000.0,
+        ), state
+        assert eff == []
+    n, _ = _step(_one(OPERATING), faulted=frozenset({"a"}))
+    assert n == OPERATING  # its operation started: it finishes
+
+
+DRAINING = NodeRun("a", 0, "draining", 900.0, "taken out", deadline=2000.0, started=900.0)
+
+
+def _jobs(*ids: str) -> dict[str, tuple[Job, ...]]:
+    return {"a": tuple(Job(i, "RUNNING", ("a",)) for i in ids)}
+
+
+def test_a_draining_node_is_drained_again_when_the_scheduler_lost_our_drain() -> None:
+    n, eff = _step(_one(DRAINING), fleet=_fleet("a"), jobs=_jobs("7"))
+    assert eff == [("drain", "a", "", ""), ("checkpoint", "a", "7", "")]
+    n, eff = _step(_one(DRAINING), fleet=(), jobs=_jobs("7"))  # not in the fleet read
+    assert eff[0] == ("drain", "a", "", "")
+    n, eff = _step(_one(DRAINING), jobs=_jobs("7"))  # ours: not drained again
+    assert eff == [("checkpoint", "a", "7", "")]
+    assert n.signalled == ("7",) and n.signalled_at == 1000.0
+
+
+def test_an_empty_node_goes_to_its_operation() -> None:
+    n, eff = _step(_one(replace(DRAINING, attempt=3, handle="x")))
+    assert (n.state, n.reason, n.attempt, n.handle, n.since) == (
+        "operating",
+        "empty",
+        4,
+        "",
+        1000.0,
+    )
+    assert eff == [("operate", "a", "", "")]
+
+
+def test_a_job_without_an_ack_is_asked_again_every_resignal_interval_and_not_before() -> None:
+    asked = replace(DRAINING, signalled=("7",), signalled_at=1000.0 - machine_resignal())
+    n, eff = _step(_one(asked), jobs=_jobs("7"))
+    assert eff == [("checkpoint", "a", "7", "")] and n.signalled_at == 1000.0
+    early = replace(asked, signalled_at=1000.0 - machine_resignal() + 0.5)
+    n, eff = _step(_one(early), jobs=_jobs("7"))
+    assert eff == [] and n.signalled_at == early.signalled_at and n.signalled == ("7",)
+    n, eff = _step(_one(asked), jobs=_jobs("7"), acked=frozenset({"7"}))
+    assert eff == [("requeue", "a", "7", "checkpointed")]  # acked: requeued, not asked again
+    assert n.requeued == ("7",) and n.signalled_at == asked.signalled_at
+
+
+def test_a_requeued_job_still_on_the_node_does_not_hold_up_the_others() -> None:
+    node = replace(DRAINING, signalled=("7",), requeued=("7",), signalled_at=990.0)
+    n, eff = _step(_one(node), jobs=_jobs("7", "8"))
+    assert eff == [("checkpoint", "a", "8", "")]
+    assert n.signalled == ("7", "8") and n.requeued == ("7",) and n.state == "draining"
+
+
+def test_at_the_deadline_jobs_left_make_the_node_stuck_unless_forced() -> None:
+    node = replace(DRAINING, deadline=1000.0, signalled=("7", "8"), signalled_at=995.0)
+    n, eff = _step(_one(node), jobs=_jobs("7", "8"))
+    assert (n.state, n.since) == ("stuck", 1000.0) and eff == []
+    assert n.reason == "deadline passed, jobs left: 7, 8; operator: skip the node or force its jobs"
+    before = replace(node, deadline=1000.5)
+    assert _step(_one(before), jobs=_jobs("7", "8"))[0].state == "draining"
+    n, eff = _step(_one(node, force=True), jobs=_jobs("7", "8"))
+    assert eff == [("requeue", "a", "7", "forced: no checkpoint"),
+                   ("requeue", "a", "8", "forced: no checkpoint")]  # fmt: skip
+    assert n.state == "draining"
+    stuck = replace(node, state="stuck")
+    n, eff = _step(_one(stuck), jobs=_jobs("7", "8"))
+    assert n.state == "stuck" and n.since == stuck.since  # not moved again
+
+
+def machine_resignal() -> float:
+    from remediation.maintenance.model import RESIGNAL_S
+
+    return RESIGNAL_S
+
+
+def test_a_release_is_dated_now_whether_or_not_a_fault_keeps_the_node() -> None:
+    run = _one(VALIDATING, suite="post")
+    n, _ = _step(run, validation={"a": "passed"})
+    assert (n.since, n.finished) == (1000.0, 1000.0)
+    n, eff = _step(run, validation={"a": "passed"}, faulted=frozenset({"a"}))
+    assert (n.state, n.since, n.finished, eff) == ("done", 1000.0, 1000.0, [])
+    assert n.reason == "validation passed; kept out: the fault path holds it"
+
+
+def test_admission_counts_each_node_in_flight_once_against_the_wave_size() -> None:
+    run = _run(NodeRun("a", 0, "operating", 50.0, handle="{}"), NodeRun("b", 0),
+               NodeRun("c", 0), wave_size=2)  # fmt: skip
+    world = World(100.0, False, _fleet("a", "b", "c", drained=("a",)), frozenset())
+    new, eff = machine.advance(run, world, POLICY)
+    assert [(e.kind, e.node) for e in eff] == [("drain", "b")]
+    b = new.node("b")
+    assert b is not None and (b.since, b.started, b.deadline) == (100.0, 100.0, 200.0)
+    skipped = _run(NodeRun("z", 0), wave_size=1)
+    new, _ = machine.advance(skipped, World(100.0, False, _fleet("y"), frozenset()), POLICY)
+    assert new.nodes[0].state == "skipped"
+    assert (new.nodes[0].since, new.nodes[0].finished) == (100.0, 100.0)
+
+
+def test_an_operators_call_changes_only_the_node_it_names() -> None:
+    run = _run(NodeRun("a", 0, "stuck", 10.0), NodeRun("b", 0, "draining", 20.0), wave_size=2)
+    new, _ = machine.decide(run, "a", "force", 30.0)
+    assert new.nodes[1] == run.nodes[1]
+    new, _ = machine.decide(run, "b", "skip", 30.0)
+    assert new.nodes[0] == run.nodes[0]
+
+
+def test_a_stopped_run_still_restarts_a_lost_operation_it_had_begun() -> None:
+    run = _run(NodeRun("a", 0, "operating", 950.0, handle="{}"),
+               NodeRun("b", 0, "operating", 950.0, handle=""), wave_size=2)  # fmt: skip
+    world = World(1000.0, False, _fleet("a", "b", drained=("a", "b")), frozenset(),
+                  op={"a": "failed: exit 2", "b": "lost"})  # fmt: skip
+    new, eff = machine.advance(run, world, POLICY)
+    assert new.state == "stopped"
+    assert [(e.kind, e.node) for e in eff] == [("keep_out", "a"), ("operate", "b")]
