@@ -17,6 +17,7 @@ fail, skip, with the GPUs they concern and the warning text) and numeric measure
   :mod:`remediation.validation.parsers_amd`.
 - perftest ``ib_write_bw``: the ``#bytes #iterations BW peak[MB/sec|Gb/sec] BW average ...``
   row (MB/sec is 10^6 bytes/s).
+- NVIDIA Health Validation's JSON ``NodeVerdict``: in :mod:`remediation.validation.parsers_hv`.
 
 Anything unreadable raises :class:`ParseError` with the reason: an output we cannot read is
 never a pass. So does an output that ends early (the tool was killed, the pod log or the
@@ -34,6 +35,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from remediation.validation.parsers_amd import parse_rvs, parse_transferbench
+from remediation.validation.parsers_hv import parse_health_validation
 from remediation.validation.results import STATUSES as STATUSES
 from remediation.validation.results import Check as Check
 from remediation.validation.results import ParseError as ParseError
@@ -346,4 +348,6 @@ PARSERS = {
     "rccl-tests": parse_rccl_tests,  # the nccl-tests format
     "rvs": parse_rvs,
     "transferbench": parse_transferbench,
+    # NVIDIA Health Validation's node verdict (remediation.validation.parsers_hv)
+    "health-validation": parse_health_validation,
 }
