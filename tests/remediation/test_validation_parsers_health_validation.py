@@ -61,16 +61,16 @@ def test_a_warning_verdict_passes_and_keeps_the_warning_like_dcgmi_diag() -> Non
 def test_a_critical_verdict_fails_each_check_on_its_gpu_with_the_recommended_action() -> None:
     r = parse_health_validation(read("critical-xid-nvlink"))
     checks = by_name(r)
-    assert {c.name for c in r.failed} == {OVERALL, "gpu_xid_48", "nvlink_active"}
+    assert {c.name for c in r.failed} == {OVERALL, "gpu_xid_46", "nvlink_active"}
     assert r.failed_gpus() == {3, 5}  # nvlink_active passed on GPU 4: not a failed GPU
-    xid = checks["gpu_xid_48"]
-    assert xid.gpus == (3,) and "double bit ECC" in xid.detail
+    xid = checks["gpu_xid_46"]
+    assert xid.gpus == (3,) and "GPU stopped processing" in xid.detail
     assert "recommended: drain, then reset_gpu -> service_required" in xid.detail
     assert "(gpuwarden: drain, then reset_gpu -> inspect)" in xid.detail
     nvl = checks["nvlink_active"]
     assert nvl.gpus == (5,)
     assert "gpuwarden: drain, then reset_gpu -> reboot -> inspect" in nvl.detail
-    assert r.measurements["gpu_xid_48.gpu3.xid_count"] == 2
+    assert r.measurements["gpu_xid_46.gpu3.xid_count"] == 2
     assert r.measurements["nvlink_active.gpu5.inactive_count"] == 2
     assert r.measurements["critical_checks"] == 2
 
@@ -92,7 +92,7 @@ def test_every_mapped_remediation_step_is_a_gpuwarden_action() -> None:
 def test_a_step_with_no_gpuwarden_equivalent_is_named_as_such() -> None:
     doc = verdict("critical-xid-nvlink")
     doc["checks"][0]["recommended_action"] = {"steps": ["reseat_cable"]}
-    detail = by_name(parse_health_validation(json.dumps(doc)))["gpu_xid_48"].detail
+    detail = by_name(parse_health_validation(json.dumps(doc)))["gpu_xid_46"].detail
     assert "recommended: reseat_cable (gpuwarden: reseat_cable (no gpuwarden action))" in detail
 
 
@@ -101,7 +101,7 @@ def test_a_verdict_without_per_check_verdicts_reads_its_affected_components() ->
     del doc["checks"]
     r = parse_health_validation(json.dumps(doc))
     assert {c.name for c in r.failed} == {OVERALL, "XID", "NVLINK"}
-    assert by_name(r)["XID"].gpus == (3,) and "gpu_xid_48" in by_name(r)["XID"].detail
+    assert by_name(r)["XID"].gpus == (3,) and "gpu_xid_46" in by_name(r)["XID"].detail
 
 
 def test_log_lines_before_the_verdict_are_skipped() -> None:
@@ -201,7 +201,7 @@ def test_a_suite_step_fails_on_a_critical_verdict_and_its_evidence_names_checks_
     assert step["failed_gpus"] == [3, 5]
     assert step["reasons"][0] == "exit code 1"
     assert any(
-        r.startswith("gpu_xid_48 failed on GPU 3: CRITICAL") and "gpuwarden: drain" in r
+        r.startswith("gpu_xid_46 failed on GPU 3: CRITICAL") and "gpuwarden: drain" in r
         for r in step["reasons"]
     )
     assert any(r.startswith("nvlink_active failed on GPU 5") for r in step["reasons"])
