@@ -69,13 +69,13 @@ def _load(text: str) -> dict[str, Any]:
         )
     start = text.find("{")
     if start < 0:
-        raise ParseError(f"no verdict: output is not JSON ({text.strip()[:80]!r})")
+        raise ParseError(f"no verdict: no JSON object in the output ({text.strip()[:80]!r})")
     try:
         doc, end = json.JSONDecoder().raw_decode(text, start)
     except json.JSONDecodeError as e:
         raise ParseError(f"NodeVerdict is not valid JSON (cut off or garbled): {e}") from None
     if text[end:].strip():
-        raise ParseError("more than one JSON document after the NodeVerdict (expected one)")
+        raise ParseError("text after the NodeVerdict (expected one JSON object alone)")
     if not isinstance(doc, dict):
         raise ParseError("NodeVerdict is not a JSON object")
     return doc

@@ -128,10 +128,10 @@ def _bad_check(**entry: Any) -> str:
     [
         ("", r"no verdict: empty output .*exits 2"),
         ("   \n", r"no verdict: empty output"),
-        ("health-validation: failed to load catalog\n", r"no verdict: output is not JSON"),
+        ("health-validation: failed to load catalog\n", r"no verdict: no JSON object"),
         ('{"overall_severity": "PASS", "checks": [', r"not valid JSON \(cut off"),
-        ('["PASS"]', r"no verdict: output is not JSON"),
-        (read("pass") + read("pass"), r"more than one JSON document"),
+        ('["PASS"]', r"no verdict: no JSON object"),
+        (read("pass") + read("pass"), r"text after the NodeVerdict"),
         (_mutated("pass", schema_version="2.0"), r"unsupported NodeVerdict schema_version '2.0'"),
         (_mutated("pass", schema_version=True), r"unsupported NodeVerdict schema_version"),
         (_mutated("pass", overall_severity=None), r"no overall_severity"),
