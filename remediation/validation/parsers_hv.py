@@ -34,9 +34,15 @@ for another entity such as a GPU UUID), and the counts
 ``critical_checks``, ``warning_checks``, ``unknown_checks``.
 
 Never a pass: empty output (health-validation's exit 2 writes no verdict), text that is not
-one JSON object, an unknown schema major version, a missing or unknown ``overall_severity``, a
-check verdict without ``check_id`` or ``severity``, and a verdict that contradicts itself (a
-failing check under an overall PASS, INFO or WARNING).
+one JSON object, an unknown schema major version, a missing or unknown ``overall_severity``,
+and a verdict that contradicts itself (a failing check under an overall PASS, INFO or WARNING).
+
+Only ``overall_severity`` is confirmed by NVIDIA's documentation (its FAQ: read it for the
+precise level), so only it decides. The per-check details are read leniently: an entry whose
+shape is not the assumed one (no ``check_id``, a severity that is not one of the five, an
+action or measurements of another shape) does not fail a node the tool passed; it becomes a
+``warn`` check that quotes the entry, so a schema that differs from the assumed one shows up
+in the suite's evidence instead of failing every node.
 """
 
 from __future__ import annotations
@@ -98,6 +104,16 @@ def _severity(value: Any, where: str) -> str:
     return value.strip().upper()
 
 
+def _known(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().upper() in SEVERITIES
+
+
+def _unread(where: str, raw: Any) -> Check:
+    """A part of the verdict in another shape than the assumed one: shown, never failing."""
+    quoted = json.dumps(raw, sort_keys=True, default=str)
+    return Check(f"unread {where}", "warn", (), f"not in the assumed shape: {quoted[:160]}")
+
+
 def _gpus(entity: Any) -> tuple[int, ...]:
     if isinstance(entity, int) and not isinstance(entity, bool):
         return (entity,)
@@ -119,7 +135,7 @@ def _action(raw: Any, where: str) -> tuple[str | None, list[str]]:
         state_ok = state is None or isinstance(state, str)
         if state_ok and isinstance(steps, list) and all(isinstance(s, str) for s in steps):
             return state, list(steps)
-    raise ParseError(f"{where}.recommended_action not understood: {raw!r:.80}")
+    return None, [f"unread ({json.dumps(raw)[:80]})"]
 
 
 def _ours(word: str) -> str:
@@ -142,7 +158,7 @@ def _measurements(raw: Any, prefix: str, where: str, out: dict[str, float]) -> N
     if raw is None:
         return
     if not isinstance(raw, dict):
-        raise ParseError(f"{where}.measurements: expected an object of name -> number")
+        return  # another shape than the assumed one: not read (the overall decides)
     for name, value in raw.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[f"{prefix}.{name}"] = float(value)
@@ -150,17 +166,18 @@ def _measurements(raw: Any, prefix: str, where: str, out: dict[str, float]) -> N
 
 def _from_checks(entries: Any, measurements: dict[str, float]) -> tuple[list[Check], list[str]]:
     if not isinstance(entries, list):
-        raise ParseError("NodeVerdict.checks: expected a list of check verdicts")
+        return [_unread("checks", entries)], []
     checks: list[Check] = []
     severities: list[str] = []
     for i, entry in enumerate(entries):
         where = f"checks[{i}]"
-        if not isinstance(entry, dict):
-            raise ParseError(f"{where}: not an object")
-        check_id = entry.get("check_id")
-        if not isinstance(check_id, str) or not check_id:
-            raise ParseError(f"{where}: no check_id")
-        severity = _severity(entry.get("severity"), f"{where} ({check_id}).severity")
+        check_id = entry.get("check_id") if isinstance(entry, dict) else None
+        raw_severity = entry.get("severity") if isinstance(entry, dict) else None
+        if not isinstance(check_id, str) or not check_id or not _known(raw_severity):
+            checks.append(_unread(where, entry))
+            continue
+        assert isinstance(entry, dict)
+        severity = _severity(raw_severity, f"{where} ({check_id}).severity")
         severities.append(severity)
         entity = entry.get("entity")
         gpus = _gpus(entity)
@@ -190,13 +207,14 @@ def _from_checks(entries: Any, measurements: dict[str, float]) -> tuple[list[Che
 
 def _from_components(entries: Any) -> tuple[list[Check], list[str]]:
     if not isinstance(entries, list):
-        raise ParseError("NodeVerdict.affected_components: expected a list")
+        return [_unread("affected_components", entries)], []
     checks: list[Check] = []
     severities: list[str] = []
     for i, entry in enumerate(entries):
         where = f"affected_components[{i}]"
-        if not isinstance(entry, dict):
-            raise ParseError(f"{where}: not an object")
+        if not isinstance(entry, dict) or not _known(entry.get("max_severity")):
+            checks.append(_unread(where, entry))
+            continue
         severity = _severity(entry.get("max_severity"), f"{where}.max_severity")
         severities.append(severity)
         ids = [str(c) for c in entry.get("check_ids") or []]
