@@ -174,16 +174,20 @@ def _out(nodes: list[NodeRun], w: World) -> frozenset[str]:
 def _yield_to_faults(
     nodes: list[NodeRun], w: World, policy: Policy
 ) -> tuple[list[NodeRun], list[Effect]]:
-    """Over a budget: give back the newest nodes not yet operated on, until within."""
+    """Over a budget: give back the newest nodes not yet operated on, until within. A node
+    given back counts as in service from then on (its release is among the effects; the
+    scheduler's view, read before, still shows it drained), so no more go than needed."""
     effects: list[Effect] = []
+    given: set[str] = set()
     for i in sorted(range(len(nodes)), key=lambda i: -nodes[i].started):
-        if not planner.violations(_out(nodes, w), w.fleet, policy):
+        if not planner.violations(_out(nodes, w) - given, w.fleet, policy):
             break
         n = nodes[i]
         if n.state in YIELDABLE:
             nodes[i] = replace(n.to(PENDING, w.now, "given back: faults need the budget"),
                                signalled=(), requeued=(), forced=False)  # fmt: skip
             effects.append(Effect("release", n.node, detail="yield"))
+            given.add(n.node)
     return nodes, effects
 
 

@@ -435,3 +435,84 @@ def test_a_stopped_run_still_restarts_a_lost_operation_it_had_begun() -> None:
     new, eff = machine.advance(run, world, POLICY)
     assert new.state == "stopped"
     assert [(e.kind, e.node) for e in eff] == [("keep_out", "a"), ("operate", "b")]
+
+
+# ------------------------------------------------------------------ selection
+def test_a_selection_by_domain_hostlist_and_partition_keeps_the_fleets_order() -> None:
+    from remediation.maintenance import planner
+    from remediation.maintenance.model import SpecError
+
+    leaf = {"n1": "l1", "n2": "l2", "n3": "l1", "n4": "l2"}
+    fleet = _fleet("n1", "n2", "n3", "n4", leaf=leaf)
+    assert planner.select(fleet, {"leaf": "l1"}) == ("n1", "n3")
+    assert planner.select(fleet, {"nodes": "n[3-4],n1"}) == ("n1", "n3", "n4")
+    assert planner.select(fleet, {"nodes": ["n4", "n2"], "leaf": "l2"}) == ("n2", "n4")
+    assert planner.select(fleet, {"leaf": "l2", "partition": "p"}, ("n4", "n1")) == ("n4",)
+    with pytest.raises(SpecError, match=r"select.leaf: no node in leaf 'l9' \(topology\)"):
+        planner.select(fleet, {"leaf": "l9"})
+    with pytest.raises(SpecError, match=r"select.rack: no node in rack .l1."):
+        planner.select(fleet, {"rack": "l1"})  # a value of another kind is not this one
+    with pytest.raises(SpecError, match="unknown to the scheduler: n7, n8"):
+        planner.select(fleet, {"nodes": ["n1", "n8", "n7"]})
+    with pytest.raises(SpecError, match=r"select.partition: .p. has no node"):
+        planner.select(fleet, {"partition": "p"}, ())
+    with pytest.raises(SpecError, match="a list of names or a hostlist expression"):
+        planner.select(fleet, {"nodes": ["n1", 2]})
+    with pytest.raises(SpecError, match="a list of names or a hostlist expression"):
+        planner.select(fleet, {"nodes": 3})
+    with pytest.raises(SpecError, match=r"name nodes, a partition or a domain"):
+        planner.select(fleet, {})
+
+
+# ------------------------------------------------------------------ faults win
+def test_faults_over_budget_take_back_the_newest_nodes_not_yet_operated_on_first() -> None:
+    policy = replace(POLICY, fleet_budget=Budget(1.0, 2))
+    run = _run(NodeRun("a", 0, "draining", 10.0, started=10.0, deadline=999.0),
+               NodeRun("b", 0, "draining", 30.0, started=30.0, deadline=999.0),
+               NodeRun("c", 0, "operating", 20.0, started=20.0, handle="{}"), wave_size=3)  # fmt: skip
+    fleet = _fleet("a", "b", "c", "x", drained=("a", "b", "c", "x"))
+    jobs = {"a": (Job("1", "RUNNING", ("a",)),), "b": (Job("2", "RUNNING", ("b",)),)}
+    world = World(100.0, False, fleet, frozenset({"x"}), jobs, op={"c": "running"})
+    new, eff = machine.advance(run, world, policy)
+    states = {n.node: n.state for n in new.nodes}
+    # 4 out (x for a fault), room for 2: b (taken last) and then a go back; c operates on
+    assert states == {"a": "pending", "b": "pending", "c": "operating"}
+    assert [(e.kind, e.node, e.detail) for e in eff if e.kind == "release"] == [
+        ("release", "b", "yield"),
+        ("release", "a", "yield"),
+    ]
+    policy3 = replace(POLICY, fleet_budget=Budget(1.0, 3))
+    new, eff = machine.advance(run, world, policy3)
+    assert {n.node: n.state for n in new.nodes}["a"] == "draining"  # only b, the newest
+    assert [e.node for e in eff if e.kind == "release"] == ["b"]
+
+
+def test_a_run_stopped_in_the_tick_that_admitted_a_node_releases_that_node() -> None:
+    run = _run(NodeRun("a", 0, "operating", 950.0, handle="{}"), NodeRun("b", 0), wave_size=2)
+    world = World(1000.0, False, _fleet("a", "b", drained=("a",)), frozenset(),
+                  op={"a": "failed: exit 2"})  # fmt: skip
+    new, eff = machine.advance(run, world, POLICY)
+    assert new.state == "stopped" and new.node("b").state == "skipped"  # type: ignore[union-attr]
+    assert ("release", "b") not in [(e.kind, e.node) for e in eff]  # never drained
+    admitted = _run(NodeRun("a", 0, "operating", 950.0, handle="{}"),
+                    NodeRun("b", 0, "draining", 1000.0, deadline=2000.0), wave_size=2)  # fmt: skip
+    before = {"a": "operating", "b": "pending"}  # b admitted earlier in this same tick
+    nodes, eff2 = machine._give_back(admitted.nodes, before, 1000.0, "stopped", "stopped")
+    assert [(e.kind, e.node) for e in eff2] == [("release", "b")]
+    assert nodes[1].state == "skipped"
+
+
+def test_a_failed_nodes_event_is_a_warning_and_others_are_info(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "state.db")
+    store.ensure(j)
+    run = store.create(j, Spec(("a", "b"), Operation("none"), 2), (NodeRun("a", 0),
+                       NodeRun("b", 0)), 5.0, "alice")  # fmt: skip
+    moved = replace(run, nodes=(run.nodes[0].to("failed", 6.0, "exit 3"),
+                                run.nodes[1].to("draining", 6.0, "taken out")))  # fmt: skip
+    store.save(j, run, moved, 7.0, "gpuwarden/test")
+    rows = {r["partition"]: r for r in j.rows("SELECT * FROM outbox")}
+    assert set(rows) == {"a", "b"}
+    a, b = json.loads(rows["a"]["event"]), json.loads(rows["b"]["event"])
+    assert (a["severity"], b["severity"]) == ("warning", "info")
+    assert (a["partitionkey"], a["subject"]) == ("a", "a")
+    assert rows["a"]["created_at"] == 7.0
