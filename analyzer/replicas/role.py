@@ -35,6 +35,7 @@ class ReplicaRole:
         )
         self.stats = ReplicaStats(replica)
         self._done = self.coordinator.first - 1
+        self._owned: frozenset[str] | None = None  # decided before a node-restricted read
 
     @property
     def poll(self) -> float:
@@ -51,16 +52,29 @@ class ReplicaRole:
         self._done = max(self._done, k)
         return plan
 
+    def owned(self, topology: Window, plan: Plan) -> frozenset[str]:
+        """The names of the nodes this replica owns under ``plan``, from the fleet's
+        ``topology`` (a node-restricted source asks before it reads; :meth:`judge` then
+        judges what it read as this replica's)."""
+        parts = units(topology)
+        mine = self.coordinator.mine(plan, parts)
+        keep = owned_nodes(parts, mine)
+        self._count(len(mine), len(keep), plan)
+        self._owned = frozenset(topology.nodes[i] for i in keep)
+        return self._owned
+
     def judge(self, engine: Engine, window: Window, plan: Plan) -> list[Finding]:
+        if self._owned is not None:  # the source read only what :meth:`owned` gave it
+            owned, self._owned = self._owned, None
+            return judge(engine, window, [i for i, n in enumerate(window.nodes) if n in owned])
         parts = units(window)
         mine = self.coordinator.mine(plan, parts)
         keep = owned_nodes(parts, mine)
-        self.stats.units, self.stats.nodes, self.stats.members = (
-            len(mine),
-            len(keep),
-            len(plan.members),
-        )
+        self._count(len(mine), len(keep), plan)
         return judge(engine, window, keep)
+
+    def _count(self, units: int, nodes: int, plan: Plan) -> None:
+        self.stats.units, self.stats.nodes, self.stats.members = units, nodes, len(plan.members)
 
     def leave(self) -> None:
         self.coordinator.leave()
