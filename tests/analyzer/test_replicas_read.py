@@ -131,7 +131,9 @@ def test_a_node_handed_over_between_cycles_is_read_over_its_whole_window(prom):
     _same(w1, subwindow(full1, [0, 1]))
     assert [(e.node, e.gpu, e.xid) for e in w1.xids] == [(1, 3, 79)]
     starts = {
-        float(form["start"]) for _, form, _ in calls1 if "start" in form and "node-01" in form["query"]
+        float(form["start"])
+        for _, form, _ in calls1
+        if "start" in form and "node-01" in form["query"]
     }
     assert min(starts) <= at - 5 - 600  # read from the window's start (the XID's anchor before)
     # node-00 given away at `later`: gone; node-01 read incrementally and still whole
