@@ -17,7 +17,7 @@ replica of 1, 2, 4 and 8 reading only the nodes it owns (the topology, then its 
 a cold start and steady-state cycles at the scrape interval. Per replica count: the bytes the
 largest reader fetched a steady cycle and at its cold start, the bytes of all replicas
 together, the read's CPU, and whether the replicas' findings together equal the single
-analyzer's on every cycle (``marginal``, a fleet-wide comparison, aside).
+analyzer's on every cycle (``marginal`` included: the replicas exchange their scores).
 """
 
 from __future__ import annotations
@@ -116,30 +116,45 @@ def _mine(topology: Window, me: str, names: list[str]) -> set[str]:
     return {topology.nodes[i] for i in owned_nodes(parts, assign(parts, names)[me])}
 
 
-async def _read_cycles(url: str, t_cold: float, me: str, names: list[str]) -> dict[str, Any]:
-    """One reader (the whole fleet when ``names`` is empty): bytes, read CPU and findings of
-    a cold start and :data:`READ_CYCLES` steady cycles."""
+async def _read_cycles(url: str, t_cold: float, names: list[str]) -> list[dict[str, Any]]:
+    """Readers (one, of the whole fleet, when ``names`` is empty) through a cold start and
+    :data:`READ_CYCLES` steady cycles, each cycle all replicas' reads then their judgement
+    with the marginal scores exchanged (as the service does): per reader its bytes, read CPU
+    and node count; in the first, every cycle's findings of all readers together."""
     from analyzer.detectors import default_detectors
     from analyzer.engine import Engine
+    from analyzer.replicas.judge import joined, judge, scores
     from analyzer.sources.prometheus import PrometheusSource
     from benchmarks.bench_analyzer_prometheus import STEP, WINDOW
 
-    src = PrometheusSource(url, window=WINDOW, step=STEP, timeout=120.0, discover=True)
-    if names:
-        src.scope = lambda topo: _mine(topo, me, names)
-    engine = Engine(default_detectors())
-    out: dict[str, Any] = {"bytes": [], "cpu": [], "found": [], "nodes": 0}
+    who = names or [""]
+    srcs = {me: PrometheusSource(url, window=WINDOW, step=STEP, timeout=120.0, discover=True)
+            for me in who}  # fmt: skip
+    for me, src in srcs.items():
+        if names:
+            src.scope = lambda topo, me=me: _mine(topo, me, names)
+    engines = {me: Engine(default_detectors()) for me in who}
+    out: list[dict[str, Any]] = [{"bytes": [], "cpu": [], "found": [], "nodes": 0} for _ in who]
     try:
         for k in range(READ_CYCLES + 1):
-            c0 = time.process_time()
-            w = await src.read(t_cold + k * STEP + 5)
-            out["cpu"].append(time.process_time() - c0)
-            out["bytes"].append(src.stats.cycle_bytes)
-            out["found"].append({(f.node, f.subject, f.kind, f.severity, f.action)
-                                 for f in engine.cycle(w) if f.detector != "marginal"})  # fmt: skip
-            out["nodes"] = len(w.nodes)
+            windows = {}
+            for me, o in zip(who, out, strict=True):
+                c0 = time.process_time()
+                windows[me] = w = await srcs[me].read(t_cold + k * STEP + 5)
+                o["cpu"].append(time.process_time() - c0)
+                o["bytes"].append(srcs[me].stats.cycle_bytes)
+                o["nodes"] = len(w.nodes)
+            keep = {me: range(len(w.nodes)) for me, w in windows.items()}
+            mine = {me: scores(engines[me], w, keep[me]) for me, w in windows.items() if names}
+            found = set()
+            for me, w in windows.items():
+                others = joined(s for o, s in mine.items() if o != me) if names else None
+                found |= {(f.node, f.subject, f.kind, f.severity, f.action)
+                          for f in judge(engines[me], w, keep[me], others, me == min(who))}  # fmt: skip
+            out[0]["found"].append(found)
     finally:
-        await src.close()
+        for src in srcs.values():
+            await src.close()
     return out
 
 
@@ -155,24 +170,26 @@ def _reads(quick: bool) -> list[dict[str, Any]]:
     t_cold = t0 + STEP * (steps - 1 - CYCLES)
     with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n",
                         data_dir=data) as p:  # fmt: skip
-        single = asyncio.run(_read_cycles(p.url, t_cold, "", []))
+        (single,) = asyncio.run(_read_cycles(p.url, t_cold, []))
         per_count = {}
         for r in REPLICAS:
             names = [f"analyzer-{i}" for i in range(r)]
-            per_count[r] = [asyncio.run(_read_cycles(p.url, t_cold, me, names)) for me in names]
+            per_count[r] = asyncio.run(_read_cycles(p.url, t_cold, names))
     steady = statistics.median(single["bytes"][1:])
     rows: list[dict[str, Any]] = [
         {"name": f"scale_read_{nodes}_single_bytes", "value": round(steady / 1e6, 3),
          "unit": "MB", "note": f"one analyzer, whole fleet, steady cycle (median of "
                                f"{READ_CYCLES}); cold start {single['bytes'][0] / 1e6:.1f} MB; "
-                               f"read CPU {statistics.median(single['cpu'][1:]):.3f} s"},
+                               f"read CPU {statistics.median(single['cpu'][1:]):.3f} s; "
+                               f"{len(single['found'][-1])} findings the last cycle, "
+                               f"{sum(x[2] == 'marginal' for x in single['found'][-1])} "
+                               "marginal"},
     ]  # fmt: skip
     for r, per in per_count.items():
         each = [statistics.median(x["bytes"][1:]) for x in per]
         cold = [x["bytes"][0] for x in per]
         cpu = max(statistics.median(x["cpu"][1:]) for x in per)
-        same = sum(set().union(*(x["found"][k] for x in per)) == single["found"][k]
-                   for k in range(READ_CYCLES + 1))  # fmt: skip
+        same = sum(per[0]["found"][k] == single["found"][k] for k in range(READ_CYCLES + 1))
         rows += [
             {"name": f"scale_read_{nodes}_{r}_replicas_bytes", "value": round(max(each) / 1e6, 3),
              "unit": "MB", "note": f"largest replica's steady cycle "
