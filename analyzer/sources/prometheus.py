@@ -211,10 +211,8 @@ class PrometheusSource:
             bad = await self._pass(native, mats, end, node_matcher(fresh))
             for name, units in held.items():
                 self.gated[name] = units | self.gated.get(name, set())
-            for q in native:
+            for q in native:  # (a family never read yet stays cold: read whole next cycle)
                 _join(self.mats[q], mats[q])
-                if self.mats[q].end is None and q.name not in bad:
-                    self.mats[q].end = end
             failed += bad
             if not bad:  # else read them whole again next cycle
                 scoped = own
