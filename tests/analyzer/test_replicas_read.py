@@ -19,8 +19,10 @@ from analyzer.replicas.membership import MemoryMembership, Plan
 from analyzer.replicas.role import ReplicaRole
 from analyzer.replicas.slicing import subwindow
 from analyzer.service import AnalyzerService
+from analyzer.sources import SourceError
 from analyzer.sources.prometheus import PrometheusSource
 from analyzer.window import Window
+from exporter import catalog as c
 from tests.realcomp import promtool, run_prometheus
 
 from .promdata import NODES, STEP, openmetrics
@@ -138,6 +140,48 @@ def test_a_node_handed_over_between_cycles_is_read_over_its_whole_window(prom):
     assert min(starts) <= at - 5 - 600  # read from the window's start (the XID's anchor before)
     # node-00 given away at `later`: gone; node-01 read incrementally and still whole
     _same(w2, subwindow(full2, [1]))
+
+
+class FailOnce:
+    """Fails (HTTP 503, retries spent) every read of ``metric`` that names ``node``, while
+    ``armed``."""
+
+    def __init__(self, inner, metric: str, node: str) -> None:
+        self.inner, self.metric, self.node, self.armed = inner, metric, node, False
+
+    async def post(self, path, form):
+        if self.armed and self.metric in form["query"] and self.node in form["query"]:
+            raise SourceError("HTTP 503: injected")
+        return await self.inner.post(path, form)
+
+    async def close(self):
+        await self.inner.close()
+
+
+@pytest.mark.real
+def test_a_node_whose_first_read_failed_is_read_whole_again_the_next_cycle(prom):
+    p, end = prom
+    temp = c.GPU_TEMPERATURE
+
+    async def go():
+        source = PrometheusSource(p.url, window=600, step=STEP, retries=0)
+        source.http = fail = FailOnce(source.http, temp.name, "node-01")
+        out = []
+        try:
+            for at, own, armed in ((end - 2 * STEP + 5, {"node-00"}, False),
+                                   (end - STEP + 5, {"node-00", "node-01"}, True),
+                                   (end + 5, {"node-00", "node-01"}, False)):  # fmt: skip
+                source.scope, fail.armed = (lambda topo, own=own: own), armed
+                out.append(await source.read(at))
+        finally:
+            await source.close()
+        return out
+
+    _, w1, w2 = asyncio.run(go())
+    ((full, _, _, _),) = _reads(p.url, [(end + 5, None)])
+    assert temp.name in w1.missing  # the hand-over's read of it failed: said so
+    assert np.isnan(w1.metrics[temp.name][:, 1]).all()
+    _same(w2, subwindow(full, [0, 1]))  # then node-01 read whole, not from the failed cycle
 
 
 @pytest.mark.real
