@@ -14,12 +14,14 @@ import pytest
 from analyzer.detectors.marginal import MarginalDetector, Scores
 from analyzer.engine import Engine
 from analyzer.findings import CLUSTER
+from analyzer.output import render_metrics
 from analyzer.replicas.exchange import DirectoryExchange, decode, encode
 from analyzer.replicas.judge import scores
 from analyzer.replicas.membership import MemoryMembership, Plan
 from analyzer.replicas.role import ReplicaRole, exchange_from
 from analyzer.service import AnalyzerService
 from analyzer.window import Window
+from exporter import catalog
 
 from .test_replicas_marginal import NODES, _key, _windows
 
@@ -95,6 +97,9 @@ def test_a_member_that_leaves_no_scores_costs_the_wait_and_a_count(tmp_path):
     cycles, roles = _run(("r-a", "r-b", "r-c"), {"r-c"}, tmp_path, wait=0.2)
     assert all(r.stats.scores_missing == len(cycles) for r in roles.values())
     assert any(got for _, got in cycles)  # the others still judged
+    text = render_metrics([], Engine([]).stats, {}, None, roles["r-a"].stats)
+    missing = catalog.ANALYZER_REPLICA_SCORES_MISSING.name
+    assert f'{missing}{{replica="r-a"}} {len(cycles)}' in text
 
 
 def test_the_exchange_is_the_meeting_directory_on_bare_metal_only(tmp_path):

@@ -46,7 +46,8 @@ class Logged:
 
 def _two_jobs(text: str) -> str:
     """promdata's history with node-02 in a job of its own: two ownership units."""
-    alloc = re.compile(r'^(gpuwarden_gpu_allocation_info\{node="node-02".*)job_id="777"', re.M)
+    name = re.escape(c.GPU_ALLOCATION_INFO.name)
+    alloc = re.compile(rf'^({name}\{{node="node-02".*)job_id="777"', re.M)
     return alloc.sub(r'\1job_id="778"', text)
 
 
