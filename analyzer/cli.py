@@ -19,7 +19,7 @@ from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.inventory import load_inventory
 from analyzer.output import findings_json
-from analyzer.replicas.role import ReplicaRole, membership_from
+from analyzer.replicas.role import ReplicaRole, exchange_from, membership_from
 from analyzer.service import AnalyzerService
 from analyzer.settings import AnalyzerSettings
 from analyzer.sources import SeriesSource, SourceError
@@ -118,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if settings.replica and not (args.once or args.at is not None or args.replay
                                      or args.coverage):  # fmt: skip
             role = ReplicaRole(membership_from(settings.membership), settings.replica,
-                               settings.interval)  # fmt: skip
+                               settings.interval,
+                               exchange=exchange_from(settings.membership))  # fmt: skip
     except (SettingsError, SourceError, ValueError) as e:
         print(f"gpuwarden-analyzer: {e}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -55,6 +56,12 @@ class AnalyzerService:
         """One cycle at ``at`` (a past moment, for ``--at`` / ``--replay``) or now; with
         ``plan`` (sharded mode), judging only this replica's units under it."""
         now = self.clock() if at is None else at
+        sharded = self.replica is not None and plan is not None
+        if hasattr(self.source, "scope"):  # a source that can read only this replica's nodes
+            role = self.replica
+            self.source.scope = (
+                functools.partial(role.owned, plan=plan) if role is not None and plan else None
+            )
         try:
             window = await self.source.read(now)
         except Exception as e:  # a source failure costs a count, never the loop
@@ -62,7 +69,8 @@ class AnalyzerService:
             self.last_error = f"{type(e).__name__}: {e}"
             log.warning("source %s failed: %s", self.source.name, self.last_error)
             return
-        if self.replica is not None and plan is not None:
+        if sharded:
+            assert self.replica is not None and plan is not None
             findings = await asyncio.to_thread(self.replica.judge, self.engine, window, plan)
         else:
             findings = await asyncio.to_thread(self.engine.cycle, window)

@@ -8,15 +8,25 @@ CPU, its peak RSS, and the bytes of the window part it holds (what a node-restri
 would fetch), with ratios against the single process measured in the same run.
 
 ``BENCH_SCALE_NODES`` picks the fleet size (default 2048; quick: 512; 12500 for the
-issue's fleet, about 10 minutes on 2 cores). The window is the analyzer's dense arrays, not a
-Prometheus read: the replicas' reads through a TSDB are not measured here.
+issue's fleet, about 10 minutes on 2 cores). The window is the analyzer's dense arrays.
+
+Then the reads (rows ``scale_read_*``): a simulated fleet of ``BENCH_SCALE_READ_NODES`` nodes
+(default 256; quick: 128) backfilled into a real Prometheus (the TSDB of
+:mod:`benchmarks.bench_analyzer_prometheus`, cached alike), read by one analyzer and by each
+replica of 1, 2, 4 and 8 reading only the nodes it owns (the topology, then its nodes' series):
+a cold start and steady-state cycles at the scrape interval. Per replica count: the bytes the
+largest reader fetched a steady cycle and at its cold start, the bytes of all replicas
+together, the read's CPU, and whether the replicas' findings together equal the single
+analyzer's on every cycle (``marginal`` included: the replicas exchange their scores).
 """
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import os
 import resource
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -94,5 +104,104 @@ def run(quick: bool) -> list[dict[str, Any]]:
             {"name": f"scale_{nodes}_{r}_replicas_window_bytes",
              "value": round(max(p["bytes"] for p in per) / 2**20, 1), "unit": "MiB",
              "note": f"largest part; {max(p['bytes'] for p in per) / full_bytes:.2f}x the fleet's"},
+        ]  # fmt: skip
+    return rows + _reads(quick)
+
+
+READ_CYCLES = 4  # steady-state cycles after the cold start
+
+
+def _mine(topology: Window, me: str, names: list[str]) -> set[str]:
+    parts = units(topology)
+    return {topology.nodes[i] for i in owned_nodes(parts, assign(parts, names)[me])}
+
+
+async def _read_cycles(url: str, t_cold: float, names: list[str]) -> list[dict[str, Any]]:
+    """Readers (one, of the whole fleet, when ``names`` is empty) through a cold start and
+    :data:`READ_CYCLES` steady cycles, each cycle all replicas' reads then their judgement
+    with the marginal scores exchanged (as the service does): per reader its bytes, read CPU
+    and node count; in the first, every cycle's findings of all readers together."""
+    from analyzer.detectors import default_detectors
+    from analyzer.engine import Engine
+    from analyzer.replicas.judge import joined, judge, scores
+    from analyzer.sources.prometheus import PrometheusSource
+    from benchmarks.bench_analyzer_prometheus import STEP, WINDOW
+
+    who = names or [""]
+    srcs = {me: PrometheusSource(url, window=WINDOW, step=STEP, timeout=120.0, discover=True)
+            for me in who}  # fmt: skip
+    for me, src in srcs.items():
+        if names:
+            src.scope = lambda topo, me=me: _mine(topo, me, names)
+    engines = {me: Engine(default_detectors()) for me in who}
+    out: list[dict[str, Any]] = [{"bytes": [], "cpu": [], "found": [], "nodes": 0} for _ in who]
+    try:
+        for k in range(READ_CYCLES + 1):
+            windows = {}
+            for me, o in zip(who, out, strict=True):
+                c0 = time.process_time()
+                windows[me] = w = await srcs[me].read(t_cold + k * STEP + 5)
+                o["cpu"].append(time.process_time() - c0)
+                o["bytes"].append(srcs[me].stats.cycle_bytes)
+                o["nodes"] = len(w.nodes)
+            keep = {me: range(len(w.nodes)) for me, w in windows.items()}
+            mine = {me: scores(engines[me], w, keep[me]) for me, w in windows.items() if names}
+            found = set()
+            for me, w in windows.items():
+                others = joined(s for o, s in mine.items() if o != me) if names else None
+                found |= {(f.node, f.subject, f.kind, f.severity, f.action)
+                          for f in judge(engines[me], w, keep[me], others, me == min(who))}  # fmt: skip
+            out[0]["found"].append(found)
+    finally:
+        for src in srcs.values():
+            await src.close()
+    return out
+
+
+def _reads(quick: bool) -> list[dict[str, Any]]:
+    from benchmarks.bench_analyzer_prometheus import CYCLES, STEP, WINDOW, _cached, _tsdb
+    from tests.realcomp import run_prometheus
+
+    nodes = int(os.environ.get("BENCH_SCALE_READ_NODES", "128" if quick else "256"))
+    steps = round(WINDOW / STEP) + 1 + CYCLES
+    base = (time.time() // 7200) * 7200 - 6 * 3600
+    hit = _cached(nodes)
+    data, t0 = hit if hit else (_tsdb(nodes, base, steps), base)
+    t_cold = t0 + STEP * (steps - 1 - CYCLES)
+    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n",
+                        data_dir=data) as p:  # fmt: skip
+        (single,) = asyncio.run(_read_cycles(p.url, t_cold, []))
+        per_count = {}
+        for r in REPLICAS:
+            names = [f"analyzer-{i}" for i in range(r)]
+            per_count[r] = asyncio.run(_read_cycles(p.url, t_cold, names))
+    steady = statistics.median(single["bytes"][1:])
+    rows: list[dict[str, Any]] = [
+        {"name": f"scale_read_{nodes}_single_bytes", "value": round(steady / 1e6, 3),
+         "unit": "MB", "note": f"one analyzer, whole fleet, steady cycle (median of "
+                               f"{READ_CYCLES}); cold start {single['bytes'][0] / 1e6:.1f} MB; "
+                               f"read CPU {statistics.median(single['cpu'][1:]):.3f} s; "
+                               f"{len(single['found'][-1])} findings the last cycle, "
+                               f"{sum(x[2] == 'marginal' for x in single['found'][-1])} "
+                               "marginal"},
+    ]  # fmt: skip
+    for r, per in per_count.items():
+        each = [statistics.median(x["bytes"][1:]) for x in per]
+        cold = [x["bytes"][0] for x in per]
+        cpu = max(statistics.median(x["cpu"][1:]) for x in per)
+        same = sum(per[0]["found"][k] == single["found"][k] for k in range(READ_CYCLES + 1))
+        rows += [
+            {"name": f"scale_read_{nodes}_{r}_replicas_bytes", "value": round(max(each) / 1e6, 3),
+             "unit": "MB", "note": f"largest replica's steady cycle "
+                                   f"({max(x['nodes'] for x in per)} nodes max); "
+                                   f"{max(each) / steady:.2f}x single; all replicas "
+                                   f"{sum(each) / steady:.2f}x; cold start "
+                                   f"{max(cold) / 1e6:.1f} MB ({max(cold) / single['bytes'][0]:.2f}x)"},
+            {"name": f"scale_read_{nodes}_{r}_replicas_read_cpu", "value": round(cpu, 3),
+             "unit": "s", "note": f"slowest replica's read, steady cycle; "
+                                  f"{cpu / statistics.median(single['cpu'][1:]):.2f}x single"},
+            {"name": f"scale_read_{nodes}_{r}_replicas_same_findings", "value": same,
+             "unit": f"/{READ_CYCLES + 1}",
+             "note": "cycles whose findings, all replicas together, equal the single analyzer's"},
         ]  # fmt: skip
     return rows

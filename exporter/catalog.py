@@ -1307,6 +1307,13 @@ ANALYZER_REPLICA_MISSED = _m(
     "Cycles this replica judged nothing in: no plan in time, or not in the plan.",
     ("replica",),
 )
+ANALYZER_REPLICA_SCORES_MISSING = _m(
+    "analyzer_replica_scores_missing_total",
+    "counter",
+    "Other members' marginal scores this replica judged without: not in by the end of its wait"
+    " (a member died mid-cycle), unreadable, or the exchange unreachable.",
+    ("replica",),
+)
 
 # --------------------------------------------------------------------------- remediation
 REMEDIATION_DECISIONS = _m(

@@ -18,21 +18,80 @@ finding for the group instead, since the peers are no longer a baseline. Groups 
 than ``min_group`` judged nodes are not judged (a percentile of a handful of nodes is
 noise). Where another detector recommends taking the node out, the engine drops the avoid
 (:func:`analyzer.engine.fold_avoid`).
+
+Analyzer replicas (:mod:`analyzer.replicas`) each hold a part of a peer group. Each publishes
+its part's :class:`Scores` (:meth:`MarginalDetector.scores`: per window, signal and group the
+finite scores and the group's size), and judges its own nodes against its scores joined with
+the others' (:attr:`MarginalDetector.others`): the percentile, median and share above the
+floor are of the same values as one analyzer's, so the verdicts are the same. The group-wide
+``fleet_shift`` is reported by one replica only (:attr:`MarginalDetector.fleet`).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 
-from analyzer.detectors.groups import split_by_model
-from analyzer.detectors.marginal_signals import SIGNALS, Reading, Signal
+from analyzer.detectors.failslow import FailSlow
+from analyzer.detectors.groups import models, split_by_model
+from analyzer.detectors.marginal_signals import (
+    SIGNALS,
+    Reading,
+    Signal,
+    busy_clocks,
+    sm_clock_deficit,
+)
 from analyzer.findings import CLUSTER, Finding
 from analyzer.window import Window
+from exporter import catalog_specs
 
 Group = tuple[str, np.ndarray]  # (configuration, node indices)
+
+
+VARIANTS = ("whole", "first", "second")  # the window, its first half, its second half
+CLOCK = "sm_clock_deficit"  # scored against the group's median busy clock
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What peers judge by, of a set of nodes: per (window variant, signal, group) the finite
+    scores, per group the node count; for the clock signal, whose score is relative to the
+    group's median busy clock, the inputs of that median instead (per (variant, group) the
+    finite busy clocks and how many nodes have one) and each such node's slowest busy clock.
+    ``names``: the node of each score (of each slowest clock under the key ``(variant,
+    CLOCK, group)``), so every replica remembers the whole fleet's verdicts and a node handed
+    over keeps its history. Mergeable: the scores of disjoint node sets, joined, are the
+    scores of their union."""
+
+    values: Mapping[tuple[str, str, str], np.ndarray] = field(default_factory=dict)
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    clocks: Mapping[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    clock_nodes: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    slowest: Mapping[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    names: Mapping[tuple[str, str, str], tuple[str, ...]] = field(default_factory=dict)
+
+    def join(self, other: Scores) -> Scores:
+        return Scores(_cat(self.values, other.values), _add(self.sizes, other.sizes),
+                      _cat(self.clocks, other.clocks), _add(self.clock_nodes, other.clock_nodes),
+                      _cat(self.slowest, other.slowest),
+                      {k: (*self.names.get(k, ()), *other.names.get(k, ()))
+                       for k in {*self.names, *other.names}})  # fmt: skip
+
+
+K = TypeVar("K")
+
+
+def _cat(a: Mapping[K, np.ndarray], b: Mapping[K, np.ndarray]) -> dict[K, np.ndarray]:
+    empty = np.zeros(0)
+    return {k: np.concatenate([a.get(k, empty), b.get(k, empty)]) for k in {*a, *b}}
+
+
+def _add(a: Mapping[K, int], b: Mapping[K, int]) -> dict[K, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in {*a, *b}}
 
 
 @dataclass(frozen=True)
@@ -63,53 +122,159 @@ class MarginalDetector:
         self.fleet_fraction = fleet_fraction
         self.floors = dict(floors or {})
         self._seen: list[Verdicts] = []  # earlier cycles' whole-window verdicts, oldest first
+        # a replica's: the other replicas' scores for the window judged next (None: this
+        # process sees the whole fleet), and whether it reports group-wide findings
+        self.others: Scores | None = None
+        self.fleet = True
+        self._refs: dict[tuple[str, str], float] = {}  # the fleet's median busy clocks
+
+    def scores(self, window: Window) -> Scores:
+        """This window's scores, for the other replicas to judge their nodes against."""
+        if window.empty or len(window.t) < 4:
+            return Scores()
+        groups = split_by_model(window, np.arange(len(window.nodes)), config=True)
+        values: dict[tuple[str, str, str], np.ndarray] = {}
+        clocks: dict[tuple[str, str], np.ndarray] = {}
+        counts: dict[tuple[str, str], int] = {}
+        slowest: dict[tuple[str, str], np.ndarray] = {}
+        names: dict[tuple[str, str, str], tuple[str, ...]] = {}
+        for variant, w in zip(VARIANTS, (window, *halves(window)), strict=True):
+            for sig in SIGNALS:
+                if sig.name == CLOCK:
+                    continue
+                r = sig.read(w)
+                if r is None:
+                    continue
+                for config, idx in groups:
+                    v = r.score[idx]
+                    ok = np.isfinite(v)
+                    values[(variant, sig.name, config)] = v[ok]
+                    names[(variant, sig.name, config)] = tuple(window.nodes[i] for i in idx[ok])
+            cm = busy_clocks(w)
+            if cm is None:
+                continue
+            for config, idx in groups:
+                busy = idx[np.isfinite(cm[idx]).any(axis=1)]
+                have = cm[busy]
+                names[(variant, CLOCK, config)] = tuple(window.nodes[i] for i in busy)
+                clocks[(variant, config)] = have[np.isfinite(have)]
+                counts[(variant, config)] = len(have)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    slowest[(variant, config)] = np.nanmin(have, axis=1)
+        sizes = {config: len(idx) for config, idx in groups}
+        return Scores(values, sizes, clocks, counts, slowest, names)
 
     def detect(self, window: Window) -> list[Finding]:
         n = len(window.t)
-        if window.empty or n < 4:
-            return []
-        groups = [g for g in split_by_model(window, np.arange(len(window.nodes)), config=True)
-                  if len(g[1]) >= self.min_group]  # fmt: skip
-        whole, readings = self._judge(window, groups)
+        if n < 4 or (window.empty and self.others is None):
+            return []  # (a replica owning no node still judges, to remember the fleet's)
+        others = self.others or Scores()
+        self._refs = {}
+        local = split_by_model(window, np.arange(len(window.nodes)), config=True)
+        seen = {config for config, _ in local}  # groups of other replicas' nodes only: their
+        local += [(g, np.zeros(0, int)) for g in sorted(others.sizes) if g not in seen]  # shift
+        groups = [g for g in local if len(g[1]) + others.sizes.get(g[0], 0) >= self.min_group]
+        whole, readings = self._judge(window, groups, "whole")
         prev = self._previous(window)
         cur, since = whole, float(window.t[0])
+        variant = "whole"
         if prev is None:  # nothing remembered just before: the halves are the two windows
             first, second = halves(window)
-            prev, _ = self._judge(first, groups)
-            cur, readings = self._judge(second, groups)
-            since = float(second.t[0])
+            prev, _ = self._judge(first, groups, "first")
+            cur, readings = self._judge(second, groups, "second")
+            since, variant = float(second.t[0]), "second"
         self._remember(window, whole)
         out: list[Finding] = []
         for sig in SIGNALS:
             if sig.name in readings:
                 for config, idx in groups:
+                    peers, _ = self._peers(variant, sig.name, config)
                     out += self._findings(window, sig, readings[sig.name], config, idx,
-                                          cur, prev, since)  # fmt: skip
+                                          cur, prev, since, peers)  # fmt: skip
         return out
 
     def floor(self, sig: Signal) -> float:
         return self.floors.get(sig.name, sig.floor)
 
-    def _judge(self, w: Window, groups: list[Group]) -> tuple[Verdicts, dict[str, Reading]]:
+    def _peers(self, variant: str, signal: str, config: str
+               ) -> tuple[np.ndarray, tuple[str, ...]]:  # fmt: skip
+        """The other replicas' finite scores of this group and their nodes (none in one
+        process); of the clock signal, their slowest clocks against the fleet's median."""
+        if self.others is None:
+            return np.zeros(0), ()
+        key = (variant, signal, config)
+        names = self.others.names.get(key, ())
+        if signal != CLOCK:
+            return np.asarray(self.others.values.get(key, np.zeros(0))), names
+        ref = self._refs.get((variant, config))
+        if ref is None:  # no node of this group here: the others' median alone
+            pooled = self.others.clocks.get((variant, config), np.zeros(0))
+            enough = self.others.clock_nodes.get((variant, config), 0) >= FailSlow().min_nodes
+            ref = float(np.nanmedian(pooled)) if enough and len(pooled) else np.nan
+        slow = self.others.slowest.get((variant, config), np.zeros(0))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            deficit = 1.0 - slow / ref
+        ok = np.isfinite(deficit)
+        return deficit[ok], tuple(n for n, good in zip(names, ok, strict=True) if good)
+
+    def _read(self, sig: Signal, w: Window, variant: str) -> Reading | None:
+        if not w.nodes:  # a replica owning no node: the others' scores only
+            return None
+        if sig.name != CLOCK or self.others is None:
+            return sig.read(w)
+        return sm_clock_deficit(w, lambda w, cm: self._reference(w, cm, variant))
+
+    def _reference(self, w: Window, cm: np.ndarray, variant: str
+                   ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """:meth:`FailSlow._reference` over the fleet: per node its configuration's median
+        busy clock among this part's GPUs and the other replicas' (else the specification's
+        maximum clock)."""
+        assert self.others is not None
+        n, fs = len(w.nodes), FailSlow(n=len(w.t))
+        ref, from_spec = np.full(n, np.nan), np.zeros(n, dtype=bool)
+        keys = models(w)
+        for config, idx in split_by_model(w, np.arange(n), config=True):
+            have = cm[idx[np.isfinite(cm[idx]).any(axis=1)]]
+            key = (variant, config)
+            if len(have) + self.others.clock_nodes.get(key, 0) >= fs.min_nodes:
+                pooled = np.concatenate([have[np.isfinite(have)],
+                                         self.others.clocks.get(key, np.zeros(0))])  # fmt: skip
+                ref[idx] = self._refs[key] = float(np.nanmedian(pooled))
+                continue
+            self._refs[key] = np.nan
+            spec = catalog_specs.spec(keys[int(idx[0])]) if keys[int(idx[0])] else None
+            if spec is not None:
+                ref[idx], from_spec[idx] = spec.sm_clock_max_hz, True
+        return ref, from_spec
+
+    def _judge(self, w: Window, groups: list[Group],
+               variant: str) -> tuple[Verdicts, dict[str, Reading]]:  # fmt: skip
         flagged: set[tuple[str, str]] = set()
         shifted: set[tuple[str, str]] = set()
         readings = {}
         for sig in SIGNALS:
-            r = sig.read(w)
-            if r is None:
+            r = self._read(sig, w, variant)
+            if r is not None:
+                readings[sig.name] = r
+            elif self.others is None:
                 continue
-            readings[sig.name] = r
             for config, idx in groups:
-                have = idx[np.isfinite(r.score[idx])]
-                if len(have) < self.min_group:
+                have = idx[np.isfinite(r.score[idx])] if r is not None else np.zeros(0, int)
+                mine = r.score[have] if r is not None else np.zeros(0)
+                theirs, who = self._peers(variant, sig.name, config)
+                v = np.concatenate([mine, theirs])
+                if len(v) < self.min_group:
                     continue
-                v, floor = r.score[have], self.floor(sig)
+                floor = self.floor(sig)
                 if float(np.mean(v > floor)) >= self.fleet_fraction:
                     shifted.add((sig.name, config))
                     continue
                 med, q = float(np.median(v)), float(np.quantile(v, self.quantile))
                 worst = (v >= q) & (v > floor) & (v > self.ratio * med)
-                flagged |= {(sig.name, w.nodes[int(i)]) for i in have[worst]}
+                flagged |= {(sig.name, w.nodes[int(i)]) for i in have[worst[: len(have)]]}
+                # the others' too: remembered, they judge a node handed over to this replica
+                flagged |= {(sig.name, who[j]) for j in np.flatnonzero(worst[len(have) :])}
         return Verdicts(w.now, frozenset(flagged), frozenset(shifted)), readings
 
     def _previous(self, w: Window) -> Verdicts | None:
@@ -126,15 +291,17 @@ class MarginalDetector:
         self._seen = [s for s in self._seen if s.end >= w.now - 2 * span] + [v]
 
     def _findings(self, w: Window, sig: Signal, r: Reading, config: str, idx: np.ndarray,
-                  cur: Verdicts, prev: Verdicts, since: float) -> list[Finding]:  # fmt: skip
+                  cur: Verdicts, prev: Verdicts, since: float,
+                  peers: np.ndarray) -> list[Finding]:  # fmt: skip
         have = idx[np.isfinite(r.score[idx])]
-        v, floor, key = r.score[have], self.floor(sig), (sig.name, config)
+        mine, floor, key = r.score[have], self.floor(sig), (sig.name, config)
+        v = np.concatenate([mine, peers])  # the whole group's scores (this part's first)
         if key in cur.shifted:
-            if key not in prev.shifted or not len(v):
+            if key not in prev.shifted or not len(v) or not self.fleet:
                 return []
             return [Finding(CLUSTER, f"group={config or 'unknown'}", "fleet_shift", "warning",
                             "notify", self.name, 1.0, since,
-                            {"median": float(np.median(v)), "group_size": float(len(have)),
+                            {"median": float(np.median(v)), "group_size": float(len(v)),
                              "fraction_above_floor": float(np.mean(v > floor)), "floor": floor},
                             f"{sig.name} is up across the whole peer group {config or '-'} "
                             "(a fleet-wide shift: nobody is de-preferred)")]  # fmt: skip
@@ -143,16 +310,16 @@ class MarginalDetector:
             node = w.nodes[int(i)]
             if (sig.name, node) not in cur.flagged or (sig.name, node) not in prev.flagged:
                 continue
-            pct = 100.0 * float(np.mean(v < v[j]))
+            pct = 100.0 * float(np.mean(v < mine[j]))
             gpu = int(r.gpu[i])
             out.append(Finding(
                 node, f"signal={sig.name}", "marginal", "info", "avoid", self.name,
                 min(1.0, pct / 100.0), since,
-                {"value": float(r.value[i]), "score": float(v[j]), "peer_percentile": pct,
-                 "group_size": float(len(have)), "median": float(np.median(v)), "floor": floor,
+                {"value": float(r.value[i]), "score": float(mine[j]), "peer_percentile": pct,
+                 "group_size": float(len(v)), "median": float(np.median(v)), "floor": floor,
                  **({"gpu": float(gpu)} if gpu >= 0 else {})},
-                f"{sig.name} {v[j]:.3g}{sig.unit}{f' on gpu {gpu}' if gpu >= 0 else ''}, worst "
-                f"{100 - pct:.1f}% of {len(have)} peers ({config or 'unknown model'}); "
+                f"{sig.name} {mine[j]:.3g}{sig.unit}{f' on gpu {gpu}' if gpu >= 0 else ''}, worst "
+                f"{100 - pct:.1f}% of {len(v)} peers ({config or 'unknown model'}); "
                 f"query: {sig.promql}",
             ))  # fmt: skip
         return out

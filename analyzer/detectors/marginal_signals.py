@@ -74,19 +74,32 @@ def ib_symbol_errors(w: Window) -> Reading | None:
     return _node_sum(window_rate(a, w.t, slice(0, len(w.t))))
 
 
-def sm_clock_deficit(w: Window) -> Reading | None:
-    """How far the node's slowest GPU under load runs below its configuration's median busy
-    clock (0.03: 3 %). Not judged: an idle or lightly loaded GPU (its clock is the idle
-    clock), one with a clock-event reason other than idle (a power cap, thermal, an
-    administrator's application clocks: the throttling detector's), one at an
-    administrator's power limit or below its node's (slower by configuration)."""
+Reference = Callable[[Window, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def busy_clocks(w: Window) -> np.ndarray | None:
+    """(N, G): each judged GPU's mean SM clock under load, NaN where not judged (an idle or
+    lightly loaded GPU, a clock-event reason other than idle, an administrator's cap)."""
     util, clock = w.get(c.GPU_UTILIZATION), w.get(c.GPU_SM_CLOCK)
     if util is None or clock is None or util.ndim != 3 or clock.shape != util.shape:
         return None
     fs = FailSlow(n=len(w.t))
     judged = _busy(util) & ~fs._explained(w) & ~_capped(w)
-    cm = workload.mean_clock(clock, judged)
-    ref, from_spec = fs._reference(w, cm)
+    return workload.mean_clock(clock, judged)
+
+
+def sm_clock_deficit(w: Window, reference: Reference | None = None) -> Reading | None:
+    """How far the node's slowest GPU under load runs below its configuration's median busy
+    clock (0.03: 3 %). Not judged: an idle or lightly loaded GPU (its clock is the idle
+    clock), one with a clock-event reason other than idle (a power cap, thermal, an
+    administrator's application clocks: the throttling detector's), one at an
+    administrator's power limit or below its node's (slower by configuration).
+    ``reference``: per node the median busy clock and whether it came from the
+    specification (default: of this window's nodes; a replica's: of the whole fleet's)."""
+    cm = busy_clocks(w)
+    if cm is None:
+        return None
+    ref, from_spec = (reference or FailSlow(n=len(w.t))._reference)(w, cm)
     with np.errstate(invalid="ignore", divide="ignore"):
         deficit = 1.0 - cm / ref[:, None]
     deficit[from_spec] = np.nan  # too few busy peers: no peer to be the worst 1 % of

@@ -6,26 +6,61 @@ Detector memory is keyed by node name (:mod:`analyzer.detectors.events`), so an 
 took over a unit judges it as a freshly started analyzer would, and one that gave a unit away
 could still hold findings on its nodes until their hold runs out: those are dropped here (the
 new owner reports them), so no node is reported by two replicas.
+
+The one fleet-wide comparison, ``marginal``'s worst 1 % of a peer group, is judged in two
+steps: every replica's :func:`scores` of its part, exchanged, then each replica's
+:func:`judge` against the others' (:class:`~analyzer.detectors.marginal.Scores`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from analyzer.detectors.marginal import MarginalDetector, Scores
 from analyzer.engine import Engine
 from analyzer.findings import Finding
 from analyzer.replicas.slicing import subwindow
 from analyzer.window import Window
 
 
-def judge(engine: Engine, window: Window, keep: Sequence[int]) -> list[Finding]:
+def marginal_of(engine: Engine) -> MarginalDetector | None:
+    return next((d for d in engine.detectors if isinstance(d, MarginalDetector)), None)
+
+
+def scores(engine: Engine, window: Window, keep: Sequence[int]) -> Scores:
+    """The marginal scores of the nodes ``keep`` of ``window`` (what the other replicas
+    judge their nodes against); empty where the engine runs no marginal detector."""
+    d = marginal_of(engine)
+    if d is None:
+        return Scores()
+    return d.scores(engine.inventory.apply(subwindow(window, keep)))
+
+
+def joined(parts: Iterable[Scores]) -> Scores:
+    out = Scores()
+    for s in parts:
+        out = out.join(s)
+    return out
+
+
+def judge(engine: Engine, window: Window, keep: Sequence[int], others: Scores | None = None,
+          fleet: bool = True) -> list[Finding]:  # fmt: skip
     """The findings of ``engine`` on the nodes ``keep`` of ``window``: per-node findings on
     those nodes, and findings on what those nodes make up (a leaf switch, a job, the peer
-    group), never a finding on a node of another replica."""
+    group), never a finding on a node of another replica. ``others``: the other replicas'
+    marginal scores this cycle (None: marginal judges this part alone); ``fleet``: this
+    replica reports the group-wide findings (one replica does)."""
     part = subwindow(window, keep)
-    found = engine.cycle(part)
-    others = set(window.nodes) - set(part.nodes)
-    if others:
-        found = [f for f in found if f.node not in others]
+    d = marginal_of(engine)
+    if d is not None:
+        d.others, d.fleet = others, fleet
+    try:
+        found = engine.cycle(part)
+    finally:
+        if d is not None:
+            d.others, d.fleet = None, True
+    others_nodes = set(window.nodes) - set(part.nodes)
+    if others_nodes:
+        found = [f for f in found if f.node not in others_nodes]
         engine.findings = found
     return found

@@ -5,16 +5,21 @@ in the sharded mode; pure apart from the membership store behind the coordinator
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
+from analyzer.detectors.marginal import Scores
 from analyzer.engine import Engine
 from analyzer.findings import Finding
 from analyzer.replicas.coordinator import Coordinator, Timing
-from analyzer.replicas.judge import judge
+from analyzer.replicas.exchange import DirectoryExchange, Exchange, decode, encode
+from analyzer.replicas.judge import joined, judge, scores
 from analyzer.replicas.membership import Membership, Plan
 from analyzer.replicas.ownership import owned_nodes, units
 from analyzer.window import Window
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -25,16 +30,24 @@ class ReplicaStats:
     members: int = 0
     leader: bool = False
     missed: int = 0
+    scores_missing: int = 0  # other replicas' marginal scores not in by the wait's end
 
 
 class ReplicaRole:
     def __init__(self, membership: Membership, replica: str, interval: float,
-                 started: float | None = None) -> None:  # fmt: skip
+                 started: float | None = None, exchange: Exchange | None = None,
+                 wait: float | None = None) -> None:  # fmt: skip
+        """``exchange``: where the replicas leave their marginal scores each cycle (None:
+        marginal judges this replica's part alone); ``wait``: how long to wait for the other
+        members' scores (default: 30 % of the interval)."""
+        self.exchange = exchange
+        self.wait = 0.3 * interval if wait is None else wait
         self.coordinator = Coordinator(
             membership, replica, Timing(interval), time.time() if started is None else started
         )
         self.stats = ReplicaStats(replica)
         self._done = self.coordinator.first - 1
+        self._owned: frozenset[str] | None = None  # decided before a node-restricted read
 
     @property
     def poll(self) -> float:
@@ -51,19 +64,73 @@ class ReplicaRole:
         self._done = max(self._done, k)
         return plan
 
-    def judge(self, engine: Engine, window: Window, plan: Plan) -> list[Finding]:
-        parts = units(window)
+    def owned(self, topology: Window, plan: Plan) -> frozenset[str]:
+        """The names of the nodes this replica owns under ``plan``, from the fleet's
+        ``topology`` (a node-restricted source asks before it reads; :meth:`judge` then
+        judges what it read as this replica's)."""
+        parts = units(topology)
         mine = self.coordinator.mine(plan, parts)
         keep = owned_nodes(parts, mine)
-        self.stats.units, self.stats.nodes, self.stats.members = (
-            len(mine),
-            len(keep),
-            len(plan.members),
-        )
-        return judge(engine, window, keep)
+        self._count(len(mine), len(keep), plan)
+        self._owned = frozenset(topology.nodes[i] for i in keep)
+        return self._owned
+
+    def judge(self, engine: Engine, window: Window, plan: Plan) -> list[Finding]:
+        if self._owned is not None:  # the source read only what :meth:`owned` gave it
+            owned, self._owned = self._owned, None
+            keep = [i for i, n in enumerate(window.nodes) if n in owned]
+        else:
+            parts = units(window)
+            mine = self.coordinator.mine(plan, parts)
+            keep = owned_nodes(parts, mine)
+            self._count(len(mine), len(keep), plan)
+        if self.exchange is None:
+            return judge(engine, window, keep)
+        others = self._others(self.exchange, engine, window, keep, plan)
+        fleet = self.coordinator.replica == min(plan.members)  # one replica: the group-wide
+        return judge(engine, window, keep, others, fleet=fleet)
+
+    def _others(self, exchange: Exchange, engine: Engine, window: Window, keep: list[int],
+                plan: Plan) -> Scores | None:  # fmt: skip
+        """Leave this part's marginal scores, then the other members' joined (those in by
+        the wait's end: a member that died mid-cycle is missing). None, if the exchange
+        cannot be reached: marginal judges this part alone this cycle."""
+        me = self.coordinator.replica
+        try:
+            exchange.put(plan.cycle, me, encode(scores(engine, window, keep)))
+            deadline = time.monotonic() + self.wait
+            got = exchange.get(plan.cycle)
+            while not set(plan.members) <= set(got) and time.monotonic() < deadline:
+                time.sleep(min(0.05, self.wait / 20))
+                got = exchange.get(plan.cycle)
+        except OSError as e:
+            log.warning("marginal scores exchange: %s", e)
+            self.stats.scores_missing += len(plan.members) - 1
+            return None
+        parts = []
+        for r in plan.members:
+            if r == me:
+                continue
+            try:
+                parts.append(decode(got[r]))
+            except (KeyError, ValueError) as e:
+                self.stats.scores_missing += 1
+                if not isinstance(e, KeyError):
+                    log.warning("marginal scores of %s: %s", r, e)
+        return joined(parts)
+
+    def _count(self, units: int, nodes: int, plan: Plan) -> None:
+        self.stats.units, self.stats.nodes, self.stats.members = units, nodes, len(plan.members)
 
     def leave(self) -> None:
         self.coordinator.leave()
+
+
+def exchange_from(spec: str) -> Exchange | None:
+    """Where the replicas of ``spec`` exchange marginal scores: the meeting directory on bare
+    metal; none on Kubernetes yet (the Lease objects are too small for them)."""
+    kind, _, where = spec.partition(":")
+    return DirectoryExchange(where) if kind == "dir" else None
 
 
 def membership_from(spec: str) -> Membership:

@@ -21,9 +21,10 @@ from analyzer.sources.features import Feature
 from analyzer.sources.queries import Query, regex_literal
 
 
-def covered_expr(present: Feature) -> str:
-    """The instant read of the nodes the rule engine covers now."""
-    return f"max by (node) ({present.record})"
+def covered_expr(present: Feature, extra: str = "") -> str:
+    """The instant read of the nodes the rule engine covers now (of those ``extra`` selects)."""
+    sel = f"{present.record}{{{extra}}}" if extra else present.record
+    return f"max by (node) ({sel})"
 
 
 def moved_exprs(q: Query, feature: Feature | None, sels: list[str], span: float,

@@ -17,7 +17,7 @@ import math
 import operator
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -47,7 +47,15 @@ from analyzer.sources.promhttp import (
     with_retries,
 )
 from analyzer.sources.queries import QUERIES, Gate, Query, quote_value, rows_matchers
+from analyzer.sources.topology import (
+    fabric_expr,
+    jobs_expr,
+    node_matcher,
+    nodes_expr,
+    topology_window,
+)
 from analyzer.window import Window
+from exporter import catalog
 
 
 class PrometheusSource:
@@ -106,6 +114,14 @@ class PrometheusSource:
         self.present = next((f for f in features if f.kind == "present"), None)
         self.covered: set[str] = set()
         self.known: set[str] = set()  # the nodes of the last window
+        # the sharded mode (analyzer.replicas): given the fleet's topology, the nodes this
+        # replica owns this cycle; None: the whole fleet. ``scoped``: the nodes whose rows the
+        # native matrices hold over the whole window (None: any node); ``owned``: this cycle's
+        self.scope: Callable[[Window], Collection[str]] | None = None
+        self.scoped: frozenset[str] | None = None
+        self.owned: frozenset[str] | None = None
+        self.topology: Window | None = None  # this cycle's, read for the scope
+        self._sel = ""  # the node matcher of the pass being read ("": every node)
 
     # ------------------------------------------------------------------ cycle
     async def read(self, now: float) -> Window:
@@ -113,51 +129,172 @@ class PrometheusSource:
         end = math.floor((now - self.settle) / self.step) * self.step
         if self.end is not None and end < self.end:  # time went backwards: start over
             self.mats = {q: SeriesMatrix(self.T) for q in self.queries}
-            self.end = None
+            self.end, self.scoped, self.gated = None, None, {}
         k = self.T if self.end is None else round((end - self.end) / self.step)
         for m in self.mats.values():
             m.slide(k)
         self.end = end
         self.stats.cycle_bytes = self.stats.cycle_samples = 0.0
-        self._gate_reads = {}
         if self.discover and (self._blank or not 0 <= end - self._found_at < RECHECK):
             await self._discover(end)
-        await self._coverage(end)
-        sem = asyncio.Semaphore(self.parallel)
-
-        async def one(q: Query) -> str | None:
-            async with sem:
-                try:
-                    await self._fetch(q, end)
-                    return None
-                except SourceError as e:
-                    self.stats.fail(q.name)
-                    self.errors[q.name] = str(e)
-                    return q.name
-
-        failed = tuple(f for f in await asyncio.gather(*(one(q) for q in self.queries)) if f)
+        grid = end - self.step * np.arange(self.T - 1, -1, -1)
+        if self.scope is None:
+            if self.scoped is not None:  # the rows held are a replica's: read the fleet afresh
+                self._reset(tuple(q for q in self.queries if not q.dialect))
+            self.owned = self.scoped = self.topology = None
+            await self._coverage(end, "")
+            failed = await self._pass(self.queries, self.mats, end, "")
+        else:
+            failed = await self._scoped(end, grid)
         if failed and len(failed) == len(self.queries):
             raise SourceError(f"every query failed; first: {self.errors[failed[0]]}")
-        grid = end - self.step * np.arange(self.T - 1, -1, -1)
-        items = [(q, self.mats[q]) for q in self.queries]
+        items = [(q, self._owned_rows(q, self.mats[q])) for q in self.queries]
         w = await asyncio.to_thread(assemble, items, grid, self.step, self.leaf_of, failed)
-        self._blank = not w.nodes
+        # no node to read: look again next cycle (of a replica: none in the whole fleet)
+        self._blank = not (w.nodes if self.topology is None else self.topology.nodes)
         self.known = set(w.nodes)
         self.stats.series = {q.name: float(len(m)) for q, m in items}
         self.stats.cycle_seconds = self.timer() - t0
         self.stats.cycles += 1
         return w
 
-    async def _coverage(self, at: float) -> None:
-        """The nodes whose feature rules ran (their ``present`` feature at ``at``); on a
-        failure, none: every node is scanned raw this cycle."""
+    async def _pass(self, queries: Sequence[Query], mats: Mapping[Query, SeriesMatrix],
+                    end: float, sel: str) -> tuple[str, ...]:  # fmt: skip
+        """Fetch ``queries`` into ``mats``, the native ones narrowed by the matcher ``sel``
+        ("": the whole fleet); the names of those that failed."""
+        sem = asyncio.Semaphore(self.parallel)
+        self._gate_reads, self._sel = {}, sel
+
+        async def one(q: Query) -> str | None:
+            async with sem:
+                try:
+                    await self._fetch(q, end, mats[q])
+                    return None
+                except SourceError as e:
+                    self.stats.fail(q.name)
+                    self.errors[q.name] = str(e)
+                    return q.name
+
+        return tuple(f for f in await asyncio.gather(*(one(q) for q in queries)) if f)
+
+    # ------------------------------------------------------------------ a replica's read
+    async def _scoped(self, end: float, grid: np.ndarray) -> tuple[str, ...]:
+        """The sharded mode: the fleet's topology (small instant queries), the nodes
+        :attr:`scope` says this replica owns, then the window of only those nodes. A node
+        whose rows are held from the last cycle is read incrementally; a node newly owned
+        has no rows held and is read over the whole window, like a cold start narrowed to
+        it (anchors, moved checks of every shard, gated rows whole), then joins the rows
+        held. A node no longer owned is forgotten. Foreign dialects' families are read
+        whole (their ``node`` exists only after relabelling) and narrowed in memory."""
+        assert self.scope is not None
+        native = tuple(q for q in self.queries if not q.dialect)
+        foreign = tuple(q for q in self.queries if q.dialect)
+        failed = await self._pass(foreign, self.mats, end, "") if foreign else ()
+        topo = await self._topology(end, grid, foreign)
+        own = frozenset(self.scope(topo))
+        self.topology = topo
+        self.owned = own
+        kept = own if self.scoped is None else own & self.scoped
+        fresh = own - kept
+        if not kept:  # nothing held is of use: the owned nodes' whole window
+            self._reset(native)
+            kept, fresh = fresh, frozenset()
+        else:
+            self._forget(native, kept)
+        await self._coverage(end, node_matcher(own) if own else None)
+        if kept:
+            failed += await self._pass(native, self.mats, end, node_matcher(kept))
+        scoped = kept
+        if fresh:
+            held, self.gated = self.gated, {}
+            mats = {q: SeriesMatrix(self.T) for q in native}
+            bad = await self._pass(native, mats, end, node_matcher(fresh))
+            for name, units in held.items():
+                self.gated[name] = units | self.gated.get(name, set())
+            for q in native:  # (a family never read yet stays cold: read whole next cycle)
+                _join(self.mats[q], mats[q])
+            failed += bad
+            if not bad:  # else read them whole again next cycle
+                scoped = own
+        self.scoped = scoped
+        return tuple(dict.fromkeys(failed))
+
+    def _reset(self, queries: Sequence[Query]) -> None:
+        for q in queries:
+            self.mats[q] = SeriesMatrix(self.T)
+            self.gated.pop(q.name, None)
+
+    def _forget(self, queries: Sequence[Query], kept: frozenset[str]) -> None:
+        """Drop the rows (and held gate units) of nodes outside ``kept``."""
+        for q in queries:
+            if "node" not in q.labels:
+                continue
+            i, m = q.labels.index("node"), self.mats[q]
+            if any(k[i] not in kept for k in m.keys):
+                m.keep_only({k for k in m.keys if k[i] in kept})
+            if q.gate is not None and q.name in self.gated:
+                g = q.gate.labels.index("node")
+                self.gated[q.name] = {u for u in self.gated[q.name] if u[g] in kept}
+
+    def _owned_rows(self, q: Query, m: SeriesMatrix) -> SeriesMatrix:
+        """``m`` narrowed to the owned nodes (a foreign family is read whole)."""
+        if self.owned is None or "node" not in q.labels or not len(m):
+            return m
+        i = q.labels.index("node")
+        keep = np.fromiter((k[i] in self.owned for k in m.keys), bool, len(m))
+        return m if keep.all() else m.subset(keep)
+
+    async def _topology(self, at: float, grid: np.ndarray, foreign: Sequence[Query]) -> Window:
+        """The fleet's nodes, jobs and NVLink domains now (:mod:`analyzer.sources.topology`),
+        with the nodes and jobs of the foreign families already read. A failure fails the read:
+        without the topology no replica can tell what it owns."""
+
+        async def ask(expr: str) -> Parsed:
+            async def go() -> Parsed:
+                raw = await self.http.post("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+                got = decode(raw, "topology")
+                self.stats.add("topology", len(raw), got.samples, 0.0)
+                return got
+
+            return await with_retries(go, self.retries)
+
+        try:
+            present, alloc, fabric = await asyncio.gather(
+                ask(nodes_expr(self.span + self.lookback)), ask(jobs_expr()), ask(fabric_expr())
+            )
+        except SourceError as e:
+            self.stats.fail("topology")
+            raise SourceError(f"topology: {e}") from None
+        nodes = {lab.get("node", "") for lab in present.labels}
+        jobs = [(lab.get("node", ""), lab.get("job_id", "")) for lab in alloc.labels]
+        counts = np.ones(len(fabric.labels))
+        counts[fabric.series_of_samples()] = fabric.values
+        votes = []
+        for lab, n in zip(fabric.labels, counts, strict=True):
+            row = (lab.get("node", ""), lab.get("cluster_uuid", ""), lab.get("clique_id", ""))
+            votes += [row] * max(int(n), 1)
+        for q in foreign:
+            m = self.mats[q]
+            if q.every or "node" not in q.labels or not len(m):
+                continue
+            i = q.labels.index("node")
+            seen = ~np.isnan(m.vals).all(axis=1)
+            nodes.update(k[i] for k, ok in zip(m.keys, seen, strict=True) if ok)
+            if q.metric is catalog.GPU_ALLOCATION_INFO and "job_id" in q.labels:
+                j, live = q.labels.index("job_id"), ~np.isnan(m.vals[:, -1])
+                jobs += [(k[i], k[j]) for k, ok in zip(m.keys, live, strict=True) if ok]
+        return topology_window(grid, self.step, nodes, jobs, votes, self.leaf_of)
+
+    async def _coverage(self, at: float, extra: str | None) -> None:
+        """The nodes whose feature rules ran (their ``present`` feature at ``at``, of those
+        ``extra`` selects; None: no node to read); on a failure, none: every node is scanned
+        raw this cycle."""
         self.covered = set()
-        if not self.moved_features or self.present is None:
+        if not self.moved_features or self.present is None or extra is None:
             return
         try:
-            raw = await self.http.post(
-                "/api/v1/query", {"query": covered_expr(self.present), "time": f"{at:.3f}"}
-            )
+            form = {"query": covered_expr(self.present, extra), "time": f"{at:.3f}"}
+            raw = await self.http.post("/api/v1/query", form)
             got = decode(raw, "features")
             self.stats.add("features", len(raw), got.samples, 0.0)
         except SourceError as e:
@@ -200,8 +337,8 @@ class PrometheusSource:
         self.mats = {q: SeriesMatrix(self.T) if m is None else m for q, m in mats.items()}
 
     # ------------------------------------------------------------------ one query
-    async def _fetch(self, q: Query, end: float) -> None:
-        m = self.mats[q]
+    async def _fetch(self, q: Query, end: float, m: SeriesMatrix) -> None:
+        sel = "" if q.dialect else self._sel  # a foreign family cannot be selected by node
         start = end - self.step * (self.T - 1)
         behind = self.span if m.end is None else end - m.end  # since this query last succeeded
         cold = behind >= self.span
@@ -209,7 +346,7 @@ class PrometheusSource:
         first = 0 if cold else max(self.T - round(behind / self.step) - self.overlap, 0)
         if q.every:
             if cold or m.end is None or end - m.end >= q.every - self.step / 2:
-                got = await self._instant(q, q.identity_expr(), end)
+                got = await self._instant(q, q.identity_expr(sel), end)
                 m.keep_only(set())
                 rows = m.rows(_keys(q.labels, got.labels))
                 votes = np.ones(len(rows))
@@ -219,7 +356,7 @@ class PrometheusSource:
             else:
                 return  # the rows hold until the next identity read (m.end: that read's time)
         elif q.gate is not None:
-            await self._gated(q, m, start, end, cold, first)
+            await self._gated(q, m, start, end, cold, first, sel)
         elif q.moved_only and q.dialect:
             if cold:
                 m.keep_only(set())
@@ -229,10 +366,10 @@ class PrometheusSource:
             if cold:
                 m.keep_only(set())
             m.clear(first)  # every row kept is fetched again from `first` (or whole, if new)
-            m.keep_only(await self._moved(q, m, start, end, cold, first))
+            m.keep_only(await self._moved(q, m, start, end, cold, first, base=sel))
         else:
             pad = self.lookback if (cold and q.anchored) else 0.0
-            got = await self._range(q, q.expr(), start + first * self.step - pad, end)
+            got = await self._range(q, q.expr(sel), start + first * self.step - pad, end)
             m.clear(first)
             self._merge(q, m, got, start)
             if not q.anchored:
@@ -240,7 +377,7 @@ class PrometheusSource:
         m.end = end
 
     async def _gated(self, q: Query, m: SeriesMatrix, start: float, end: float, cold: bool,
-                     first: int) -> None:  # fmt: skip
+                     first: int, sel: str = "") -> None:  # fmt: skip
         """Only the units (GPUs, ports) the gate names: of a moved-only counter, their series
         that moved; of a sparse gauge, their rows (new points of the units already held, the
         whole window of those just named). Units that serve no gate series are read as without
@@ -250,8 +387,8 @@ class PrometheusSource:
         read = self._gate_reads.get(g)  # queries sharing a gate (IB counters) read it once
         if read is None:
             read = self._gate_reads[g] = asyncio.ensure_future(asyncio.gather(
-                self._instant(q, g.uncovered_expr(self.span), end),
-                self._instant(q, g.expr(self.span), end),
+                self._instant(q, g.uncovered_expr(self.span, sel), end),
+                self._instant(q, g.expr(self.span, sel), end),
             ))  # fmt: skip
         uncovered, named = await asyncio.shield(read)
         loose, hot = set(_keys(g.labels, uncovered.labels)), set(_keys(g.labels, named.labels))
@@ -282,16 +419,17 @@ class PrometheusSource:
 
     async def _moved(self, q: Query, m: SeriesMatrix, start: float, end: float, cold: bool,
                      first: int, scope: list[str] | None = None,
-                     inside: Callable[[Key], bool] | None = None) -> set[Key]:  # fmt: skip
+                     inside: Callable[[Key], bool] | None = None,
+                     base: str = "") -> set[Key]:  # fmt: skip
         """Which series moved within the window ending now (small instant queries, over one
         shard of the GPUs per cycle, all at a cold start), then :meth:`_refresh` them.
-        ``scope``: only the series these matcher sets select (the rows ``inside`` says).
-        Returns the rows to keep (the caller cleared ``first..`` of every row)."""
+        ``scope``: only the series these matcher sets select (the rows ``inside`` says);
+        ``base``: the matcher of the nodes read (without a ``scope``). Returns the rows to keep (the caller cleared ``first..`` of every row)."""
         shards = range(q.moved_shards) if cold else (self.stats.cycles,)
         sels = [
             ",".join(x for x in (q.shard_matcher(s), sc) if x)
             for s in shards
-            for sc in (scope if scope is not None else [""])
+            for sc in (scope if scope is not None else [base])
         ]
         feature = None if cold or q.dialect else self.moved_features.get(q.name)
         exprs = moved_exprs(q, feature, sels, self.span, self.covered, self.known)
@@ -415,6 +553,15 @@ class PrometheusSource:
         close = getattr(self.http, "close", None)
         if close is not None:
             await close()
+
+
+def _join(into: SeriesMatrix, rows: SeriesMatrix) -> None:
+    """The rows of ``rows`` (other nodes') added to ``into``, values and anchors."""
+    if not len(rows):
+        return
+    at = into.rows(rows.keys)
+    into.vals[at] = rows.vals
+    into.anchor[at] = rows.anchor
 
 
 def _keys(names: tuple[str, ...], labels: Sequence[Mapping[str, str]]) -> list[Key]:

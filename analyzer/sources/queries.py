@@ -56,20 +56,20 @@ class Gate:
         if self.kind not in ("moved", "above_zero"):
             raise ValueError(f"{self.metric.name}: gate kind must be moved or above_zero")
 
-    def expr(self, window: float) -> str:
-        """The units whose series are read now."""
+    def expr(self, window: float, extra: str = "") -> str:
+        """The units whose series are read now (of those ``extra`` selects)."""
         fn = "changes" if self.kind == "moved" else "max_over_time"
         by = ",".join(self.labels)
-        return f"max by ({by}) ({fn}({self.metric.name}[{int(window)}s]) > 0)"
+        return f"max by ({by}) ({fn}({_sel(self.metric, extra)}[{int(window)}s]) > 0)"
 
-    def uncovered_expr(self, window: float) -> str:
+    def uncovered_expr(self, window: float, extra: str = "") -> str:
         """Units whose gate series is missing at any scrape within the window where the unit
         reported (an older exporter, a sum withheld because a series could not be read, a
         node gone quiet): fewer gate samples than presence samples, or none."""
         by = ",".join(self.labels)
         w = int(window)
-        seen = f"max by ({by}) (count_over_time({self.present.name}[{w}s]))"
-        gated = f"max by ({by}) (count_over_time({self.metric.name}[{w}s]))"
+        seen = f"max by ({by}) (count_over_time({_sel(self.present, extra)}[{w}s]))"
+        gated = f"max by ({by}) (count_over_time({_sel(self.metric, extra)}[{w}s]))"
         return f"({seen} > on ({by}) {gated}) or ({seen} unless on ({by}) {gated})"
 
 
@@ -143,9 +143,9 @@ class Query:
             return f"{self.source[:-1]},{extra}}}"
         return f"{self.source}{{{extra}}}"
 
-    def identity_expr(self) -> str:
+    def identity_expr(self, extra: str = "") -> str:
         """The instant read of an identity query: its rows and how many series name each."""
-        return f"count by ({','.join(self.labels)}) ({self.selector()})"
+        return f"count by ({','.join(self.labels)}) ({self.selector(extra)})"
 
     def expr(self, extra: str = "") -> str:
         """The PromQL for a range read (of a moved-only query: of the series chosen by
@@ -260,6 +260,10 @@ QUERIES: tuple[Query, ...] = (
     Query(c.STORAGE_PROBE_UP, keep=("node", "mount")),
     Query(c.STORAGE_PROBE_DURATION, keep=("node", "mount"), matchers='op="fsync"'),
 )
+
+
+def _sel(metric: catalog.MetricDef, extra: str) -> str:
+    return f"{metric.name}{{{extra}}}" if extra else metric.name
 
 
 def rows_matchers(labels: tuple[str, ...], keys: list[tuple[str, ...]]) -> list[str]:

@@ -3,8 +3,9 @@ share them by ownership unit (each with its own engine, as separate processes wo
 the same findings, cycle by cycle, including a replica restarted mid-run (a fresh engine that
 judges its units as a freshly started analyzer would) and jobs that straddle units.
 
-Not yet the same: the ``marginal`` detector's worst-1 % of a model's fleet-wide peer group is
-a fleet-wide comparison (docs/deploy.md, "Running at 100,000 GPUs"), left out here."""
+The ``marginal`` detector's worst 1 % of a fleet-wide peer group included: each replica
+judges its nodes against the scores the others published for their parts that cycle (these
+fleets are too small for a marginal finding; test_replicas_marginal has a fleet with some)."""
 
 from __future__ import annotations
 
@@ -16,17 +17,14 @@ import pytest
 from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.findings import Finding
-from analyzer.replicas.judge import judge
+from analyzer.replicas.judge import joined, judge, scores
 from analyzer.replicas.ownership import assign, owned_nodes, units
 from analyzer.window import Window
 from gpuwarden.lab.evaluate import run_seed
 
-FLEET_WIDE = {"marginal"}
-
 
 def _key(fs: list[Finding]) -> set[tuple[str, str, str, str, str]]:
-    return {(f.node, f.subject, f.kind, f.severity, f.action) for f in fs
-            if f.detector not in FLEET_WIDE}  # fmt: skip
+    return {(f.node, f.subject, f.kind, f.severity, f.action) for f in fs}
 
 
 class Sharded:
@@ -41,10 +39,12 @@ class Sharded:
             self.engines["r-0"] = Engine(default_detectors())
         parts = units(window)
         got: list[Finding] = []
-        for r, mine in assign(parts, sorted(self.engines)).items():
-            keep = owned_nodes(parts, mine)
-            if keep:
-                got += judge(self.engines[r], window, keep)
+        owned = {r: owned_nodes(parts, mine)
+                 for r, mine in assign(parts, sorted(self.engines)).items()}  # fmt: skip
+        published = {r: scores(self.engines[r], window, keep) for r, keep in owned.items()}
+        for r, keep in owned.items():
+            others = joined(s for o, s in published.items() if o != r)
+            got += judge(self.engines[r], window, keep, others, fleet=r == min(owned))
         a, b = _key(full), _key(got)
         self.diff.update(f"missing {x[2]}" for x in a - b)
         self.diff.update(f"extra {x[2]}" for x in b - a)

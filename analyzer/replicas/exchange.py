@@ -1,0 +1,128 @@
+"""Where replicas leave their marginal scores for each other, once a cycle (the second step of
+:mod:`analyzer.replicas.judge`'s fleet-wide comparison).
+
+Edge of the sharded analyzer. A replica :meth:`~Exchange.put`\\ s its part's
+:class:`~analyzer.detectors.marginal.Scores` for cycle ``k`` (:func:`encode`: JSON, floats
+written as Python's shortest round-trip repr so the values read back bit for bit, zlib
+compressed), then reads the others' for ``k`` until every member of the plan has put or its
+wait runs out. Backends: :class:`DirectoryExchange` (the bare-metal meeting directory,
+``scores/<cycle>/<replica>``, each file written whole and renamed into place) and
+:class:`MemoryExchange` (the fake for tests). Kubernetes Leases are too small for the blobs
+(a few hundred KB a replica at 12,500 nodes); there the replicas judge marginal on their part
+alone until an exchange backend for it exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from analyzer.detectors.marginal import Scores
+
+KEEP_CYCLES = 4
+SEP = "\x1f"  # joins a key's parts (variant, signal, group) in the JSON
+
+
+class Exchange(Protocol):
+    def put(self, cycle: int, replica: str, blob: bytes) -> None:
+        """Leave ``replica``'s scores of ``cycle``."""
+
+    def get(self, cycle: int) -> dict[str, bytes]:
+        """Every replica's scores of ``cycle`` left so far."""
+
+
+def _arrays(of: Mapping[Any, np.ndarray]) -> dict[str, list[float]]:
+    return {SEP.join(k): [float(x) for x in v] for k, v in of.items()}
+
+
+def encode(s: Scores) -> bytes:
+    doc = {
+        "values": _arrays(s.values),
+        "sizes": dict(s.sizes),
+        "clocks": _arrays(s.clocks),
+        "clock_nodes": {SEP.join(k): n for k, n in s.clock_nodes.items()},
+        "slowest": _arrays(s.slowest),
+        "names": {SEP.join(k): list(v) for k, v in s.names.items()},
+    }
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def decode(blob: bytes) -> Scores:
+    """The scores of :func:`encode`; ValueError naming what is wrong otherwise."""
+    try:
+        doc = json.loads(zlib.decompress(blob))
+    except (zlib.error, ValueError) as e:
+        raise ValueError(f"marginal scores: not a compressed JSON document ({e})") from None
+    try:
+        return Scores(
+            values={_key(k, 3): np.array(v, dtype=float) for k, v in doc["values"].items()},
+            sizes={str(k): int(v) for k, v in doc["sizes"].items()},
+            clocks={_key(k, 2): np.array(v, dtype=float) for k, v in doc["clocks"].items()},
+            clock_nodes={_key(k, 2): int(v) for k, v in doc["clock_nodes"].items()},
+            slowest={_key(k, 2): np.array(v, dtype=float) for k, v in doc["slowest"].items()},
+            names={_key(k, 3): tuple(str(x) for x in v) for k, v in doc["names"].items()},
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"marginal scores: malformed document ({e!r})") from None
+
+
+def _key(k: str, parts: int) -> Any:
+    got = tuple(k.split(SEP))
+    if len(got) != parts:
+        raise ValueError(f"key {k!r} has {len(got)} parts, not {parts}")
+    return got
+
+
+@dataclass
+class MemoryExchange:
+    """In-process, the same semantics (the fake for tests)."""
+
+    _cycles: dict[int, dict[str, bytes]] = field(default_factory=dict)
+
+    def put(self, cycle: int, replica: str, blob: bytes) -> None:
+        self._cycles.setdefault(cycle, {})[replica] = blob
+        for old in sorted(self._cycles)[:-KEEP_CYCLES]:
+            del self._cycles[old]
+
+    def get(self, cycle: int) -> dict[str, bytes]:
+        return dict(self._cycles.get(cycle, {}))
+
+
+class DirectoryExchange:
+    """``<root>/scores/<cycle>/<replica>``; the cycles older than the last few are removed."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root) / "scores"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def put(self, cycle: int, replica: str, blob: bytes) -> None:
+        d = self.root / str(cycle)
+        d.mkdir(exist_ok=True)
+        tmp = d / f".{replica}.{os.getpid()}.tmp"
+        tmp.write_bytes(blob)
+        tmp.rename(d / replica)
+        held = sorted(int(p.name) for p in self.root.iterdir() if p.name.isdigit())
+        for old in held[:-KEEP_CYCLES]:
+            shutil.rmtree(self.root / str(old), ignore_errors=True)
+
+    def get(self, cycle: int) -> dict[str, bytes]:
+        d = self.root / str(cycle)
+        if not d.is_dir():
+            return {}
+        out = {}
+        for p in d.iterdir():
+            if p.name.startswith("."):
+                continue
+            try:
+                out[p.name] = p.read_bytes()
+            except FileNotFoundError:  # removed with its cycle meanwhile
+                continue
+        return out

@@ -1,0 +1,112 @@
+"""The marginal scores exchange in the running service: replicas leave their part's scores in
+the meeting directory each cycle, wait for the other members', and together find what one
+analyzer finds, marginal included; a member that never leaves its scores costs a wait and a
+count, not the cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+
+import numpy as np
+import pytest
+
+from analyzer.detectors.marginal import MarginalDetector, Scores
+from analyzer.engine import Engine
+from analyzer.findings import CLUSTER
+from analyzer.output import render_metrics
+from analyzer.replicas.exchange import DirectoryExchange, decode, encode
+from analyzer.replicas.judge import scores
+from analyzer.replicas.membership import MemoryMembership, Plan
+from analyzer.replicas.role import ReplicaRole, exchange_from
+from analyzer.service import AnalyzerService
+from analyzer.window import Window
+from exporter import catalog
+
+from .test_replicas_marginal import NODES, _key, _windows
+
+INTERVAL = 600.0
+
+
+class Windows:
+    """A source that answers each read with the next prepared window."""
+
+    name = "windows"
+
+    def __init__(self, windows: list[Window]) -> None:
+        self.windows = {float(w.t[-1]): w for w in windows}
+
+    async def read(self, now: float) -> Window:
+        return self.windows[now]
+
+
+def test_scores_cross_the_exchange_bit_for_bit():
+    w = _windows(1)[0]
+    s = scores(Engine([MarginalDetector()]), w, list(range(0, NODES, 3)))
+    back = decode(encode(s))
+    assert s.values and s.names and back.sizes == s.sizes and back.names == s.names
+    for k, v in s.values.items():
+        assert back.values[k].tobytes() == v.tobytes(), k
+    for k, v in s.slowest.items():
+        assert back.slowest[k].tobytes() == v.tobytes(), k
+
+
+@pytest.mark.parametrize(
+    "blob, why",
+    [(b"not compressed", "compressed JSON"), (zlib.compress(b'{"values": {}}'), "malformed")],
+)
+def test_a_bad_blob_is_a_clear_error(blob, why):
+    with pytest.raises(ValueError, match=why):
+        decode(blob)
+
+
+def _run(members: tuple[str, ...], silent: set[str], tmp_path, wait: float):
+    windows = _windows(6)
+    store = MemoryMembership()
+    exchange = DirectoryExchange(tmp_path)
+    roles = {r: ReplicaRole(store, r, INTERVAL, started=-10 * INTERVAL, exchange=exchange,
+                            wait=wait) for r in members if r not in silent}  # fmt: skip
+    services = {r: AnalyzerService(Windows(windows), Engine([MarginalDetector()]), INTERVAL,
+                                   replica=role) for r, role in roles.items()}  # fmt: skip
+    single = Engine([MarginalDetector()])
+    cycles = []
+    for w in windows:
+        at = float(w.t[-1])
+        plan = Plan(int(at // INTERVAL), members, members[0])
+
+        async def cycle(at: float, plan: Plan) -> None:
+            await asyncio.gather(*(s.run_cycle(at, plan) for s in services.values()))
+
+        asyncio.run(cycle(at, plan))
+        got = [f for s in services.values() for f in s.engine.findings]
+        cycles.append((single.cycle(w), got))
+    return cycles, roles
+
+
+def test_replicas_exchanging_through_the_directory_find_what_one_analyzer_finds(tmp_path):
+    cycles, roles = _run(("r-a", "r-b", "r-c"), set(), tmp_path, wait=5.0)
+    for full, got in cycles:
+        assert _key(got) == _key(full) and len(got) == len(full)
+    assert sum(f.kind == "marginal" for full, _ in cycles for f in full) >= 4
+    assert sum(f.node == CLUSTER for full, _ in cycles for f in full) >= 1
+    assert all(r.stats.scores_missing == 0 for r in roles.values())
+    assert len(list((tmp_path / "scores").iterdir())) <= 4  # old cycles removed
+
+
+def test_a_member_that_leaves_no_scores_costs_the_wait_and_a_count(tmp_path):
+    cycles, roles = _run(("r-a", "r-b", "r-c"), {"r-c"}, tmp_path, wait=0.2)
+    assert all(r.stats.scores_missing == len(cycles) for r in roles.values())
+    assert any(got for _, got in cycles)  # the others still judged
+    text = render_metrics([], Engine([]).stats, {}, None, roles["r-a"].stats)
+    missing = catalog.ANALYZER_REPLICA_SCORES_MISSING.name
+    assert f'{missing}{{replica="r-a"}} {len(cycles)}' in text
+
+
+def test_the_exchange_is_the_meeting_directory_on_bare_metal_only(tmp_path):
+    assert isinstance(exchange_from(f"dir:{tmp_path}"), DirectoryExchange)
+    assert exchange_from("kubernetes:gpuwarden") is None
+
+
+def test_joining_nothing_changes_nothing():
+    s = Scores({("whole", "x", "g"): np.array([1.0])}, {"g": 1})
+    assert s.join(Scores()).values[("whole", "x", "g")].tolist() == [1.0]
