@@ -82,8 +82,7 @@ def _load(text: str) -> dict[str, Any]:
         raise ParseError(f"NodeVerdict is not valid JSON (cut off or garbled): {e}") from None
     if text[end:].strip():
         raise ParseError("text after the NodeVerdict (expected one JSON object alone)")
-    if not isinstance(doc, dict):
-        raise ParseError("NodeVerdict is not a JSON object")
+    assert isinstance(doc, dict)  # decoded from a "{": an object or an error above
     return doc
 
 

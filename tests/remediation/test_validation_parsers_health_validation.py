@@ -265,3 +265,134 @@ def test_a_minimum_on_a_verdict_measurement_is_judged() -> None:
     assert not low.passed and "412.5 below the minimum 450" in low.steps[0].reasons[0]
     missing = judge_suite(suite(400), [StepRun(0, read("warning"))])
     assert not missing.passed and "missing from the output" in missing.steps[0].reasons[0]
+
+
+# -- what the operator reads: each check's exact status, GPUs and detail ---------------------
+
+
+def _shown(text: str) -> list[tuple[str, str, tuple[int, ...], str]]:
+    return [(c.name, c.status, c.gpus, c.detail) for c in parse_health_validation(text).checks]
+
+
+def test_each_fixture_reads_as_exactly_these_checks() -> None:
+    assert _shown(read("pass")) == [(OVERALL, "pass", (), "overall PASS")]
+    assert _shown(read("critical-xid-nvlink")) == [
+        (OVERALL, "fail", (), "overall CRITICAL"),
+        ("gpu_xid_46", "fail", (3,),
+         "CRITICAL; GPU 3: Xid 46 (GPU stopped processing) logged 2 times; recommended: drain, "
+         "then reset_gpu -> service_required (gpuwarden: drain, then reset_gpu -> inspect)"),
+        ("nvlink_active", "fail", (5,),
+         "CRITICAL; GPU 5: 2 inactive NVLinks (allowed: 0); recommended: drain, then reset_gpu "
+         "-> restart_os -> service_required (gpuwarden: drain, then reset_gpu -> reboot -> "
+         "inspect)"),
+    ]  # fmt: skip
+    assert _shown(read("unknown")) == [
+        (OVERALL, "fail", (), "overall UNKNOWN: the node's health could not be assessed "
+                              "(failed closed)"),
+        ("nvlink_active", "fail", (2,),
+         "UNKNOWN; GPU 2: NVLink state could not be read; not assessed: failed closed"),
+    ]  # fmt: skip
+    assert _shown(read("warning")) == [
+        (OVERALL, "warn", (), "overall WARNING: nvlink_bandwidth_count_speed"),
+        ("nvlink_bandwidth_count_speed", "warn", (),
+         "WARNING; entity GPU-8b1e2c3d-4f5a-6b7c-8d9e-0f1a2b3c4d5e; GPU 2: NVLink speed 50000 "
+         "MB/s per link, expected 53125"),
+    ]  # fmt: skip
+
+
+def test_affected_components_read_as_one_check_per_category_with_their_checks_and_entities() -> (
+    None
+):
+    doc = verdict("critical-xid-nvlink")
+    del doc["checks"]
+    doc["affected_components"].append({"check_ids": [], "entities": [], "max_severity": "INFO"})
+    doc["affected_components"].append(
+        {"check_ids": ["a", "b"], "entities": ["0", "GPU 1"], "max_severity": "CRITICAL"}
+    )
+    assert _shown(json.dumps(doc)) == [
+        (OVERALL, "fail", (), "overall CRITICAL"),
+        ("XID", "fail", (3,), "CRITICAL; checks gpu_xid_46; entities 3"),
+        ("NVLINK", "fail", (5,), "CRITICAL; checks nvlink_active; entities 5"),
+        ("uncategorised", "fail", (0, 1), "CRITICAL; checks a, b; entities 0, GPU 1"),
+    ]
+    doc["affected_components"] = [{"max_severity": "WARNING"}, 3, {"max_severity": "PASS"},
+                                  {"check_ids": ["c"], "max_severity": "WARNING"}]  # fmt: skip
+    doc["overall_severity"] = "WARNING"
+    assert _shown(json.dumps(doc)) == [
+        (OVERALL, "warn", (), "overall WARNING: uncategorised, unread affected_components[1], "
+                              "uncategorised"),
+        ("uncategorised", "warn", (), "WARNING; checks ?"),
+        ("unread affected_components[1]", "warn", (), "not in the assumed shape: 3"),
+        ("uncategorised", "warn", (), "WARNING; checks c"),
+    ]  # fmt: skip
+
+
+def test_unread_entries_are_quoted_sorted_and_cut_and_the_rest_still_read() -> None:
+    long = {"z": "x" * 300, "a": 1}
+    doc = {"overall_severity": "CRITICAL",
+           "checks": [long, {"check_id": "k", "severity": "CRITICAL", "entity": True}]}  # fmt: skip
+    shown = _shown(json.dumps(doc))
+    assert shown[1][0] == "unread checks[0]" and shown[1][1] == "warn" and shown[1][2] == ()
+    quoted = json.dumps(long, sort_keys=True)[:160]
+    assert shown[1][3] == f"not in the assumed shape: {quoted}"
+    assert shown[2] == ("k", "fail", (), "CRITICAL; entity True")  # a bool is no GPU index
+    doc["checks"] = {"not": "a list"}
+    assert _shown(json.dumps(doc))[1] == (
+        "unread checks",
+        "warn",
+        (),
+        'not in the assumed shape: {"not": "a list"}',
+    )
+
+
+def test_a_check_with_an_odd_action_or_no_steps_says_what_it_recommends() -> None:
+    def detail(action: Any, **more: Any) -> str:
+        doc = {"overall_severity": "CRITICAL", "checks": [
+            {"check_id": "k", "severity": "CRITICAL", "entity": "GPU 4", "recommended_action":
+             action, **more}]}  # fmt: skip
+        return _shown(json.dumps(doc))[1][3]
+
+    assert detail({"operational_state": "drain"}) == (
+        "CRITICAL; recommended: drain (gpuwarden: drain)"
+    )
+    assert detail(["reset_gpu", "restart_os"]) == (
+        "CRITICAL; recommended: reset_gpu -> restart_os (gpuwarden: reset_gpu -> reboot)"
+    )
+    assert detail({"steps": ["reset_gpu", 3]}).startswith('CRITICAL; recommended: unread ({"steps')
+    assert detail(None) == "CRITICAL"
+    assert detail({}) == "CRITICAL"
+    assert detail(None, message="") == "CRITICAL"
+    assert detail(None, message=5) == "CRITICAL"
+
+
+def test_measurements_are_read_per_gpu_per_entity_and_booleans_are_not_numbers() -> None:
+    doc = {"overall_severity": "PASS", "checks": [
+        {"check_id": "p", "severity": "PASS", "entity": 2,
+         "measurements": {"watts": 400, "ok": True, "name": "x"}},
+        {"check_id": "q", "severity": "PASS", "entity": "mlx5_0", "measurements": {"flaps": 0}},
+        {"check_id": "r", "severity": "PASS", "measurements": {"n": 8.5}},
+    ]}  # fmt: skip
+    m = parse_health_validation(json.dumps(doc)).measurements
+    assert m == {"p.gpu2.watts": 400.0, "q.mlx5_0.flaps": 0.0, "r.n": 8.5,
+                 "critical_checks": 0.0, "warning_checks": 0.0, "unknown_checks": 0.0}  # fmt: skip
+
+
+def test_what_is_not_a_verdict_is_said_plainly() -> None:
+    with pytest.raises(ParseError, match=r"^NodeVerdict has no overall_severity$"):
+        parse_health_validation("{}")
+    with pytest.raises(ParseError, match=r"^NodeVerdict.overall_severity: 'ok'"):
+        parse_health_validation('{"overall_severity": "ok"}')
+    with pytest.raises(ParseError, match=r"overall_severity PASS with 2 CRITICAL/UNKNOWN check"):
+        parse_health_validation(
+            json.dumps(
+                {
+                    "overall_severity": "PASS",
+                    "checks": [
+                        {"check_id": "a", "severity": "CRITICAL"},
+                        {"check_id": "b", "severity": "UNKNOWN"},
+                    ],
+                }
+            )
+        )
+    with pytest.raises(ParseError, match=r"^text after the NodeVerdict \(expected one JSON"):
+        parse_health_validation('{"overall_severity": "PASS"} trailing')
