@@ -6,10 +6,10 @@ Edge of the sharded analyzer. A replica :meth:`~Exchange.put`\\ s its part's
 written as Python's shortest round-trip repr so the values read back bit for bit, zlib
 compressed), then reads the others' for ``k`` until every member of the plan has put or its
 wait runs out. Backends: :class:`DirectoryExchange` (the bare-metal meeting directory,
-``scores/<cycle>/<replica>``, each file written whole and renamed into place) and
-:class:`MemoryExchange` (the fake for tests). Kubernetes Leases are too small for the blobs
-(a few hundred KB a replica at 12,500 nodes); there the replicas judge marginal on their part
-alone until an exchange backend for it exists.
+``scores/<cycle>/<replica>``, each file written whole and renamed into place),
+:class:`analyzer.replicas.configmaps.ConfigMapExchange` (Kubernetes: a ConfigMap per
+replica; Leases are too small for the blobs, a few hundred KB a replica at 12,500 nodes) and
+:class:`MemoryExchange` (the fake for tests).
 """
 
 from __future__ import annotations
@@ -32,11 +32,16 @@ SEP = "\x1f"  # joins a key's parts (variant, signal, group) in the JSON
 
 
 class Exchange(Protocol):
+    poll_s: float  # how often a waiting replica reads the members' scores
+
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
-        """Leave ``replica``'s scores of ``cycle``."""
+        """Leave ``replica``'s scores of ``cycle`` (OSError when it cannot)."""
 
     def get(self, cycle: int) -> dict[str, bytes]:
-        """Every replica's scores of ``cycle`` left so far."""
+        """Every replica's scores of ``cycle`` left so far (OSError when unreadable)."""
+
+    def leave(self, replica: str) -> None:
+        """``replica`` is going away: its scores may go too."""
 
 
 def _arrays(of: Mapping[Any, np.ndarray]) -> dict[str, list[float]]:
@@ -86,6 +91,7 @@ class MemoryExchange:
     """In-process, the same semantics (the fake for tests)."""
 
     _cycles: dict[int, dict[str, bytes]] = field(default_factory=dict)
+    poll_s: float = 0.05
 
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
         self._cycles.setdefault(cycle, {})[replica] = blob
@@ -95,9 +101,15 @@ class MemoryExchange:
     def get(self, cycle: int) -> dict[str, bytes]:
         return dict(self._cycles.get(cycle, {}))
 
+    def leave(self, replica: str) -> None:
+        for part in self._cycles.values():
+            part.pop(replica, None)
+
 
 class DirectoryExchange:
     """``<root>/scores/<cycle>/<replica>``; the cycles older than the last few are removed."""
+
+    poll_s = 0.05
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root) / "scores"
@@ -126,3 +138,6 @@ class DirectoryExchange:
             except FileNotFoundError:  # removed with its cycle meanwhile
                 continue
         return out
+
+    def leave(self, replica: str) -> None:
+        return None  # its files go with their cycles

@@ -53,12 +53,11 @@ class LeaseMembership:
         """The pod's service account, else ``$KUBECONFIG``."""
         import kubernetes
 
-        cfg = kubernetes.client.Configuration()
-        try:
-            kubernetes.config.load_incluster_config(client_configuration=cfg)
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config(client_configuration=cfg)
-        api = kubernetes.client.CoordinationV1Api(kubernetes.client.ApiClient(cfg))
+        from common.kubeconfig import client_configuration
+
+        api = kubernetes.client.CoordinationV1Api(
+            kubernetes.client.ApiClient(client_configuration())
+        )
         return cls(api, namespace, prefix)
 
     # ----- heartbeats

@@ -101,7 +101,7 @@ class ReplicaRole:
             deadline = time.monotonic() + self.wait
             got = exchange.get(plan.cycle)
             while not set(plan.members) <= set(got) and time.monotonic() < deadline:
-                time.sleep(min(0.05, self.wait / 20))
+                time.sleep(min(exchange.poll_s, self.wait / 20))
                 got = exchange.get(plan.cycle)
         except OSError as e:
             log.warning("marginal scores exchange: %s", e)
@@ -124,12 +124,24 @@ class ReplicaRole:
 
     def leave(self) -> None:
         self.coordinator.leave()
+        if self.exchange is not None:
+            try:
+                self.exchange.leave(self.coordinator.replica)
+            except OSError as e:  # going away anyway: its scores stay until replaced
+                log.warning("marginal scores exchange: %s", e)
 
 
 def exchange_from(spec: str) -> Exchange | None:
     """Where the replicas of ``spec`` exchange marginal scores: the meeting directory on bare
-    metal; none on Kubernetes yet (the Lease objects are too small for them)."""
+    metal, a ConfigMap per replica on Kubernetes (the Leases are too small for them)."""
     kind, _, where = spec.partition(":")
+    if kind == "kubernetes":
+        from analyzer.replicas.configmaps import ConfigMapExchange
+
+        try:
+            return ConfigMapExchange.from_config(where)
+        except Exception as e:  # no service account and no kubeconfig: stop the start
+            raise ValueError(f"membership {spec}: no Kubernetes credentials ({e})") from None
     return DirectoryExchange(where) if kind == "dir" else None
 
 

@@ -8,7 +8,6 @@ run it against the kmock emulator over real HTTP.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -186,17 +185,13 @@ class OfficialKubeApi:
         test_kube_service_real.py stops the real API server to show it)."""
         import kubernetes
 
-        cfg = kubernetes.client.Configuration()
+        from common.kubeconfig import client_configuration
+
         if host is not None:
+            cfg = kubernetes.client.Configuration()
             cfg.host = host
         else:
-            try:
-                kubernetes.config.load_incluster_config(client_configuration=cfg)
-            except kubernetes.config.ConfigException:
-                # $KUBECONFIG read now: the client reads it once, when first imported
-                kubernetes.config.load_kube_config(
-                    config_file=os.environ.get("KUBECONFIG"), client_configuration=cfg
-                )
+            cfg = client_configuration()
         cfg.retries = bounded_retry(retries)
         api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(cfg))
         return cls(api, timeout)

@@ -15,6 +15,7 @@ from analyzer.detectors.marginal import MarginalDetector, Scores
 from analyzer.engine import Engine
 from analyzer.findings import CLUSTER
 from analyzer.output import render_metrics
+from analyzer.replicas.configmaps import ConfigMapExchange
 from analyzer.replicas.exchange import DirectoryExchange, decode, encode
 from analyzer.replicas.judge import scores
 from analyzer.replicas.membership import MemoryMembership, Plan
@@ -102,11 +103,47 @@ def test_a_member_that_leaves_no_scores_costs_the_wait_and_a_count(tmp_path):
     assert f'{missing}{{replica="r-a"}} {len(cycles)}' in text
 
 
-def test_the_exchange_is_the_meeting_directory_on_bare_metal_only(tmp_path):
+def test_the_exchange_is_the_meeting_directory_on_bare_metal_and_configmaps_on_kubernetes(
+    tmp_path, monkeypatch
+):
     assert isinstance(exchange_from(f"dir:{tmp_path}"), DirectoryExchange)
-    assert exchange_from("kubernetes:gpuwarden") is None
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    on_kube = exchange_from("kubernetes:gpuwarden")
+    assert isinstance(on_kube, ConfigMapExchange) and on_kube.namespace == "gpuwarden"
+    (tmp_path / "empty").write_text("apiVersion: v1\nkind: Config\n")  # no context
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="no Kubernetes credentials"):
+        exchange_from("kubernetes:gpuwarden")
 
 
 def test_joining_nothing_changes_nothing():
     s = Scores({("whole", "x", "g"): np.array([1.0])}, {"g": 1})
     assert s.join(Scores()).values[("whole", "x", "g")].tolist() == [1.0]
+
+
+def test_a_replica_leaving_takes_its_scores_with_it_and_a_failing_exchange_does_not_stop_it():
+    from analyzer.replicas.exchange import MemoryExchange
+
+    store, exchange = MemoryMembership(), MemoryExchange()
+    exchange.put(3, "r-0", b"a")
+    exchange.put(3, "r-1", b"b")
+    role = ReplicaRole(store, "r-0", INTERVAL, started=0.0, exchange=exchange)
+    role.leave()
+    assert exchange.get(3) == {"r-1": b"b"}
+
+    class Down(MemoryExchange):
+        def leave(self, replica):
+            raise OSError("removing the marginal scores: HTTP 503")
+
+    left = []
+    store.leave = lambda r: left.append(r)  # type: ignore[method-assign]
+    ReplicaRole(store, "r-1", INTERVAL, started=0.0, exchange=Down()).leave()
+    assert left == ["r-1"]

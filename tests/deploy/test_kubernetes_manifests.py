@@ -603,13 +603,19 @@ def test_the_sharded_overlay_runs_replicas_named_after_their_pods_meeting_in_lea
     assert all(x["metadata"]["namespace"] == "gpuwarden" for x in changed)
 
 
-def test_the_sharded_analyzers_role_grants_exactly_the_lease_calls_its_code_makes() -> None:
+def test_the_sharded_analyzers_role_grants_exactly_the_lease_and_configmap_calls_its_code_makes(
+) -> None:  # fmt: skip
     code = (ROOT / "analyzer" / "replicas" / "leases.py").read_text()
     called = set(re.findall(r"\bapi\.(\w+)_namespaced_lease\(", code))
     assert called and called <= set(LEASE_VERBS), sorted(called - set(LEASE_VERBS))
+    scores = (ROOT / "analyzer" / "replicas" / "configmaps.py").read_text()
+    cm_called = set(re.findall(r"\bapi\.(\w+)_namespaced_config_map\(", scores))
+    assert cm_called and cm_called <= set(LEASE_VERBS), sorted(cm_called - set(LEASE_VERBS))
     overlay = build(SHARDED)
     role = one(overlay, "Role", "gpuwarden-analyzer-replicas")
-    assert rbac_grants(role) == {("coordination.k8s.io", "leases", LEASE_VERBS[c]) for c in called}
+    assert rbac_grants(role) == {
+        ("coordination.k8s.io", "leases", LEASE_VERBS[c]) for c in called
+    } | {("", "configmaps", LEASE_VERBS[c]) for c in cm_called}
     binding = one(overlay, "RoleBinding", "gpuwarden-analyzer-replicas")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": "gpuwarden-analyzer-replicas"}  # fmt: skip

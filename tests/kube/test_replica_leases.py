@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from analyzer.replicas.configmaps import ConfigMapExchange
 from analyzer.replicas.coordinator import Coordinator, Timing
 from analyzer.replicas.leases import PLANS, LeaseMembership
 from analyzer.replicas.membership import Membership
@@ -72,7 +73,9 @@ def test_three_coordinators_on_the_server_agree_on_one_plan_per_cycle(kube_lab: 
     assert set(__import__("json").loads(lease["metadata"]["annotations"][PLANS])) >= {"1003"}
 
 
-def test_the_shipped_sharded_role_allows_every_lease_call_and_no_more(kube_lab: KubeLab) -> None:
+def test_the_shipped_sharded_role_allows_every_lease_and_scores_call_and_no_more(
+    kube_lab: KubeLab,
+) -> None:
     import kubernetes
 
     ns = kube_lab.namespace("shard")
@@ -94,9 +97,14 @@ def test_the_shipped_sharded_role_allows_every_lease_call_and_no_more(kube_lab: 
     mark = kube_lab.audit_mark()
     for i, check in enumerate(CONTRACT):  # every call leases.py makes, with the shipped token
         check(LeaseMembership(api, ns, prefix=f"gpuwarden-analyzer-{i}"))
+    scores = ConfigMapExchange(kubernetes.client.CoreV1Api(kube_lab.client(token)), ns)
+    scores.put(1, "r-0", b"a")  # every call configmaps.py makes: create,
+    scores.put(2, "r-0", b"b")  # replace,
+    assert scores.get(2) == {"r-0": b"b"}  # list,
+    scores.leave("r-0")  # delete
     calls = used(kube_lab.audit_since(mark, user=f"system:serviceaccount:{ns}:{sa}"))
     assert not [k for k, codes in calls.items() if 403 in codes], calls
     role = next(d for d in mine if d["kind"] == "Role")
-    granted = {("coordination.k8s.io", r, v) for rule in role["rules"]
+    granted = {(rule["apiGroups"][0] or "core", r, v) for rule in role["rules"]
                for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
     assert set(calls) == granted, (sorted(granted - set(calls)), sorted(set(calls) - granted))

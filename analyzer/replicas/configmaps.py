@@ -1,0 +1,114 @@
+"""The marginal scores exchange on Kubernetes: one ConfigMap per replica.
+
+Edge of the sharded analyzer, the Kubernetes twin of
+:class:`analyzer.replicas.exchange.DirectoryExchange` (the same
+:class:`~analyzer.replicas.exchange.Exchange` contract). A Lease's annotations hold 256 KB in
+all, too little for a replica's scores (a few hundred KB compressed at 12,500 nodes), so each
+replica keeps its latest scores in its own ConfigMap ``<prefix>-scores-<replica>``:
+
+- ``binaryData.scores``: the compressed blob of :func:`~analyzer.replicas.exchange.encode`;
+- label ``gpuwarden.io/role: scores`` (one list call finds every member's), annotations
+  ``gpuwarden.io/replica`` and ``gpuwarden.io/cycle`` (a blob of another cycle is not
+  returned for this one).
+
+Only its replica writes a ConfigMap, so a put is a create, or on 409 an unconditional
+replace. A blob over what a ConfigMap holds (1 MiB of data, less the object's own) is refused
+before it is sent. Every API failure is raised as an ``OSError`` with the server's status, so
+the replica judges marginal on its part alone that cycle and counts the missing scores, never
+a crashed cycle. Members are read at most once a second while a replica waits for them.
+
+RBAC (deploy/): list, create, update and delete on ``configmaps`` in the analyzer's namespace.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+ROLE = "gpuwarden.io/role"
+REPLICA = "gpuwarden.io/replica"
+CYCLE = "gpuwarden.io/cycle"
+KEY = "scores"
+# a ConfigMap holds 1 MiB of data (the API server refuses more); base64 grows a blob by 4/3
+MAX_BLOB = (1024 * 1024 - 16 * 1024) * 3 // 4
+
+
+class ConfigMapExchange:
+    poll_s = 1.0  # how often a waiting replica lists the members' scores
+
+    def __init__(self, api: Any, namespace: str, prefix: str = "gpuwarden-analyzer") -> None:
+        """``api``: a ``kubernetes.client.CoreV1Api``."""
+        self.api, self.namespace, self.prefix = api, namespace, prefix
+
+    @classmethod
+    def from_config(cls, namespace: str, prefix: str = "gpuwarden-analyzer") -> ConfigMapExchange:
+        """The pod's service account, else ``$KUBECONFIG``."""
+        import kubernetes
+
+        from common.kubeconfig import client_configuration
+
+        api = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(client_configuration()))
+        return cls(api, namespace, prefix)
+
+    def name(self, replica: str) -> str:
+        return f"{self.prefix}-scores-{replica}"
+
+    def put(self, cycle: int, replica: str, blob: bytes) -> None:
+        if len(blob) > MAX_BLOB:
+            raise OSError(
+                f"marginal scores of {replica}: {len(blob)} bytes compressed, more than a "
+                f"ConfigMap holds ({MAX_BLOB}); fewer nodes per replica would fit"
+            )
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.name(replica),
+                "labels": {ROLE: "scores"},
+                "annotations": {REPLICA: replica, CYCLE: str(cycle)},
+            },
+            "binaryData": {KEY: base64.b64encode(blob).decode()},
+        }
+        try:
+            self.api.create_namespaced_config_map(self.namespace, body)
+        except Exception as e:
+            if getattr(e, "status", None) != 409:
+                raise _said("leaving the marginal scores", e) from None
+            try:  # ours alone: replaced whole, without a resourceVersion
+                self.api.replace_namespaced_config_map(self.name(replica), self.namespace, body)
+            except Exception as again:
+                raise _said("leaving the marginal scores", again) from None
+
+    def get(self, cycle: int) -> dict[str, bytes]:
+        try:
+            got = self.api.list_namespaced_config_map(
+                self.namespace, label_selector=f"{ROLE}=scores"
+            )
+        except Exception as e:
+            raise _said("reading the marginal scores", e) from None
+        out: dict[str, bytes] = {}
+        for cm in got.items:
+            notes = cm.metadata.annotations or {}
+            data = (cm.binary_data or {}).get(KEY)
+            if notes.get(CYCLE) != str(cycle) or not notes.get(REPLICA) or data is None:
+                continue
+            try:
+                out[notes[REPLICA]] = base64.b64decode(data, validate=True)
+            except ValueError:  # not base64: left out, counted as missing by the role
+                continue
+        return out
+
+    def leave(self, replica: str) -> None:
+        """Remove this replica's scores (it is going away)."""
+        try:
+            self.api.delete_namespaced_config_map(self.name(replica), self.namespace)
+        except Exception as e:
+            if getattr(e, "status", None) != 404:
+                raise _said("removing the marginal scores", e) from None
+
+
+def _said(what: str, e: Exception) -> OSError:
+    status = getattr(e, "status", None)
+    reason = getattr(e, "reason", "") or ""
+    said = f"HTTP {status} {reason}".strip() if status else f"{type(e).__name__}: {e}"
+    return OSError(f"{what}: {said}")

@@ -1,0 +1,98 @@
+"""The marginal scores exchange on the real kube-apiserver: a ConfigMap per replica. What only
+a real server shows: the largest blob gpuwarden lets through is one the server accepts (its
+1 MiB ConfigMap limit, base64 included), a refusal arrives as the replica's OSError with the
+server's status (the cycle goes on, marginal on its part alone), and the scores read back bit
+for bit."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from analyzer.detectors.marginal import Scores
+from analyzer.replicas.configmaps import MAX_BLOB, ConfigMapExchange
+from analyzer.replicas.exchange import decode, encode
+from tests.kubelab import KubeLab
+
+pytestmark = pytest.mark.real
+
+
+def _exchange(lab: KubeLab, ns: str | None = None, token: str | None = None) -> ConfigMapExchange:
+    import kubernetes
+
+    return ConfigMapExchange(kubernetes.client.CoreV1Api(lab.client(token)), ns or lab.namespace())
+
+
+def _scores(seed: int) -> Scores:
+    rng = np.random.default_rng(seed)
+    vals = rng.normal(size=50)
+    return Scores(
+        values={("whole", "sm_clock", "H100"): vals},
+        sizes={"H100": 50},
+        names={("whole", "sm_clock", "H100"): tuple(f"n{seed}-{i}" for i in range(50))},
+    )
+
+
+def test_three_replicas_read_each_others_scores_of_a_cycle_bit_for_bit(kube_lab: KubeLab) -> None:
+    x = _exchange(kube_lab)
+    sent = {f"r-{i}": _scores(i) for i in range(3)}
+    for r, s in sent.items():
+        x.put(7, r, encode(s))
+    got = x.get(7)
+    assert set(got) == set(sent)
+    for r, s in sent.items():
+        back = decode(got[r])
+        k = ("whole", "sm_clock", "H100")
+        assert back.values[k].tobytes() == s.values[k].tobytes() and back.names == s.names
+    x.put(8, "r-0", encode(sent["r-0"]))  # r-0 moved on: its blob is not cycle 7's any more
+    assert set(x.get(7)) == {"r-1", "r-2"} and set(x.get(8)) == {"r-0"}
+    assert x.get(6) == {}
+
+
+def test_the_largest_blob_let_through_is_one_the_server_accepts(kube_lab: KubeLab) -> None:
+    x = _exchange(kube_lab)
+    biggest = os.urandom(MAX_BLOB)  # incompressible: as large on the wire as it gets
+    x.put(1, "r-big", biggest)
+    assert x.get(1)["r-big"] == biggest
+    with pytest.raises(OSError, match=r"more than a ConfigMap holds"):
+        x.put(2, "r-big", biggest + b"x")
+    assert x.get(1)["r-big"] == biggest  # the refused one changed nothing
+
+
+def test_a_refusal_is_an_oserror_with_the_servers_status(kube_lab: KubeLab) -> None:
+    ns = kube_lab.namespace("noperm")
+    kube_lab.apply_yaml([{"apiVersion": "v1", "kind": "ServiceAccount",
+                          "metadata": {"name": "nobody", "namespace": ns}}])  # fmt: skip
+    x = _exchange(kube_lab, ns, kube_lab.service_account_token(ns, "nobody"))
+    with pytest.raises(OSError, match=r"leaving the marginal scores: HTTP 403"):
+        x.put(1, "r-0", b"blob")
+    with pytest.raises(OSError, match=r"reading the marginal scores: HTTP 403"):
+        x.get(1)
+    with pytest.raises(OSError, match=r"removing the marginal scores: HTTP 403"):
+        x.leave("r-0")
+
+
+def test_a_replica_leaving_takes_its_scores_and_leaving_twice_is_fine(kube_lab: KubeLab) -> None:
+    x = _exchange(kube_lab)
+    x.put(3, "r-0", b"a")
+    x.put(3, "r-1", b"b")
+    x.leave("r-0")
+    x.leave("r-0")
+    assert x.get(3) == {"r-1": b"b"}
+
+
+def test_a_configmap_not_of_gpuwarden_shape_is_not_read_as_scores(kube_lab: KubeLab) -> None:
+    x = _exchange(kube_lab)
+    x.put(4, "r-0", b"ok")
+    kube_lab.apply_yaml([
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "odd-1", "namespace": x.namespace, "labels": {"gpuwarden.io/role": "scores"},
+            "annotations": {"gpuwarden.io/cycle": "4"}}, "binaryData": {"scores": "YQ=="}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "odd-2", "namespace": x.namespace, "labels": {"gpuwarden.io/role": "scores"},
+            "annotations": {"gpuwarden.io/cycle": "4", "gpuwarden.io/replica": "r-9"}},
+         "data": {"scores": "text, not binary"}},
+    ])  # fmt: skip
+    assert x.get(4) == {"r-0": b"ok"}
