@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from analyzer.replicas.membership import Membership, Plan
+from analyzer.replicas.membership import Beat, Membership, Plan
 from analyzer.replicas.ownership import assign
 
 
@@ -38,12 +38,18 @@ class Timing:
     settle: float = 0.2  # announcements are in by then; the leader publishes
     plan_wait: float = 0.6  # no plan by then: this cycle is not judged here
     lease_ttl: float = 1.2  # < 1 + plan_wait - settle: a successor publishes in time
+    # a replica silent this many cycles is gone (SIGKILL, a deleted pod): the leader removes
+    # its heartbeat (and the role its scores), so a fleet of short-lived pod names leaves
+    # no heartbeats behind; one that comes back heartbeats anew and joins the next plan
+    forget_after: int = 10
 
     def __post_init__(self) -> None:
         if not self.interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {self.interval}")
         if not 0 <= self.settle < self.plan_wait < 1:
             raise ValueError("need 0 <= settle < plan_wait < 1 (fractions of the interval)")
+        if self.forget_after < 2:
+            raise ValueError(f"forget_after must be >= 2 cycles, got {self.forget_after}")
         if not 1 < self.lease_ttl < 1 + self.plan_wait - self.settle:
             raise ValueError(
                 "lease_ttl must outlast one interval and lapse before the next plan is due: "
@@ -64,6 +70,7 @@ class Coordinator:
         self.membership, self.replica, self.timing = membership, replica, timing
         self.first = timing.cycle(started) + 1  # never the cycle it started in
         self.leading = False
+        self.forgotten: list[str] = []  # replicas this one, leading, removed (for the role)
         self.announced = self.done = self.first - 1
         membership.heartbeat(replica, self.first, started)
 
@@ -104,9 +111,19 @@ class Coordinator:
         self.leading = self.membership.lead(self.replica, now, ttl)
         stored = self.membership.plan(k)
         if stored is None and self.leading:
-            ready = tuple(sorted(b.replica for b in self.membership.beats() if b.cycle == k))
+            beats = self.membership.beats()
+            ready = tuple(sorted(b.replica for b in beats if b.cycle == k))
             stored = self.membership.publish(self.replica, Plan(k, ready, self.replica), now)
+            if stored is not None and stored.leader == self.replica:
+                self._forget(k, beats)
         return stored
+
+    def _forget(self, k: int, beats: Iterable[Beat]) -> None:
+        """Remove the heartbeats of replicas silent for ``forget_after`` cycles."""
+        for b in beats:
+            if b.replica != self.replica and b.cycle <= k - self.timing.forget_after:
+                self.membership.leave(b.replica)
+                self.forgotten.append(b.replica)
 
     def late(self, now: float) -> bool:
         """Past the point where a plan for this cycle may still be waited for."""

@@ -58,6 +58,13 @@ class ReplicaRole:
         """The plan to judge now, if any (counting the cycles that pass unjudged)."""
         plan = self.coordinator.turn(now)
         self.stats.leader = self.coordinator.leading
+        while self.coordinator.forgotten:  # gone replicas' scores go with their heartbeats
+            gone = self.coordinator.forgotten.pop()
+            if self.exchange is not None:
+                try:
+                    self.exchange.leave(gone)
+                except OSError as e:  # tried again only if it heartbeats and dies again
+                    log.warning("marginal scores exchange: %s", e)
         k = self.coordinator.done
         if plan is None and k > self._done:  # a cycle closed without a judgement here
             self.stats.missed += k - self._done

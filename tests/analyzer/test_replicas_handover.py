@@ -89,6 +89,9 @@ class Handover(RuleBasedStateMachine):
         for name in sorted(w.alive):
             r = w.alive[name]
             plan = r.coord.turn(w.now)
+            forgot = [g for g in r.coord.forgotten if g in w.alive and g != name]
+            assert not forgot, f"{name} removed the heartbeat of live {forgot}"
+            r.coord.forgotten.clear()
             if plan is not None:
                 cycle, units = plan.cycle, r.coord.mine(plan, UNITS)
                 if r.doom is not None:
@@ -162,3 +165,24 @@ def test_timing_that_would_let_a_dead_leader_stall_the_next_plan_is_refused() ->
         Timing(15.0, lease_ttl=1.5)
     with pytest.raises(ValueError, match="settle < plan_wait"):
         Timing(15.0, settle=0.7)
+
+
+def test_the_leader_forgets_a_replica_silent_for_forget_after_cycles_and_only_that_one() -> None:
+    store, timing = MemoryMembership(), Timing(INTERVAL, forget_after=3)
+    coords = {n: Coordinator(store, n, timing, 0.0) for n in ("a", "b", "c")}
+    gone_at = None
+    for tick in range(int(9 * INTERVAL)):
+        if tick == int(2 * INTERVAL):
+            del coords["c"]  # SIGKILLed: no leave, its heartbeat stays (for cycle 1)
+        for c in coords.values():
+            c.turn(float(tick))
+            if c.forgotten and gone_at is None:
+                gone_at = tick // int(INTERVAL)
+        if tick == int(4 * INTERVAL):
+            assert {b.replica for b in store.beats()} == {"a", "b", "c"}  # not yet
+    assert {b.replica for b in store.beats()} == {"a", "b"}
+    assert gone_at == 4  # its last beat was for cycle 1: forgotten publishing cycle 1 + 3
+    forgotten = [g for c in coords.values() for g in c.forgotten]
+    assert forgotten == ["c"]
+    with __import__("pytest").raises(ValueError, match="forget_after must be >= 2"):
+        Timing(INTERVAL, forget_after=1)

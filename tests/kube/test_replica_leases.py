@@ -108,3 +108,26 @@ def test_the_shipped_sharded_role_allows_every_lease_and_scores_call_and_no_more
     granted = {(rule["apiGroups"][0] or "core", r, v) for rule in role["rules"]
                for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
     assert set(calls) == granted, (sorted(granted - set(calls)), sorted(set(calls) - granted))
+
+
+def test_a_killed_replicas_lease_and_scores_are_removed_by_the_leader(kube_lab: KubeLab) -> None:
+    import kubernetes
+
+    from analyzer.replicas.role import ReplicaRole
+
+    m = _leases(kube_lab)
+    scores = ConfigMapExchange(kubernetes.client.CoreV1Api(kube_lab.client()), m.namespace)
+    interval = 10.0
+    m.heartbeat("r-killed", 1000, 1000 * interval)  # its last heartbeat, then SIGKILL
+    scores.put(1000, "r-killed", b"its scores")
+    role = ReplicaRole(m, "r-live", interval, started=1000 * interval + 1, exchange=scores)
+    seen = []
+    for tick in range(10, 130, 2):  # cycles 1001..1012, a few turns a cycle
+        role.turn(1000 * interval + tick)
+        seen.append({b.replica for b in m.beats()})
+    assert "r-killed" in seen[0] and seen[-1] == {"r-live"}
+    # forgotten when the plan of cycle 1010 (its last beat + forget_after) was published
+    assert sum("r-killed" in s for s in seen) in range(40, 48), seen
+    assert scores.get(1000) == {}
+    names = {i.metadata.name for i in m.api.list_namespaced_lease(m.namespace).items}
+    assert f"{m.prefix}-r-killed" not in names and f"{m.prefix}-r-live" in names
