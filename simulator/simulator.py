@@ -157,7 +157,7 @@ class Simulator:
         return {str(g): str(jid) for g in range(job.gpus)}
 
     def _serve(self, node: str, i: int) -> _Served:
-        view = NodeView(node, i, self.fleet.sku_of[i])
+        view = NodeView(node, i, self.fleet.sku_of[i], layout=self.fleet.layouts.get(i))
         dme = None
         if self.fleet.amd[i]:  # NVML sees no GPU here: the exporter serves the node's NICs
             view.nvml = FakeNvml([], driver_version=DRIVER)

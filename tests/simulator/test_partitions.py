@@ -1,0 +1,101 @@
+"""Partitioned GPUs in the simulated fleet: MIG layouts and AMD compute partitions, the
+inference replicas on their instances, and faults on an instance that belong to the GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exporter import catalog as c
+from exporter.sources.xid_lines import parse_xid
+from simulator.faults import FaultError
+from simulator.fleet import Fleet
+from simulator.kernel_log import kmsg_lines
+from simulator.partitions import PartitionError, parse_layout
+from simulator.simulator import Simulator
+
+MIXED = "1g.10gb*7,1g.10gb*7,1g.10gb*7,1g.10gb*7,3g.40gb*2,3g.40gb*2,7g.80gb,-"
+
+
+def _fleet() -> Fleet:
+    return Fleet(4, 3, skus=["h100", "a100", "mi300x", "h100"],
+                 partitions={0: MIXED, 1: "1g.10gb*7", 2: "cpx"})  # fmt: skip
+
+
+def test_a_layout_names_what_the_gpu_model_cannot_have() -> None:
+    with pytest.raises(PartitionError, match="1 to 2 instances"):
+        parse_layout("3g.40gb*3", "h100")
+    with pytest.raises(PartitionError, match="no MIG"):
+        parse_layout("1g.10gb*7", "mi300x")
+    with pytest.raises(PartitionError, match="not AMD"):
+        parse_layout("cpx", "h100")
+    with pytest.raises(PartitionError, match="unknown partition profile"):
+        parse_layout("5g.50gb", "h100")
+    with pytest.raises(ValueError, match="partitions of node 1"):
+        Fleet(2, 0, partitions={1: "2g.20gb*4"})
+
+
+def test_every_instance_carries_its_own_replica_and_partitioned_nodes_run_no_training() -> None:
+    f = _fleet()
+    per_node = {n: sum(1 for x in f.instances if x.node == n) for n in range(4)}
+    assert per_node == {0: 4 * 7 + 2 * 2 + 1, 1: 8 * 7, 2: 8 * 8, 3: 0}
+    assert len({x.pod for x in f.instances}) == len(f.instances)
+    assert {x.job for x in f.instances if x.node == 2} == {"infer-cpx"}
+    for _ in f.run(600, 15):
+        assert (f.jobs.job_of[:3] == -1).all()
+    fr = f.last
+    assert fr is not None
+    act = fr[c.GPU_MIG_GRAPHICS_ACTIVE.name]
+    assert np.isfinite(act[0, 0, :7]).all() and np.isnan(act[0, 0, 7])
+    assert np.isfinite(act[0, 6, 0]) and np.isnan(act[0, 6, 1:]).all() and np.isnan(act[0, 7]).all()
+    assert np.isfinite(act[2]).all() and np.isnan(act[3]).all()
+    # the parent GPU's utilization is its instances' work by compute share (7 x 1g = the GPU)
+    util = fr[c.GPU_UTILIZATION.name]
+    assert util[1, 0] == pytest.approx(act[1, 0, :7].sum() / 7)
+
+
+def test_a_stalled_instance_serves_less_than_its_peers_and_only_it() -> None:
+    f = _fleet()
+    f.inject("instance_stall", f.nodes[0], "gpu2", {"instance": 9, "slowdown": 0.7})
+    fr = list(f.run(300, 15))[-1]
+    act = fr[c.GPU_MIG_GRAPHICS_ACTIVE.name][0, 2, :7]
+    assert act[2] < 0.5 * np.median(np.delete(act, 2))
+    with pytest.raises(FaultError, match=r"has instances 1, 2 \(3g\.40gb\), not instance 9"):
+        f.inject("instance_stall", f.nodes[0], "gpu4", {"instance": 9})
+    with pytest.raises(FaultError, match="not partitioned"):
+        f.inject("mig_xid", f.nodes[3], "gpu0", {"instance": 7})
+
+
+def test_an_xid_on_a_gpu_instance_is_logged_with_the_instance_and_counted_on_the_gpu() -> None:
+    f = _fleet()
+    f.inject("mig_xid", f.nodes[0], "gpu4", {"instance": 2, "xid": 48}, onset=30)
+    last = list(f.run(60, 15))[-1]
+    (dbe, remap) = f.events
+    line = kmsg_lines(dbe, 1)[0]
+    assert "NVRM: Xid (PCI:0000:9a:00 GPU-I:02): 48," in line
+    parsed = parse_xid(line.split(";", 1)[1])
+    assert parsed is not None and (parsed.gpu_instance, parsed.xid) == (2, 48)
+    assert parsed.pci_key.lower().endswith("9a:00")
+    assert remap.instance == -1  # the row remap is the GPU's, not the instance's
+    ecc = last[c.GPU_ECC_ERRORS.name][0, 4]
+    assert ecc[1].max() == 1  # the uncorrectable error is the physical GPU's
+
+
+def test_the_served_node_shows_each_instance_as_the_exporter_reads_mig_devices() -> None:
+    t = [0.0]
+    f = _fleet()
+    sim = Simulator(f, clock=lambda: t[0], wall=lambda: t[0], tick_s=15)
+    f.inject("instance_stall", f.nodes[0], "gpu0", {"instance": 8, "slowdown": 0.9})
+    f.inject("mig_xid", f.nodes[0], "gpu5", {"instance": 1}, onset=20)
+    for _ in range(4):
+        t[0] += 15
+        body = sim.metrics(f.nodes[0]).decode()
+    act = {(s.split('gpu="')[1].split('"')[0], s.split('gpu_instance="')[1].split('"')[0]): float(s.split()[-1])
+           for s in body.splitlines() if s.startswith(c.GPU_MIG_GRAPHICS_ACTIVE.name + "{")}  # fmt: skip
+    assert len(act) == 4 * 7 + 2 * 2 + 1
+    assert act[("0", "8")] < 0.2 < act[("0", "7")]
+    assert 'gpu_xid_errors_total{node="gpu-node-001",gpu="5"' in body
+    assert (
+        'gpu_mig_xid_errors_total{node="gpu-node-001",gpu="5"' in body
+        and 'gpu_instance="1",xid="94"' in body
+    )
