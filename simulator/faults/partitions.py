@@ -2,9 +2,10 @@
 stalled instance (its replica stops serving while its peers carry on).
 
 The XID applies to the physical GPU, whatever instance the kernel-log line names (NVIDIA XID
-catalogue: the resolution of 48/94/95 is a GPU reset, which ends every instance of the GPU);
-the model writes what the plain ``xid`` kind writes for the GPU and tags the line with the
-instance (``NVRM: Xid (PCI:0000:18:00 GPU-I:07): 94, ...``). A 48 (DBE) counts its
+catalogue: 48 and 95 call for a GPU reset, which ends every instance of the GPU; 94, a
+contained error, for restarting the application); the model writes what the plain ``xid``
+kind writes for the GPU and tags the line with the instance
+(``NVRM: Xid (PCI:0000:18:00 GPU-I:07): 95, ...``). A 48 (DBE) counts its
 uncorrectable ECC error on the parent GPU, as NVML reports ECC per physical GPU.
 """
 
@@ -65,7 +66,7 @@ KINDS = (
         "mig_xid",
         "gpu",
         mig_xid,
-        {"xid": Param(94, choices=INSTANCE_XIDS), "instance": Param(7, 0, 14)},
+        {"xid": Param(95, choices=INSTANCE_XIDS), "instance": Param(7, 0, 14)},
         help="XID the driver attributes to a MIG GPU instance (GPU-I); the physical GPU's fault",
         clears_on_reboot=lambda f: True,
     ),

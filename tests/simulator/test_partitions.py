@@ -97,5 +97,5 @@ def test_the_served_node_shows_each_instance_as_the_exporter_reads_mig_devices()
     assert 'gpu_xid_errors_total{node="gpu-node-001",gpu="5"' in body
     assert (
         'gpu_mig_xid_errors_total{node="gpu-node-001",gpu="5"' in body
-        and 'gpu_instance="1",xid="94"' in body
+        and 'gpu_instance="1",xid="95"' in body
     )
