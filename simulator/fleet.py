@@ -228,10 +228,19 @@ class Fleet:
         act = parts.activity(self.layouts, self.topo.n_nodes, t, self.rng, eff.instance_speed)
         gone = np.isnan(frame[c.GPU_UP.name]) | (frame[c.GPU_UP.name] == 0)
         act[gone] = np.nan
-        util = frame[c.GPU_UTILIZATION.name]
+        util, sm = frame[c.GPU_UTILIZATION.name], frame[c.GPU_SM_CLOCK.name]
+        power, idle = frame[c.GPU_POWER.name], frame[c.GPU_THROTTLE.name][..., 0]
         for n, layout in self.layouts.items():
             u = parts.gpu_utilization(layout, act[n])
-            util[n] = np.where(np.isnan(u) | gone[n], util[n], u)
+            serving = ~np.isnan(u) & ~gone[n]
+            util[n] = np.where(serving, u, util[n])
+            # a serving GPU runs at its clocks and draws its load's power, as a busy one does
+            sku, f = model.SKUS[self.sku_of[n]], eff.clock[n]
+            dyn = (sku.power_limit_w - sku.idle_w) * np.nan_to_num(u) ** 0.9 * f**2
+            sm[n] = np.where(serving, sku.sm_max_mhz * 1e6 * f, sm[n])
+            power[n] = np.where(serving, np.minimum(sku.idle_w + dyn, eff.power_cap_w[n]),
+                                power[n])  # fmt: skip
+            idle[n] = np.where(serving, 0.0, idle[n])
         frame.metrics[c.GPU_MIG_GRAPHICS_ACTIVE.name] = act
         frame.metrics[c.GPU_MIG_TENSOR_ACTIVE.name] = act * 0.6
 

@@ -31,7 +31,7 @@ Key = tuple[int, int, int]  # (node, gpu, slot)
 class InstanceStragglerDetector:
     name: str = "instances"
     span_s: float = 300.0  # judged over the last five minutes
-    ratio: float = 0.5  # below this share of the peers' median, at each sample
+    ratio: float = 0.6  # below this share of the peers' median, at each sample
     share: float = 0.8  # ... for this share of the span's samples
     min_peers: int = 4  # same-profile peers needed besides the instance itself
     min_load: float = 0.1  # peers this idle say nothing about a slow one
