@@ -21,7 +21,7 @@ def test_every_fault_of_a_short_run_is_found_where_it_belongs_and_nothing_else_i
 
 def test_the_fleet_mixes_partition_layouts_of_both_vendors_beside_training_nodes() -> None:
     f = pe.partitioned_fleet(8, 0)
-    modes = {f.sku_of[x.node]: set() for x in f.instances}
+    modes: dict[str, set[str]] = {f.sku_of[x.node]: set() for x in f.instances}
     for x in f.instances:
         modes[f.sku_of[x.node]].add(x.profile)
     assert modes == {"h100": {"1g.10gb", "3g.40gb", "7g.80gb"}, "a100": {"1g.10gb"},
