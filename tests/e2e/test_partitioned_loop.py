@@ -164,3 +164,33 @@ async def test_an_xid_on_a_mig_instance_moves_the_pods_of_every_instance_of_that
     assert len(rules) == 8 and {r["spec"]["deviceSelector"]["pool"] for r in rules} == {
         fleet.nodes[FAULTY]
     }
+
+
+def test_an_xid_on_an_instance_is_found_on_its_gpu_through_the_exporters_own_collectors() -> None:
+    """The served path: a MIG node through the exporter's own collectors (the XID line names
+    ``GPU-I:09``), read by the analyzer's embedded scraper: the finding names the physical GPU.
+    (The embedded scraper reads gpuwarden's names only; the CPX node as DME serves it is read
+    through a real Prometheus in test_partitioned_prometheus.py.)"""
+    from analyzer.sources.scrape import ScrapeSource, Target
+    from simulator.simulator import Simulator
+
+    f = Fleet(2, 5, skus=["h100", "a100"], partitions={0: "1g.10gb*7", 1: "1g.10gb*7"})
+    t = [0.0]
+    sim = Simulator(f, clock=lambda: t[0], wall=lambda: t[0], tick_s=15)
+    f.inject("mig_xid", f.nodes[0], f"gpu{GPU}", {"xid": 95, "instance": INSTANCE}, onset=100)
+
+    class Fetch:
+        async def fetch(self, url: str) -> str:
+            return sim.metrics(url.split("/")[-2]).decode()
+
+    src = ScrapeSource([Target(f"http://sim/{n}/metrics", {}) for n in f.nodes], 300.0, 15.0,
+                       Fetch())  # fmt: skip
+    analyzer = Analyzer(default_detectors())
+    for _ in range(16):
+        t[0] += 15
+        found = analyzer.cycle(asyncio.run(src.read(t[0])))
+    body = sim.metrics(f.nodes[0]).decode()
+    assert f'gpu_instance="{INSTANCE}",xid="95"' in body  # the instance's count, beside the GPU's
+    gpu_found = {(x.node, x.subject, x.kind) for x in found if x.kind == "xid_fatal"}
+    assert gpu_found == {(f.nodes[0], f"gpu={GPU}", "xid_fatal")}
+    assert not [x for x in found if x.subject.startswith("instance=")]
