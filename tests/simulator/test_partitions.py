@@ -99,3 +99,17 @@ def test_the_served_node_shows_each_instance_as_the_exporter_reads_mig_devices()
         'gpu_mig_xid_errors_total{node="gpu-node-001",gpu="5"' in body
         and 'gpu_instance="1",xid="95"' in body
     )
+
+
+def test_simulate_serves_the_partitioned_scenario_with_its_instances_and_partitions() -> None:
+    from pathlib import Path
+
+    from simulator.cli import SimulateSettings, make_simulator
+
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "scenarios" / "partitioned.yaml"
+    sim = make_simulator(SimulateSettings(scenario=str(path)))
+    assert sorted(sim.fleet.layouts) == [0, 1, 2, 3, 4]
+    mig = sim.metrics(sim.fleet.nodes[0]).decode()
+    assert mig.count(c.GPU_MIG_INFO.name + "{") == 8 * 7
+    cpx = sim.metrics(sim.fleet.nodes[3]).decode()
+    assert cpx.count('gpu_compute_partition_type="cpx"') > 64  # 8 x 8 partitions, many fields
