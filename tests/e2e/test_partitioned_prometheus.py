@@ -2,7 +2,8 @@
 collectors and a CPX MI300X node served as DME serves it (64 ``gpu_id``s, the physical sensors
 and ECC on partition 0), scraped by Prometheus and read by the analyzer's Prometheus source
 with dialect discovery. An XID on GPU instance 9 and an HBM error under a partition are each
-found on their node's physical GPU; the CPX node reads as its 8 GPUs, not 64."""
+found on their node's physical GPU; the CPX node reads as its 8 GPUs, not 64; a stalled MIG
+instance is read per instance and found against its same-profile peers."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def test_faults_on_an_instance_and_under_a_partition_are_found_on_the_physical_g
     f = Fleet(2, 5, skus=["h100", "mi300x"], partitions={0: "1g.10gb*7", 1: "cpx"})
     sim = Simulator(f, clock=time.time, wall=time.time, tick_s=1.0, time_scale=5.0)
     nodes = list(f.nodes)
+    f.inject("instance_stall", nodes[0], "gpu2", {"instance": 12, "slowdown": 0.8})
     with (
         serve_simulator(sim) as address,
         run_prometheus(
@@ -46,7 +48,8 @@ def test_faults_on_an_instance_and_under_a_partition_are_found_on_the_physical_g
         prom.wait_for(f"count({c.GPU_XID_ERRORS.name} > 0) > 0", 60)
         prom.wait_for("count(gpu_ecc_uncorrect_umc > 0) > 0", 60)
         src = PrometheusSource(prom.url, window=60.0, step=STEP, discover=True)
-        engine = Engine(default_detectors())
+        # the instance detector over this short window (20 s, not 5 min)
+        engine = Engine(default_detectors({"instances": {"span_s": 20.0}}))
 
         async def cycles() -> tuple[Window, list[Finding]]:
             """The analyzer as it runs: a read and a cycle every step, for 8 steps."""
@@ -66,4 +69,8 @@ def test_faults_on_an_instance_and_under_a_partition_are_found_on_the_physical_g
     on_gpu = {(x.node, x.subject) for x in found
               if x.kind in ("xid_fatal", "afid_fatal", "ecc_uncorrectable")}  # fmt: skip
     assert on_gpu == {(nodes[0], "gpu=3"), (nodes[1], "gpu=5")}, found
-    assert not [x for x in found if x.subject.startswith("instance=")]
+    # the stalled instance, read through Prometheus per instance, against its 55 peers only
+    stalled = [(x.node, x.subject, x.evidence["peers"]) for x in found
+               if x.kind == "instance_straggler"]  # fmt: skip
+    assert stalled == [(nodes[0], "instance=gpu2/12", 55.0)]
+    assert len(w.instances) == 8 * 7  # the MIG node's; DME serves no per-partition activity
