@@ -113,3 +113,23 @@ def test_simulate_serves_the_partitioned_scenario_with_its_instances_and_partiti
     assert mig.count(c.GPU_MIG_INFO.name + "{") == 8 * 7
     cpx = sim.metrics(sim.fleet.nodes[3]).decode()
     assert cpx.count('gpu_compute_partition_type="cpx"') > 64  # 8 x 8 partitions, many fields
+
+
+def test_as_dcgm_exporter_each_instance_carries_gpu_i_profile_and_gpu_i_id_on_its_gpus_uuid() -> (
+    None
+):
+    """dcgm-exporter's MIG labels (GPU_I_PROFILE, GPU_I_ID beside the parent GPU's UUID and
+    index: dcgm-exporter's renderer reserves them on GPU entities)."""
+    t = [0.0]
+    f = Fleet(1, 3, partitions={0: "3g.40gb*2,3g.40gb*2,7g.80gb,-,-,-,-,-"})
+    sim = Simulator(f, clock=lambda: t[0], wall=lambda: t[0], tick_s=15,
+                    telemetry="dcgm-exporter")  # fmt: skip
+    t[0] += 30
+    body = sim.metrics(f.nodes[0]).decode()
+    mig = [s for s in body.splitlines() if s.startswith("DCGM_FI_DEV_FB_FREE{") and "GPU_I_ID" in s]
+    got = sorted((s.split('gpu="')[1].split('"')[0], s.split('GPU_I_PROFILE="')[1].split('"')[0],
+                  s.split('GPU_I_ID="')[1].split('"')[0]) for s in mig)  # fmt: skip
+    assert got == [("0", "3g.40gb", "1"), ("0", "3g.40gb", "2"), ("1", "3g.40gb", "1"),
+                   ("1", "3g.40gb", "2"), ("2", "7g.80gb", "0")]  # fmt: skip
+    uuid0 = {s.split('UUID="')[1].split('"')[0] for s in mig if 'gpu="0"' in s}
+    assert len(uuid0) == 1 and uuid0.pop().startswith("GPU-")  # the parent's UUID
