@@ -32,6 +32,7 @@ KINDS = frozenset(
         "throttling",
         "faulty_machine",
         "straggler",
+        "instance_straggler",  # one GPU instance / partition below its same-profile peers
         "workload_imbalance",
         "node_missing",
         "storage_degraded",
@@ -78,6 +79,7 @@ FAULT_CLASS = {
     "throttling": "thermal",
     "faulty_machine": "faulty_machine",
     "straggler": "straggler",
+    "instance_straggler": "straggler",
     "workload_imbalance": "straggler",
     "node_missing": "gpu_lost",
     "storage_degraded": "storage",
@@ -176,6 +178,9 @@ def subject_labels(subject: str) -> dict[str, str]:
     if kind == "link":
         g, _, link = value.partition("/")
         return {"gpu": g.removeprefix("gpu"), "link": link}
+    if kind == "instance":  # a GPU instance / partition: its parent GPU and its id on it
+        g, _, gi = value.partition("/")
+        return {"gpu": g.removeprefix("gpu"), "gpu_instance": gi}
     if kind == "port":
         d, _, p = value.partition("/")
         return {"device": d, "port": p}

@@ -11,6 +11,8 @@ builds a :class:`Window`; detectors are pure functions of it. Arrays follow the 
   errors ``(T, nodes, gpus, links, 4)``);
 - IB counters by sysfs file name in ``ib_counters`` as ``(T, nodes, ports)``;
 - per checkpoint mount ``(T, nodes, mounts)`` (storage probes; durations: fsync only);
+- per GPU instance of a partitioned GPU ``(T, nodes, gpus, slots)``, the slot's instance
+  (id, profile, workload) in ``instances``;
 - a value the source did not deliver is NaN. Counters are raw (resets possible).
 """
 
@@ -58,6 +60,17 @@ class AfidEvent:
     last_only: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """One GPU instance (MIG) or compute partition (AMD) of a GPU: its id on the parent GPU
+    (GPU_I_ID, or the AMD partition id), its profile (``1g.10gb``, ``cpx``) and the workload it
+    serves (a job or deployment; "" unknown). Per-instance arrays index it by slot."""
+
+    instance: str
+    profile: str
+    job: str = ""
+
+
 @dataclass(frozen=True)
 class Window:
     t: np.ndarray
@@ -88,6 +101,9 @@ class Window:
     # per dcgm-exporter node: the naming generation its names belong to ("4.8", "4.9": 4.9
     # and 4.10 name the default fields alike; exporter.catalog_dcgm)
     dcgm_generation_of: Mapping[int, str] = field(default_factory=dict)
+    # partitioned GPUs: (node, gpu, slot) -> the instance whose values the per-instance arrays
+    # (gpu_mig_*: ``(T, nodes, gpus, slots)``) hold at that slot
+    instances: Mapping[tuple[int, int, int], InstanceInfo] = field(default_factory=dict)
 
     @property
     def now(self) -> float:

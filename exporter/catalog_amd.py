@@ -25,6 +25,12 @@ SERIAL = "serial_number"
 GPU_ID = "gpu_id"
 GPU_UUID = "gpu_uuid"
 MODEL = "card_model"  # mandatory; DME falls back to card_series when the model is empty
+# a compute-partitioned GPU (CPX/DPX/QPX): each partition is a GPU of its own (gpu_id) with its
+# id on the physical GPU (gpu_partition_id; "NA" where none) and the mode; physical sensors are
+# served on partition 0 only (docs/configuration/metricslist.md)
+PARTITION_ID = "gpu_partition_id"
+PARTITION_TYPE = "gpu_compute_partition_type"
+PARTITIONS_PER_GPU = {"spx": 1, "dpx": 2, "qpx": 4, "cpx": 8}  # MI300X compute partition modes
 JOB_ID = "job_id"  # from DME's Slurm prolog/epilog (off by default)
 POD, NAMESPACE = "pod", "namespace"
 LINK_INDEX = "link_index"  # gpu_xgmi_link_{rx,tx}: one per XGMI link (usually 8 on MI300X)

@@ -19,6 +19,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "evaluate": ("gpuwarden.lab.evaluate", "main", "score the analyzer on the simulator, offline"),
     "evaluate-roce": ("gpuwarden.lab.roce_eval", "main", "score the analyzer on a RoCE fleet"),
+    "evaluate-partitions": (
+        "gpuwarden.lab.partition_eval",
+        "main",
+        "score the analyzer on partitioned GPUs (MIG, CPX/DPX)",
+    ),
     "remediation": (
         "gpuwarden.remediation_service",
         "main",

@@ -14,7 +14,12 @@ are DME's: W, Celsius, %, MHz, GT/s, KB for XGMI. Semantics kept as DME has them
   and an accumulated counter (milliseconds held here); PPT is the power cap;
 - ``gpu_afid_errors{afid_index,severity}``: the AFIDs of the GPU's *last* RAS event only (two
   events between two scrapes show the second);
-- a lost GPU's series are absent (its siblings' stay).
+- a lost GPU's series are absent (its siblings' stay);
+- a compute-partitioned GPU (CPX/DPX/QPX: ``layout``) is one ``gpu_id`` per partition, numbered
+  consecutively, each with its ``gpu_partition_id`` and the parent's ``serial_number``; the
+  physical sensors (temperatures, clocks, PCIe, violation residency, activity: amdsmi has no
+  per-partition activity), ECC/RAS, XGMI and AFIDs are served on partition 0 only, and the
+  other partitions report power 0 (DME's metricslist.md: "applicable for primary partition").
 
 State that outlives a scrape (residency counters, the last RAS event) is kept per node by
 :class:`DmeNode`; the render itself is a pure function of it and the frame.
@@ -30,6 +35,7 @@ import numpy as np
 from exporter import catalog as c
 from exporter import catalog_amd as dme
 from simulator.amd import RasEvent
+from simulator.partitions import Layout
 from simulator.state import CORRECTED, UNCORRECTED, VOLATILE
 from simulator.topology import gpu_uuid
 
@@ -52,18 +58,30 @@ class DmeNode:
     """One AMD node's DME: ``fields`` (unprefixed names) limits what it serves (None: all)."""
 
     def __init__(self, node: str, index: int, prefix: str = "",
-                 fields: Collection[str] | None = None) -> None:  # fmt: skip
+                 fields: Collection[str] | None = None,
+                 layout: Layout | None = None) -> None:  # fmt: skip
         self.node, self.index, self.prefix = node, index, prefix
+        self.layout = layout  # the node's compute partitions (simulator.partitions)
         self.fields = None if fields is None else frozenset(fields)
         self.residency_ms = np.zeros((8, len(CAUSE_REASON)))
         self.last_afids: dict[int, tuple[tuple[int, str], ...]] = {}  # gpu -> last event
         self._last_event_t: dict[int, float] = {}
         self._t: float | None = None
 
-    def ident(self, g: int) -> dict[str, Any]:
+    def partitions(self, g: int) -> tuple[str, int, int]:
+        """GPU ``g``'s compute partition mode, partitions, and its first partition's gpu_id."""
+        parts = [p for p in (self.layout or ()) if p is not None and p.amd]
+        if not parts:
+            return "spx", 1, g
+        per = [p.count if p is not None else 1 for p in (self.layout or ())]
+        part = (self.layout or ())[g]
+        return (part.profile if part else "spx"), per[g], sum(per[:g])
+
+    def ident(self, g: int, part: int = 0) -> dict[str, Any]:
+        mode, _, first = self.partitions(g)
         return {"card_model": MODEL, "deployment_mode": "baremetal",
-                "gpu_compute_partition_type": "spx", "gpu_id": g,
-                "gpu_memory_partition_type": "nps1", "gpu_partition_id": 0,
+                "gpu_compute_partition_type": mode, "gpu_id": first + part,
+                "gpu_memory_partition_type": "nps1", "gpu_partition_id": part,
                 "gpu_uuid": gpu_uuid(self.node, g).removeprefix("GPU-"),
                 "hostname": self.node, "serial_number": f"SIM{self.index:06d}-{g:04d}"}  # fmt: skip
 
@@ -97,16 +115,18 @@ class DmeNode:
         for g in range(up.shape[0]):
             if up[g] != 1.0:  # lost (0) or node down (NaN): DME serves nothing for it
                 continue
-            base = self.ident(g)
             job = (jobs or {}).get(str(g))
-            if job:
-                base[dme.JOB_ID] = job
-            for name, extra, v in self._gpu(m, i, g, held[g]):
-                if self.fields is not None and name not in self.fields:
-                    continue
-                out.setdefault(self.prefix + name, []).append(
-                    f"{self.prefix}{name}{_labels({**base, **extra})} {v:.10g}"
-                )
+            rows = self._gpu(m, i, g, held[g])
+            for part in range(self.partitions(g)[1]):
+                base = self.ident(g, part)
+                if job:
+                    base[dme.JOB_ID] = job
+                for name, extra, v in rows if part == 0 else _secondary(rows):
+                    if self.fields is not None and name not in self.fields:
+                        continue
+                    out.setdefault(self.prefix + name, []).append(
+                        f"{self.prefix}{name}{_labels({**base, **extra})} {v:.10g}"
+                    )
         return out
 
     def _gpu(self, m: Mapping[str, np.ndarray], i: int, g: int,
@@ -155,3 +175,14 @@ class DmeNode:
             field = name.removeprefix(self.prefix)
             lines += [f"# HELP {name} DME field {field.upper()}", f"# TYPE {name} gauge", *series]
         return ("\n".join(lines) + "\n").encode()
+
+
+# what a partition other than 0 serves: power as 0 (no per-XCD sensor) and the GPU's health
+_SECONDARY_ZERO = frozenset({"gpu_package_power", "gpu_power_usage"})
+_SECONDARY_SAME = frozenset({"gpu_health"})
+
+
+def _secondary(rows: list[tuple[str, dict[str, Any], float]]
+               ) -> list[tuple[str, dict[str, Any], float]]:  # fmt: skip
+    return [(n, e, 0.0 if n in _SECONDARY_ZERO else v) for n, e, v in rows
+            if n in _SECONDARY_ZERO | _SECONDARY_SAME]  # fmt: skip

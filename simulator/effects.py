@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.partitions import MAX_INSTANCES
 from simulator.topology import GPUS, LINKS, PORTS
 
 PORT_ACTIVE, PORT_DOWN = 4, 1
@@ -30,6 +31,7 @@ class Event:
     xid: int
     text: str
     counted: bool = True  # the exporter counts it as this XID (the bus message counts as 79)
+    instance: int = -1  # MIG: the GPU instance (GPU-I) the driver names in the line; -1 none
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Effects:
     events: list[Event] = field(default_factory=list)
     ras_events: list[Any] = field(default_factory=list)  # simulator.amd.RasEvent (AMD nodes)
     xgmi_down: np.ndarray = field(init=False)  # (n, 8, 8) an XGMI link carries nothing
+    instance_speed: np.ndarray = field(init=False)  # (n, 8, instances) partitioned GPUs
     stop_jobs: set[int] = field(default_factory=set)  # nodes whose job crashes this step
 
     def __post_init__(self) -> None:
@@ -83,6 +86,7 @@ class Effects:
         self.down = np.zeros(n, dtype=bool)
         self.resets = np.zeros(n, dtype=bool)
         self.xgmi_down = np.zeros((n, g, g), dtype=bool)
+        self.instance_speed = np.ones((n, g, MAX_INSTANCES))
 
     def port_down(self, node: int | np.ndarray, port: int | slice, phys: int) -> None:
         self.port_state[node, port] = PORT_DOWN

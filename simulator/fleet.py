@@ -15,13 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from exporter import catalog as c
 from exporter import catalog_specs
 from simulator import frame as framing
 from simulator import model
+from simulator import partitions as parts
 from simulator.amd import RasEvent, amd_rows
 from simulator.effects import Effects, Event
 from simulator.faults import KINDS, Fault, FaultError, make_fault
 from simulator.faults.base import Step
+from simulator.faults.partitions import PARTITION_KINDS, check_instance
 from simulator.jobs import Jobs
 from simulator.state import FleetState
 from simulator.topology import Topology
@@ -49,6 +52,7 @@ class Fleet:
         storage_mounts: Sequence[str] = (),
         signals: Sequence[str] = (),
         rails: bool = False,
+        partitions: Mapping[int, str] | None = None,
     ) -> None:
         if not 0.0 <= idle_fraction < 1.0:
             raise ValueError(f"idle_fraction must be in [0, 1), got {idle_fraction}")
@@ -73,6 +77,13 @@ class Fleet:
         if self.amd.any():
             self.state.enable_amd(self.amd)
         self.ras_events: list[RasEvent] = []  # every AMD RAS event so far, in time order
+        # partitioned nodes (node index -> layout spec): inference replicas on their instances,
+        # no training job (simulator.partitions)
+        self.layouts = _layouts(dict(partitions or {}), self.sku_of)
+        self.instances = [x for n, lay in sorted(self.layouts.items())
+                          for x in parts.instances(n, self.topo.nodes[n], lay)]  # fmt: skip
+        self._serving = np.zeros(nodes, dtype=bool)
+        self._serving[list(self.layouts)] = True
         self.jobs = Jobs(nodes, idle_fraction, mean_job_s, small_job_share)
         self.t = float(start)
         self.events: list[Event] = []  # every kernel-log event so far, in time order
@@ -82,7 +93,7 @@ class Fleet:
         self._fresh: set[int] = set()  # ids whose onset is the current time (not yet fired)
         self._ja: tuple[int, model.JobArrays] | None = None
         self._blocked = np.zeros(nodes, dtype=bool)
-        self.jobs.advance(self.t, self.rng)
+        self.jobs.advance(self.t, self.rng, self._serving if self.layouts else None)
 
     # ------------------------------------------------------------------ views
     @property
@@ -159,6 +170,8 @@ class Fleet:
             raise FaultError(f"onset {fault.onset} is in the past (fleet time is {self.t})")
         if KINDS[kind].vendor == "amd" and not all(self.amd[i] for i in fault.nodes):
             raise FaultError(f"{kind} needs an AMD node: {node} is {self.sku_of[fault.nodes[0]]}")
+        if kind in PARTITION_KINDS:
+            check_instance(fault, self.layouts, node)
         self._faults.append(fault)
         if fault.onset == self.t:
             self._fresh.add(fault.id)
@@ -184,9 +197,9 @@ class Fleet:
         t0, t1 = self.t, float(t)
         if t1 < t0:
             raise ValueError(f"time goes forward only: step({t1}) after {t0}")
-        self.jobs.advance(t1, self.rng, self._blocked)
+        self.jobs.advance(t1, self.rng, self._blocked | self._serving)
         eff = Effects(self.topo.n_nodes)
-        s = Step(eff, self.state, self.jobs, t0, t1, self.rng, self.sku_of)
+        s = Step(eff, self.state, self.jobs, t0, t1, self.rng, self.sku_of, self.layouts)
         self._reboots_clear(t0, t1)
         for f in self._active(t0, t1):
             KINDS[f.kind].apply(f, self._step_for(f, s))
@@ -205,7 +218,31 @@ class Fleet:
         self.ras_events.extend(ras)
         self.t = t1
         self.last = framing.build(t1, self.state, g, eff, self.sku, events, tuple(ras))
+        if self.layouts:
+            self._instances_into(self.last, eff, t1)
         return self.last
+
+    def _instances_into(self, frame: framing.Frame, eff: Effects, t: float) -> None:
+        """Per-instance activity (the serving replicas' load) into the frame, and the parent
+        GPUs' utilization as their instances' sum; nothing where the GPU reads nothing."""
+        act = parts.activity(self.layouts, self.topo.n_nodes, t, self.rng, eff.instance_speed)
+        gone = np.isnan(frame[c.GPU_UP.name]) | (frame[c.GPU_UP.name] == 0)
+        act[gone] = np.nan
+        util, sm = frame[c.GPU_UTILIZATION.name], frame[c.GPU_SM_CLOCK.name]
+        power, idle = frame[c.GPU_POWER.name], frame[c.GPU_THROTTLE.name][..., 0]
+        for n, layout in self.layouts.items():
+            u = parts.gpu_utilization(layout, act[n])
+            serving = ~np.isnan(u) & ~gone[n]
+            util[n] = np.where(serving, u, util[n])
+            # a serving GPU runs at its clocks and draws its load's power, as a busy one does
+            sku, f = model.SKUS[self.sku_of[n]], eff.clock[n]
+            dyn = (sku.power_limit_w - sku.idle_w) * np.nan_to_num(u) ** 0.9 * f**2
+            sm[n] = np.where(serving, sku.sm_max_mhz * 1e6 * f, sm[n])
+            power[n] = np.where(serving, np.minimum(sku.idle_w + dyn, eff.power_cap_w[n]),
+                                power[n])  # fmt: skip
+            idle[n] = np.where(serving, 0.0, idle[n])
+        frame.metrics[c.GPU_MIG_GRAPHICS_ACTIVE.name] = act
+        frame.metrics[c.GPU_MIG_TENSOR_ACTIVE.name] = act * 0.6
 
     def run(self, until: float, every: float) -> Iterable[framing.Frame]:
         """Frames at ``every`` seconds from now until ``until`` (inclusive)."""
@@ -247,3 +284,16 @@ def _mixed(topo: Topology, skus: tuple[str, ...], caps: dict[str, float]) -> mod
         raise ValueError("power_caps must be positive watts per leaf")
     cap = [caps.get(leaf, np.inf) for leaf in topo.leaf_of]
     return model.NodeSkus.of([model.SKUS[k] for k in skus], cap)
+
+
+def _layouts(specs: dict[int, str], skus: tuple[str, ...]) -> dict[int, parts.Layout]:
+    """Node index -> its GPUs' partitioning; ValueError naming the node for a bad spec."""
+    out = {}
+    for n, spec in specs.items():
+        if not 0 <= n < len(skus):
+            raise ValueError(f"partitions: node index {n} is not in the fleet (0..{len(skus) - 1})")
+        try:
+            out[n] = parts.parse_layout(spec, skus[n])
+        except parts.PartitionError as e:
+            raise ValueError(f"partitions of node {n}: {e}") from None
+    return out

@@ -24,6 +24,7 @@ TEXT = {
     63: "Row Remapper: New row (0x0000000000c0ffee) marked for remapping, reset gpu to activate.",
     64: "Row Remapper: Failed to remap row (0x0000000000c0ffee). Please reset the GPU.",
     79: "GPU has fallen off the bus.",
+    94: "Contained: SM (0x1). RST: Yes, D-RST: No",
     95: "Uncontained: FBHUB. RST: Yes, D-RST: No",
     119: "Timeout after 6s of waiting for RPC response from GPU{gpu} GSP! Expected function 76"
     " (GSP_RM_CONTROL) (0x2080014b 0x5).",
@@ -58,7 +59,10 @@ def message(e: Event, sku: str = "h100") -> str:
     who = (
         f"pid={4000 + e.gpu}, name=python" if e.text == "app" else "pid='<unknown>', name=<unknown>"
     )
-    return f"NVRM: Xid (PCI:{pci}): {e.xid}, {who}, {text}"
+    # a MIG GPU instance's XID: the driver adds the instance after the GPU's address
+    # (open-gpu-kernel-modules kernel_rc_notification.c, "PCI:%04x:%02x:%02x GPU-I:%02u")
+    where = pci if e.instance < 0 else f"{pci} GPU-I:{e.instance:02d}"
+    return f"NVRM: Xid (PCI:{where}): {e.xid}, {who}, {text}"
 
 
 def kmsg_lines(e: Event, seq: int, sku: str = "h100") -> list[str]:

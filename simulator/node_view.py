@@ -22,6 +22,7 @@ from simulator.frame import Frame
 from simulator.kernel_log import kmsg_lines
 from simulator.nvl72 import GPUS_PER_NODE
 from simulator.nvml_fake import FACTORIES, FakeGpuState, FakeNvml
+from simulator.partitions import MIG_PROFILES, Layout
 from simulator.state import IB_COUNTERS, IB_HW_COUNTERS
 from simulator.topology import GPUS, PORTS, gpu_uuid, pci_bus_id
 
@@ -78,7 +79,12 @@ class NodeView:
     """The fakes of node ``index``; ``name`` is what the exporter calls the node."""
 
     def __init__(
-        self, name: str, index: int, sku: str = "h100", mig_profile: str | None = None
+        self,
+        name: str,
+        index: int,
+        sku: str = "h100",
+        mig_profile: str | None = None,
+        layout: Layout | None = None,
     ) -> None:
         self.name, self.index, self.sku = name, index, sku
         factory = FACTORIES.get(sku, FakeGpuState.h100)
@@ -89,6 +95,10 @@ class NodeView:
                 gpu.pci_bus_id = pci_bus_id(g)
             if mig_profile:  # a MIG node: every GPU split into instances of this profile
                 gpu.partition(mig_profile)
+            part = layout[g] if layout is not None and g < len(layout) else None
+            if part is not None and not part.amd:  # the fleet's MIG layout for this GPU
+                gpu.partition(part.profile, part.count, part.instance_ids(),
+                              MIG_PROFILES[part.profile][1])  # fmt: skip
         self.nvml = FakeNvml(gpus, driver_version=DRIVER)
         self.sysfs = DictSysfs(self._static_files(index))
         self.kmsg = ListKernelLog()
@@ -123,6 +133,7 @@ class NodeView:
             gpu.lost = bool(up[g] == 0)
             if not gpu.lost:
                 _gpu(gpu, frame, i, g)
+                _instances(gpu, frame, i, g)
         self._ports(frame, i)
         self._steps(frame, i)
         for e in events[self.events_seen :]:
@@ -204,3 +215,13 @@ def _gpu(gpu: FakeGpuState, f: Frame, i: int, g: int) -> None:
     gpu.sm_active_pct = 100 * (float(sm[i, g]) if sm is not None else 0.9 * util)
     gpu.tensor_active_pct = 100 * (float(tensor[i, g]) if tensor is not None else 0.6 * util)
     gpu.gr_engine_active_pct = 100 * util
+
+
+def _instances(gpu: FakeGpuState, f: Frame, i: int, g: int) -> None:
+    """Each MIG device's own activity, where the fleet models its instances."""
+    act = f.metrics.get(c.GPU_MIG_GRAPHICS_ACTIVE.name)
+    if act is None or not gpu.mig_devices:
+        return
+    for slot, mig in enumerate(gpu.mig_devices):
+        v = float(act[i, g, slot]) if slot < act.shape[2] else float("nan")
+        mig.gr_engine_active_pct = None if v != v else 100.0 * v

@@ -82,6 +82,8 @@ class FakeMigDevice:
     profile: str
     slices: int
     uuid: str
+    # GPM activity of this instance (percent); None: the parent GPU's figures, shared
+    gr_engine_active_pct: float | None = None
 
     @property
     def memory_total(self) -> int:
@@ -332,14 +334,23 @@ class FakeGpuState:
         gpu.fabric = FakeFabric(cluster_uuid=cluster, clique_id=clique, health_mask=fabric_mask())
         return gpu
 
-    def partition(self, profile: str = "1g.10gb", count: int = MAX_MIG_DEVICES) -> None:
+    def partition(
+        self,
+        profile: str = "1g.10gb",
+        count: int = MAX_MIG_DEVICES,
+        ids: Sequence[int] | None = None,
+        slices: int | None = None,
+    ) -> None:
         """MIG mode on, ``count`` GPU instances of ``profile``, one compute instance each.
 
-        GPU instance ids follow the placement NVML gives 1g instances on an empty H100.
+        GPU instance ids (unless ``ids``) follow the placement NVML gives 1g instances on an
+        empty H100; ``slices``: memory slices of 8 per instance (default: from the name).
         """
-        slices = int(profile.split("g.", 1)[0]) if "g." in profile else 1
-        slices = 4 if slices == 3 else slices  # 3g profiles take 4 of the 8 memory slices
-        ids = (7, 8, 9, 11, 12, 13, 14)[:count] if slices == 1 else range(1, count + 1)
+        if slices is None:
+            slices = int(profile.split("g.", 1)[0]) if "g." in profile else 1
+            slices = 4 if slices == 3 else slices  # 3g profiles take 4 of the 8 memory slices
+        if ids is None:
+            ids = (7, 8, 9, 11, 12, 13, 14)[:count] if slices == 1 else range(1, count + 1)
         self.mig_devices = [
             FakeMigDevice(
                 self, gi, 0, profile, slices, _uuid("mig", self.uuid, gi).replace("GPU-", "MIG-")
@@ -725,9 +736,16 @@ class FakeNvml:
         gpu = self._read(device, "gpm")
         if not gpu.gpm_supported:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        if gpuInstanceId not in {m.gpu_instance for m in gpu.mig_devices}:
+        mig = next((m for m in gpu.mig_devices if m.gpu_instance == gpuInstanceId), None)
+        if mig is None:
             raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return self.nvmlGpmSampleGet(device, gpmSample)
+        self.nvmlGpmSampleGet(device, gpmSample)
+        if mig.gr_engine_active_pct is not None:  # the instance's own figures where modelled
+            pct = mig.gr_engine_active_pct
+            gpmSample.values |= {pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: pct,
+                                 pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 0.6 * pct,
+                                 pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 0.4 * pct}  # fmt: skip
+        return gpmSample
 
     def nvmlGpmMetricsGet(self, metricsGet: FakeGpmMetricsGet) -> FakeGpmMetricsGet:
         self._check_init()

@@ -31,6 +31,7 @@ FLEET_KEYS = {
     "small_job_share",
     "storage_mounts",
     "skus",  # per node, its model (a mixed fleet: h100 beside mi300x)
+    "partitions",  # node index -> its GPUs' MIG / compute partition layout (simulator.partitions)
 }
 TOP_KEYS = {"name", "description", "fleet", "faults", "random"}
 FAULT_KEYS = {"kind", "node", "target", "at", "duration", "parameters"}

@@ -157,11 +157,11 @@ class Simulator:
         return {str(g): str(jid) for g in range(job.gpus)}
 
     def _serve(self, node: str, i: int) -> _Served:
-        view = NodeView(node, i, self.fleet.sku_of[i])
+        view = NodeView(node, i, self.fleet.sku_of[i], layout=self.fleet.layouts.get(i))
         dme = None
         if self.fleet.amd[i]:  # NVML sees no GPU here: the exporter serves the node's NICs
             view.nvml = FakeNvml([], driver_version=DRIVER)
-            dme = DmeNode(node, i, self.dme_prefix)
+            dme = DmeNode(node, i, self.dme_prefix, layout=self.fleet.layouts.get(i))
         units = nvl72.attach(view.nvml, self.fleet.sku_of, i)  # NVL72 trays: domain, IMEX
         cols = collectors_for(node, view.nvml, view.sysfs, view.kmsg, fabric_units=units)
         gpu = next(x for x in cols if isinstance(x, GpuCollector))

@@ -27,6 +27,7 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
     from analyzer.detectors.fabric import FabricDetector
     from analyzer.detectors.fabric_services import FabricServicesDetector
     from analyzer.detectors.infiniband import InfinibandDetector
+    from analyzer.detectors.instances import InstanceStragglerDetector
     from analyzer.detectors.marginal import MarginalDetector
     from analyzer.detectors.memory import MemoryDetector
     from analyzer.detectors.missing import MissingDetector
@@ -63,6 +64,7 @@ def default_detectors(config: Mapping[str, Any] | None = None) -> list[Detector]
         PowerBrakeDetector(),
         PeerDetector(**peer_cfg),
         StragglerDetector(),
+        InstanceStragglerDetector(**dict(cfg.get("instances") or {})),
         StorageDetector.from_config(cfg.get("storage")),
         MarginalDetector(**dict(cfg.get("marginal") or {})),
     ]

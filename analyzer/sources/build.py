@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.sources import instances
 from analyzer.sources.counters import born_inside, counter_increases, node_presence
 from analyzer.window import (
     ECC_COUNTER_TYPES,
@@ -24,6 +25,7 @@ from analyzer.window import (
     REMAP_KINDS,
     THROTTLE_REASONS,
     AfidEvent,
+    InstanceInfo,
     Window,
     XidEvent,
 )
@@ -132,6 +134,8 @@ def build_window(
     afid_series: list[tuple[int, int, int, RawSeries]] = []
     alloc: dict[str, set[int]] = defaultdict(set)
     models: dict[int, list[str]] = defaultdict(list)
+    mig_rows: list[instances.Row] = []  # partitioned GPUs: per-instance activity
+    pods: dict[tuple[int, int, str], str] = {}  # (node, gpu, gpu instance) -> its workload
     for s in items:
         rep.series += 1
         try:
@@ -157,6 +161,9 @@ def build_window(
         if metric is catalog.GPU_INFO:
             if s.labels.get("name") and not np.isnan(s.values).all():
                 models[n].append(s.labels["name"])
+            continue
+        if metric in (catalog.GPU_MIG_GRAPHICS_ACTIVE, catalog.GPU_POD_INFO):
+            _instance_series(metric, s, n, T, mig_rows, pods)
             continue
         if metric is catalog.GPU_ALLOCATION_INFO:
             ok = s.values[~np.isnan(s.values)]
@@ -215,6 +222,11 @@ def build_window(
         key: tuple[Any, ...] = (s.index, *pos)
         a[key] = s.values
     leaf_of = {node_ix[n]: leaf for n, leaf in (leaf_of_name or {}).items() if n in node_ix}
+    infos: dict[tuple[int, int, int], InstanceInfo] = {}
+    if mig_rows:
+        arrays[catalog.GPU_MIG_GRAPHICS_ACTIVE.name], infos = instances.place(
+            mig_rows, pods, T, len(nodes), gpus
+        )
     return Window(
         t=np.asarray(grid, dtype=float),
         nodes=nodes,
@@ -230,7 +242,25 @@ def build_window(
         step=step,
         mounts=mounts,
         nvlink_domain_of=_nvlink_domains(info, node_ix, T),
+        instances=infos,
     )
+
+
+def _instance_series(metric: catalog.MetricDef, s: RawSeries, n: int, T: int,
+                     rows: list[instances.Row],
+                     pods: dict[tuple[int, int, str], str]) -> None:  # fmt: skip
+    """One MIG instance's activity row, or the pod (live now) on an instance."""
+    g, gi = _int(s.labels.get("gpu")), s.labels.get("gpu_instance", "")
+    if g is None or not gi:
+        return
+    if metric is catalog.GPU_POD_INFO:
+        if len(s.index) and s.index[-1] == T - 1:
+            pods[(n, g, gi)] = instances.workload(s.labels.get("namespace", ""),
+                                                  s.labels.get("pod", ""))  # fmt: skip
+        return
+    values = np.full(T, np.nan)
+    values[s.index] = s.values
+    rows.append((n, g, gi, s.labels.get("profile", ""), values))
 
 
 def _nvlink_domains(info: Iterable[RawSeries], node_ix: Mapping[str, int], T: int
@@ -341,6 +371,8 @@ QUERIED: tuple[catalog.MetricDef, ...] = (
     catalog.GPU_XGMI_TRANSMIT,  # XGMI traffic per link (analyzer.detectors.xgmi)
     catalog.GPU_XGMI_RECEIVE,
     catalog.GPU_ALLOCATION_INFO,
+    catalog.GPU_MIG_GRAPHICS_ACTIVE,  # partitioned GPUs: per instance (analyzer.detectors.instances)
+    catalog.GPU_POD_INFO,  # ... and the pod (workload) on each instance
     catalog.NVLINK_UP,
     catalog.NVLINK_ERRORS,
     catalog.IB_PORT_STATE,

@@ -17,7 +17,10 @@ from typing import Any
 import numpy as np
 
 from analyzer.sources.build import QUERIED_NAMES
-from analyzer.window import AfidEvent, Window, XidEvent
+from analyzer.window import AfidEvent, InstanceInfo, Window, XidEvent
+from exporter import catalog
+
+INSTANCE_NAMES = frozenset({catalog.GPU_MIG_GRAPHICS_ACTIVE.name})  # what instances are judged on
 
 
 class FrameBuffer:
@@ -32,14 +35,17 @@ class FrameBuffer:
         ports: Sequence[str] = (),
         metrics: Iterable[str] = QUERIED_NAMES,
         sku: Sequence[str] = (),
+        instances: Mapping[tuple[int, int, int], InstanceInfo] | None = None,
     ) -> None:
         self.nodes = tuple(nodes)
+        self.instances = dict(instances or {})  # partitioned GPUs: what each slot holds
         self.sku = tuple(sku)  # per node model key (the simulator's Fleet.models)
         self.step = step
         self.T = round(window / step) + 1
         self.leaf_of = dict(leaf_of or {})
         self.ports = tuple(ports)
-        self.wanted = frozenset(metrics)
+        # a partitioned fleet's per-instance arrays come along with its instances
+        self.wanted = frozenset(metrics) | (INSTANCE_NAMES if self.instances else frozenset())
         self._buf: dict[str, np.ndarray] = {}
         self._ib: dict[str, np.ndarray] = {}
         self._t = np.zeros(2 * self.T)
@@ -117,6 +123,7 @@ class FrameBuffer:
             leaf_of=self.leaf_of,
             sku=self.sku,
             step=self.step,
+            instances=self.instances,
         )
 
     async def read(self, now: float) -> Window:

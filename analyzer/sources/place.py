@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.sources import instances
 from analyzer.sources.build import (
     _GPU_FAMILY_AXES,
     _IB_COUNTER_FAMILIES,
@@ -30,7 +31,7 @@ from analyzer.sources.dialects.dcgm import generation_of_query, last_xid_events,
 from analyzer.sources.dialects.generations import GENERATIONS
 from analyzer.sources.matrix import SeriesMatrix
 from analyzer.sources.queries import Query
-from analyzer.window import AfidEvent, Window, XidEvent
+from analyzer.window import AfidEvent, InstanceInfo, Window, XidEvent
 from common import fabric as fabric_mod
 from exporter import catalog
 
@@ -94,6 +95,7 @@ def assemble(
     last_xid: list[tuple[Query, SeriesMatrix]] = []
     ras_events: list[tuple[Query, SeriesMatrix]] = []  # AFIDs: counters, or DME's last-event gauge
     alloc_qs: list[tuple[Query, SeriesMatrix]] = []
+    inst_qs: list[tuple[Query, SeriesMatrix, np.ndarray]] = []  # MIG instances and their pods
     models: dict[int, list[str]] = {}
     native = _native_nodes(items, node_cols)
     dialect_of: dict[int, str] = {}
@@ -141,6 +143,8 @@ def assemble(
             ras_events.append((q, m))
         elif q.metric is catalog.GPU_ALLOCATION_INFO:
             alloc_qs.append((q, m))
+        elif q.metric in (catalog.GPU_MIG_GRAPHICS_ACTIVE, catalog.GPU_POD_INFO):
+            inst_qs.append((q, m, n_ix))
         elif q.metric.name in _IB_COUNTER_FAMILIES:
             assert port_col is not None
             _place_ib(ib, q, m, n_ix, np.searchsorted(ports_a, port_col), T, N, P)
@@ -177,6 +181,11 @@ def assemble(
         n_ix = np.searchsorted(nodes_a, _col(m, q, "node"))
         xids += last_xid_events(m.vals, m.anchor, n_ix, _ints_of(m, q, "gpu"), grid, present)
     afids = [e for qm in ras_events for e in _afids(qm, nodes_a, grid, present)]
+    infos: dict[tuple[int, int, int], InstanceInfo] = {}
+    rows, pods = _instance_rows(inst_qs)
+    if rows:
+        arrays[catalog.GPU_MIG_GRAPHICS_ACTIVE.name], infos = instances.place(rows, pods, T, N,
+                                                                             gpus)  # fmt: skip
     jobs: dict[str, set[int]] = {}
     for qm in alloc_qs:
         for j, ns in _jobs(qm, nodes_a).items():
@@ -199,7 +208,27 @@ def assemble(
         dialect_of=_dialects(dialect_of, native["gpu"], nodes),
         dcgm_generation_of=generation_of,
         nvlink_domain_of=_domains_of(fabric, nodes),
+        instances=infos,
     )
+
+
+def _instance_rows(qs: Sequence[tuple[Query, SeriesMatrix, np.ndarray]]
+                   ) -> tuple[list[instances.Row], dict[tuple[int, int, str], str]]:  # fmt: skip
+    """Each MIG instance's activity row, and the workload of the pod live on each instance."""
+    rows: list[instances.Row] = []
+    pods: dict[tuple[int, int, str], str] = {}
+    for q, m, n_ix in qs:
+        g, gi = _ints_of(m, q, "gpu"), _col(m, q, "gpu_instance")
+        if q.metric is catalog.GPU_POD_INFO:
+            live = ~np.isnan(m.vals[:, -1])
+            for r in np.flatnonzero(live & (g >= 0)):
+                pods[(int(n_ix[r]), int(g[r]), str(gi[r]))] = instances.workload(
+                    str(_col(m, q, "namespace")[r]), str(_col(m, q, "pod")[r]))  # fmt: skip
+            continue
+        profile = _col(m, q, "profile")
+        rows += [(int(n_ix[r]), int(g[r]), str(gi[r]), str(profile[r]), m.vals[r])
+                 for r in range(len(m)) if g[r] >= 0]  # fmt: skip
+    return rows, pods
 
 
 def _fabric_votes(q: Query, m: SeriesMatrix) -> list[tuple[str, str, str]]:

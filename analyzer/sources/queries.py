@@ -212,6 +212,14 @@ QUERIES: tuple[Query, ...] = (
     Query(c.GPU_RAS_EVENTS, keep=("node", "gpu", "afid", "severity"), anchored=True),
     Query(c.GPU_RAS_ERRORS, moved_only=True),
     Query(c.GPU_ALLOCATION_INFO, keep=("node", "gpu", "job_id")),
+    # partitioned GPUs: each MIG instance's activity and the pod on it (the workload it
+    # serves; analyzer.sources.instances), absent on nodes without MIG
+    Query(c.GPU_MIG_GRAPHICS_ACTIVE, keep=("node", "gpu", "gpu_instance", "profile")),
+    Query(
+        c.GPU_POD_INFO,
+        keep=("node", "gpu", "gpu_instance", "namespace", "pod"),
+        matchers='gpu_instance!=""',
+    ),
     # the largest families (18 links, x 4 error types, per GPU): read through the exporter's
     # per-GPU sums; on nodes that lack them a fifth of the GPUs is checked for newly moving
     # links each cycle (links already moving are read every cycle)

@@ -19,10 +19,19 @@ an answer says 404 (an upgrade, a gate turned off). The spec gpuwarden writes
 three (k8s.io/api resource/{v1alpha3,v1beta2,v1} types.go; the 1.33-1.34 alpha's extra
 ``deviceClassName`` and CEL ``selectors`` are never set). A server that serves none of them
 cannot isolate one GPU: :class:`RulesNotServed` says so, and the GPU takes the node path.
+
+A partitioned GPU (MIG) is published as more devices: the NVIDIA DRA driver names each MIG
+device ``gpu-<minor>-mig-<profile id>-<placement start>-<size>`` with a ``parentUUID``
+attribute (k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin/deviceinfo.go). A fault on the GPU is
+the fault of every instance on it (an XID on one instance is the physical GPU's), so isolating
+the GPU taints the GPU's device (where published) and each of its MIG devices, one rule per
+device, and evicts the pods holding any of them; the pods of the node's other GPUs' instances
+stay.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from remediation.backends.base import BackendError, BlockedPod, EvacuationBlocked, NodePath
@@ -53,20 +62,58 @@ class RulesNotServed(NodePath):
     out alone here (the message says so, and "node path": the node is taken out instead)."""
 
 
-def rule_name(node: str, gpu: str) -> str:
-    return f"gpuwarden-{node}-gpu{gpu}"
+def rule_name(node: str, gpu: str, part: str = "") -> str:
+    """The rule of GPU ``gpu``'s device; ``part``: of one of its MIG devices (``mig-9-3-1``)."""
+    return f"gpuwarden-{node}-gpu{gpu}" + (f"-{part}" if part else "")
+
+
+_NAME = re.compile(r"^gpuwarden-(?P<node>.+)-gpu(?P<gpu>\d+)(?:-mig(?:-\d+)+)?$")
 
 
 def parse_name(name: str) -> tuple[str, str] | None:
-    """(node, gpu) of a rule named by :func:`rule_name`; None for any other name."""
-    node, _, gpu = name.removeprefix("gpuwarden-").rpartition("-gpu")
-    return (node, gpu) if name.startswith("gpuwarden-") and node and gpu.isdigit() else None
+    """(node, gpu) of a rule named by :func:`rule_name` (a MIG device's: its parent GPU);
+    None for any other name."""
+    m = _NAME.match(name)
+    return (m["node"], m["gpu"]) if m else None
+
+
+def _attrs(device: Obj) -> Obj:
+    return device.get("attributes") or (device.get("basic") or {}).get("attributes") or {}
 
 
 def _index(device: Obj) -> int | None:
-    attrs = device.get("attributes") or (device.get("basic") or {}).get("attributes") or {}
-    raw = (attrs.get("index") or {}).get("int")
+    raw = (_attrs(device).get("index") or {}).get("int")
     return int(raw) if isinstance(raw, int) else None
+
+
+def _string(device: Obj, name: str) -> str:
+    return str((_attrs(device).get(name) or {}).get("string") or "")
+
+
+def mig_part(device: str, gpu: str) -> str:
+    """``mig-9-3-1`` of a MIG device named ``gpu-<gpu>-mig-9-3-1``; "" for any other device."""
+    prefix = f"gpu-{gpu}-"
+    return device.removeprefix(prefix) if device.startswith(prefix + "mig-") else ""
+
+
+def find_devices(slices: list[Obj], node: str, gpu: str,
+                 driver: str = DRIVER) -> tuple[str, list[str]]:  # fmt: skip
+    """(pool, devices) of GPU ``gpu``: its own device (``index``) where published, then each
+    MIG device on it (``parentUUID`` = the GPU's uuid, or named ``gpu-<gpu>-mig-...`` where
+    the GPU's device is not published); BackendError when there is none."""
+    mine = [(s.get("spec") or {}) for s in slices]
+    mine = [sp for sp in mine if sp.get("nodeName") == node and sp.get("driver") == driver]
+    devices = [(str((sp.get("pool") or {}).get("name", node)), d)
+               for sp in mine for d in sp.get("devices") or []]  # fmt: skip
+    parent = next(((p, d) for p, d in devices if _index(d) == int(gpu)), None)
+    uuid = _string(parent[1], "uuid") if parent else ""
+    migs = [(p, d) for p, d in devices if _string(d, "type") != "gpu"
+            and ((uuid and _string(d, "parentUUID") == uuid)
+                 or (not uuid and mig_part(str(d.get("name")), gpu)))]  # fmt: skip
+    found = ([parent] if parent else []) + migs
+    if not found:
+        raise BackendError(f"no DRA device for GPU {gpu} on {node} (driver {driver}): node path")
+    return found[0][0], [str(d["name"]) for _, d in found]
 
 
 def find_device(slices: list[Obj], node: str, gpu: str, driver: str = DRIVER) -> tuple[str, str]:
@@ -98,7 +145,8 @@ def holders(claims: list[Obj], driver: str, pool: str, device: str) -> list[tupl
 
 def taint_rule(node: str, gpu: str, pool: str, device: str, effect: str, reason: str,
                driver: str = DRIVER, version: str = TAINT_RULE_VERSIONS[0]) -> Obj:  # fmt: skip
-    """The rule at ``version`` (one of :data:`TAINT_RULE_VERSIONS`: the same spec at each)."""
+    """The rule at ``version`` (one of :data:`TAINT_RULE_VERSIONS`: the same spec at each);
+    a MIG device of the GPU gets a rule of its own (named after the device)."""
     if effect not in EFFECTS:
         raise ValueError(f"DeviceTaintRule effect {effect!r}: one of {EFFECTS}")
     if version not in TAINT_RULE_VERSIONS:
@@ -106,7 +154,8 @@ def taint_rule(node: str, gpu: str, pool: str, device: str, effect: str, reason:
     return {
         "apiVersion": f"{GROUP}/{version}",
         "kind": "DeviceTaintRule",
-        "metadata": {"name": rule_name(node, gpu), "labels": {MANAGED_BY: "gpuwarden"},
+        "metadata": {"name": rule_name(node, gpu, mig_part(device, gpu)),
+                     "labels": {MANAGED_BY: "gpuwarden"},
                      "annotations": {"gpuwarden.io/reason": reason[:200]}},
         "spec": {
             "deviceSelector": {"driver": driver, "pool": pool, "device": device},
@@ -170,15 +219,33 @@ class DraIsolation:
 
     def isolate(self, node: str, gpu: str, reason: str, effect: str = "NoSchedule",
                 dry_run: bool = False) -> str:  # fmt: skip
-        """Taint one GPU; evict only its pods (NoSchedule). Dry-run: a None-effect preview.
-        The rule is read back: BackendError (the step is retried) unless gpuwarden's rule
-        with this effect selects the device, whatever was there before (see :meth:`_adopt`)."""
+        """Taint one GPU (a partitioned GPU: its device and every MIG device on it); evict
+        only the pods holding them (NoSchedule). Dry-run: a None-effect preview. Each rule is
+        read back: BackendError (the step is retried) unless gpuwarden's rule with this effect
+        selects the device, whatever was there before (see :meth:`_adopt`)."""
         slices = self.api.list_custom(GROUP, SLICES, "resourceslices")
-        pool, device = find_device(slices, node, gpu, self.driver)
+        pool, devices = find_devices(slices, node, gpu, self.driver)
         effect = "None" if dry_run else effect
+        for device in devices:
+            left = self._taint(node, gpu, pool, device, effect, reason, dry_run)
+            if left is not None:
+                return left
+        claims = self.api.list_custom(GROUP, SLICES, "resourceclaims")
+        pods = sorted({p for d in devices for p in holders(claims, self.driver, pool, d)})
+        what = devices[0] if len(devices) == 1 else (
+            f"GPU {gpu}'s {len(devices)} devices ({', '.join(devices)})")  # fmt: skip
+        if effect == "None":
+            return f"preview: {what} tainted with effect None; would evict {len(pods)} pod(s)"
+        if effect == "NoExecute":
+            return f"{what} tainted NoExecute; the control plane evicts {len(pods)} pod(s)"
+        return f"{what} tainted NoSchedule; " + self._evict(node, gpu, pods)
+
+    def _taint(self, node: str, gpu: str, pool: str, device: str, effect: str, reason: str,
+               dry_run: bool) -> str | None:  # fmt: skip
+        """One device's rule in force (None), or the dry-run's word on a rule left as it is."""
         version = self._served()
-        name = rule_name(node, gpu)
         want = taint_rule(node, gpu, pool, device, effect, reason, self.driver, version)
+        name = want["metadata"]["name"]
         status = self.api.create_cluster_custom(GROUP, version, RULES, want)
         if status == 404:  # no longer served at the cached version (an upgrade): ask again
             version = self._again(version) or self._served()
@@ -193,13 +260,7 @@ class DraIsolation:
         why = mismatch(self.read(name), want)
         if why is not None:
             raise BackendError(f"DeviceTaintRule {name} not in force on read-back: {why}")
-        pods = holders(self.api.list_custom(GROUP, SLICES, "resourceclaims"), self.driver, pool,
-                       device)  # fmt: skip
-        if effect == "None":
-            return f"preview: {device} tainted with effect None; would evict {len(pods)} pod(s)"
-        if effect == "NoExecute":
-            return f"{device} tainted NoExecute; the control plane evicts {len(pods)} pod(s)"
-        return f"{device} tainted NoSchedule; " + self._evict(node, gpu, pods)
+        return None
 
     def read(self, name: str) -> Obj | None:
         """The rule named ``name`` at the served version; None when absent or not served."""
@@ -253,10 +314,10 @@ class DraIsolation:
 
     def pods_on(self, node: str, gpu: str) -> set[tuple[str, str]]:
         """(namespace, pod) of the pods holding GPU ``gpu``; BackendError without DRA."""
-        pool, device = find_device(self.api.list_custom(GROUP, SLICES, "resourceslices"), node,
-                                   gpu, self.driver)  # fmt: skip
+        pool, devices = find_devices(self.api.list_custom(GROUP, SLICES, "resourceslices"),
+                                     node, gpu, self.driver)  # fmt: skip
         claims = self.api.list_custom(GROUP, SLICES, "resourceclaims")
-        return set(holders(claims, self.driver, pool, device))
+        return {p for d in devices for p in holders(claims, self.driver, pool, d)}
 
     def _evict(self, node: str, gpu: str, pods: list[tuple[str, str]]) -> str:
         """Evict the GPU's pods; EvacuationBlocked (with the server's reasons, not a guess)
@@ -272,12 +333,15 @@ class DraIsolation:
         return f"evicted {len(pods)} pod(s) using it: " + ", ".join(f"{n}/{p}" for n, p in pods)
 
     def release(self, node: str, gpu: str) -> str:
-        """Delete the GPU's rule if it is gpuwarden's; another owner's rule is left."""
+        """Delete the GPU's rule (and its MIG devices' rules) if gpuwarden's; another owner's
+        rule is left."""
         name = rule_name(node, gpu)
         rule = self.read(name)
-        if rule is None:
+        parts = [r for n, g, r in self._ours() if (n, g) == (node, gpu)
+                 and (r.get("metadata") or {}).get("name") != name]  # fmt: skip
+        if rule is None and not parts:
             return f"DeviceTaintRule {name} already gone"
-        return self._delete(rule)
+        return "; ".join(self._delete(r) for r in ([rule] if rule else []) + parts)
 
     def _delete(self, rule: Obj) -> str:
         """Delete this version of ``rule`` if it is gpuwarden's: one changed since it was
@@ -298,7 +362,8 @@ class DraIsolation:
             if n != node or (previews_only and _effect(r) != "None"):
                 continue
             self._delete(r)
-            out.append(gpu)
+            if gpu not in out:  # a partitioned GPU's MIG device rules release the GPU once
+                out.append(gpu)
         return out
 
     def listing(self) -> list[dict[str, Any]]:

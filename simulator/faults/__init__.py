@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from simulator.faults import amd, fabric, gpu, infiniband, nvlink, storage, workload
+from simulator.faults import amd, fabric, gpu, infiniband, nvlink, partitions, storage, workload
 from simulator.faults.base import Fault, FaultError, FaultKind, make_fault
 
 KINDS: dict[str, FaultKind] = {
     k.name: k
-    for mod in (gpu, nvlink, infiniband, workload, storage, fabric, amd)
+    for mod in (gpu, nvlink, infiniband, workload, storage, fabric, amd, partitions)
     for k in mod.KINDS
 }
 

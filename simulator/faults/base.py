@@ -17,6 +17,7 @@ import numpy as np
 
 from simulator.effects import Effects, Event
 from simulator.jobs import Jobs
+from simulator.partitions import Layout
 from simulator.state import FleetState
 from simulator.topology import GPUS, LINKS, PORTS, Topology, port_name
 
@@ -108,6 +109,7 @@ class Step:
     t1: float
     rng: np.random.Generator
     skus: tuple[str, ...] = ()  # per node: its SKU key (rack-wide faults find their rack)
+    layouts: Mapping[int, Layout] = field(default_factory=dict)  # partitioned nodes' GPUs
 
     def event(
         self, node: int, gpu: int, xid: int, text: str, at: float, counted: bool = True

@@ -10,6 +10,7 @@ import pytest
 from simulator import scenario
 from simulator.faults import KINDS
 from simulator.faults import fabric as fabric_faults
+from simulator.faults.partitions import PARTITION_KINDS
 from simulator.scenario import ScenarioError
 from simulator.topology import Topology
 
@@ -30,7 +31,14 @@ def test_every_fault_kind_appears_in_the_every_kind_scenario() -> None:
     # the NVL72 fabric kinds act on gb200-nvl72 trays only; the every-kind fleet is HGX
     nvl72_only = {k.name for k in fabric_faults.KINDS}
     amd_only = {k.name for k in KINDS.values() if k.vendor == "amd"}  # mixed-amd.yaml's
-    assert {f["kind"] for f in sc.faults} == set(KINDS) - nvl72_only - amd_only
+    partitioned = set(PARTITION_KINDS)  # need a partitioned GPU: partitioned.yaml's
+    assert {f["kind"] for f in sc.faults} == set(KINDS) - nvl72_only - amd_only - partitioned
+
+
+def test_every_partition_fault_kind_appears_in_the_partitioned_scenario_on_an_instance() -> None:
+    fleet = scenario.build(scenario.load(SCENARIOS / "partitioned.yaml"), seed=1)
+    assert {f.kind for f in fleet.faults()} == PARTITION_KINDS
+    assert all(fleet.layouts[f.nodes[0]][f.gpu] is not None for f in fleet.faults())
 
 
 def test_every_amd_fault_kind_appears_in_the_mixed_amd_scenario_on_an_mi300x_node() -> None:

@@ -44,8 +44,10 @@ from analyzer.window import AfidEvent
 from exporter import catalog
 from exporter import catalog_amd as dme
 
-# DME always names its host (hostname is mandatory): instance is never read
-_BY = (*(x for x in IDENTITY_LABELS if x != "instance"), dme.GPU_ID)
+# DME always names its host (hostname is mandatory): instance is never read; the partition
+# labels tell a partition's physical GPU (physical_gpu)
+_BY = (*(x for x in IDENTITY_LABELS if x != "instance"), dme.GPU_ID, dme.PARTITION_ID,
+       dme.PARTITION_TYPE)  # fmt: skip
 HELD_PERCENT = 50.0  # residency share of DME's interval that counts as "held at this step"
 VIOLATION_RANGE = "90s"  # six DME cache refreshes of 15 s
 _PREFIX = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*_")
@@ -60,11 +62,26 @@ class AmdRelabel:
     renames: tuple[tuple[str, str], ...] = ()  # (DME label, catalogue label)
 
     def __call__(self, labels: dict[str, str]) -> dict[str, str]:
-        out = {"node": self.node_map(raw_identity(labels)), "gpu": labels.get(dme.GPU_ID, "")}
+        out = {"node": self.node_map(raw_identity(labels)), "gpu": physical_gpu(labels)}
         for src, dst in self.renames:
             out[dst] = _job(labels) if src == dme.POD else labels.get(src, "")
         out.update(self.fixed)
         return out
+
+
+def physical_gpu(labels: dict[str, str]) -> str:
+    """The physical GPU a DME series is about: its ``gpu_id`` on an unpartitioned GPU; on a
+    compute-partitioned one (CPX/DPX/QPX, where every partition is a ``gpu_id`` of its own),
+    the physical GPU's index, ``gpu_id`` // partitions per GPU, read from partition 0 (which
+    alone carries the physical sensors, ECC and RAS); "" (not placed) for the other partitions.
+    Assumes amdgpu numbers a GPU's partitions consecutively, as ``amd-smi list`` shows them."""
+    gpu = labels.get(dme.GPU_ID, "")
+    per = dme.PARTITIONS_PER_GPU.get(labels.get(dme.PARTITION_TYPE, "").lower(), 1)
+    if per == 1 or not gpu.isdigit():
+        return gpu
+    if labels.get(dme.PARTITION_ID, "0") not in ("0", "NA", ""):
+        return ""
+    return str(int(gpu) // per)
 
 
 @functools.cache

@@ -102,6 +102,9 @@ NEEDS: Mapping[str, tuple[Need, ...]] = {
     # the straggler detector's judgement of nodes no job comparison reaches
     FAIL_SLOW: (_n(c.GPU_UTILIZATION, "utilization"), _n(c.GPU_SM_CLOCK, "SM clock"),
                 *CAP_SIGHT),
+    # partitioned GPUs: each instance against its same-profile peers (analyzer.detectors
+    # .instances); only where per-instance activity is read
+    "instances": (_n(c.GPU_MIG_GRAPHICS_ACTIVE, "per-instance activity of partitioned GPUs"),),
     "storage": (_n(c.STORAGE_PROBE_UP, "checkpoint storage probes"),),
     # RoCE ports: any of them (read moved-only: an idle or InfiniBand fabric shows none)
     "roce": (Need(ROCE_PFC, "PFC pause time per priority (storms)", False),
@@ -126,6 +129,8 @@ _ENABLE_ONLY_NATIVE = {
     " against its same-model peers' and its node's instead)",
     c.JOB_STEP_SECONDS.name: "published by the training job (gpuwarden-exporter --step-dir)",
     c.STORAGE_PROBE_UP.name: "gpuwarden-exporter's storage probes",
+    c.GPU_MIG_GRAPHICS_ACTIVE.name: "gpuwarden-exporter's MIG collector (GPM per GPU instance,"
+    " Hopper and newer); DME serves no per-partition activity (amdsmi has none)",
     c.GPU_FABRIC_HEALTH.name: "DCGM has no fabric-health field (NVML's GPU fabric info)",
     c.GPU_REMAPPED_ROWS.name: "gpuwarden-exporter (the dcgm reader does not read remap counts)",
     c.FABRIC_SERVICE_UP.name: "gpuwarden-exporter's fabric_services collector (systemd units)",
