@@ -5,9 +5,11 @@ we know the series was born there:
 
 - with an **anchor** (the last value seen before the window: the Prometheus source keeps it
   between cycles and fetches it at cold start), the first sample counts from the anchor;
-- without one, the first sample is a **baseline**, except when the series appears while its
-  node was being scraped at the grid point before (``present[i0 - 1]``): the exporter creates
-  an XID counter at its first XID, so such a series is born at 0 and its value counts;
+- without one, the first sample is a **baseline**, except when the series appears after its
+  node was scraped without it at some grid point of the window (:func:`scraped_before`):
+  the exporter creates an XID counter at its first XID, so such a series is born at 0 and its
+  value counts. Any earlier scrape will do, not only the one just before: a missed scrape
+  (or a node's short gap) right before the first XID must not turn it into a baseline;
 - a drop is a **reset** (exporter restart): the new value counts, as Prometheus
   ``increase()`` does; a gap (NaN) is bridged to the next sample, never read as 0.
 """
@@ -38,13 +40,20 @@ def counter_increases(
     return out
 
 
+def scraped_before(present: np.ndarray | None, first: int) -> bool:
+    """The node (its ``present`` column) was scraped at some grid point before ``first``: a
+    series whose first sample is at ``first`` did not exist then, so it was born since."""
+    return present is not None and first > 0 and bool(np.asarray(present[:first]).any())
+
+
 def born_inside(values: np.ndarray, present: np.ndarray | None) -> bool:
     """True when the row's first sample follows a grid point at which its node was scraped
-    (so the series did not exist yet), False when unknown (first point, or a node gap)."""
+    without it (so the series did not exist yet), False when unknown (its first sample is
+    the window's first point, or the node was never scraped before it)."""
     ok = np.flatnonzero(~np.isnan(values))
-    if len(ok) == 0 or ok[0] == 0 or present is None:
+    if len(ok) == 0:
         return False
-    return bool(present[ok[0] - 1])
+    return scraped_before(present, int(ok[0]))
 
 
 def node_presence(up: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:

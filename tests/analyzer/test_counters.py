@@ -38,9 +38,24 @@ def test_an_xid_counter_whose_first_grid_point_is_missing_yields_no_event():
     assert _xids([NAN] + [5.0] * 9, [NAN] + [1.0] * 9) == []
 
 
-def test_an_xid_counter_that_reappears_after_a_node_gap_yields_no_event():
+def test_an_xid_counter_first_seen_after_a_node_gap_counts_when_the_node_was_scraped_without_it():
+    # scraped without the series at 0 and 1: it did not exist; born during the gap (a node
+    # that went down with XIDs), its value counts
     up = [1, 1, NAN, NAN, NAN, 1, 1, 1, 1, 1]
-    assert _xids([NAN] * 5 + [7.0] * 5, up) == []
+    assert _xids([NAN] * 5 + [7.0] * 5, up) == [(GRID[5], 7)]
+
+
+def test_an_xid_counter_born_just_after_a_missed_scrape_still_counts():
+    # the scrape before the first XID was missed (1 % of scrapes at a large site): the series
+    # was absent at every earlier scrape, so it was born, not found (the evaluation through
+    # Prometheus lost an XID 119 this way)
+    up = [1, 1, 1, 1, 1, NAN, 1, 1, 1, 1]
+    assert _xids([NAN] * 6 + [1.0] * 4, up) == [(GRID[6], 1)]
+
+
+def test_an_xid_counter_on_a_node_never_scraped_before_it_in_the_window_is_a_baseline():
+    up = [NAN, NAN, NAN, 1, 1, 1, 1, 1, 1, 1]
+    assert _xids([NAN] * 3 + [4.0] * 7, up) == []
 
 
 def test_an_xid_counter_born_while_its_node_was_scraped_counts_its_first_value():
