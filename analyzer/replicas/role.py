@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from analyzer.detectors.marginal import Scores
 from analyzer.engine import Engine
@@ -145,11 +147,20 @@ def exchange_from(spec: str) -> Exchange | None:
     if kind == "kubernetes":
         from analyzer.replicas.configmaps import ConfigMapExchange
 
-        try:
-            return ConfigMapExchange.from_config(where)
-        except Exception as e:  # no service account and no kubeconfig: stop the start
-            raise ValueError(f"membership {spec}: no Kubernetes credentials ({e})") from None
+        return _on_kubernetes(spec, lambda: ConfigMapExchange.from_config(where))
     return DirectoryExchange(where) if kind == "dir" else None
+
+
+T = TypeVar("T")
+
+
+def _on_kubernetes(spec: str, make: Callable[[], T]) -> T:
+    """``make()`` the Kubernetes client of ``spec``; no service account and no kubeconfig
+    stop the start with a clear error."""
+    try:
+        return make()
+    except Exception as e:
+        raise ValueError(f"membership {spec}: no Kubernetes credentials ({e})") from None
 
 
 def membership_from(spec: str) -> Membership:
@@ -158,10 +169,7 @@ def membership_from(spec: str) -> Membership:
     if kind == "kubernetes":
         from analyzer.replicas.leases import LeaseMembership
 
-        try:
-            return LeaseMembership.from_config(where)
-        except Exception as e:  # no service account and no kubeconfig: stop the start
-            raise ValueError(f"membership {spec}: no Kubernetes credentials ({e})") from None
+        return _on_kubernetes(spec, lambda: LeaseMembership.from_config(where))
     from analyzer.replicas.filedir import DirectoryMembership
 
     return DirectoryMembership(where)

@@ -163,23 +163,6 @@ def test_a_running_job_is_asked_to_checkpoint_and_a_stale_ack_of_it_does_not_cou
     assert not [c for c in sched.calls if c[0] == "requeue"]
 
 
-def test_an_ack_written_after_the_request_is_kept_when_the_job_is_asked_again(
-    tmp_path: Path,
-) -> None:
-    sched = Scheduler()
-    sched.jobs["7"] = Job("7", "RUNNING", ("n1",))
-    m = _maint(tmp_path, sched)
-    run = _run(m)
-    m.tick()
-    m.tick()
-    cur = store.load(m.journal, run.id)
-    assert cur is not None
-    ack = ack_path(m.policy.checkpoint.ack_dir, "7")
-    ack.write_text("ok\n")
-    m._effect(cur, Effect("checkpoint", "n1", job="7"), before=cur)  # asked again: signalled
-    assert ack.exists()
-
-
 def test_a_job_that_is_not_running_is_not_asked_to_checkpoint(tmp_path: Path) -> None:
     sched = Scheduler()
     m = _maint(tmp_path, sched)
