@@ -126,7 +126,8 @@ def test_as_dcgm_exporter_each_instance_carries_gpu_i_profile_and_gpu_i_id_on_it
                     telemetry="dcgm-exporter")  # fmt: skip
     t[0] += 30
     body = sim.metrics(f.nodes[0]).decode()
-    mig = [s for s in body.splitlines() if s.startswith("DCGM_FI_DEV_FB_FREE{") and "GPU_I_ID" in s]
+    fb_free = c.GPU_MEMORY_FREE.dcgm[0].name
+    mig = [s for s in body.splitlines() if s.startswith(f"{fb_free}{{") and "GPU_I_ID" in s]
     got = sorted((s.split('gpu="')[1].split('"')[0], s.split('GPU_I_PROFILE="')[1].split('"')[0],
                   s.split('GPU_I_ID="')[1].split('"')[0]) for s in mig)  # fmt: skip
     assert got == [("0", "3g.40gb", "1"), ("0", "3g.40gb", "2"), ("1", "3g.40gb", "1"),
