@@ -120,7 +120,7 @@ def _gpus(entity: Any) -> tuple[int, ...]:
     return (int(m.group("i")),) if m else ()
 
 
-def _action(raw: Any, where: str) -> tuple[str | None, list[str]]:
+def _action(raw: Any) -> tuple[str | None, list[str]]:
     """(operational state, steps) of a recommended action."""
     if raw is None:
         return None, []
@@ -153,7 +153,7 @@ def _describe_action(state: str | None, steps: list[str]) -> str:
     return f"recommended: {theirs} (gpuwarden: {ours})"
 
 
-def _measurements(raw: Any, prefix: str, where: str, out: dict[str, float]) -> None:
+def _measurements(raw: Any, prefix: str, out: dict[str, float]) -> None:
     if raw is None:
         return
     if not isinstance(raw, dict):
@@ -186,7 +186,7 @@ def _from_checks(entries: Any, measurements: dict[str, float]) -> tuple[list[Che
             prefix = f"{check_id}.{entity}"
         else:
             prefix = check_id
-        _measurements(entry.get("measurements"), prefix, where, measurements)
+        _measurements(entry.get("measurements"), prefix, measurements)
         if severity in ("PASS", "INFO"):
             continue
         parts = [severity]
@@ -195,7 +195,7 @@ def _from_checks(entries: Any, measurements: dict[str, float]) -> tuple[list[Che
         message = entry.get("message")
         if isinstance(message, str) and message:
             parts.append(message)
-        action = _describe_action(*_action(entry.get("recommended_action"), where))
+        action = _describe_action(*_action(entry.get("recommended_action")))
         if action:
             parts.append(action)
         if severity == "UNKNOWN":

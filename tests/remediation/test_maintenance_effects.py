@@ -505,13 +505,19 @@ class Gauges:
         self.values[self._at] = v
 
 
+def _metrics() -> Any:
+    """The three maintenance gauges the runner's refresh sets, recording."""
+    metrics = type("M", (), {})()
+    metrics.maintenance_nodes, metrics.maintenance_progress, metrics.maintenance_eta = (
+        Gauges(), Gauges(), Gauges())  # fmt: skip
+    return metrics
+
+
 def test_progress_gauges_count_each_state_of_each_live_run(tmp_path: Path) -> None:
     m = _maint(tmp_path)
     run = _run(m, nodes=("n1", "n2", "n3", "n4"), wave_size=2)
     m.tick()
-    metrics = type("M", (), {})()
-    metrics.maintenance_nodes, metrics.maintenance_progress, metrics.maintenance_eta = (
-        Gauges(), Gauges(), Gauges())  # fmt: skip
+    metrics = _metrics()
     metrics.maintenance_nodes.values[("stale", "done")] = 1.0
     m.refresh(metrics)
     rid = str(run.id)
@@ -713,9 +719,7 @@ def test_a_finished_run_takes_no_more_calls_and_its_gauges_are_gone(tmp_path: Pa
     store.save(m.journal, cur, replace(cur, state="done"), 5.0, None)
     with pytest.raises(ValueError, match=f"run {run.id} is done"):
         m.set_state(run.id, "pause", "bob")
-    metrics = type("M", (), {})()
-    metrics.maintenance_nodes, metrics.maintenance_progress, metrics.maintenance_eta = (
-        Gauges(), Gauges(), Gauges())  # fmt: skip
+    metrics = _metrics()
     m.refresh(metrics)
     assert metrics.maintenance_nodes.values == {} and metrics.maintenance_eta.values == {}
 
@@ -728,9 +732,7 @@ def test_the_eta_gauge_is_the_pace_times_what_is_left(tmp_path: Path) -> None:
     n1 = cur.nodes[0].to("done", 1100.0, "ok", started=1000.0, finished=1100.0)
     store.save(m.journal, cur, replace(cur, nodes=(n1, *cur.nodes[1:])), 1100.0, None)
     m.clock.t = 1150.0  # type: ignore[attr-defined]
-    metrics = type("M", (), {})()
-    metrics.maintenance_nodes, metrics.maintenance_progress, metrics.maintenance_eta = (
-        Gauges(), Gauges(), Gauges())  # fmt: skip
+    metrics = _metrics()
     m.refresh(metrics)
     assert metrics.maintenance_eta.values == {(str(run.id),): 150.0}  # 100 s a node, 2 left
     assert metrics.maintenance_progress.values == {(str(run.id),): pytest.approx(1 / 3)}
