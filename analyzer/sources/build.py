@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.sources import instances
-from analyzer.sources.counters import born_inside, counter_increases, node_presence
+from analyzer.sources.counters import counter_events, node_presence
 from analyzer.window import (
     ECC_COUNTER_TYPES,
     ECC_ERROR_TYPES,
@@ -328,9 +328,8 @@ def _xid_events(
     for n, g, x, s in xs:
         row = np.full(len(grid), np.nan)
         row[s.index] = s.values
-        inc = counter_increases(row, born=born_inside(row, present[:, n]))
-        for i in np.flatnonzero(np.nan_to_num(inc, nan=0.0) > 0):
-            out.append(XidEvent(float(grid[i]), n, g, x, int(inc[i] + 0.5)))
+        for i, k in counter_events(row, float("nan"), present[:, n]):
+            out.append(XidEvent(float(grid[i]), n, g, x, k))
     return sorted(out, key=lambda e: e.t)
 
 

@@ -56,6 +56,16 @@ def born_inside(values: np.ndarray, present: np.ndarray | None) -> bool:
     return scraped_before(present, int(ok[0]))
 
 
+def counter_events(
+    values: np.ndarray, anchor: float, present: np.ndarray | None
+) -> list[tuple[int, int]]:
+    """(grid index, count) of each increase of one event counter row (XIDs, AFIDs): counted
+    from ``anchor`` when known, else from 0 when the series was born inside the window."""
+    born = bool(np.isnan(anchor)) and born_inside(values, present)
+    inc = counter_increases(values, anchor, born)
+    return [(int(i), int(inc[i] + 0.5)) for i in np.flatnonzero(np.nan_to_num(inc, nan=0.0) > 0)]
+
+
 def node_presence(up: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
     """(T, nodes) bool: the node was scraped at that grid point (any GPU reported ``gpu_up``)."""
     if up is None or up.shape[:2] != shape:

@@ -24,7 +24,7 @@ from analyzer.sources.build import (
     ib_counter_name,
     node_models,
 )
-from analyzer.sources.counters import counter_increases, node_presence, scraped_before
+from analyzer.sources.counters import counter_events, node_presence
 from analyzer.sources.dialects import AMD, DCGM, NATIVE
 from analyzer.sources.dialects.amd import last_afid_events
 from analyzer.sources.dialects.dcgm import generation_of_query, last_xid_events, vanished_as_lost
@@ -359,13 +359,8 @@ def _xids(qm: tuple[Query, SeriesMatrix], nodes: np.ndarray, grid: np.ndarray,
         row = m.vals[r]
         if g[r] < 0 or x[r] < 0 or np.isnan(row).all():
             continue
-        first = int(np.argmax(~np.isnan(row)))
-        born = bool(np.isnan(m.anchor[r])) and scraped_before(present[:, n_ix[r]], first)
-        inc = counter_increases(row, m.anchor[r], born)
-        for i in np.flatnonzero(np.nan_to_num(inc, nan=0.0) > 0):
-            out.append(
-                XidEvent(float(grid[i]), int(n_ix[r]), int(g[r]), int(x[r]), int(inc[i] + 0.5))
-            )
+        for i, k in counter_events(row, m.anchor[r], present[:, n_ix[r]]):
+            out.append(XidEvent(float(grid[i]), int(n_ix[r]), int(g[r]), int(x[r]), k))
     return sorted(out, key=lambda e: e.t)
 
 
@@ -384,12 +379,9 @@ def _afids(qm: tuple[Query, SeriesMatrix], nodes: np.ndarray, grid: np.ndarray,
         row = m.vals[r]
         if g[r] < 0 or afid[r] < 0 or np.isnan(row).all():
             continue
-        first = int(np.argmax(~np.isnan(row)))
-        born = bool(np.isnan(m.anchor[r])) and scraped_before(present[:, n_ix[r]], first)
-        inc = counter_increases(row, m.anchor[r], born)
-        for i in np.flatnonzero(np.nan_to_num(inc, nan=0.0) > 0):
+        for i, k in counter_events(row, m.anchor[r], present[:, n_ix[r]]):
             out.append(AfidEvent(float(grid[i]), int(n_ix[r]), int(g[r]), int(afid[r]),
-                                 str(sev[r]), int(inc[i] + 0.5)))  # fmt: skip
+                                 str(sev[r]), k))  # fmt: skip
     return out
 
 
