@@ -7,8 +7,11 @@ peak RSS are that replica's own: per replica count, the slowest replica's cycle 
 CPU, its peak RSS, and the bytes of the window part it holds (what a node-restricted read
 would fetch), with ratios against the single process measured in the same run.
 
+``BENCH_SCALE_PARTS`` picks the parts (default ``split,weak,read``);
 ``BENCH_SCALE_NODES`` picks the fleet size (default 2048; quick: 512; 12500 for the
 issue's fleet, about 10 minutes on 2 cores). The window is the analyzer's dense arrays.
+
+Then a fixed share per replica as the fleet grows (rows ``scale_weak_*``, :func:`_weak`).
 
 Then the reads (rows ``scale_read_*``): a simulated fleet of ``BENCH_SCALE_READ_NODES`` nodes
 (default 256; quick: 128) backfilled into a real Prometheus (the TSDB of
@@ -70,6 +73,15 @@ def _in_child(window: Window, whole: bool) -> dict[str, float]:
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
+    parts = os.environ.get("BENCH_SCALE_PARTS", "split,weak,read").split(",")
+    unknown = set(parts) - {"split", "weak", "read"}
+    if unknown:
+        raise ValueError(f"BENCH_SCALE_PARTS: {sorted(unknown)} not among split, weak, read")
+    return ((_split(quick) if "split" in parts else []) + (_weak(quick) if "weak" in parts else [])
+            + (_reads(quick) if "read" in parts else []))  # fmt: skip
+
+
+def _split(quick: bool) -> list[dict[str, Any]]:
     nodes = int(os.environ.get("BENCH_SCALE_NODES", "512" if quick else "2048"))
     window = synthetic_window(nodes)
     parts = units(window)
@@ -105,7 +117,46 @@ def run(quick: bool) -> list[dict[str, Any]]:
              "value": round(max(p["bytes"] for p in per) / 2**20, 1), "unit": "MiB",
              "note": f"largest part; {max(p['bytes'] for p in per) / full_bytes:.2f}x the fleet's"},
         ]  # fmt: skip
-    return rows + _reads(quick)
+    return rows
+
+
+def _weak(quick: bool) -> list[dict[str, Any]]:
+    """A fixed share per replica as the fleet grows (rows ``scale_weak_*``): fleets of
+    ``BENCH_SCALE_WEAK`` nodes per replica (default 256, quick 128; 1563 gives 12,504 nodes
+    at 8) split over 1, 2, 4 and 8 replicas; the largest replica's part judged in a fresh
+    process as above, ``BENCH_SCALE_REPEATS`` times (default 3), the least CPU kept. Its cost
+    should follow its own nodes, not the fleet's: the CPU and window bytes per node it owns
+    against 1 replica. Rendezvous hashing does not split units evenly, so the largest part
+    is over the mean share; the notes say by how much."""
+    per = int(os.environ.get("BENCH_SCALE_WEAK", "128" if quick else "256"))
+    repeats = int(os.environ.get("BENCH_SCALE_REPEATS", "1" if quick else "3"))
+    rows: list[dict[str, Any]] = []
+    base: dict[str, float] = {}
+    for r in REPLICAS:
+        window = synthetic_window(per * r)
+        parts = units(window)
+        names = [f"analyzer-{i}" for i in range(r)]
+        largest = max(assign(parts, names).values(), key=lambda m: len(owned_nodes(parts, m)))
+        part = subwindow(window, owned_nodes(parts, largest))
+        del window
+        runs = [_in_child(part, whole=False) for _ in range(repeats)]
+        got = min(runs, key=lambda g: g["cpu"])  # the least disturbed of the fresh processes
+        n = len(part.nodes)
+        per_node = got["cpu"] / n * 1e3
+        part_kib = window_bytes(part) / n / 2**10
+        base = base or {"cpu": per_node, "bytes": part_kib}
+        rows += [
+            {"name": f"scale_weak_{per * r}_{r}_replicas_cycle_cpu", "value": round(got["cpu"], 3),
+             "unit": "s", "note": f"largest replica: {n} nodes ({n / per:.2f}x the mean share), "
+                                  f"{per_node:.3f} ms a node "
+                                  f"({per_node / base['cpu']:.2f}x at 1 replica); "
+                                  f"wall {got['wall']:.2f} s; {len(parts)} units"},
+            {"name": f"scale_weak_{per * r}_{r}_replicas_peak_rss", "value": round(got["rss"], 1),
+             "unit": "MiB", "note": f"window part {window_bytes(part) / 2**20:.0f} MiB, "
+                                    f"{part_kib:.0f} KiB a node "
+                                    f"({part_kib / base['bytes']:.2f}x at 1 replica)"},
+        ]  # fmt: skip
+    return rows
 
 
 READ_CYCLES = 4  # steady-state cycles after the cold start
