@@ -72,13 +72,16 @@ def _in_child(window: Window, whole: bool) -> dict[str, float]:
         return pool.apply(_judge, (window, whole))
 
 
+PARTS = ("split", "weak", "read", "fleet")
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
-    parts = os.environ.get("BENCH_SCALE_PARTS", "split,weak,read").split(",")
-    unknown = set(parts) - {"split", "weak", "read"}
+    parts = os.environ.get("BENCH_SCALE_PARTS", ",".join(PARTS)).split(",")
+    unknown = set(parts) - set(PARTS)
     if unknown:
-        raise ValueError(f"BENCH_SCALE_PARTS: {sorted(unknown)} not among split, weak, read")
-    return ((_split(quick) if "split" in parts else []) + (_weak(quick) if "weak" in parts else [])
-            + (_reads(quick) if "read" in parts else []))  # fmt: skip
+        raise ValueError(f"BENCH_SCALE_PARTS: {sorted(unknown)} not among {', '.join(PARTS)}")
+    do = {"split": _split, "weak": _weak, "read": _reads, "fleet": _fleet_reads}
+    return [row for part in PARTS if part in parts for row in do[part](quick)]
 
 
 def _split(quick: bool) -> list[dict[str, Any]]:
@@ -256,3 +259,55 @@ def _reads(quick: bool) -> list[dict[str, Any]]:
              "note": "cycles whose findings, all replicas together, equal the single analyzer's"},
         ]  # fmt: skip
     return rows
+
+
+def _fleet_reads(quick: bool) -> list[dict[str, Any]]:
+    """Rows ``scale_fleet_*``: the replicas' reads on a TSDB holding a whole fleet's topology
+    families (:mod:`benchmarks.topology_tsdb`; ``BENCH_SCALE_FLEET_NODES``, default 12500,
+    quick 1000): each replica of 1, 2, 4 and 8 reads the topology of every node, then every
+    family of its own nodes, a cold start and steady cycles; its bytes, read CPU and
+    Prometheus' CPU per replica read. The node families here are the topology's own: the
+    per-node bytes of a full read come from the ``scale_read`` rows."""
+    from benchmarks.bench_analyzer_prometheus import CYCLES, STEP, WINDOW
+    from benchmarks.topology_tsdb import cached_start, tsdb
+    from tests.realcomp import run_prometheus
+
+    nodes = int(os.environ.get("BENCH_SCALE_FLEET_NODES", "1000" if quick else "12500"))
+    steps = round(WINDOW / STEP) + 1 + CYCLES
+    t0 = cached_start(nodes, steps) or (time.time() // 7200) * 7200 - 6 * 3600
+    built = time.perf_counter()
+    data = tsdb(nodes, t0, steps, STEP)
+    built = time.perf_counter() - built
+    t_cold = t0 + STEP * (steps - 1 - CYCLES)
+    rows: list[dict[str, Any]] = []
+    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n",
+                        data_dir=data) as p:  # fmt: skip
+        base: dict[str, float] = {}
+        for r in REPLICAS:
+            names = [f"analyzer-{i}" for i in range(r)]
+            server0 = _proc_cpu(p.proc.pid)
+            per = asyncio.run(_read_cycles(p.url, t_cold, names))
+            server = (_proc_cpu(p.proc.pid) - server0) / (r * (READ_CYCLES + 1))
+            each = [statistics.median(x["bytes"][1:]) for x in per]
+            cpu = max(statistics.median(x["cpu"][1:]) for x in per)
+            base = base or {"bytes": max(each), "cpu": cpu}
+            rows += [
+                {"name": f"scale_fleet_{nodes}_{r}_replicas_bytes", "value": round(max(each) / 1e6, 3),
+                 "unit": "MB", "note": f"largest replica's steady read "
+                                       f"({max(x['nodes'] for x in per)} nodes of {nodes}); "
+                                       f"{max(each) / base['bytes']:.2f}x 1 replica; cold start "
+                                       f"{max(x['bytes'][0] for x in per) / 1e6:.2f} MB"},
+                {"name": f"scale_fleet_{nodes}_{r}_replicas_read_cpu", "value": round(cpu, 3),
+                 "unit": "s", "note": f"slowest replica's read, steady; "
+                                      f"{cpu / base['cpu']:.2f}x 1 replica; Prometheus "
+                                      f"{server:.3f} s CPU a replica read"},
+            ]  # fmt: skip
+    rows.append({"name": f"scale_fleet_{nodes}_tsdb_build", "value": round(built, 1), "unit": "s",
+                 "note": "0 when cached; the topology families only"})  # fmt: skip
+    return rows
+
+
+def _proc_cpu(pid: int) -> float:
+    """user + system CPU seconds of a process (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
