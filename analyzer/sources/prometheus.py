@@ -293,13 +293,13 @@ class PrometheusSource:
             raise SourceError(f"topology: {e}") from None
         nodes = {lab.get("node", "") for lab in present.labels}
         jobs = [(lab.get("node", ""), lab.get("job_id", "")) for lab in alloc.labels]
-        for q, got in zip((*hosts, *jobs_of), foreign, strict=True):
-            assert q.relabel is not None
+        for i, (q, got) in enumerate(zip((*hosts, *jobs_of), foreign, strict=True)):
+            assert q.relabel is not None  # a foreign host's node, as the family's reader names it
             named = [q.relabel(dict(lab)) for lab in got.labels]
-            if q in jobs_of:
-                jobs += [(x.get("node", ""), x.get("job_id", "")) for x in named]
-            else:
+            if i < len(hosts):
                 nodes.update(x.get("node", "") for x in named)
+            else:
+                jobs += [(x.get("node", ""), x.get("job_id", "")) for x in named]
         counts = np.ones(len(fabric.labels))
         counts[fabric.series_of_samples()] = fabric.values
         votes = []
