@@ -33,7 +33,7 @@ from analyzer.sources.dialects.discover import (
     query_set,
     without,
 )
-from analyzer.sources.dialects.identity import NodeMap, identity_matchers
+from analyzer.sources.dialects.identity import NodeMap, identity_label, identity_matchers
 from analyzer.sources.featureread import covered_expr, moved_exprs
 from analyzer.sources.features import FEATURES, Feature
 from analyzer.sources.matrix import Key, SeriesMatrix
@@ -48,8 +48,9 @@ from analyzer.sources.promhttp import (
 )
 from analyzer.sources.queries import QUERIES, Gate, Query, quote_value, rows_matchers
 from analyzer.sources.topology import (
-    PRESENCE,
+    dialect_base,
     fabric_expr,
+    foreign_host_queries,
     foreign_jobs_expr,
     foreign_nodes_expr,
     jobs_expr,
@@ -126,6 +127,8 @@ class PrometheusSource:
         self.topology: Window | None = None  # this cycle's, read for the scope
         self._sel = ""  # the node matcher of the pass being read ("": every node)
         self._nodes: frozenset[str] | None = None  # the nodes of that pass (None: every node)
+        # per foreign exporter, the labels its hosts were named by in this cycle's topology
+        self._host_labels: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ cycle
     async def read(self, now: float) -> Window:
@@ -237,7 +240,12 @@ class PrometheusSource:
         ``[""]``: the whole fleet."""
         if self._nodes is None or not self._narrows(q):
             return [""]
-        return identity_matchers(q.by, self._nodes, self.node_map) or [""]
+        # only the labels this exporter's hosts are named by (each is one more selection of
+        # every selector: dcgm-exporter's Hostname, not also hostname and node), all of them
+        # where the topology saw none of its hosts
+        seen = self._host_labels.get(dialect_base(q))
+        labels = [x for x in q.by if x in seen] if seen else q.by
+        return identity_matchers(labels, self._nodes, self.node_map) or [""]
 
     def _reset(self, queries: Sequence[Query]) -> None:
         for q in queries:
@@ -279,7 +287,7 @@ class PrometheusSource:
             return await with_retries(go, self.retries)
 
         span = self.span + self.lookback
-        hosts = [q for q in self.queries if q.dialect and q.metric in PRESENCE]
+        hosts = foreign_host_queries(self.queries)
         jobs_of = [q for q in self.queries if q.dialect and q.metric is catalog.GPU_ALLOCATION_INFO
                    and "job_id" in q.labels]  # fmt: skip
         try:
@@ -293,11 +301,15 @@ class PrometheusSource:
             raise SourceError(f"topology: {e}") from None
         nodes = {lab.get("node", "") for lab in present.labels}
         jobs = [(lab.get("node", ""), lab.get("job_id", "")) for lab in alloc.labels]
+        self._host_labels = {}
         for i, (q, got) in enumerate(zip((*hosts, *jobs_of), foreign, strict=True)):
             assert q.relabel is not None  # a foreign host's node, as the family's reader names it
             named = [q.relabel(dict(lab)) for lab in got.labels]
             if i < len(hosts):
                 nodes.update(x.get("node", "") for x in named)
+                by = self._host_labels.setdefault(dialect_base(q), set())
+                by.update(identity_label(lab) for lab in got.labels)
+                by.discard("")
             else:
                 jobs += [(x.get("node", ""), x.get("job_id", "")) for x in named]
         counts = np.ones(len(fabric.labels))

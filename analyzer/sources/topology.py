@@ -18,6 +18,7 @@ fleet-wide while the replica's own reads of the foreign families are narrowed to
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -59,6 +60,24 @@ def fabric_expr() -> str:
 
 # a foreign series' labels that name a GPU (or a partition of one), not its node or its job
 _UNIT_LABELS = frozenset({"gpu", dme.GPU_ID, dme.PARTITION_ID, dme.PARTITION_TYPE})
+
+
+_PLAIN = re.compile(r"[a-zA-Z_:][\w:]*(\{[^{}]*\})?")
+
+
+def foreign_host_queries(queries: Iterable[Query]) -> list[Query]:
+    """The foreign families the topology learns hosts from: per dialect its presence
+    families (:data:`PRESENCE`), or, for one that serves none (node_exporter serving only
+    ethtool's PFC counters), each of its families that reads a plain series."""
+    foreign = [q for q in queries if q.dialect]
+    out = [q for q in foreign if q.metric in PRESENCE]
+    have = {dialect_base(q) for q in out}
+    return out + [q for q in foreign if dialect_base(q) not in have and _PLAIN.fullmatch(q.source)]
+
+
+def dialect_base(q: Query) -> str:
+    """The exporter a foreign query reads (``dcgm-exporter/pod`` is dcgm-exporter's)."""
+    return q.dialect.split("/", 1)[0]
 
 
 def foreign_nodes_expr(q: Query, span: float) -> str:

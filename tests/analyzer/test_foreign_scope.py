@@ -11,7 +11,12 @@ import pytest
 from analyzer.sources.dialects import amd, dcgm, node_exporter
 from analyzer.sources.dialects.identity import NodeMap, host_of, identity_matchers
 from analyzer.sources.queries import over_time, with_matchers
-from analyzer.sources.topology import PRESENCE, foreign_jobs_expr, foreign_nodes_expr
+from analyzer.sources.topology import (
+    PRESENCE,
+    foreign_host_queries,
+    foreign_jobs_expr,
+    foreign_nodes_expr,
+)
 from exporter import catalog as c
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -66,6 +71,16 @@ def test_the_foreign_topology_reads_every_presence_and_allocation_family_of_each
         if q.metric is c.GPU_ALLOCATION_INFO:
             by = foreign_jobs_expr(q).split("(")[1].split(")")[0].split(",")
             assert {"gpu", "gpu_id"}.isdisjoint(by) and by[:3] == ["node", "Hostname", "hostname"]
+
+
+def test_hosts_are_learnt_from_presence_families_or_from_every_plain_one_of_an_exporter_without():
+    qs = _dialect_queries()
+    got = foreign_host_queries(qs)
+    assert got and all(q.metric in PRESENCE for q in got)
+    assert {q.dialect for q in got} == {"dcgm-exporter", "amd-dme", "node_exporter"}
+    pfc_only = node_exporter.ethtool_queries()  # node_exporter serving only ethtool's PFC
+    assert foreign_host_queries(pfc_only) == list(pfc_only)
+    assert "[700s]" in foreign_nodes_expr(pfc_only[0], 700)
 
 
 def _regex(matcher: str) -> re.Pattern[str]:

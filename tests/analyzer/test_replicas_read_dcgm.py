@@ -8,6 +8,7 @@ it (tests/analyzer/dcgmfleet.py)."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import numpy as np
 import pytest
@@ -64,6 +65,11 @@ def test_a_replica_reads_only_the_dcgm_and_node_exporter_series_of_its_hosts(dcg
     read = _series_reads(calls)
     assert any(q.startswith("max by (node,Hostname") for q, _ in read)  # dcgm's families
     assert any("node_infiniband" in q for q, _ in read)  # and node_exporter's
+    for query, _ in read:  # by the one label the topology saw each exporter's hosts named by
+        if "DCGM_" in query:
+            assert "Hostname=" in query and not re.search(r'\b(hostname|node)=~"', query), query
+        if "node_infiniband" in query:
+            assert "instance=" in query and not re.search(r'\b(Hostname|node)=~"', query), query
     named: set[str] = set()
     for query, body in read:  # every series read names the owned host, and only it
         assert me in query, query

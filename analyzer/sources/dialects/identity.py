@@ -39,6 +39,14 @@ def raw_identity(labels: Mapping[str, str]) -> str:
     return host_of(inst) if inst else ""
 
 
+def identity_label(labels: Mapping[str, str]) -> str:
+    """The label :func:`raw_identity` takes a series' host from ("" when none)."""
+    for name in IDENTITY_LABELS:
+        if labels.get(name):
+            return name
+    return ""
+
+
 @dataclass(frozen=True, eq=False)
 class NodeMap:
     """A site's mapping from foreign host names to node names: ``names`` first (exact), then
