@@ -21,6 +21,8 @@ a cold start and steady-state cycles at the scrape interval. Per replica count: 
 largest reader fetched a steady cycle and at its cold start, the bytes of all replicas
 together, the read's CPU, and whether the replicas' findings together equal the single
 analyzer's on every cycle (``marginal`` included: the replicas exchange their scores).
+``BENCH_TELEMETRY=dcgm-exporter`` reads the fleet as dcgm-exporter + node_exporter serve it
+(rows ``scale_read_dcgm_<n>_*``): each replica narrows the foreign families to its hosts.
 """
 
 from __future__ import annotations
@@ -213,10 +215,18 @@ async def _read_cycles(url: str, t_cold: float, names: list[str]) -> list[dict[s
 
 
 def _reads(quick: bool) -> list[dict[str, Any]]:
-    from benchmarks.bench_analyzer_prometheus import CYCLES, STEP, WINDOW, _cached, _tsdb
+    from benchmarks.bench_analyzer_prometheus import (
+        CYCLES,
+        STEP,
+        TELEMETRY,
+        WINDOW,
+        _cached,
+        _tsdb,
+    )
     from tests.realcomp import run_prometheus
 
     nodes = int(os.environ.get("BENCH_SCALE_READ_NODES", "128" if quick else "256"))
+    tag = nodes if TELEMETRY == "gpuwarden" else f"dcgm_{nodes}"
     steps = round(WINDOW / STEP) + 1 + CYCLES
     base = (time.time() // 7200) * 7200 - 6 * 3600
     hit = _cached(nodes)
@@ -231,7 +241,7 @@ def _reads(quick: bool) -> list[dict[str, Any]]:
             per_count[r] = asyncio.run(_read_cycles(p.url, t_cold, names))
     steady = statistics.median(single["bytes"][1:])
     rows: list[dict[str, Any]] = [
-        {"name": f"scale_read_{nodes}_single_bytes", "value": round(steady / 1e6, 3),
+        {"name": f"scale_read_{tag}_single_bytes", "value": round(steady / 1e6, 3),
          "unit": "MB", "note": f"one analyzer, whole fleet, steady cycle (median of "
                                f"{READ_CYCLES}); cold start {single['bytes'][0] / 1e6:.1f} MB; "
                                f"read CPU {statistics.median(single['cpu'][1:]):.3f} s; "
@@ -245,16 +255,16 @@ def _reads(quick: bool) -> list[dict[str, Any]]:
         cpu = max(statistics.median(x["cpu"][1:]) for x in per)
         same = sum(per[0]["found"][k] == single["found"][k] for k in range(READ_CYCLES + 1))
         rows += [
-            {"name": f"scale_read_{nodes}_{r}_replicas_bytes", "value": round(max(each) / 1e6, 3),
+            {"name": f"scale_read_{tag}_{r}_replicas_bytes", "value": round(max(each) / 1e6, 3),
              "unit": "MB", "note": f"largest replica's steady cycle "
                                    f"({max(x['nodes'] for x in per)} nodes max); "
                                    f"{max(each) / steady:.2f}x single; all replicas "
                                    f"{sum(each) / steady:.2f}x; cold start "
                                    f"{max(cold) / 1e6:.1f} MB ({max(cold) / single['bytes'][0]:.2f}x)"},
-            {"name": f"scale_read_{nodes}_{r}_replicas_read_cpu", "value": round(cpu, 3),
+            {"name": f"scale_read_{tag}_{r}_replicas_read_cpu", "value": round(cpu, 3),
              "unit": "s", "note": f"slowest replica's read, steady cycle; "
                                   f"{cpu / statistics.median(single['cpu'][1:]):.2f}x single"},
-            {"name": f"scale_read_{nodes}_{r}_replicas_same_findings", "value": same,
+            {"name": f"scale_read_{tag}_{r}_replicas_same_findings", "value": same,
              "unit": f"/{READ_CYCLES + 1}",
              "note": "cycles whose findings, all replicas together, equal the single analyzer's"},
         ]  # fmt: skip

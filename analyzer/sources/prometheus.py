@@ -33,7 +33,7 @@ from analyzer.sources.dialects.discover import (
     query_set,
     without,
 )
-from analyzer.sources.dialects.identity import NodeMap
+from analyzer.sources.dialects.identity import NodeMap, identity_label, identity_matchers
 from analyzer.sources.featureread import covered_expr, moved_exprs
 from analyzer.sources.features import FEATURES, Feature
 from analyzer.sources.matrix import Key, SeriesMatrix
@@ -48,7 +48,11 @@ from analyzer.sources.promhttp import (
 )
 from analyzer.sources.queries import QUERIES, Gate, Query, quote_value, rows_matchers
 from analyzer.sources.topology import (
+    dialect_base,
     fabric_expr,
+    foreign_host_queries,
+    foreign_jobs_expr,
+    foreign_nodes_expr,
     jobs_expr,
     node_matcher,
     nodes_expr,
@@ -122,6 +126,9 @@ class PrometheusSource:
         self.owned: frozenset[str] | None = None
         self.topology: Window | None = None  # this cycle's, read for the scope
         self._sel = ""  # the node matcher of the pass being read ("": every node)
+        self._nodes: frozenset[str] | None = None  # the nodes of that pass (None: every node)
+        # per foreign exporter, the labels its hosts were named by in this cycle's topology
+        self._host_labels: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ cycle
     async def read(self, now: float) -> Window:
@@ -140,10 +147,10 @@ class PrometheusSource:
         grid = end - self.step * np.arange(self.T - 1, -1, -1)
         if self.scope is None:
             if self.scoped is not None:  # the rows held are a replica's: read the fleet afresh
-                self._reset(tuple(q for q in self.queries if not q.dialect))
+                self._reset(tuple(q for q in self.queries if self._narrows(q)))
             self.owned = self.scoped = self.topology = None
             await self._coverage(end, "")
-            failed = await self._pass(self.queries, self.mats, end, "")
+            failed = await self._pass(self.queries, self.mats, end, None)
         else:
             failed = await self._scoped(end, grid)
         if failed and len(failed) == len(self.queries):
@@ -159,11 +166,13 @@ class PrometheusSource:
         return w
 
     async def _pass(self, queries: Sequence[Query], mats: Mapping[Query, SeriesMatrix],
-                    end: float, sel: str) -> tuple[str, ...]:  # fmt: skip
-        """Fetch ``queries`` into ``mats``, the native ones narrowed by the matcher ``sel``
-        ("": the whole fleet); the names of those that failed."""
+                    end: float, nodes: frozenset[str] | None) -> tuple[str, ...]:  # fmt: skip
+        """Fetch ``queries`` into ``mats``, narrowed to ``nodes`` (None: the whole fleet): a
+        native family by its ``node`` label, a foreign one by the labels its node is derived
+        from (:meth:`_foreign`); the names of those that failed."""
         sem = asyncio.Semaphore(self.parallel)
-        self._gate_reads, self._sel = {}, sel
+        self._gate_reads, self._nodes = {}, nodes
+        self._sel = "" if nodes is None else node_matcher(nodes)
 
         async def one(q: Query) -> str | None:
             async with sem:
@@ -184,40 +193,59 @@ class PrometheusSource:
         whose rows are held from the last cycle is read incrementally; a node newly owned
         has no rows held and is read over the whole window, like a cold start narrowed to
         it (anchors, moved checks of every shard, gated rows whole), then joins the rows
-        held. A node no longer owned is forgotten. Foreign dialects' families are read
-        whole (their ``node`` exists only after relabelling) and narrowed in memory."""
+        held. A node no longer owned is forgotten. A foreign dialect's family is narrowed by
+        the labels its node is derived from (``Hostname``, ``instance``...), except under a
+        node map with a pattern (a regex has no inverse to select by): then it is read whole
+        and narrowed in memory."""
         assert self.scope is not None
-        native = tuple(q for q in self.queries if not q.dialect)
-        foreign = tuple(q for q in self.queries if q.dialect)
-        failed = await self._pass(foreign, self.mats, end, "") if foreign else ()
-        topo = await self._topology(end, grid, foreign)
+        parted = tuple(q for q in self.queries if self._narrows(q))
+        whole = tuple(q for q in self.queries if not self._narrows(q))
+        failed = await self._pass(whole, self.mats, end, None) if whole else ()
+        topo = await self._topology(end, grid)
         own = frozenset(self.scope(topo))
         self.topology = topo
         self.owned = own
         kept = own if self.scoped is None else own & self.scoped
         fresh = own - kept
         if not kept:  # nothing held is of use: the owned nodes' whole window
-            self._reset(native)
+            self._reset(parted)
             kept, fresh = fresh, frozenset()
         else:
-            self._forget(native, kept)
+            self._forget(parted, kept)
         await self._coverage(end, node_matcher(own) if own else None)
         if kept:
-            failed += await self._pass(native, self.mats, end, node_matcher(kept))
+            failed += await self._pass(parted, self.mats, end, kept)
         scoped = kept
         if fresh:
             held, self.gated = self.gated, {}
-            mats = {q: SeriesMatrix(self.T) for q in native}
-            bad = await self._pass(native, mats, end, node_matcher(fresh))
+            mats = {q: SeriesMatrix(self.T) for q in parted}
+            bad = await self._pass(parted, mats, end, fresh)
             for name, units in held.items():
                 self.gated[name] = units | self.gated.get(name, set())
-            for q in native:  # (a family never read yet stays cold: read whole next cycle)
+            for q in parted:  # (a family never read yet stays cold: read whole next cycle)
                 _join(self.mats[q], mats[q])
             failed += bad
             if not bad:  # else read them whole again next cycle
                 scoped = own
         self.scoped = scoped
         return tuple(dict.fromkeys(failed))
+
+    def _narrows(self, q: Query) -> bool:
+        """Whether a replica's read of ``q`` is narrowed to its nodes on the server."""
+        return not q.dialect or self.node_map.invertible
+
+    def _foreign(self, q: Query) -> list[str]:
+        """The matcher sets (or-ed) that narrow the foreign family ``q`` to the pass's nodes
+        (on the labels its node is derived from: :func:`.identity.identity_matchers`);
+        ``[""]``: the whole fleet."""
+        if self._nodes is None or not self._narrows(q):
+            return [""]
+        # only the labels this exporter's hosts are named by (each is one more selection of
+        # every selector: dcgm-exporter's Hostname, not also hostname and node), all of them
+        # where the topology saw none of its hosts
+        seen = self._host_labels.get(dialect_base(q))
+        labels = [x for x in q.by if x in seen] if seen else q.by
+        return identity_matchers(labels, self._nodes, self.node_map) or [""]
 
     def _reset(self, queries: Sequence[Query]) -> None:
         for q in queries:
@@ -237,17 +265,17 @@ class PrometheusSource:
                 self.gated[q.name] = {u for u in self.gated[q.name] if u[g] in kept}
 
     def _owned_rows(self, q: Query, m: SeriesMatrix) -> SeriesMatrix:
-        """``m`` narrowed to the owned nodes (a foreign family is read whole)."""
+        """``m`` narrowed to the owned nodes (a foreign family's read selects a superset)."""
         if self.owned is None or "node" not in q.labels or not len(m):
             return m
         i = q.labels.index("node")
         keep = np.fromiter((k[i] in self.owned for k in m.keys), bool, len(m))
         return m if keep.all() else m.subset(keep)
 
-    async def _topology(self, at: float, grid: np.ndarray, foreign: Sequence[Query]) -> Window:
+    async def _topology(self, at: float, grid: np.ndarray) -> Window:
         """The fleet's nodes, jobs and NVLink domains now (:mod:`analyzer.sources.topology`),
-        with the nodes and jobs of the foreign families already read. A failure fails the read:
-        without the topology no replica can tell what it owns."""
+        with the hosts and jobs the foreign families name, fleet-wide. A failure fails the
+        read: without the topology no replica can tell what it owns."""
 
         async def ask(expr: str) -> Parsed:
             async def go() -> Parsed:
@@ -258,31 +286,38 @@ class PrometheusSource:
 
             return await with_retries(go, self.retries)
 
+        span = self.span + self.lookback
+        hosts = foreign_host_queries(self.queries)
+        jobs_of = [q for q in self.queries if q.dialect and q.metric is catalog.GPU_ALLOCATION_INFO
+                   and "job_id" in q.labels]  # fmt: skip
         try:
-            present, alloc, fabric = await asyncio.gather(
-                ask(nodes_expr(self.span + self.lookback)), ask(jobs_expr()), ask(fabric_expr())
-            )
+            present, alloc, fabric, *foreign = await asyncio.gather(
+                ask(nodes_expr(span)), ask(jobs_expr()), ask(fabric_expr()),
+                *(ask(foreign_nodes_expr(q, span)) for q in hosts),
+                *(ask(foreign_jobs_expr(q)) for q in jobs_of),
+            )  # fmt: skip
         except SourceError as e:
             self.stats.fail("topology")
             raise SourceError(f"topology: {e}") from None
         nodes = {lab.get("node", "") for lab in present.labels}
         jobs = [(lab.get("node", ""), lab.get("job_id", "")) for lab in alloc.labels]
+        self._host_labels = {}
+        for i, (q, got) in enumerate(zip((*hosts, *jobs_of), foreign, strict=True)):
+            assert q.relabel is not None  # a foreign host's node, as the family's reader names it
+            named = [q.relabel(dict(lab)) for lab in got.labels]
+            if i < len(hosts):
+                nodes.update(x.get("node", "") for x in named)
+                by = self._host_labels.setdefault(dialect_base(q), set())
+                by.update(identity_label(lab) for lab in got.labels)
+                by.discard("")
+            else:
+                jobs += [(x.get("node", ""), x.get("job_id", "")) for x in named]
         counts = np.ones(len(fabric.labels))
         counts[fabric.series_of_samples()] = fabric.values
         votes = []
         for lab, n in zip(fabric.labels, counts, strict=True):
             row = (lab.get("node", ""), lab.get("cluster_uuid", ""), lab.get("clique_id", ""))
             votes += [row] * max(int(n), 1)
-        for q in foreign:
-            m = self.mats[q]
-            if q.every or "node" not in q.labels or not len(m):
-                continue
-            i = q.labels.index("node")
-            seen = ~np.isnan(m.vals).all(axis=1)
-            nodes.update(k[i] for k, ok in zip(m.keys, seen, strict=True) if ok)
-            if q.metric is catalog.GPU_ALLOCATION_INFO and "job_id" in q.labels:
-                j, live = q.labels.index("job_id"), ~np.isnan(m.vals[:, -1])
-                jobs += [(k[i], k[j]) for k, ok in zip(m.keys, live, strict=True) if ok]
         return topology_window(grid, self.step, nodes, jobs, votes, self.leaf_of)
 
     async def _coverage(self, at: float, extra: str | None) -> None:
@@ -338,7 +373,7 @@ class PrometheusSource:
 
     # ------------------------------------------------------------------ one query
     async def _fetch(self, q: Query, end: float, m: SeriesMatrix) -> None:
-        sel = "" if q.dialect else self._sel  # a foreign family cannot be selected by node
+        sel = "" if q.dialect else self._sel  # a foreign family's: self._foreign(q)
         start = end - self.step * (self.T - 1)
         behind = self.span if m.end is None else end - m.end  # since this query last succeeded
         cold = behind >= self.span
@@ -369,7 +404,8 @@ class PrometheusSource:
             m.keep_only(await self._moved(q, m, start, end, cold, first, base=sel))
         else:
             pad = self.lookback if (cold and q.anchored) else 0.0
-            got = await self._range(q, q.expr(sel), start + first * self.step - pad, end)
+            expr = " or ".join(q.expr(x) for x in self._foreign(q)) if q.dialect else q.expr(sel)
+            got = await self._range(q, expr, start + first * self.step - pad, end)
             m.clear(first)
             self._merge(q, m, got, start)
             if not q.anchored:
@@ -446,12 +482,12 @@ class PrometheusSource:
     async def _moved_foreign(self, q: Query, m: SeriesMatrix, start: float, end: float,
                              first: int) -> set[Key]:  # fmt: skip
         """A foreign counter family: the series that moved within the window (one instant
-        query, answered in the foreign labels), then the new points of those already held and
-        the whole window of the others, each selected by its own foreign labels (the
-        catalogue's ``node`` exists only after relabelling, so it cannot select)."""
+        query, answered in the foreign labels, of the pass's nodes), then the new points of
+        those already held and the whole window of the others, each selected by its own
+        foreign labels (the catalogue's ``node`` exists only after relabelling)."""
         assert q.relabel is not None
-        moved = await self._call(q, "/api/v1/query",
-                                 {"query": q.moved_expr(self.span), "time": f"{end:.3f}"},
+        check = " or ".join(q.moved_expr(self.span, x) for x in self._foreign(q))
+        moved = await self._call(q, "/api/v1/query", {"query": check, "time": f"{end:.3f}"},
                                  relabel=False)  # fmt: skip
         raw: dict[Key, str] = {}
         for lab, k in zip(moved.labels, _keys(q.labels, [q.relabel(dict(x)) for x in moved.labels]),

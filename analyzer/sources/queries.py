@@ -19,6 +19,8 @@ pair of Prometheus servers):
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -136,12 +138,9 @@ class Query:
         return f"{name}{{{m}}}" if m else name
 
     def source_selector(self, extra: str = "") -> str:
-        """A dialect's source narrowed by ``extra``, matchers on its own (foreign) labels."""
-        if not extra:
-            return self.source
-        if self.source.endswith("}"):
-            return f"{self.source[:-1]},{extra}}}"
-        return f"{self.source}{{{extra}}}"
+        """A dialect's source narrowed by ``extra``, matchers on its own (foreign) labels, in
+        each of its series selectors (a presence or reasons expression has several)."""
+        return with_matchers(self.source, extra) if extra else self.source
 
     def identity_expr(self, extra: str = "") -> str:
         """The instant read of an identity query: its rows and how many series name each."""
@@ -326,4 +325,90 @@ def regex_literal(s: str) -> str:
             out.append('\\"')
         else:
             out.append(ch)
+    return "".join(out)
+
+
+# PromQL's lexical pieces, enough to find the series selectors of an expression: strings
+# (label_replace's arguments name fields), matcher blocks, ranges, numbers and durations,
+# identifiers (metric names, functions, keywords, label names of a grouping), anything else
+_TOKEN = re.compile(
+    r"""(?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)"""
+    r"""|(?P<block>\{(?:[^{}"']|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')*\})"""
+    r"|(?P<range>\[[^\]]*\])|(?P<num>[0-9.][\w.]*)|(?P<ident>[a-zA-Z_:][\w:]*)|(?P<other>.)",
+    re.S,
+)
+_KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset", "inf", "nan", "atan2"})
+_GROUPING = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
+
+
+def with_matchers(expr: str, extra: str) -> str:
+    """``expr`` with the label matchers ``extra`` added to every series selector in it
+    (``x`` -> ``x{extra}``, ``x{a="1"}`` -> ``x{extra,a="1"}``); functions, keywords, strings,
+    durations and the label lists of ``by``/``on``/... are left as they are."""
+
+    def add(name: str, inner: str, ranged: bool) -> str:
+        return f"{name}{{{extra},{inner}}}" if inner.strip() else f"{name}{{{extra}}}"
+
+    return map_selectors(expr, add)
+
+
+def over_time(expr: str, fn: str, window: float) -> str:
+    """``expr`` with every series selector ``x`` read as ``fn(x[window])`` (the nodes an
+    expression names within a window: ``last_over_time``). A selector already read over a
+    range cannot be: ValueError."""
+
+    def wrap(name: str, inner: str, ranged: bool) -> str:
+        if ranged:
+            raise ValueError(f"{expr!r}: {name} is read over a range already")
+        sel = f"{name}{{{inner}}}" if inner.strip() else name
+        return f"{fn}({sel}[{int(window)}s])"
+
+    return map_selectors(expr, wrap)
+
+
+def map_selectors(expr: str, fn: Callable[[str, str, bool], str]) -> str:
+    """``expr`` with each series selector replaced by ``fn(name, matchers, ranged)``: its
+    metric name ("" for ``{__name__=~...}``), the text inside its braces ("" for none), and
+    whether a range ``[...]`` follows it (kept after the replacement)."""
+    toks = [(m.lastgroup or "", m.group()) for m in _TOKEN.finditer(expr)]
+
+    def ahead(i: int) -> int:  # the next token that is not white space
+        while i < len(toks) and toks[i][1].isspace():
+            i += 1
+        return i
+
+    def kind_at(i: int) -> tuple[str, str]:
+        return toks[i] if i < len(toks) else ("", "")
+
+    out: list[str] = []
+    i = 0
+    while i < len(toks):
+        kind, text = toks[i]
+        j = ahead(i + 1)
+        nxt = kind_at(j)
+        if kind == "ident" and text.lower() in _GROUPING:
+            out.append(text)
+            if nxt[1] == "(":  # the label list, as it is
+                k = j
+                while k < len(toks) and toks[k][1] != ")":
+                    k += 1
+                out.append("".join(t for _, t in toks[i + 1 : k + 1]))
+                i = k + 1
+            else:
+                i += 1
+            continue
+        aggregation = nxt[0] == "ident" and nxt[1].lower() in _GROUPING  # max by (...)
+        name = kind == "ident" and text.lower() not in _KEYWORDS and nxt[1] != "("
+        if (name and not aggregation) or kind == "block":
+            inner, end = "", i + 1
+            if kind == "block":
+                inner, text = text[1:-1], ""
+            elif nxt[0] == "block":  # name{...}
+                inner, end = nxt[1][1:-1], j + 1
+            ranged = kind_at(ahead(end))[0] == "range"
+            out.append(fn(text, inner, ranged))
+            i = end
+            continue
+        out.append(text)
+        i += 1
     return "".join(out)

@@ -10,20 +10,25 @@ so every replica computes the same units.
 
 A node is in the topology when one of :data:`PRESENCE` had a sample within the window plus
 the lookback (a superset of the nodes the window would hold: a node with nothing left in the
-window is owned and simply read as empty), or when a foreign dialect's series (read whole,
-their ``node`` exists only after relabelling) name it.
+window is owned and simply read as empty), or when a foreign dialect's presence series name
+it: one more instant query per such family, grouped by the labels its node is derived from
+(relabelled by the reader), and one per foreign allocation family for the jobs. These stay
+fleet-wide while the replica's own reads of the foreign families are narrowed to its nodes.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from analyzer.sources.queries import regex_literal
+from analyzer.sources.dialects.identity import IDENTITY_LABELS
+from analyzer.sources.queries import Query, over_time, regex_literal
 from analyzer.window import Window
 from common import fabric as fabric_mod
 from exporter import catalog
+from exporter import catalog_amd as dme
 
 # the families every kind of node serves while it reports: a GPU node (gpu_up), a node read
 # for its fabric only (port state), a storage or Fabric Manager-only node
@@ -51,6 +56,42 @@ def fabric_expr() -> str:
     """Per node and NVLink domain, how many GPUs name it (the identity read's shape)."""
     m = catalog.GPU_FABRIC_INFO.name
     return f'count by (node, cluster_uuid, clique_id) ({m}{{cluster_uuid!=""}})'
+
+
+# a foreign series' labels that name a GPU (or a partition of one), not its node or its job
+_UNIT_LABELS = frozenset({"gpu", dme.GPU_ID, dme.PARTITION_ID, dme.PARTITION_TYPE})
+
+
+_PLAIN = re.compile(r"[a-zA-Z_:][\w:]*(\{[^{}]*\})?")
+
+
+def foreign_host_queries(queries: Iterable[Query]) -> list[Query]:
+    """The foreign families the topology learns hosts from: per dialect its presence
+    families (:data:`PRESENCE`), or, for one that serves none (node_exporter serving only
+    ethtool's PFC counters), each of its families that reads a plain series."""
+    foreign = [q for q in queries if q.dialect]
+    out = [q for q in foreign if q.metric in PRESENCE]
+    have = {dialect_base(q) for q in out}
+    return out + [q for q in foreign if dialect_base(q) not in have and _PLAIN.fullmatch(q.source)]
+
+
+def dialect_base(q: Query) -> str:
+    """The exporter a foreign query reads (``dcgm-exporter/pod`` is dcgm-exporter's)."""
+    return q.dialect.split("/", 1)[0]
+
+
+def foreign_nodes_expr(q: Query, span: float) -> str:
+    """A foreign presence family's hosts seen within ``span`` seconds (one row per host, in
+    the labels its node is derived from)."""
+    by = ",".join(x for x in q.by if x in IDENTITY_LABELS)
+    return f"group by ({by}) ({over_time(q.source, 'last_over_time', span)})"
+
+
+def foreign_jobs_expr(q: Query) -> str:
+    """A foreign allocation family's (host, job) pairs live at the evaluation time (one row
+    per host and job: its GPUs' labels dropped)."""
+    by = ",".join(x for x in q.by if x not in _UNIT_LABELS)
+    return f"count by ({by}) ({q.source})"
 
 
 def node_matcher(nodes: Iterable[str]) -> str:

@@ -6,6 +6,8 @@ model, and the AMD faults are found beside the NVIDIA one under one policy."""
 from __future__ import annotations
 
 import asyncio
+import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,12 +15,14 @@ import pytest
 from analyzer.cli import main as cli_main
 from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
+from analyzer.replicas.slicing import subwindow
 from analyzer.sources.dialects import coverage
 from analyzer.sources.prometheus import PrometheusSource
 from analyzer.window import THROTTLE_REASONS, Window
 from exporter import catalog as c
 
 from . import dmefleet
+from .replicaread import reads, same_window, series_hosts
 
 AMD = ("mi300x-a", "mi300x-b", "mi300x-c")
 
@@ -173,3 +177,26 @@ def test_a_lost_gpus_sibling_series_stay_and_its_up_reads_zero_not_a_gap(read):
     up = w.get(c.GPU_UP)
     n = w.nodes.index("mi300x-c")
     assert up is not None and up[-1, n, 7] == 0.0 and np.all(up[-1, n, :7] == 1.0)
+
+
+@pytest.mark.real
+def test_a_replica_reads_only_the_dme_series_of_the_hosts_it_owns(fleet):
+    url, end = fleet
+    at, me = end + 5, "mi300x-b"
+    ((full, _, _, _),) = reads(url, [(at, None)], dmefleet.STEP, discover=True)
+    ((mine, calls, _, topo),) = reads(url, [(at, {me})], dmefleet.STEP, discover=True)
+    assert topo.nodes == full.nodes  # the topology still sees every host, DME's and native
+    assert mine.nodes == (me,)
+    dme = [(form["query"], body) for _, form, body in calls
+           if "hostname" in form["query"] and not form["query"].startswith(("group by (node",
+                                                                            "count by (node"))]  # fmt: skip
+    assert any("label_replace" in q for q, _ in dme)  # the residency expression, narrowed too
+    for query, body in dme:  # in every series selector: only the owned host answers
+        blocks = re.findall(r"\{[^{}]*\}", query)
+        # the hosts' alternation, or a moved row's own labels
+        assert all(re.search(rf'\b(node|Hostname|hostname)=~?"{me}"', b) for b in blocks), query
+        assert series_hosts(body) <= {me}, query
+    same_window(mine, subwindow(full, [full.nodes.index(me)]))
+    assert mine.afids and list(mine.afids) == [
+        replace(e, node=0) for e in full.afids if full.nodes[e.node] == me
+    ]

@@ -6,7 +6,6 @@ Through a real Prometheus serving promdata's history (three nodes, faults on eac
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 
@@ -21,27 +20,11 @@ from analyzer.replicas.slicing import subwindow
 from analyzer.service import AnalyzerService
 from analyzer.sources import SourceError
 from analyzer.sources.prometheus import PrometheusSource
-from analyzer.window import Window
 from exporter import catalog as c
 from tests.realcomp import promtool, run_prometheus
 
 from .promdata import NODES, STEP, openmetrics
-
-
-class Logged:
-    """Wraps the source's HTTP client and keeps every request and its answer."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.calls: list[tuple[str, dict[str, str], bytes]] = []
-
-    async def post(self, path, form):
-        body = await self.inner.post(path, form)
-        self.calls.append((path, dict(form), body))
-        return body
-
-    async def close(self):
-        await self.inner.close()
+from .replicaread import reads, same_window, series_hosts
 
 
 def _two_jobs(text: str) -> str:
@@ -64,58 +47,19 @@ def prom(tmp_path_factory):
         yield p, end
 
 
-def _reads(url: str, plan: list[tuple[float, set[str] | None]]):
-    """One source reading at each moment of ``plan``, owning the nodes given (None: all)."""
-
-    async def go():
-        source = PrometheusSource(url, window=600, step=STEP)
-        source.http = log = Logged(source.http)
-        out = []
-        try:
-            for at, own in plan:
-                source.scope = None if own is None else (lambda topo, own=own: own)
-                log.calls.clear()
-                w = await source.read(at)
-                out.append((w, list(log.calls), source.stats.cycle_bytes, source.topology))
-        finally:
-            await source.close()
-        return out
-
-    return asyncio.run(go())
-
-
-def _series_nodes(body: bytes) -> set[str]:
-    return {r["metric"].get("node", "") for r in json.loads(body)["data"]["result"]}
-
-
-def _same(a: Window, b: Window) -> None:
-    assert a.nodes == b.nodes
-    for x, y in ((a.metrics, b.metrics), (a.ib_counters, b.ib_counters)):
-        for k in set(x) | set(y):
-            if k in x and k in y:
-                assert np.array_equal(x[k], y[k], equal_nan=True), k
-            else:  # a family of which nothing moved on these nodes: not read, or all quiet
-                held = x.get(k, y.get(k))
-                assert held is not None and not np.nan_to_num(held).any(), k
-    assert [(e.t, e.node, e.gpu, e.xid) for e in a.xids] == [
-        (e.t, e.node, e.gpu, e.xid) for e in b.xids
-    ]
-    assert a.jobs == b.jobs and a.sku == b.sku
-
-
 @pytest.mark.real
 def test_a_replica_reads_only_the_series_of_the_nodes_it_owns(prom):
     p, end = prom
-    ((full, _, full_bytes, _),) = _reads(p.url, [(end + 5, None)])
-    ((mine, calls, mine_bytes, topo),) = _reads(p.url, [(end + 5, {"node-01"})])
+    ((full, _, full_bytes, _),) = reads(p.url, [(end + 5, None)], STEP)
+    ((mine, calls, mine_bytes, topo),) = reads(p.url, [(end + 5, {"node-01"})], STEP)
     assert topo.nodes == NODES and set(topo.jobs) == {"777", "778"}
     assert mine.nodes == ("node-01",)
     read = [(form["query"], body) for _, form, body in calls if "count by (node, " not in
             form["query"] and "group by (node)" not in form["query"]]  # fmt: skip
     assert read, "no series read"
     for query, body in read:  # every answer past the topology: node-01's series only
-        assert _series_nodes(body) <= {"node-01"}, query
-    _same(mine, subwindow(full, [1]))
+        assert series_hosts(body) <= {"node-01"}, query
+    same_window(mine, subwindow(full, [1]))
     assert [(e.node, e.gpu, e.xid) for e in mine.xids] == [(0, 3, 79)]
     assert mine_bytes < full_bytes / 2
 
@@ -124,14 +68,14 @@ def test_a_replica_reads_only_the_series_of_the_nodes_it_owns(prom):
 def test_a_node_handed_over_between_cycles_is_read_over_its_whole_window(prom):
     p, end = prom
     before, at, later = end - 3 * STEP + 5, end + 5, end + 2 * STEP + 5
-    cycles = _reads(p.url, [(before, {"node-00"}), (at, {"node-00", "node-01"}),
-                            (later, {"node-01"})])  # fmt: skip
+    cycles = reads(p.url, [(before, {"node-00"}), (at, {"node-00", "node-01"}),
+                            (later, {"node-01"})], STEP)  # fmt: skip
     (w0, _, _, _), (w1, calls1, _, _), (w2, _, _, _) = cycles
-    ((full1, _, _, _),) = _reads(p.url, [(at, None)])
-    ((full2, _, _, _),) = _reads(p.url, [(later, None)])
+    ((full1, _, _, _),) = reads(p.url, [(at, None)], STEP)
+    ((full2, _, _, _),) = reads(p.url, [(later, None)], STEP)
     assert w0.nodes == ("node-00",)
     # node-01 joined at `at`: its whole window, the faults that began before it was owned too
-    _same(w1, subwindow(full1, [0, 1]))
+    same_window(w1, subwindow(full1, [0, 1]))
     assert [(e.node, e.gpu, e.xid) for e in w1.xids] == [(1, 3, 79)]
     starts = {
         float(form["start"])
@@ -140,7 +84,7 @@ def test_a_node_handed_over_between_cycles_is_read_over_its_whole_window(prom):
     }
     assert min(starts) <= at - 5 - 600  # read from the window's start (the XID's anchor before)
     # node-00 given away at `later`: gone; node-01 read incrementally and still whole
-    _same(w2, subwindow(full2, [1]))
+    same_window(w2, subwindow(full2, [1]))
 
 
 class FailOnce:
@@ -179,10 +123,10 @@ def test_a_node_whose_first_read_failed_is_read_whole_again_the_next_cycle(prom)
         return out
 
     _, w1, w2 = asyncio.run(go())
-    ((full, _, _, _),) = _reads(p.url, [(end + 5, None)])
+    ((full, _, _, _),) = reads(p.url, [(end + 5, None)], STEP)
     assert temp.name in w1.missing  # the hand-over's read of it failed: said so
     assert np.isnan(w1.metrics[temp.name][:, 1]).all()
-    _same(w2, subwindow(full, [0, 1]))  # then node-01 read whole, not from the failed cycle
+    same_window(w2, subwindow(full, [0, 1]))  # then node-01 read whole, not from the failed cycle
 
 
 @pytest.mark.real

@@ -12,8 +12,10 @@ lines. Names the mapping does not cover pass through unchanged.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from analyzer.sources.queries import regex_literal
 
 # the labels, in order of precedence, that may name a foreign series' node
 IDENTITY_LABELS = ("node", "Hostname", "hostname", "instance")
@@ -37,6 +39,14 @@ def raw_identity(labels: Mapping[str, str]) -> str:
     return host_of(inst) if inst else ""
 
 
+def identity_label(labels: Mapping[str, str]) -> str:
+    """The label :func:`raw_identity` takes a series' host from ("" when none)."""
+    for name in IDENTITY_LABELS:
+        if labels.get(name):
+            return name
+    return ""
+
+
 @dataclass(frozen=True, eq=False)
 class NodeMap:
     """A site's mapping from foreign host names to node names: ``names`` first (exact), then
@@ -58,6 +68,20 @@ class NodeMap:
             if not isinstance(k, str) or not isinstance(v, str) or not k or not v:
                 raise ValueError(f"node_map: {k!r}: {v!r} is not a pair of non-empty names")
 
+    @property
+    def invertible(self) -> bool:
+        """Whether the host names of given nodes can be listed (a pattern's cannot)."""
+        return not self.pattern
+
+    def raw_names(self, nodes: Iterable[str]) -> frozenset[str] | None:
+        """The host names this mapping turns into one of ``nodes`` (the names mapped to them
+        and the nodes that pass through unchanged); None where a pattern maps names (its
+        inverse is no list of names)."""
+        if self.pattern:
+            return None
+        want = set(nodes)
+        return frozenset({k for k, v in self.names.items() if v in want} | (want - set(self.names)))
+
     def __call__(self, name: str) -> str:
         got = self.names.get(name)
         if got is not None:
@@ -66,6 +90,31 @@ class NodeMap:
         if rx is not None and (m := rx.fullmatch(name)) and m.group(1):
             return m.group(1)
         return name
+
+
+def identity_matchers(labels: Iterable[str], nodes: Iterable[str],
+                      node_map: NodeMap | None = None) -> list[str] | None:  # fmt: skip
+    """Matchers on a foreign series' own labels selecting the series of ``nodes``: one per
+    identity label among ``labels`` (those a dialect's query keeps), each an alternation of
+    the host names (``instance``: with any port, or in brackets), to be or-ed. Together a
+    superset: a series naming an owned host in one label and another node in a label of
+    higher precedence is selected too (the reader narrows by the relabelled ``node``); an
+    exact set would need ``Hostname=""``-style matchers, each of which Prometheus answers by
+    walking every value of the label. None where the node map cannot be inverted (a
+    pattern): the family is read whole."""
+    names = (node_map or NodeMap()).raw_names(nodes)
+    if names is None:
+        return None
+    alt = "|".join(regex_literal(n) for n in sorted(names or nodes))
+    out = []
+    for label in IDENTITY_LABELS:
+        if label not in labels:
+            continue
+        if label == "instance":  # host_of: "host", "host:port", "[v6]", "[v6]:port"
+            out.append(f'instance=~"(?:{alt})(?::[0-9]+)?|\\\\[(?:{alt})\\\\].*"')
+        else:
+            out.append(f'{label}=~"{alt}"')
+    return out
 
 
 def load_node_map(path: str) -> dict[str, str]:

@@ -1,0 +1,162 @@
+"""A replica reads only its own nodes on dcgm-exporter telemetry too (issue 33): dcgm-exporter's
+and node_exporter's families, whose ``node`` exists only after relabelling, are narrowed on
+the server by the labels the node is derived from (``Hostname``, ``instance``), while the
+topology that tells a replica what it owns still sees the whole fleet. Through a real
+Prometheus backfilled with a simulated fleet recorded as dcgm-exporter + node_exporter serve
+it (tests/analyzer/dcgmfleet.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import numpy as np
+import pytest
+
+from analyzer.detectors import default_detectors
+from analyzer.engine import Engine
+from analyzer.replicas.membership import MemoryMembership, Plan
+from analyzer.replicas.role import ReplicaRole
+from analyzer.replicas.slicing import subwindow
+from analyzer.service import AnalyzerService
+from analyzer.sources.dialects.identity import NodeMap
+from analyzer.sources.prometheus import PrometheusSource
+from exporter import catalog as c
+
+from . import dcgmfleet
+from .dcgmfleet import STEP
+from .replicaread import reads, same_window, series_hosts
+
+
+def _faults(f):
+    f.inject("xid", f.nodes[0], "gpu3", {"xid": 95}, onset=500)
+    f.inject("nvlink_errors", f.nodes[1], "gpu2/4", onset=500)  # a moved-only dcgm counter
+    f.inject("gpu_fallen_off_bus", f.nodes[2], "gpu5", onset=600)
+    f.inject("ib_port_down", f.nodes[3], "mlx5_1/1", onset=500)  # node_exporter's port
+
+
+@pytest.fixture(scope="module")
+def dcgm_fleet(tmp_path_factory):
+    with dcgmfleet.served(tmp_path_factory.mktemp("dcgm-replicas"), 4, _faults) as got:
+        yield got
+
+
+def _series_reads(calls) -> list[tuple[str, bytes]]:
+    """The reads of series, past discovery and the topology (instant queries by node/host)."""
+    out = []
+    for _, form, body in calls:
+        q = form["query"]
+        if "__name__" in q or "unless on (node)" in q or q.startswith(("group by (node",
+                                                                        "count by (node")):  # fmt: skip
+            continue
+        out.append((q, body))
+    return out
+
+
+@pytest.mark.real
+def test_a_replica_reads_only_the_dcgm_and_node_exporter_series_of_its_hosts(dcgm_fleet):
+    url, fleet, end = dcgm_fleet
+    at, me = end + 5, fleet.nodes[0]
+    ((full, _, full_bytes, _),) = reads(url, [(at, None)], STEP, discover=True)
+    ((mine, calls, mine_bytes, topo),) = reads(url, [(at, {me})], STEP, discover=True)
+    assert topo.nodes == tuple(fleet.nodes)  # the topology still sees the whole fleet
+    assert topo.jobs == full.jobs and topo.jobs
+    assert mine.nodes == (me,)
+    read = _series_reads(calls)
+    assert any(q.startswith("max by (node,Hostname") for q, _ in read)  # dcgm's families
+    assert any("node_infiniband" in q for q, _ in read)  # and node_exporter's
+    for query, _ in read:  # by the one label the topology saw each exporter's hosts named by
+        if "DCGM_" in query:
+            assert "Hostname=" in query and not re.search(r'\b(hostname|node)=~"', query), query
+        if "node_infiniband" in query:
+            assert "instance=" in query and not re.search(r'\b(Hostname|node)=~"', query), query
+    named: set[str] = set()
+    for query, body in read:  # every series read names the owned host, and only it
+        assert me in query, query
+        hosts = series_hosts(body)
+        assert hosts <= {me}, query
+        named |= hosts
+    assert named == {me}
+    same_window(mine, subwindow(full, [0]))
+    assert mine.dialect_of == {0: full.dialect_of[0]}
+    assert (0, 3, 95) in {(e.node, e.gpu, e.xid) for e in mine.xids}  # the last-XID gauge
+    assert mine_bytes < full_bytes / 2
+
+
+@pytest.mark.real
+def test_a_dcgm_host_handed_over_between_cycles_is_read_over_its_whole_window(dcgm_fleet):
+    url, fleet, end = dcgm_fleet
+    a, b = fleet.nodes[0], fleet.nodes[1]
+    before, at, later = end - 4 * STEP + 5, end - 2 * STEP + 5, end + 5
+    cycles = reads(url, [(before, {a}), (at, {a, b}), (later, {b})], STEP, discover=True)
+    (w0, _, _, _), (w1, calls1, _, _), (w2, _, _, _) = cycles
+    ((full1, _, _, _),) = reads(url, [(at, None)], STEP, discover=True)
+    ((full2, _, _, _),) = reads(url, [(later, None)], STEP, discover=True)
+    assert w0.nodes == (a,)
+    # b joined at `at`: its whole window, its NVLink errors that began before it was owned too
+    same_window(w1, subwindow(full1, [0, 1]))
+    errors = w1.metrics[c.NVLINK_ERRORS.name][:, 1, 2]  # (time, link, type) of b's GPU 2
+    assert np.nanmax(errors) > np.nanmin(errors)  # b's moved counter, read whole
+    starts = {float(form["start"]) for _, form, _ in calls1
+              if "start" in form and b in form["query"] and "DCGM_" in form["query"]}  # fmt: skip
+    assert starts and min(starts) <= at - 5 - 600  # read from the window's start
+    # a given away at `later`: gone; b read incrementally and still whole
+    same_window(w2, subwindow(full2, [1]))
+
+
+@pytest.mark.real
+def test_a_node_map_of_names_selects_by_the_hosts_and_a_pattern_reads_whole(dcgm_fleet):
+    url, fleet, end = dcgm_fleet
+    at = end + 5
+    renamed = NodeMap("", {h: f"n{i}" for i, h in enumerate(fleet.nodes)})
+    ((full, _, _, _),) = reads(url, [(at, None)], STEP, discover=True, node_map=renamed)
+    ((mine, calls, _, _),) = reads(url, [(at, {"n2"})], STEP, discover=True, node_map=renamed)
+    assert mine.nodes == ("n2",)
+    for query, body in _series_reads(calls):  # selected by the host the node is mapped from
+        assert series_hosts(body) <= {fleet.nodes[2]}, query
+    same_window(mine, subwindow(full, [2]))
+    # a pattern cannot be inverted into host names: the foreign families are read whole and
+    # narrowed in memory, still exactly the single read's part
+    pattern = NodeMap(r"gpu-node-(\d+)", {})
+    ((full, _, _, _),) = reads(url, [(at, None)], STEP, discover=True, node_map=pattern)
+    ((mine, calls, _, _),) = reads(url, [(at, {"003"})], STEP, discover=True, node_map=pattern)
+    assert mine.nodes == ("003",)
+    hosts = set().union(*(series_hosts(body) for _, body in _series_reads(calls)))
+    assert hosts == set(fleet.nodes)
+    same_window(mine, subwindow(full, [2]))
+
+
+@pytest.mark.real
+def test_replicas_on_dcgm_telemetry_find_what_one_analyzer_finds(dcgm_fleet):
+    url, fleet, end = dcgm_fleet
+    members = ("replica-a", "replica-b", "replica-c")
+    store = MemoryMembership()
+    interval = 60.0
+    at = end + 5
+    plan = Plan(int(at // interval), members, "replica-a")
+
+    async def run(role: ReplicaRole | None) -> tuple[set[tuple[str, str, str]], tuple[str, ...]]:
+        source = PrometheusSource(url, window=600, step=STEP, discover=True)
+        service = AnalyzerService(source, Engine(default_detectors()), interval, replica=role)
+        try:
+            await service.run_cycle(at, plan if role is not None else None)
+        finally:
+            await source.close()
+        assert service.window is not None
+        found = {(f.node, f.subject, f.kind) for f in service.engine.findings}
+        return found, service.window.nodes
+
+    single, nodes = asyncio.run(run(None))
+    assert nodes == tuple(fleet.nodes)
+    kinds = {k for _, _, k in single}
+    assert {"xid_fatal", "gpu_lost", "nvlink_errors", "ib_port_down"} <= kinds
+    got: set[tuple[str, str, str]] = set()
+    read: list[str] = []
+    for name in members:
+        role = ReplicaRole(store, name, interval, started=at - 2 * interval)
+        found, nodes = asyncio.run(run(role))
+        assert not got & found  # never found twice
+        got |= found
+        read += nodes
+    assert sorted(read) == sorted(fleet.nodes)  # each host read by exactly one replica
+    assert got == single
