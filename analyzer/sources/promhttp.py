@@ -152,12 +152,21 @@ def _decode(raw: bytes, what: str) -> Parsed:
     except msgspec.DecodeError as e:
         raise SourceError(f"{what}: response is not JSON: {e}") from None
     if body.status != "success" or body.data is None:
-        raise SourceError(f"{what}: status {body.status!r}: {body.error}")
+        raise SourceError(f"{what}: status {body.status!r}: {elide(str(body.error))}")
     if body.data.resultType not in ("matrix", "vector"):
         raise SourceError(f"{what}: expected a matrix or vector result")
     result = body.data.result
     pairs = [s.values if s.value is None else [s.value] for s in result]
     return _flat([s.metric for s in result], pairs)
+
+
+def elide(error: str, head: int = 160, tail: int = 400) -> str:
+    """A server's error text with its middle cut out when long: VictoriaMetrics quotes the
+    whole query before the reason (a replica's node matcher runs to tens of KB), and the
+    reason, at the end, is what an operator needs."""
+    if len(error) <= head + tail + 40:
+        return error
+    return f"{error[:head]} ...[{len(error) - head - tail} characters]... {error[-tail:]}"
 
 
 def _decode_generic(raw: bytes, what: str) -> Parsed:
@@ -168,7 +177,9 @@ def _decode_generic(raw: bytes, what: str) -> Parsed:
     if not isinstance(body, dict):
         raise SourceError(f"{what}: response is not a JSON object")
     if body.get("status") != "success":
-        raise SourceError(f"{what}: status {body.get('status')!r}: {body.get('error', '')}")
+        raise SourceError(
+            f"{what}: status {body.get('status')!r}: {elide(str(body.get('error', '')))}"
+        )
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") not in ("matrix", "vector"):
         raise SourceError(f"{what}: expected a matrix or vector result")

@@ -175,6 +175,27 @@ def test_malformed_responses_raise_a_clear_source_error(body, why):
         decode(body, "q")
 
 
+@pytest.mark.parametrize("typed", [True, False])
+def test_a_long_server_error_keeps_its_reason_and_cuts_the_quoted_query(typed):
+    """VictoriaMetrics quotes a refused query whole before the reason."""
+    query = 'max by (node) (m{node=~"' + "|".join(f"gpu-node-{i:05d}" for i in range(2000)) + '"})'
+    error = (
+        f"error when executing query={query!r}: too long query; mustn't exceed -search.maxQueryLen"
+    )
+    body = {"status": "error", "errorType": "422", "error": error}
+    if not typed:  # the generic decoder's path: a body the typed one refuses
+        body["data"] = []
+    with pytest.raises(SourceError) as e:
+        decode(json.dumps(body).encode(), "q")
+    text = str(e.value)
+    assert text.startswith("q: status 'error': error when executing query=")
+    assert text.endswith("mustn't exceed -search.maxQueryLen") and len(text) < 700
+    assert f"...[{len(error) - 560} characters]..." in text
+    short = {"status": "error", "error": "bad query " * 50}  # 500 characters: whole
+    with pytest.raises(SourceError, match=r"(bad query ){50}$"):
+        decode(json.dumps(short).encode(), "q")
+
+
 def test_bad_samples_are_skipped_and_nan_is_kept():
     body = {"status": "success", "data": {"resultType": "matrix", "result": [
         {"metric": {"node": "n", "gpu": "0"}, "values": [[0, "1"], [15, "NaN"], ["x", "2"], [30], [45, "+Inf"]]},
