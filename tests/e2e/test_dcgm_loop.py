@@ -84,6 +84,8 @@ def test_a_fatal_xid_on_a_dcgm_node_reaches_a_drain_decision(stack: Stack):
 
 
 def test_coverage_on_the_service_names_the_group_and_what_dcgm_cannot_show(stack: Stack):
-    text = _get(f"{stack.urls.analyzer}/coverage")
+    # the analyzer's first read may not have landed when this test runs first on its worker
+    text = wait_until(lambda: (t := _get(f"{stack.urls.analyzer}/coverage")) * ("== " in t),
+                      60, 0.5, "the analyzer's first coverage")  # fmt: skip
     assert "== dcgm-exporter+node_exporter [dcgm-exporter naming 4.8]: 4 node(s)" in text
     assert "NVLink state per link" in text
