@@ -220,22 +220,26 @@ def measure(shards: int, nodes: int, base: float, steps: int) -> dict[str, Any]:
         for i, prom in enumerate(shard_proms):
             rules = node_groups[i]
             wall, cpu, answers = evaluate(prom.url, rules, at, [prom.proc.pid])
-            via_global = [_instant(glob.url, expr, at) for _, expr in rules]
+            g_wall, g_cpu, via_global = evaluate(
+                glob.url, rules, at, [glob.proc.pid, prom.proc.pid]
+            )
             wrong += [f"shard {i} vs global: {d}" for d in differences(rules, answers, via_global)]
             recorded = sum(len(a) for a in answers)
             per_shard.append({
                 "wall": wall, "cpu": cpu, "rss": _rss_mib(prom.proc.pid),
                 "series": _series(prom.url, at), "recorded": recorded, "rules": len(rules),
+                "via_wall": g_wall, "via_cpu": g_cpu,
             })  # fmt: skip
         pids = [glob.proc.pid, *(p.proc.pid for p in shard_proms)]
         dom_wall = dom_cpu = 0.0
-        dom_rules = dom_series = 0
+        dom_rules = dom_series = dom_empty = 0
         global_answers: list[tuple[Rules, list[Result]]] = []
         for _, rules in global_groups:
             wall, cpu, answers = evaluate(glob.url, rules, at, pids)
             dom_wall, dom_cpu = dom_wall + wall, dom_cpu + cpu
             dom_rules += len(rules)
             dom_series += sum(len(a) for a in answers)
+            dom_empty += sum(not a for a in answers)  # e.g. a rule over another rule's record
             global_answers.append((rules, answers))
         glob_rss = _rss_mib(glob.proc.pid)
     checked_whole = shards >= 2
@@ -249,6 +253,7 @@ def measure(shards: int, nodes: int, base: float, steps: int) -> dict[str, Any]:
     return {
         "shards": shards, "per_shard": per_shard, "domain_wall": dom_wall,
         "domain_cpu": dom_cpu, "domain_rules": dom_rules, "domain_series": dom_series,
+        "domain_empty": dom_empty,
         "domain_groups": len(global_groups), "global_rss": glob_rss,
         "checked_whole": checked_whole,
     }  # fmt: skip
@@ -278,6 +283,12 @@ def rows_of(m: dict[str, Any], nodes: int, first: dict[str, Any] | None) -> list
                                       f"nodes (mean: x{mean / max(ref_mean, 1e-12):.3f}); "
                                       "flat = the per-shard cost does not grow with the fleet"}
             )  # fmt: skip
+    via = [x["via_wall"] for x in per]
+    rows.append(
+        {"name": f"{p}_node_group_via_global_wall_mean", "value": round(sum(via) / len(via), 4),
+         "unit": "s", "note": "the same group through the global layer (remote_read), mean over "
+                              f"shards; CPU global + shard {sum(x['via_cpu'] for x in per) / len(per):.3f} s"}
+    )  # fmt: skip
     rows += [
         {"name": f"{p}_shard_rss_max", "value": round(max(x["rss"] for x in per), 1),
          "unit": "MiB", "note": f"largest shard Prometheus RSS after its group; "
@@ -287,7 +298,8 @@ def rows_of(m: dict[str, Any], nodes: int, first: dict[str, Any] | None) -> list
                                    "layer (series and values)"},
         {"name": f"{p}_global_groups_wall", "value": round(m["domain_wall"], 4), "unit": "s",
          "note": f"{m['domain_groups']} global group(s), {m['domain_rules']} rules, through the "
-                 f"global Prometheus (remote_read of {S} shard(s)); {m['domain_series']} series"
+                 f"global Prometheus (remote_read of {S} shard(s)); {m['domain_series']} series, "
+                 f"{m['domain_empty']} rule(s) answering nothing"
                  + ("; equal to one Prometheus holding the fleet" if m["checked_whole"] else "")},
         {"name": f"{p}_global_groups_cpu", "value": round(m["domain_cpu"], 4), "unit": "s",
          "note": f"CPU of the global Prometheus + the {S} shard(s) it read"},
