@@ -21,7 +21,9 @@ best of 3 (its rules one after another, as a rule engine evaluates a group):
 Correctness, per S: every node-local rule answers the same series and values (within 1e-9) on
 its shard as on the global layer, and (for S >= 2) every global group answers the same through
 the global layer as on one Prometheus holding the whole fleet (the shards' blocks together).
-A mismatch fails the benchmark. TSDBs are cached under ``.bench-cache/distributed/``.
+A mismatch fails the benchmark. TSDBs are cached under ``.bench-cache/distributed/``; building
+one writes the whole fleet's OpenMetrics text once (~2 GB per 256 nodes) and backfills each shard
+with promtool (~2.6 GB of memory per 256 nodes of a shard).
 ``BENCH_DISTRIBUTED_SHARDS`` picks the shard counts (default 1,2,4; quick: 1,2).
 """
 
@@ -49,7 +51,14 @@ from benchmarks.bench_analyzer_prometheus import STEP, WINDOW
 from benchmarks.fleet_openmetrics import write
 from gpuwarden.lab.shards import global_config, round_robin, split_openmetrics
 from simulator.fleet import Fleet
-from tests.realcomp import Prometheus, generation_dir, http_get, require_binary, run_prometheus
+from tests.realcomp import (
+    Prometheus,
+    generation_dir,
+    generation_missing,
+    http_get,
+    require_binary,
+    run_prometheus,
+)
 
 REPEATS = 3
 TOLERANCE = 1e-9
@@ -316,6 +325,10 @@ def run(quick: bool) -> list[dict[str, Any]]:
     steps = round(WINDOW / STEP) + 1 + 8
     base = (time.time() // 7200) * 7200 - 6 * 3600
     rows: list[dict[str, Any]] = []
+    missing = generation_missing("current")
+    if missing:  # a clear error, not pytest's skip (a BaseException) out of generation_dir
+        raise RuntimeError(f"Prometheus 3.5 (the lab's current generation): {', '.join(missing)} "
+                           "missing; tests/lab/servers.sh unpacks them")  # fmt: skip
     old_path = os.environ["PATH"]
     with tempfile.TemporaryDirectory() as d:
         # Prometheus 3.5 (the lab's current generation) and its promtool, first on PATH
