@@ -9,10 +9,16 @@ rule engine. For N shards (``--shards``) it writes, per shard ``i``:
   ``gpuwarden_shard`` target label is ``i``; runs on a Prometheus shard that scrapes only
   those nodes, or on any engine that sees them;
 - ``domain-shard-<i>.rules.yml``: group ``gpuwarden-domains-shard-<i>``, the z-scores within
-  each job of the shard's GPUs; a job spans shards, so this needs the global view (vmalert over
-  a VictoriaMetrics cluster, Mimir's or Thanos' ruler), never a Prometheus shard;
+  each job of the shard's GPUs against the recorded job statistics; it reads those, so it runs
+  where the global view is (vmalert over a VictoriaMetrics cluster, Mimir's or Thanos' ruler),
+  never on a Prometheus shard;
 
 and once:
+
+- ``jobstats.rules.yml``: one group per z-scored signal, ``gpuwarden-jobstats-<metric>``, the
+  median and MAD of each job's GPUs in every shard (a job spans shards: the global view). The
+  fleet is read once per signal here, not once per shard: the domain groups then read only
+  their own GPUs and one series per job;
 
 - ``scrape-relabel.yml``: the ``relabel_configs`` entry that labels every exporter target with
   its shard (``hashmod`` of ``node``), to append to the exporter job's relabelling;
@@ -79,12 +85,27 @@ def _secs(s: float) -> str:
     return f"{int(s)}s" if float(s).is_integer() else f"{s:g}s"
 
 
-def group(name: str, features: list[Feature], shard: int, plan: Plan) -> dict[str, Any]:
+def _group(name: str, rules: list[tuple[str, str]], plan: Plan) -> dict[str, Any]:
     g: dict[str, Any] = {"name": name, "interval": _secs(plan.interval)}
     if plan.engine == "prometheus":
         g["query_offset"] = _secs(plan.offset)
-    g["rules"] = [{"record": f.record, "expr": f.expr(shard)} for f in features]
+    g["rules"] = [{"record": record, "expr": expr} for record, expr in rules]
     return g
+
+
+def group(name: str, features: list[Feature], shard: int, plan: Plan) -> dict[str, Any]:
+    return _group(name, [(f.record, f.expr(shard)) for f in features], plan)
+
+
+def jobstats_groups(plan: Plan) -> list[dict[str, Any]]:
+    """One group per z-scored signal (a ruler spreads groups over its replicas; Prometheus
+    evaluates the groups of one engine in parallel)."""
+    out = []
+    for f in FEATURES:
+        if f.kind == "job_z":
+            base = f.metric.name.removeprefix("gpuwarden_")
+            out.append(_group(f"gpuwarden-jobstats-{base}", list(f.job_stats), plan))
+    return out
 
 
 def _dump(header: str, doc: dict[str, Any]) -> str:
@@ -116,8 +137,9 @@ def relabel(plan: Plan) -> list[dict[str, Any]]:
 def health_groups(plan: Plan) -> list[dict[str, Any]]:
     """Missed, slow or failing evaluations of the feature groups, from the engine's own
     metrics (vmalert's names measured on vmalert 1.79.5's /metrics)."""
-    prom = 'rule_group=~".*;gpuwarden-(features|domains)-shard-[0-9]+"'
-    vm = 'group=~"gpuwarden-(features|domains)-shard-[0-9]+"'
+    groups_re = "gpuwarden-((features|domains)-shard-[0-9]+|jobstats-[a-z0-9_]+)"
+    prom = f'rule_group=~".*;{groups_re}"'
+    vm = f'group=~"{groups_re}"'
     # notify, never hold: without features the analyzer still judges from raw reads
     labels = {"severity": "warning", "action": "notify", "component": "features"}
 
@@ -222,6 +244,10 @@ def render_all(plan: Plan) -> dict[str, str]:
             ),
             {"groups": [group(f"gpuwarden-domains-shard-{i}", domain, i, plan)]},
         )
+    out["jobstats.rules.yml"] = _dump(
+        _header("the median and MAD of each job, once for the fleet; needs the global view", plan),
+        {"groups": jobstats_groups(plan)},
+    )
     out["rule-health.rules.yml"] = _dump(
         _header("alerts on the feature groups' evaluations", plan), {"groups": health_groups(plan)}
     )

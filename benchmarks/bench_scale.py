@@ -7,8 +7,11 @@ peak RSS are that replica's own: per replica count, the slowest replica's cycle 
 CPU, its peak RSS, and the bytes of the window part it holds (what a node-restricted read
 would fetch), with ratios against the single process measured in the same run.
 
+``BENCH_SCALE_PARTS`` picks the parts (default ``split,weak,read``);
 ``BENCH_SCALE_NODES`` picks the fleet size (default 2048; quick: 512; 12500 for the
 issue's fleet, about 10 minutes on 2 cores). The window is the analyzer's dense arrays.
+
+Then a fixed share per replica as the fleet grows (rows ``scale_weak_*``, :func:`_weak`).
 
 Then the reads (rows ``scale_read_*``): a simulated fleet of ``BENCH_SCALE_READ_NODES`` nodes
 (default 256; quick: 128) backfilled into a real Prometheus (the TSDB of
@@ -69,7 +72,19 @@ def _in_child(window: Window, whole: bool) -> dict[str, float]:
         return pool.apply(_judge, (window, whole))
 
 
+PARTS = ("split", "weak", "read", "fleet")
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
+    parts = os.environ.get("BENCH_SCALE_PARTS", ",".join(PARTS)).split(",")
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"BENCH_SCALE_PARTS: {sorted(unknown)} not among {', '.join(PARTS)}")
+    do = {"split": _split, "weak": _weak, "read": _reads, "fleet": _fleet_reads}
+    return [row for part in PARTS if part in parts for row in do[part](quick)]
+
+
+def _split(quick: bool) -> list[dict[str, Any]]:
     nodes = int(os.environ.get("BENCH_SCALE_NODES", "512" if quick else "2048"))
     window = synthetic_window(nodes)
     parts = units(window)
@@ -105,7 +120,46 @@ def run(quick: bool) -> list[dict[str, Any]]:
              "value": round(max(p["bytes"] for p in per) / 2**20, 1), "unit": "MiB",
              "note": f"largest part; {max(p['bytes'] for p in per) / full_bytes:.2f}x the fleet's"},
         ]  # fmt: skip
-    return rows + _reads(quick)
+    return rows
+
+
+def _weak(quick: bool) -> list[dict[str, Any]]:
+    """A fixed share per replica as the fleet grows (rows ``scale_weak_*``): fleets of
+    ``BENCH_SCALE_WEAK`` nodes per replica (default 256, quick 128; 1563 gives 12,504 nodes
+    at 8) split over 1, 2, 4 and 8 replicas; the largest replica's part judged in a fresh
+    process as above, ``BENCH_SCALE_REPEATS`` times (default 3), the least CPU kept. Its cost
+    should follow its own nodes, not the fleet's: the CPU and window bytes per node it owns
+    against 1 replica. Rendezvous hashing does not split units evenly, so the largest part
+    is over the mean share; the notes say by how much."""
+    per = int(os.environ.get("BENCH_SCALE_WEAK", "128" if quick else "256"))
+    repeats = int(os.environ.get("BENCH_SCALE_REPEATS", "1" if quick else "3"))
+    rows: list[dict[str, Any]] = []
+    base: dict[str, float] = {}
+    for r in REPLICAS:
+        window = synthetic_window(per * r)
+        parts = units(window)
+        names = [f"analyzer-{i}" for i in range(r)]
+        largest = max(assign(parts, names).values(), key=lambda m: len(owned_nodes(parts, m)))
+        part = subwindow(window, owned_nodes(parts, largest))
+        del window
+        runs = [_in_child(part, whole=False) for _ in range(repeats)]
+        got = min(runs, key=lambda g: g["cpu"])  # the least disturbed of the fresh processes
+        n = len(part.nodes)
+        per_node = got["cpu"] / n * 1e3
+        part_kib = window_bytes(part) / n / 2**10
+        base = base or {"cpu": per_node, "bytes": part_kib}
+        rows += [
+            {"name": f"scale_weak_{per * r}_{r}_replicas_cycle_cpu", "value": round(got["cpu"], 3),
+             "unit": "s", "note": f"largest replica: {n} nodes ({n / per:.2f}x the mean share), "
+                                  f"{per_node:.3f} ms a node "
+                                  f"({per_node / base['cpu']:.2f}x at 1 replica); "
+                                  f"wall {got['wall']:.2f} s; {len(parts)} units"},
+            {"name": f"scale_weak_{per * r}_{r}_replicas_peak_rss", "value": round(got["rss"], 1),
+             "unit": "MiB", "note": f"window part {window_bytes(part) / 2**20:.0f} MiB, "
+                                    f"{part_kib:.0f} KiB a node "
+                                    f"({part_kib / base['bytes']:.2f}x at 1 replica)"},
+        ]  # fmt: skip
+    return rows
 
 
 READ_CYCLES = 4  # steady-state cycles after the cold start
@@ -205,3 +259,55 @@ def _reads(quick: bool) -> list[dict[str, Any]]:
              "note": "cycles whose findings, all replicas together, equal the single analyzer's"},
         ]  # fmt: skip
     return rows
+
+
+def _fleet_reads(quick: bool) -> list[dict[str, Any]]:
+    """Rows ``scale_fleet_*``: the replicas' reads on a TSDB holding a whole fleet's topology
+    families (:mod:`benchmarks.topology_tsdb`; ``BENCH_SCALE_FLEET_NODES``, default 12500,
+    quick 1000): each replica of 1, 2, 4 and 8 reads the topology of every node, then every
+    family of its own nodes, a cold start and steady cycles; its bytes, read CPU and
+    Prometheus' CPU per replica read. The node families here are the topology's own: the
+    per-node bytes of a full read come from the ``scale_read`` rows."""
+    from benchmarks.bench_analyzer_prometheus import CYCLES, STEP, WINDOW
+    from benchmarks.topology_tsdb import cached_start, tsdb
+    from tests.realcomp import run_prometheus
+
+    nodes = int(os.environ.get("BENCH_SCALE_FLEET_NODES", "1000" if quick else "12500"))
+    steps = round(WINDOW / STEP) + 1 + CYCLES
+    t0 = cached_start(nodes, steps) or (time.time() // 7200) * 7200 - 6 * 3600
+    built = time.perf_counter()
+    data = tsdb(nodes, t0, steps, STEP)
+    built = time.perf_counter() - built
+    t_cold = t0 + STEP * (steps - 1 - CYCLES)
+    rows: list[dict[str, Any]] = []
+    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n",
+                        data_dir=data) as p:  # fmt: skip
+        base: dict[str, float] = {}
+        for r in REPLICAS:
+            names = [f"analyzer-{i}" for i in range(r)]
+            server0 = _proc_cpu(p.proc.pid)
+            per = asyncio.run(_read_cycles(p.url, t_cold, names))
+            server = (_proc_cpu(p.proc.pid) - server0) / (r * (READ_CYCLES + 1))
+            each = [statistics.median(x["bytes"][1:]) for x in per]
+            cpu = max(statistics.median(x["cpu"][1:]) for x in per)
+            base = base or {"bytes": max(each), "cpu": cpu}
+            rows += [
+                {"name": f"scale_fleet_{nodes}_{r}_replicas_bytes", "value": round(max(each) / 1e6, 3),
+                 "unit": "MB", "note": f"largest replica's steady read "
+                                       f"({max(x['nodes'] for x in per)} nodes of {nodes}); "
+                                       f"{max(each) / base['bytes']:.2f}x 1 replica; cold start "
+                                       f"{max(x['bytes'][0] for x in per) / 1e6:.2f} MB"},
+                {"name": f"scale_fleet_{nodes}_{r}_replicas_read_cpu", "value": round(cpu, 3),
+                 "unit": "s", "note": f"slowest replica's read, steady; "
+                                      f"{cpu / base['cpu']:.2f}x 1 replica; Prometheus "
+                                      f"{server:.3f} s CPU a replica read"},
+            ]  # fmt: skip
+    rows.append({"name": f"scale_fleet_{nodes}_tsdb_build", "value": round(built, 1), "unit": "s",
+                 "note": "0 when cached; the topology families only"})  # fmt: skip
+    return rows
+
+
+def _proc_cpu(pid: int) -> float:
+    """user + system CPU seconds of a process (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -106,30 +106,45 @@ def test_an_offset_shorter_than_a_scrape_interval_is_refused(capsys: Any) -> Non
 
 @pytest.mark.parametrize("shards", [1, 4, 16])
 def test_there_is_one_node_group_and_one_domain_group_per_shard(shards: int) -> None:
+    """and one statistics group per z-scored signal, whatever the shard count."""
     files = GEN.render_all(GEN.Plan(shards=shards))
     names = [g["name"] for t in files.values() for g in (yaml.safe_load(t).get("groups") or [])]
     for i in range(shards):
         assert names.count(f"gpuwarden-features-shard-{i}") == 1
         assert names.count(f"gpuwarden-domains-shard-{i}") == 1
+    z = [f for f in FEATURES if f.kind == "job_z"]  # and one statistics group per signal
+    stats = [g for t in files.values() for g in (yaml.safe_load(t).get("groups") or [])
+             if g["name"].startswith("gpuwarden-jobstats-")]  # fmt: skip
+    assert len(stats) == len(z) and yaml.safe_load(files["jobstats.rules.yml"])["groups"] == stats
+    assert sorted(r["record"] for g in stats for r in g["rules"]) == sorted(
+        f.job_record(s) for f in z for s in ("median", "mad")
+    )
     relabel = yaml.safe_load(files["scrape-relabel.yml"])["relabel_configs"]
     assert relabel == [{"source_labels": ["node"], "modulus": shards,
                         "target_label": SHARD_LABEL, "action": "hashmod"}]  # fmt: skip
 
 
 def test_a_node_group_reads_only_its_own_shard_and_a_domain_group_scores_only_its_own() -> None:
+    """A domain group reads its own shard's raw series and the recorded job statistics; the
+    statistics groups read every shard's raw series and no recording."""
     for i in range(4):
         (node,) = groups(COMMITTED / f"node-shard-{i}.rules.yml")
         for rule in node["rules"]:
             shard_sels = rule["expr"].count(f'{SHARD_LABEL}="{i}"')
             assert shard_sels >= 1 and shard_sels == rule["expr"].count("{"), rule["record"]
         (domain,) = groups(COMMITTED / f"domain-shard-{i}.rules.yml")
-        for rule in domain["rules"]:  # the scored GPUs: this shard; the job's median: all
-            assert rule["expr"].count(f'{SHARD_LABEL}="{i}"') == 1, rule["record"]
+        for rule in domain["rules"]:  # the scored GPUs and their jobs: this shard's only;
+            shard_sels = rule["expr"].count(f'{SHARD_LABEL}="{i}"')  # the job's median: all
+            assert shard_sels == 2 and shard_sels == rule["expr"].count("{"), rule["record"]
+            assert "gpuwarden_job:" in rule["expr"] and ":median" in rule["expr"]
+    for g in groups(COMMITTED / "jobstats.rules.yml"):  # the statistics: every shard's GPUs
+        for rule in g["rules"]:
+            assert SHARD_LABEL + "=" not in rule["expr"] and "gpuwarden_job:" not in rule["expr"]
 
 
 def test_every_prometheus_group_evaluates_at_least_one_scrape_interval_late() -> None:
     plan = GEN.Plan()
-    for path in COMMITTED.glob("*shard-*.rules.yml"):
+    for path in _rule_files(COMMITTED):
         for g in groups(path):
             assert g["query_offset"] == "30s" and plan.offset >= plan.scrape_interval
             assert g["interval"] == "15s"
@@ -137,7 +152,7 @@ def test_every_prometheus_group_evaluates_at_least_one_scrape_interval_late() ->
 
 def test_the_vmalert_variant_differs_only_by_the_offset_field(tmp_path: Path) -> None:
     vm = rendered(tmp_path, engine="vmalert")
-    for path in COMMITTED.glob("*shard-*.rules.yml"):
+    for path in _rule_files(COMMITTED):
         prom = groups(path)
         for g in prom:
             del g["query_offset"]
@@ -210,6 +225,8 @@ STEP, T = 15, 41  # the analyzer's step and grid (a 600 s window)
 NODES = [f"gpu-node-{i:02d}" for i in range(6)]
 JOBS = {"job-a": NODES[:3], "job-b": NODES[3:]}
 GPUS = ("0", "1")
+LEMON = (NODES[2], "1")  # its SM clock 10 % behind its job's (a throttled GPU)
+PEER_Z = 6.0  # the peer detector's threshold (PeerDetector.z)
 
 
 def _fleet(seed: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray]:
@@ -222,7 +239,8 @@ def _fleet(seed: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarra
             lab = (("node", n), ("gpu", g), ("uuid", f"GPU-{n}-{g}"))
             # dyadic values (multiples of 2^-k): every sum is exact in any order, so Prometheus'
             # summation and numpy's round the mean identically and promtool compares exactly
-            out[(c.GPU_SM_CLOCK.name, lab)] = np.round(rng.normal(1.98e9, 5e6, T), -3)
+            clock = np.round(rng.normal(1.98e9, 5e6, T), -3)
+            out[(c.GPU_SM_CLOCK.name, lab)] = clock - 1.98e8 if (n, g) == LEMON else clock
             out[(c.GPU_TEMPERATURE.name, lab)] = np.round(rng.normal(65, 2, T) * 4) / 4
             out[(c.GPU_POWER.name, lab)] = np.round(rng.normal(600, 20, T) * 4) / 4
             out[(c.GPU_UTILIZATION.name, lab)] = np.round(rng.uniform(0.9, 1.0, T) * 1024) / 1024
@@ -250,9 +268,19 @@ def _series(raw: dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray], shar
     return out
 
 
-def _expected(raw: dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray], shards: int
-              ) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
-    """Per record, the samples the analyzer's numpy gives at the window's end."""
+def _job_z(x: np.ndarray, stats_of: np.ndarray, f: Any) -> tuple[np.ndarray, float, float]:
+    """The robust z of ``x`` against the median and MAD of ``stats_of`` (the same samples,
+    or the job's samples one step earlier: the statistics stage's lag), with f's floors."""
+    med = float(np.median(stats_of))
+    mad = float(np.median(np.abs(stats_of - med)))
+    scale = max(1.4826 * mad, f.floor_abs, f.floor_rel * abs(med), 1e-9)
+    return (x - med) / scale, med, mad
+
+
+def _expected(raw: dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray], shards: int,
+              lag: int = 0) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    """Per record, the samples the analyzer's numpy gives at the window's end; ``lag``: the
+    job z-scores against the job statistics of that many steps earlier."""
     by_name: dict[str, dict[tuple[str, str], np.ndarray]] = {}
     for (name, lab), vals in raw.items():
         d = dict(lab)
@@ -260,7 +288,8 @@ def _expected(raw: dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray], sh
     exp: dict[str, list[dict[str, Any]]] = {}
 
     def add(record: str, labels: dict[str, str], value: float) -> None:
-        labels = labels | {SHARD_LABEL: str(shard_of(labels["node"], shards))}
+        if "node" in labels:
+            labels = labels | {SHARD_LABEL: str(shard_of(labels["node"], shards))}
         exp.setdefault(record, []).append({"labels": labels, "value": value})
 
     for f in FEATURES:
@@ -299,17 +328,30 @@ def _expected(raw: dict[tuple[str, tuple[tuple[str, str], ...]], np.ndarray], sh
                 x = np.array([rows[k][-1] for k in keys])
                 floor = max(f.floor_abs, f.floor_rel * abs(float(np.median(x))), 1e-9)
                 z = robust_z(x[None, :], axis=1, floor=floor)[0]
+                if lag:
+                    z, _, _ = _job_z(x, np.array([rows[k][-1 - lag] for k in keys]), f)
+                _, med, mad = _job_z(x, x, f)  # the statistics stage's records, now
+                add(f.job_record("median"), {"job_id": job}, med)
+                add(f.job_record("mad"), {"job_id": job}, mad)
                 for (node, gpu), zi in zip(keys, z, strict=True):
                     add(f.record, {"node": node, "gpu": gpu, "job_id": job}, float(zi))
     return exp
 
 
-def _promtool_test(rule_files: list[Path], raw: Any, shards: int) -> dict[str, Any]:
-    exp = _expected(raw, shards)
+def _promtool_test(rule_files: list[Path], raw: Any, shards: int, lag: int = 0
+                   ) -> dict[str, Any]:  # fmt: skip
+    """``lag`` 0: the statistics groups evaluated before the domain groups at each time (the
+    z-scores exact); 1: after them, so each z-score reads the statistics of the step before."""
+    exp = _expected(raw, shards, lag)
     assert {f.record for f in FEATURES if f.metric.name in {n for n, _ in raw}} <= set(exp)
+    names = [g["name"] for p in rule_files for g in groups(p)]
+    stats = [n for n in names if n.startswith("gpuwarden-jobstats-")]
+    assert stats, "the statistics stage is among the files"
+    others = [n for n in names if n not in stats]
     return {
         "rule_files": [str(p) for p in rule_files],
         "evaluation_interval": f"{STEP}s",
+        "group_eval_order": others + stats if lag else stats + others,
         "tests": [{
             "interval": f"{STEP}s",
             "input_series": _series(raw, shards),
@@ -327,6 +369,10 @@ def _labels(record: str, labels: dict[str, str]) -> str:
     return record + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 
 
+def _rule_files(out: Path) -> list[Path]:
+    return sorted([*out.glob("*shard-*.rules.yml"), out / "jobstats.rules.yml"])
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_every_feature_equals_the_analyzers_numpy_on_a_simulated_fleet(
     seed: int, tmp_path: Path
@@ -334,7 +380,7 @@ def test_every_feature_equals_the_analyzers_numpy_on_a_simulated_fleet(
     """Two shards, so the job's statistics come from both while each group scores its own
     GPUs. The vmalert variant (no query_offset: promtool would evaluate it 30 s early)."""
     shards = 2
-    files = sorted(rendered(tmp_path, engine="vmalert", shards=shards).glob("*shard-*.rules.yml"))
+    files = _rule_files(rendered(tmp_path, engine="vmalert", shards=shards))
     raw = _fleet(seed)
     assert len({shard_of(n, shards) for n in NODES}) == shards  # both shards hold GPUs
     spec = tmp_path / "features_test.yml"
@@ -351,10 +397,37 @@ def test_the_equality_test_fails_when_a_feature_disagrees(tmp_path: Path) -> Non
         p.write_text(p.read_text().replace("[3m]", "[195s]"))
     spec = tmp_path / "features_test.yml"
     raw = _fleet(1)
-    files = sorted(out.glob("*shard-*.rules.yml"))
+    files = _rule_files(out)
     spec.write_text(yaml.safe_dump(_promtool_test(files, raw, shards), width=100000))
     rc, text = run(promtool_of("current"), "test", "rules", str(spec))
     assert rc != 0 and "gpuwarden_feature:gpu_sm_clock_hertz:avg3m" in text
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_domain_group_one_statistics_step_behind_records_that_and_keeps_the_verdicts(
+    seed: int, tmp_path: Path
+) -> None:
+    """The statistics stage's lag: with the statistics groups evaluated after the domain
+    groups, each shard scores its GPUs against the job's median and MAD of the step before.
+    promtool finds exactly those z-scores, and the GPUs past the peer detector's threshold are
+    the same as with the exact statistics: the throttled GPU, and no other."""
+    shards = 2
+    files = _rule_files(rendered(tmp_path, engine="vmalert", shards=shards))
+    raw = _fleet(seed)
+    spec = tmp_path / "features_test.yml"
+    spec.write_text(yaml.safe_dump(_promtool_test(files, raw, shards, lag=1), width=100000))
+    rc, out = run(promtool_of("current"), "test", "rules", str(spec))
+    assert rc == 0, out[-4000:]
+    exact, lagged = _expected(raw, shards), _expected(raw, shards, lag=1)
+    for f in FEATURES:
+        if f.kind != "job_z":
+            continue
+        a, b = ({(x["labels"]["node"], x["labels"]["gpu"]): x["value"] for x in e[f.record]}
+                for e in (exact, lagged))  # fmt: skip
+        assert a.keys() == b.keys() and a != b, f.record  # the lag is there, and seen
+        past = {k for k, z in a.items() if abs(z) > PEER_Z}
+        assert past == {k for k, z in b.items() if abs(z) > PEER_Z}, f.record
+        assert past == ({LEMON} if f.metric == c.GPU_SM_CLOCK else set()), f.record
 
 
 # ------------------------------------------------------------------ the health alerts
@@ -419,7 +492,7 @@ def test_vmalert_evaluates_the_vmalert_variant_on_victoriametrics_scraping_throu
     rules = tmp_path / "rules"
     rules.mkdir()
     for name, text in files.items():
-        if name.endswith("shard-0.rules.yml") or name.endswith("shard-1.rules.yml"):
+        if name.endswith(("shard-0.rules.yml", "shard-1.rules.yml", "jobstats.rules.yml")):
             (rules / name).write_text(text)
     nodes = ["gpu-node-00", "gpu-node-01", "gpu-node-02", "gpu-node-03"]
     assert {shard_of(n, 2) for n in nodes} == {0, 1}
