@@ -39,7 +39,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +49,16 @@ from alerts.generate_feature_rules import Plan, render_all
 from benchmarks.bench_analyzer_prometheus import CACHE as _PROM_CACHE
 from benchmarks.bench_analyzer_prometheus import STEP, WINDOW
 from benchmarks.fleet_openmetrics import write
-from gpuwarden.lab.shards import global_config, round_robin, split_openmetrics
+from gpuwarden.lab.shards import (
+    Group,
+    backfill_records,
+    global_config,
+    round_robin,
+    split_openmetrics,
+    stages,
+)
 from simulator.fleet import Fleet
 from tests.realcomp import (
-    Prometheus,
     generation_dir,
     generation_missing,
     http_get,
@@ -207,12 +213,55 @@ def _series(url: str, at: float) -> float:
 
 
 # ------------------------------------------------------------------ one shard count
-@contextlib.contextmanager
-def _cluster(dirs: Sequence[Path]) -> Iterator[tuple[list[Prometheus], Prometheus]]:
-    with contextlib.ExitStack() as stack:
-        shards = [stack.enter_context(run_prometheus(EMPTY, data_dir=d)) for d in dirs]
-        glob = stack.enter_context(run_prometheus(global_config([s.url for s in shards])))
-        yield shards, glob
+RECORDED_STEPS = 4  # a stage's records backfilled for the last 4 steps before the next stage
+
+
+class Restartable:
+    """A Prometheus on ``data`` that can be restarted on it (to load blocks added to it)."""
+
+    def __init__(self, config: str, data: Path) -> None:
+        self.config, self.data = config, data
+        self._stack = contextlib.ExitStack()
+        self.prom = self._stack.enter_context(run_prometheus(config, data_dir=data))
+
+    def restart(self) -> None:
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+        self.prom = self._stack.enter_context(run_prometheus(self.config, data_dir=self.data))
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def _staged(
+    box: Restartable, order: list[list[Group]], at: float, pids: Callable[[], list[int]],
+    timed: bool,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Every stage of global groups on ``box``; before stage k > 0, stage k - 1's records are
+    backfilled into its TSDB (where the ruler would have recorded them) and it is restarted on
+    it. Per stage: wall, CPU of ``pids()`` (when ``timed``), rules, answers."""
+    out = []
+    promtool = require_binary("promtool")
+    for k, stage in enumerate(order):
+        if k:
+            backfill_records(promtool, box.prom.url, order[k - 1],
+                             at - RECORDED_STEPS * STEP, at, STEP, box.data)  # fmt: skip
+            box.restart()
+            _instant(box.prom.url, "up", at)
+        wall = cpu = 0.0
+        rules: Rules = []
+        answers: list[Result] = []
+        for _, group_rules in stage:
+            if timed:
+                w, c, a = evaluate(box.prom.url, group_rules, at, pids())
+            else:
+                w, c, a = 0.0, 0.0, [_instant(box.prom.url, e, at) for _, e in group_rules]
+            wall, cpu = wall + w, cpu + c
+            rules += group_rules
+            answers += a
+        out.append({"groups": [n for n, _ in stage], "wall": wall, "cpu": cpu,
+                    "rules": rules, "answers": answers})  # fmt: skip
+    return out
 
 
 def measure(shards: int, nodes: int, base: float, steps: int) -> dict[str, Any]:
@@ -221,16 +270,24 @@ def measure(shards: int, nodes: int, base: float, steps: int) -> dict[str, Any]:
     at = t0 + STEP * (steps - 1)
     dirs = [root / f"shard-{i}" for i in range(shards)]
     node_groups, global_groups = groups(shards)
+    order = stages(global_groups)
     per_shard: list[dict[str, float]] = []
     wrong: list[str] = []
-    with _cluster(dirs) as (shard_proms, glob):
-        for p in (*shard_proms, glob):
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="gw-global-") as gd:
+        shard_proms = [stack.enter_context(run_prometheus(EMPTY, data_dir=d)) for d in dirs]
+        config = global_config([p.url for p in shard_proms])
+        gdata = Path(gd) / "data"
+        gdata.mkdir()
+        Path(gd).chmod(0o777)
+        gdata.chmod(0o777)
+        box = stack.enter_context(contextlib.closing(Restartable(config, gdata)))
+        for p in (*shard_proms, box.prom):
             _instant(p.url, "up", at)  # open the index and the remote-read clients
         for i, prom in enumerate(shard_proms):
             rules = node_groups[i]
             wall, cpu, answers = evaluate(prom.url, rules, at, [prom.proc.pid])
             g_wall, g_cpu, via_global = evaluate(
-                glob.url, rules, at, [glob.proc.pid, prom.proc.pid]
+                box.prom.url, rules, at, [box.prom.proc.pid, prom.proc.pid]
             )
             wrong += [f"shard {i} vs global: {d}" for d in differences(rules, answers, via_global)]
             recorded = sum(len(a) for a in answers)
@@ -239,31 +296,20 @@ def measure(shards: int, nodes: int, base: float, steps: int) -> dict[str, Any]:
                 "series": _series(prom.url, at), "recorded": recorded, "rules": len(rules),
                 "via_wall": g_wall, "via_cpu": g_cpu,
             })  # fmt: skip
-        pids = [glob.proc.pid, *(p.proc.pid for p in shard_proms)]
-        dom_wall = dom_cpu = 0.0
-        dom_rules = dom_series = dom_empty = 0
-        global_answers: list[tuple[Rules, list[Result]]] = []
-        for _, rules in global_groups:
-            wall, cpu, answers = evaluate(glob.url, rules, at, pids)
-            dom_wall, dom_cpu = dom_wall + wall, dom_cpu + cpu
-            dom_rules += len(rules)
-            dom_series += sum(len(a) for a in answers)
-            dom_empty += sum(not a for a in answers)  # e.g. a rule over another rule's record
-            global_answers.append((rules, answers))
-        glob_rss = _rss_mib(glob.proc.pid)
+        via = _staged(box, order, at,
+                      lambda: [box.prom.proc.pid, *(p.proc.pid for p in shard_proms)], True)  # fmt: skip
+        glob_rss = _rss_mib(box.prom.proc.pid)
     checked_whole = shards >= 2
     if checked_whole:
-        with _whole(dirs) as data, run_prometheus(EMPTY, data_dir=data) as one:
-            for rules, answers in global_answers:
-                alone = [_instant(one.url, expr, at) for _, expr in rules]
-                wrong += [f"global vs one Prometheus: {d}" for d in differences(rules, answers, alone)]  # fmt: skip
+        with _whole(dirs) as data, contextlib.closing(Restartable(EMPTY, data)) as one:
+            alone = _staged(one, order, at, list, False)
+            for a, b in zip(via, alone, strict=True):
+                wrong += [f"global vs one Prometheus: {d}"
+                          for d in differences(a["rules"], a["answers"], b["answers"])]  # fmt: skip
     if wrong:
         raise AssertionError(f"{shards} shards: the distributed answers differ:\n" + "\n".join(wrong[:20]))  # fmt: skip
     return {
-        "shards": shards, "per_shard": per_shard, "domain_wall": dom_wall,
-        "domain_cpu": dom_cpu, "domain_rules": dom_rules, "domain_series": dom_series,
-        "domain_empty": dom_empty,
-        "domain_groups": len(global_groups), "global_rss": glob_rss,
+        "shards": shards, "per_shard": per_shard, "stages": via, "global_rss": glob_rss,
         "checked_whole": checked_whole,
     }  # fmt: skip
 
@@ -305,13 +351,27 @@ def rows_of(m: dict[str, Any], nodes: int, first: dict[str, Any] | None) -> list
         {"name": f"{p}_node_group_recorded", "value": sum(x["recorded"] for x in per),
          "unit": "series", "note": f"recorded by the {S} node group(s); equal on the global "
                                    "layer (series and values)"},
-        {"name": f"{p}_global_groups_wall", "value": round(m["domain_wall"], 4), "unit": "s",
-         "note": f"{m['domain_groups']} global group(s), {m['domain_rules']} rules, through the "
-                 f"global Prometheus (remote_read of {S} shard(s)); {m['domain_series']} series, "
-                 f"{m['domain_empty']} rule(s) answering nothing"
-                 + ("; equal to one Prometheus holding the fleet" if m["checked_whole"] else "")},
-        {"name": f"{p}_global_groups_cpu", "value": round(m["domain_cpu"], 4), "unit": "s",
-         "note": f"CPU of the global Prometheus + the {S} shard(s) it read"},
+    ]  # fmt: skip
+    total_wall = total_cpu = 0.0
+    for k, st in enumerate(m["stages"], 1):
+        n = len(st["rules"])
+        series = sum(len(a) for a in st["answers"])
+        empty = sum(not a for a in st["answers"])
+        names = sorted({re.sub(r"-(shard-)?[^-]+$", "-*", g) for g in st["groups"]})
+        total_wall, total_cpu = total_wall + st["wall"], total_cpu + st["cpu"]
+        rows += [
+            {"name": f"{p}_global_stage{k}_wall", "value": round(st["wall"], 4), "unit": "s",
+             "note": f"{len(st['groups'])} group(s) {', '.join(names)}: {n} rules through the "
+                     f"global Prometheus (remote_read of {S} shard(s)"
+                     + ("" if k == 1 else ", the previous stage's records in its own TSDB")
+                     + f"); {series} series, {empty} rule(s) answering nothing"
+                     + ("; equal to one Prometheus holding the fleet" if m["checked_whole"] else "")},
+            {"name": f"{p}_global_stage{k}_cpu", "value": round(st["cpu"], 4), "unit": "s",
+             "note": f"CPU of the global Prometheus + the {S} shard(s) it read"},
+        ]  # fmt: skip
+    rows += [
+        {"name": f"{p}_global_groups_cpu", "value": round(total_cpu, 4), "unit": "s",
+         "note": f"all global stages, {total_wall:.3f} s wall"},
         {"name": f"{p}_global_rss", "value": round(m["global_rss"], 1), "unit": "MiB",
          "note": "the global Prometheus (no data of its own) after the global groups"},
     ]  # fmt: skip

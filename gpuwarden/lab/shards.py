@@ -10,11 +10,18 @@ samples come from the shards): the querying layer the job-domain rules need.
 :class:`gpuwarden.lab.openmetrics.ScrapeRecorder` writes it) into one file per shard, each
 sample routed by its ``node`` label and labelled with its shard as the relabel would have
 labelled it at scrape time, ready for ``promtool tsdb create-blocks-from openmetrics``.
-:func:`global_config` is the global Prometheus's configuration. No processes here.
+:func:`global_config` is the global Prometheus's configuration. Rule groups that read
+another group's records (the job z-scores read the recorded job statistics) run in
+:func:`stages`; :func:`backfill_records` has ``promtool tsdb create-blocks-from rules`` evaluate
+a stage against a Prometheus and write its records as blocks, so that the next stage's instant
+queries find them where a ruler would have recorded them.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -92,3 +99,56 @@ def global_config(shard_urls: Sequence[str], scrape_interval: float = 15.0) -> s
         },
         sort_keys=False,
     )
+
+
+Group = tuple[str, list[tuple[str, str]]]  # (name, [(record, expr)])
+
+
+def stages(groups: Sequence[Group]) -> list[list[Group]]:
+    """The groups in evaluation order: a group that reads a record of another group comes in a
+    later stage than it (by the record's name in the expression). A cycle is an error."""
+    made = {record: name for name, rules in groups for record, _ in rules}
+    needs = {
+        name: {made[r] for r in made for _, e in rules if r in e and made[r] != name}
+        for name, rules in groups
+    }
+    out: list[list[Group]] = []
+    done: set[str] = set()
+    left = list(groups)
+    while left:
+        ready = [g for g in left if needs[g[0]] <= done]
+        if not ready:
+            raise ValueError(f"groups read each other's records: {sorted(g[0] for g in left)}")
+        out.append(ready)
+        done |= {g[0] for g in ready}
+        left = [g for g in left if g[0] not in done]
+    return out
+
+
+def backfill_records(
+    promtool: str, url: str, groups: Sequence[Group], start: float, end: float, step: float,
+    data: Path,
+) -> None:  # fmt: skip
+    """Evaluate ``groups`` against the Prometheus at ``url`` every ``step`` seconds from
+    ``start`` to ``end`` and add their records to the TSDB ``data`` as blocks (the Prometheus
+    serving ``data`` must be restarted to see them)."""
+    doc = {
+        "groups": [
+            {"name": n, "interval": f"{step:g}s",
+             "rules": [{"record": r, "expr": e} for r, e in rules]}
+            for n, rules in groups
+        ]
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="gpuwarden-records-") as d:
+        rules = Path(d) / "rules.yml"
+        rules.write_text(yaml.safe_dump(doc, sort_keys=False, width=100000))
+        out = Path(d) / "blocks"
+        argv = [promtool, "tsdb", "create-blocks-from", "rules", f"--url={url}",
+                f"--start={int(start)}", f"--end={int(end)}", f"--eval-interval={step:g}s",
+                f"--output-dir={out}", "--quiet", str(rules)]  # fmt: skip
+        r = subprocess.run(argv, capture_output=True, timeout=3600, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"promtool create-blocks-from rules: {r.stderr.decode()[-600:]}")
+        for b in out.iterdir() if out.exists() else ():
+            if (b / "meta.json").exists():
+                shutil.copytree(b, data / b.name)
