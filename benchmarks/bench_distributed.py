@@ -233,7 +233,7 @@ class Restartable:
         self._stack.close()
 
 
-def _staged(
+def evaluate_stages(
     box: Restartable, order: list[list[Group]], at: float, pids: Callable[[], list[int]],
     timed: bool,
 ) -> list[dict[str, Any]]:  # fmt: skip
@@ -296,13 +296,13 @@ def measure(shards: int, nodes: int, base: float, steps: int) -> dict[str, Any]:
                 "series": _series(prom.url, at), "recorded": recorded, "rules": len(rules),
                 "via_wall": g_wall, "via_cpu": g_cpu,
             })  # fmt: skip
-        via = _staged(box, order, at,
+        via = evaluate_stages(box, order, at,
                       lambda: [box.prom.proc.pid, *(p.proc.pid for p in shard_proms)], True)  # fmt: skip
         glob_rss = _rss_mib(box.prom.proc.pid)
     checked_whole = shards >= 2
     if checked_whole:
         with _whole(dirs) as data, contextlib.closing(Restartable(EMPTY, data)) as one:
-            alone = _staged(one, order, at, list, False)
+            alone = evaluate_stages(one, order, at, list, False)
             for a, b in zip(via, alone, strict=True):
                 wrong += [f"global vs one Prometheus: {d}"
                           for d in differences(a["rules"], a["answers"], b["answers"])]  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from benchmarks.bench_distributed import differences
-from gpuwarden.lab.shards import global_config, round_robin, split_openmetrics
+from gpuwarden.lab.shards import global_config, round_robin, split_openmetrics, stages
 
 Key = tuple[tuple[str, str], ...]
 HISTORY = """\
@@ -95,3 +95,14 @@ def test_the_benchmark_reports_a_different_series_set_and_a_value_off_by_more_th
     b = [{k1: 1.0, k2: 3.0}, {k1: 1e6, k2: math.nan}, {k1: 2.0 + 1e-6}]
     got = differences(rules, a, b)
     assert len(got) == 2 and got[0].startswith("r1: 1 series differ") and got[1].startswith("r3")
+
+
+def test_a_group_reading_another_groups_record_is_evaluated_in_a_later_stage() -> None:
+    stats = ("gpuwarden-jobstats-x", [("gpuwarden_job:x:median", "quantile by (job_id) (0.5, x)")])
+    z = ("gpuwarden-domains-shard-0", [("f:x:job_z", "x - on (job_id) gpuwarden_job:x:median")])
+    alone = ("other", [("f:y", "y")])
+    assert stages([z, stats, alone]) == [[stats, alone], [z]]
+    loop = ("loop", [("a", "f:x:job_z")])
+    z2 = (z[0], [("f:x:job_z", "a")])
+    with pytest.raises(ValueError, match="read each other's records"):
+        stages([loop, z2])
