@@ -10,18 +10,27 @@ import pytest
 import yaml
 
 from benchmarks.bench_distributed import differences
+from exporter import catalog as c
 from gpuwarden.lab.shards import global_config, round_robin, split_openmetrics, stages
 
 Key = tuple[tuple[str, str], ...]
-HISTORY = """\
-# TYPE gpuwarden_gpu_up gauge
-gpuwarden_gpu_up{node="a",gpu="0"} 1 100.000
-gpuwarden_gpu_up{node="b",gpu="0"} 1 100.000
-gpuwarden_gpu_up{node="c",gpu="0"} 0 100.000
-# TYPE gpuwarden_gpu_allocation_info gauge
-gpuwarden_gpu_allocation_info{peer_node="c",node="b",gpu="0",job_id="7"} 1 100.000
+
+
+def _m(text: str) -> str:
+    """The catalogue's names in place of @UP@ and @ALLOC@."""
+    return text.replace("@UP@", c.GPU_UP.name).replace("@ALLOC@", c.GPU_ALLOCATION_INFO.name)
+
+
+HISTORY_TEMPLATE = """\
+# TYPE @UP@ gauge
+@UP@{node="a",gpu="0"} 1 100.000
+@UP@{node="b",gpu="0"} 1 100.000
+@UP@{node="c",gpu="0"} 0 100.000
+# TYPE @ALLOC@ gauge
+@ALLOC@{peer_node="c",node="b",gpu="0",job_id="7"} 1 100.000
 # EOF
 """
+HISTORY = _m(HISTORY_TEMPLATE)
 
 
 def test_round_robin_puts_node_k_on_shard_k_mod_s() -> None:
@@ -39,30 +48,33 @@ def test_each_sample_goes_to_its_nodes_shard_labelled_and_every_file_keeps_the_t
     assert split_openmetrics(src, outs, {"a": 0, "b": 1, "c": 0}) == [2, 2]
     s0, s1 = (p.read_text().splitlines() for p in outs)
     assert s0 == [
-        "# TYPE gpuwarden_gpu_up gauge",
-        'gpuwarden_gpu_up{gpuwarden_shard="0",node="a",gpu="0"} 1 100.000',
-        'gpuwarden_gpu_up{gpuwarden_shard="0",node="c",gpu="0"} 0 100.000',
-        "# TYPE gpuwarden_gpu_allocation_info gauge",
-        "# EOF",
+        _m(x)
+        for x in [
+            "# TYPE @UP@ gauge",
+            '@UP@{gpuwarden_shard="0",node="a",gpu="0"} 1 100.000',
+            '@UP@{gpuwarden_shard="0",node="c",gpu="0"} 0 100.000',
+            "# TYPE @ALLOC@ gauge",
+            "# EOF",
+        ]
     ]
     # routed by node, not by a label that merely ends in "node"
-    assert s1[-2] == ('gpuwarden_gpu_allocation_info{gpuwarden_shard="1",peer_node="c",'
+    assert s1[-2] == _m('@ALLOC@{gpuwarden_shard="1",peer_node="c",'
                       'node="b",gpu="0",job_id="7"} 1 100.000')  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("line", "error"),
     [
-        ('gpuwarden_gpu_up{gpu="0"} 1 100.000', "without a node label"),
-        ("gpuwarden_gpu_up 1 100.000", "without a node label"),
-        ('gpuwarden_gpu_up{node="z",gpu="0"} 1 100.000', "'z' is in no shard"),
+        ('@UP@{gpu="0"} 1 100.000', "without a node label"),
+        ("@UP@ 1 100.000", "without a node label"),
+        ('@UP@{node="z",gpu="0"} 1 100.000', "'z' is in no shard"),
     ],
 )
 def test_a_sample_that_belongs_to_no_shard_is_an_error_and_leaves_no_partial_files(
     tmp_path: Path, line: str, error: str
 ) -> None:
     src = tmp_path / "fleet.om"
-    src.write_text(HISTORY.replace("# EOF\n", line + "\n# EOF\n"))
+    src.write_text(HISTORY.replace("# EOF\n", _m(line) + "\n# EOF\n"))
     outs = [tmp_path / "s0.om", tmp_path / "s1.om"]
     with pytest.raises(ValueError, match=error):
         split_openmetrics(src, outs, {"a": 0, "b": 1, "c": 0})
