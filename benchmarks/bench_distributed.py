@@ -14,13 +14,17 @@ best of 3 (its rules one after another, as a rule engine evaluates a group):
 - per shard, its node-local group (``node-shard-<i>``) on its own Prometheus: wall seconds and
   that process's CPU seconds (``/proc/<pid>/stat``), its RSS and the raw series it holds; the
   largest and the mean over shards, and their growth against S = 1 (the goal: flat);
-- every other recording group (the job-domain groups and whatever else needs the global view)
-  through the global Prometheus: wall, and the CPU of the global process plus the shards it
-  read from.
+- every other recording group (the job statistics, the job-domain groups, whatever else needs
+  the global view) through the global Prometheus, in stages (a group reading another group's
+  records after it: :func:`gpuwarden.lab.shards.stages`; before each later stage the earlier
+  stage's records are backfilled into the global Prometheus's own TSDB by ``promtool tsdb
+  create-blocks-from rules``, where its ruler would have recorded them): per stage, wall and
+  the CPU of the global process plus the shards it read from.
 
 Correctness, per S: every node-local rule answers the same series and values (within 1e-9) on
 its shard as on the global layer, and (for S >= 2) every global group answers the same through
-the global layer as on one Prometheus holding the whole fleet (the shards' blocks together).
+the global layer as on one Prometheus holding the whole fleet (the shards' blocks together,
+its own earlier stages' records backfilled the same way).
 A mismatch fails the benchmark. TSDBs are cached under ``.bench-cache/distributed/``; building
 one writes the whole fleet's OpenMetrics text once (~2 GB per 256 nodes) and backfills each shard
 with promtool (~2.6 GB of memory per 256 nodes of a shard).
@@ -273,7 +277,8 @@ def measure(shards: int, nodes: int, base: float, steps: int) -> dict[str, Any]:
     order = stages(global_groups)
     per_shard: list[dict[str, float]] = []
     wrong: list[str] = []
-    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="gw-global-") as gd:
+    # the global TSDB's directory outlives the Prometheus processes (they stop first)
+    with tempfile.TemporaryDirectory(prefix="gw-global-") as gd, contextlib.ExitStack() as stack:
         shard_proms = [stack.enter_context(run_prometheus(EMPTY, data_dir=d)) for d in dirs]
         config = global_config([p.url for p in shard_proms])
         gdata = Path(gd) / "data"
