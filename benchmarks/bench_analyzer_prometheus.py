@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.sources.queries import QUERIES
-from benchmarks.fleet_openmetrics import write
+from benchmarks.fleet_openmetrics import backfill, write
 from tests.realcomp import require_binary, run_prometheus
 
 STEP, WINDOW, CYCLES = 15.0, 600.0, 8
@@ -71,11 +71,7 @@ def _tsdb(nodes: int, t0: float, steps: int) -> Path:
     for lo in range(0, nodes, size):
         om = out.parent / f"{nodes}-{int(t0)}-{lo}.om"
         write(om, nodes, t0, steps, STEP, part=(lo, min(lo + size, nodes)), telemetry=TELEMETRY)
-        argv = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(part)]
-        r = subprocess.run(argv, capture_output=True, timeout=3 * 3600, check=False)
-        om.unlink()
-        if r.returncode != 0:
-            raise RuntimeError(f"promtool: {r.stderr.decode()[-400:]}")
+        backfill(promtool, om, part)
     part.chmod(0o777)
     if nodes > size:
         _compact(part)

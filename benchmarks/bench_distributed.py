@@ -39,7 +39,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import urllib.parse
@@ -52,7 +51,7 @@ import yaml
 from alerts.generate_feature_rules import Plan, render_all
 from benchmarks.bench_analyzer_prometheus import CACHE as _PROM_CACHE
 from benchmarks.bench_analyzer_prometheus import STEP, WINDOW
-from benchmarks.fleet_openmetrics import write
+from benchmarks.fleet_openmetrics import backfill, write
 from gpuwarden.lab.shards import (
     Group,
     backfill_records,
@@ -104,11 +103,7 @@ def _tsdbs(shards: int, nodes: int, t0: float, steps: int) -> Path:
     whole.unlink()
     for i, om in enumerate(oms):
         data = part / f"shard-{i}"
-        argv = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)]
-        r = subprocess.run(argv, capture_output=True, timeout=3 * 3600, check=False)
-        om.unlink()
-        if r.returncode != 0:
-            raise RuntimeError(f"promtool: {r.stderr.decode()[-400:]}")
+        backfill(promtool, om, data)
         data.chmod(0o777)
     part.rename(out)
     return out

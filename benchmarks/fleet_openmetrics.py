@@ -8,6 +8,7 @@ per step, at full fleet size; a few faults start inside the span.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from gpuwarden.lab.dcgm_openmetrics import DcgmScrapeRecorder
@@ -49,3 +50,14 @@ def write(
         return {"samples": rec.samples, "steps": rec.steps}
     finally:
         rec.close()
+
+
+def backfill(promtool: str, om: Path, data: Path, timeout: float = 3 * 3600) -> None:
+    """Blocks from the OpenMetrics file ``om`` into ``data`` (``promtool tsdb
+    create-blocks-from openmetrics``); ``om`` is removed either way, a failure raises with
+    promtool's last words."""
+    argv = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)]
+    r = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+    om.unlink()
+    if r.returncode != 0:
+        raise RuntimeError(f"promtool: {r.stderr.decode()[-400:]}")

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from benchmarks.fleet_openmetrics import backfill
 from exporter import catalog as c
 from tests.realcomp import require_binary
 
@@ -67,11 +67,7 @@ def tsdb(nodes: int, t0: float, steps: int, step: float, cache: Path = CACHE) ->
         om = cache / f"{out.name}-{lo}.om"
         with open(om, "w") as f:
             f.writelines(_lines(lo, min(lo + PART, nodes), t0, steps, step))
-        argv = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(part)]
-        r = subprocess.run(argv, capture_output=True, timeout=3600, check=False)
-        om.unlink()
-        if r.returncode != 0:
-            raise RuntimeError(f"promtool: {r.stderr.decode()[-400:]}")
+        backfill(promtool, om, part, timeout=3600)
     part.chmod(0o777)
     part.rename(out)
     return out
