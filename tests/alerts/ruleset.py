@@ -6,9 +6,12 @@ Shared by tests/alerts and tests/dashboards (the dashboards query the same recor
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -18,6 +21,18 @@ ALERTS = ROOT / "alerts"
 RULE_FILES = sorted(ALERTS.glob("*.rules.yml"))
 TEST_FILES = sorted((ALERTS / "tests").glob("*_test.yml"))
 RUNBOOKS = ALERTS / "runbooks.md"
+
+
+def generator(name: str) -> ModuleType:
+    """``alerts/<name>.py`` (a script, not a package module) loaded as a module; registered
+    in ``sys.modules`` first, where its dataclasses look themselves up."""
+    spec = importlib.util.spec_from_file_location(name, ALERTS / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 # ARCHITECTURE.md decision 9 and docs/contracts.md.
 ACTIONS = ("notify", "cordon", "drain", "requeue", "checkpoint_restart", "reboot")

@@ -3,30 +3,17 @@ rules, never drifts, passes promtool, and its unit tests run on dcgm-shaped seri
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
 from dashboards.dcgm_translate import Untranslatable, translate
 from exporter import catalog as c
-from tests.alerts.ruleset import ALERTS
+from tests.alerts.ruleset import ALERTS, generator
 from tests.realcomp import promtool
 
-
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "generate_dcgm_rules", ALERTS / "generate_dcgm_rules.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = generator("generate_dcgm_rules")
 VARIANT = sorted((ALERTS / "dcgm").glob("*.rules.yml"))
 TESTS = sorted((ALERTS / "tests" / "dcgm").glob("*_test.yml"))
 

@@ -5,16 +5,13 @@ simulated fleet, to what the analyzer's own numpy computes from the raw samples.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -24,7 +21,7 @@ import yaml
 from analyzer.detectors.series import robust_z, total_increase
 from analyzer.sources.features import FEATURES, SHARD_LABEL, shard_of
 from exporter import catalog as c
-from tests.alerts.ruleset import ALERTS
+from tests.alerts.ruleset import ALERTS, generator
 from tests.realcomp import (
     free_port,
     generation_source,
@@ -39,18 +36,7 @@ from tests.realcomp import (
 pytestmark = pytest.mark.real
 
 
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "generate_feature_rules", ALERTS / "generate_feature_rules.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks itself up there
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = generator("generate_feature_rules")
 COMMITTED = ALERTS / "features"
 
 

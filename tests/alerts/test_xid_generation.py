@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-from types import ModuleType
 
 import pytest
 
-from tests.alerts.ruleset import ALERTS, Rule, load_rules
+from tests.alerts.ruleset import ALERTS, Rule, generator, load_rules
 from tests.realcomp import promtool
 
-
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "generate_xid_rules", ALERTS / "generate_xid_rules.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _generator()
+GEN = generator("generate_xid_rules")
 CATALOGUE = GEN.load_catalogue()
 XID_RULES = [r for r in load_rules([ALERTS / "xid.rules.yml"]) if r.alert]
 

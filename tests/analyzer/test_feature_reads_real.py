@@ -6,8 +6,6 @@ rows through the recorded moved checks as a raw-only read does."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 import time
 from typing import Any
 
@@ -18,23 +16,12 @@ import yaml
 from analyzer.sources.features import FEATURES
 from analyzer.sources.prometheus import PrometheusSource
 from exporter import catalog as c
-from tests.alerts.ruleset import ALERTS
+from tests.alerts.ruleset import generator
 from tests.realcomp import default_generation, run_prometheus, serve_expositions, wait_until
 
 pytestmark = pytest.mark.real
 
 NODES = ("gpu-node-00", "gpu-node-01", "gpu-node-02", "gpu-node-03")
-
-
-def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "generate_feature_rules", ALERTS / "generate_feature_rules.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _body(node: int, ecc: float) -> bytes:
@@ -51,7 +38,7 @@ def _body(node: int, ecc: float) -> bytes:
 
 
 def test_the_source_reads_the_recorded_moved_checks_of_a_real_prometheus() -> None:
-    gen = _generator()
+    gen = generator("generate_feature_rules")
     # Prometheus 2.42 (the stable generation) has no query_offset: the variant without it
     engine = "prometheus" if default_generation() == "current" else "vmalert"
     plan = gen.Plan(shards=2, engine=engine, interval=1.0, scrape_interval=1.0, offset=1.0)

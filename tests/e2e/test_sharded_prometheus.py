@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,24 +31,13 @@ from benchmarks.fleet_openmetrics import write
 from exporter import catalog as c
 from gpuwarden.lab.shards import Group, global_config, round_robin, split_openmetrics, stages
 from simulator.fleet import Fleet
-from tests.alerts.ruleset import ALERTS
+from tests.alerts.ruleset import generator
 from tests.realcomp import Prometheus, promtool, run_prometheus
 
 pytestmark = pytest.mark.real
 
 NODES, SHARDS, STEP, STEPS = 8, 2, 15.0, 49  # the analyzer's 600 s window and a few steps more
 EMPTY = "global: {scrape_interval: 15s}\nscrape_configs: []\n"
-
-
-def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "generate_feature_rules", ALERTS / "generate_feature_rules.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _backfill(om: Path, data: Path) -> None:
@@ -114,7 +101,7 @@ def _rules() -> tuple[dict[int, list[str]], list[Group]]:
 
 
 def render(shards: int) -> dict[str, str]:
-    gen = _generator()
+    gen = generator("generate_feature_rules")
     return dict(gen.render_all(gen.Plan(shards=shards)))
 
 
