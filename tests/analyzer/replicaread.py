@@ -1,6 +1,7 @@
 """Helpers of the replica-read tests (a replica reads only its own nodes, issue 33): a logging
 HTTP client, a source read at a plan of moments and owned nodes, the hosts an answer names,
-and the comparison of a replica's window with the single read's part of it."""
+the comparison of a replica's window with the single read's part of it, and one service
+cycle of a single analyzer and of each replica under one plan."""
 
 from __future__ import annotations
 
@@ -10,9 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from analyzer.detectors import default_detectors
+from analyzer.engine import Engine
+from analyzer.replicas.membership import MemoryMembership, Plan
+from analyzer.replicas.role import ReplicaRole
+from analyzer.service import AnalyzerService
 from analyzer.sources.dialects.identity import raw_identity
 from analyzer.sources.prometheus import PrometheusSource
 from analyzer.window import Window
+
+Found = set[tuple[str, str, str]]
 
 
 class Logged:
@@ -70,3 +78,33 @@ def same_window(a: Window, b: Window) -> None:
         (e.t, e.node, e.gpu, e.xid) for e in b.xids
     ]
     assert a.jobs == b.jobs and a.sku == b.sku
+
+
+def single_and_replicas(url: str, end: float, step: float, members: tuple[str, ...],
+                        **kw: Any) -> tuple[tuple[Found, tuple[str, ...]],
+                                            list[tuple[ReplicaRole, Found, tuple[str, ...]]]]:  # fmt: skip
+    """One service cycle at ``end + 5`` of a single analyzer, then of each of ``members``
+    under one plan (``kw``: more of the source's settings): the findings ``(node, subject,
+    kind)`` and the window's nodes of each, with each replica's role."""
+    interval = 60.0
+    at = end + 5
+    plan = Plan(int(at // interval), members, members[0])
+    store = MemoryMembership()
+
+    async def run(role: ReplicaRole | None) -> tuple[Found, tuple[str, ...]]:
+        source = PrometheusSource(url, window=600, step=step, **kw)
+        service = AnalyzerService(source, Engine(default_detectors()), interval, replica=role)
+        try:
+            await service.run_cycle(at, plan if role is not None else None)
+        finally:
+            await source.close()
+        assert service.window is not None
+        found = {(f.node, f.subject, f.kind) for f in service.engine.findings}
+        return found, service.window.nodes
+
+    single = asyncio.run(run(None))
+    replicas = []
+    for name in members:
+        role = ReplicaRole(store, name, interval, started=at - 2 * interval)
+        replicas.append((role, *asyncio.run(run(role))))
+    return single, replicas

@@ -12,19 +12,14 @@ import time
 import numpy as np
 import pytest
 
-from analyzer.detectors import default_detectors
-from analyzer.engine import Engine
-from analyzer.replicas.membership import MemoryMembership, Plan
-from analyzer.replicas.role import ReplicaRole
 from analyzer.replicas.slicing import subwindow
-from analyzer.service import AnalyzerService
 from analyzer.sources import SourceError
 from analyzer.sources.prometheus import PrometheusSource
 from exporter import catalog as c
 from tests.realcomp import promtool, run_prometheus
 
 from .promdata import NODES, STEP, openmetrics
-from .replicaread import reads, same_window, series_hosts
+from .replicaread import reads, same_window, series_hosts, single_and_replicas
 
 
 def _two_jobs(text: str) -> str:
@@ -133,29 +128,11 @@ def test_a_node_whose_first_read_failed_is_read_whole_again_the_next_cycle(prom)
 def test_replicas_reading_only_their_nodes_find_what_one_analyzer_finds(prom):
     p, end = prom
     members = ("replica-a", "replica-b", "replica-c")
-    store = MemoryMembership()
-    interval = 60.0
-    at = end + 5
-    plan = Plan(int(at // interval), members, "replica-a")
-
-    async def run(role: ReplicaRole | None) -> tuple[set[tuple[str, str, str]], tuple[str, ...]]:
-        source = PrometheusSource(p.url, window=600, step=STEP)
-        service = AnalyzerService(source, Engine(default_detectors()), interval, replica=role)
-        try:
-            await service.run_cycle(at, plan if role is not None else None)
-        finally:
-            await source.close()
-        assert service.window is not None
-        found = {(f.node, f.subject, f.kind) for f in service.engine.findings}
-        return found, service.window.nodes
-
-    single, nodes = asyncio.run(run(None))
+    (single, nodes), replicas = single_and_replicas(p.url, end, STEP, members)
     assert nodes == NODES and len(single) >= 5
     got: set[tuple[str, str, str]] = set()
     read: list[str] = []
-    for name in members:
-        role = ReplicaRole(store, name, interval, started=at - 2 * interval)
-        found, nodes = asyncio.run(run(role))
+    for role, found, nodes in replicas:
         assert role.stats.nodes == len(nodes)
         assert not got & found  # never found twice
         got |= found

@@ -7,25 +7,18 @@ it (tests/analyzer/dcgmfleet.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import numpy as np
 import pytest
 
-from analyzer.detectors import default_detectors
-from analyzer.engine import Engine
-from analyzer.replicas.membership import MemoryMembership, Plan
-from analyzer.replicas.role import ReplicaRole
 from analyzer.replicas.slicing import subwindow
-from analyzer.service import AnalyzerService
 from analyzer.sources.dialects.identity import NodeMap
-from analyzer.sources.prometheus import PrometheusSource
 from exporter import catalog as c
 
 from . import dcgmfleet
 from .dcgmfleet import STEP
-from .replicaread import reads, same_window, series_hosts
+from .replicaread import reads, same_window, series_hosts, single_and_replicas
 
 
 def _faults(f):
@@ -130,31 +123,13 @@ def test_a_node_map_of_names_selects_by_the_hosts_and_a_pattern_reads_whole(dcgm
 def test_replicas_on_dcgm_telemetry_find_what_one_analyzer_finds(dcgm_fleet):
     url, fleet, end = dcgm_fleet
     members = ("replica-a", "replica-b", "replica-c")
-    store = MemoryMembership()
-    interval = 60.0
-    at = end + 5
-    plan = Plan(int(at // interval), members, "replica-a")
-
-    async def run(role: ReplicaRole | None) -> tuple[set[tuple[str, str, str]], tuple[str, ...]]:
-        source = PrometheusSource(url, window=600, step=STEP, discover=True)
-        service = AnalyzerService(source, Engine(default_detectors()), interval, replica=role)
-        try:
-            await service.run_cycle(at, plan if role is not None else None)
-        finally:
-            await source.close()
-        assert service.window is not None
-        found = {(f.node, f.subject, f.kind) for f in service.engine.findings}
-        return found, service.window.nodes
-
-    single, nodes = asyncio.run(run(None))
+    (single, nodes), replicas = single_and_replicas(url, end, STEP, members, discover=True)
     assert nodes == tuple(fleet.nodes)
     kinds = {k for _, _, k in single}
     assert {"xid_fatal", "gpu_lost", "nvlink_errors", "ib_port_down"} <= kinds
     got: set[tuple[str, str, str]] = set()
     read: list[str] = []
-    for name in members:
-        role = ReplicaRole(store, name, interval, started=at - 2 * interval)
-        found, nodes = asyncio.run(run(role))
+    for _, found, nodes in replicas:
         assert not got & found  # never found twice
         got |= found
         read += nodes
