@@ -52,6 +52,7 @@ from alerts.generate_feature_rules import Plan, render_all
 from benchmarks.bench_analyzer_prometheus import CACHE as _PROM_CACHE
 from benchmarks.bench_analyzer_prometheus import STEP, WINDOW
 from benchmarks.fleet_openmetrics import backfill, write
+from benchmarks.procstat import cpu_seconds
 from gpuwarden.lab.shards import (
     Group,
     backfill_records,
@@ -73,7 +74,6 @@ REPEATS = 3
 TOLERANCE = 1e-9
 EMPTY = "global: {scrape_interval: 15s}\nscrape_configs: []\n"
 CACHE = _PROM_CACHE.parent.parent / "distributed" / _PROM_CACHE.name
-_TICK = os.sysconf("SC_CLK_TCK")
 Rules = list[tuple[str, str]]  # (record, expr)
 
 
@@ -159,12 +159,6 @@ def _instant(url: str, expr: str, at: float) -> Result:
     }
 
 
-def _cpu(pid: int) -> float:
-    """User + system CPU seconds of a running process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
 def _rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -179,9 +173,9 @@ def evaluate(
     that evaluation, each rule's answer)."""
     best: tuple[float, float, list[Result]] = (math.inf, 0.0, [])
     for _ in range(REPEATS):
-        cpu0, t0 = sum(_cpu(p) for p in pids), time.perf_counter()
+        cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.perf_counter()
         answers = [_instant(url, expr, at) for _, expr in rules]
-        wall, cpu = time.perf_counter() - t0, sum(_cpu(p) for p in pids) - cpu0
+        wall, cpu = time.perf_counter() - t0, sum(cpu_seconds(p) for p in pids) - cpu0
         if wall < best[0]:
             best = (wall, cpu, answers)
     return best

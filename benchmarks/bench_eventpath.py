@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.procstat import cpu_seconds
 from gpuwarden.processes import wait_until
 from tests.realcomp import free_port, generation_dir, http_get, run_alertmanager
 from tests.remediation.helpers import TOKEN, start_service
@@ -148,11 +149,6 @@ def _am_counter(am_url: str, name: str, integration: str = "webhook") -> float:
     return total
 
 
-def _proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _pct(xs: list[float], q: float) -> float:
     return sorted(xs)[int(q * (len(xs) - 1))] if xs else float("nan")
 
@@ -180,7 +176,7 @@ def measure(rate: int, seconds: int, drain_s: float = 150.0) -> dict[str, Any]:
         port = free_port()
         svc = start_service(tmp, port)
         try:
-            cpu0 = _proc_cpu(svc.pid)
+            cpu0 = cpu_seconds(svc.pid)
             with run_alertmanager(_am_config(port, token)) as am:
                 fired, wall = _fire(am.url, batches)
 
@@ -192,7 +188,7 @@ def measure(rate: int, seconds: int, drain_s: float = 150.0) -> dict[str, Any]:
                     wait_until(arrived, drain_s, 1.0, "every event journaled and decided")
                 sent = _am_counter(am.url, "alertmanager_notifications_total")
                 failed = _am_counter(am.url, "alertmanager_notifications_failed_total")
-            cpu = _proc_cpu(svc.pid) - cpu0
+            cpu = cpu_seconds(svc.pid) - cpu0
             rss_kib = int(
                 next(
                     ln.split()[1]

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.procstat import cpu_seconds
 from tests.realcomp import free_port, wait_until
 
 NODE_EXPORTER = "prometheus-node-exporter"
@@ -43,7 +44,6 @@ _FLOOR = textwrap.dedent(
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
     """
 )
-TICK = os.sysconf("SC_CLK_TCK")
 # The node agent as deployed on an 8-GPU, 8-HCA node, without the simulator package: the NVML
 # fake is loaded from its file (importing it as simulator.nvml_fake would load the fleet model
 # and numpy), the IB tree is the simulated node's, written to disk.
@@ -73,11 +73,6 @@ def _rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
 
 
 def _scrape_latencies(port: int, n: int) -> list[float]:
@@ -174,9 +169,9 @@ def _ib_vs_node_exporter(asm: Any, rounds: int, batch: int) -> list[dict[str, An
     try:
         _scrape_latencies(port, 20)
         for _ in range(rounds):
-            c0 = _cpu_seconds(proc.pid)
+            c0 = cpu_seconds(proc.pid)
             _scrape_latencies(port, batch)
-            theirs = (_cpu_seconds(proc.pid) - c0) / batch
+            theirs = (cpu_seconds(proc.pid) - c0) / batch
             t0 = time.process_time()
             for _ in range(batch):
                 loop.run_once()

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.procstat import cpu_seconds, stat_fields
 from exporter.assemble import collectors_for
 from exporter.exposition import render
 from gpuwarden.processes import free_port_block
@@ -93,17 +94,13 @@ def _node_render_ms(reps: int = 5) -> float:
     return statistics.median(times) * 1e3
 
 
-def _stat(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
 def _family(pid: int) -> list[int]:
     """``pid`` and its direct children (the --workers processes)."""
     kids = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if int(_stat(int(d.name))[1]) == pid:
+                if int(stat_fields(int(d.name))[1]) == pid:
                     kids.append(int(d.name))
             except (OSError, IndexError, ValueError):
                 continue
@@ -111,11 +108,7 @@ def _family(pid: int) -> list[int]:
 
 
 def _cpu_s(pids: list[int]) -> float:
-    ticks = 0
-    for pid in pids:
-        fields = _stat(pid)
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_seconds(pid) for pid in pids)
 
 
 def _rss_mib(pids: list[int]) -> float:

@@ -279,6 +279,7 @@ def _fleet_reads(quick: bool) -> list[dict[str, Any]]:
     Prometheus' CPU per replica read. The node families here are the topology's own: the
     per-node bytes of a full read come from the ``scale_read`` rows."""
     from benchmarks.bench_analyzer_prometheus import CYCLES, STEP, WINDOW
+    from benchmarks.procstat import cpu_seconds
     from benchmarks.topology_tsdb import cached_start, tsdb
     from tests.realcomp import run_prometheus
 
@@ -295,9 +296,9 @@ def _fleet_reads(quick: bool) -> list[dict[str, Any]]:
         base: dict[str, float] = {}
         for r in REPLICAS:
             names = [f"analyzer-{i}" for i in range(r)]
-            server0 = _proc_cpu(p.proc.pid)
+            server0 = cpu_seconds(p.proc.pid)
             per = asyncio.run(_read_cycles(p.url, t_cold, names))
-            server = (_proc_cpu(p.proc.pid) - server0) / (r * (READ_CYCLES + 1))
+            server = (cpu_seconds(p.proc.pid) - server0) / (r * (READ_CYCLES + 1))
             each = [statistics.median(x["bytes"][1:]) for x in per]
             cpu = max(statistics.median(x["cpu"][1:]) for x in per)
             base = base or {"bytes": max(each), "cpu": cpu}
@@ -315,9 +316,3 @@ def _fleet_reads(quick: bool) -> list[dict[str, Any]]:
     rows.append({"name": f"scale_fleet_{nodes}_tsdb_build", "value": round(built, 1), "unit": "s",
                  "note": "0 when cached; the topology families only"})  # fmt: skip
     return rows
-
-
-def _proc_cpu(pid: int) -> float:
-    """user + system CPU seconds of a process (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
