@@ -28,7 +28,8 @@ and once:
 ``--engine prometheus`` (the default, Prometheus >= 2.53, Mimir, Thanos) puts the evaluation
 offset in each group as ``query_offset``; ``--engine vmalert`` leaves the field out (vmalert
 rejects ``query_offset``, and versions before 1.95 reject ``eval_delay`` too) and the offset is
-vmalert's ``-rule.evalDelay`` flag. The offset must be at least one scrape interval, so that a
+vmalert's ``-rule.evalDelay`` flag (whose default, 30 s, is this script's default offset;
+Debian stable's vmalert 1.79.5 has no such flag and evaluates at the newest sample). The offset must be at least one scrape interval, so that a
 rule never evaluates before the scrape that its window ends on has landed.
 
     python alerts/generate_feature_rules.py                 # rewrite alerts/features/ (4 shards)
@@ -136,7 +137,8 @@ def relabel(plan: Plan) -> list[dict[str, Any]]:
 
 def health_groups(plan: Plan) -> list[dict[str, Any]]:
     """Missed, slow or failing evaluations of the feature groups, from the engine's own
-    metrics (vmalert's names measured on vmalert 1.79.5's /metrics)."""
+    metrics (vmalert's names as vmalert 1.79.5 and 1.151.0 serve them: the tests fire these
+    alerts on both)."""
     groups_re = "gpuwarden-((features|domains)-shard-[0-9]+|jobstats-[a-z0-9_]+)"
     prom = f'rule_group=~".*;{groups_re}"'
     vm = f'group=~"{groups_re}"'

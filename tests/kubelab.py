@@ -37,21 +37,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpuwarden.processes import free_port, wait_until, world_readable_tmpdir
-from tests.realcomp import lab_cache, unavailable
+from tests.realcomp import lab_cache, unavailable, versions
 
 Obj = dict[str, Any]
 HERE = Path(__file__).resolve().parent
 ADMIN_USER = "lab-admin"
-
-
-def versions() -> dict[str, str]:
-    """tests/lab/versions.env as a dict (the versions the lab builds and runs)."""
-    out: dict[str, str] = {}
-    for line in (HERE / "lab" / "versions.env").read_text().splitlines():
-        m = re.match(r"^([A-Z_]+)=\"?([^\"]*)\"?$", line.strip())
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
 
 
 def _missing(msg: str) -> NoReturn:

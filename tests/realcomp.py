@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -56,6 +57,16 @@ def lab_cache() -> Path:
     return Path(os.environ.get("GPUWARDEN_LAB_CACHE") or Path.home() / ".cache" / "gpuwarden-lab")
 
 
+def versions() -> dict[str, str]:
+    """tests/lab/versions.env as a dict (the versions the lab builds and runs)."""
+    out: dict[str, str] = {}
+    for line in (Path(__file__).resolve().parent / "lab" / "versions.env").read_text().splitlines():
+        m = re.match(r"^([A-Z_]+)=\"?([^\"]*)\"?$", line.strip())
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
 def unavailable(msg: str) -> NoReturn:
     """A real server a test needs is not installed: skipped on a developer machine, a failure
     under ``CI`` (CI never skips)."""
@@ -90,6 +101,24 @@ def generation_dir(generation: str, parent: Path) -> Path:
         if not link.exists():
             link.symlink_to(generation_source(generation) / b)
     return d
+
+
+# VictoriaMetrics (single node) and vmalert in two generations too: `current`, built by
+# tests/lab/servers.sh from the VictoriaMetrics Go module at VICTORIAMETRICS_VERSION (what sites
+# run), and `stable`, Debian stable's 1.79.5 in /usr/bin (no -rule.evalDelay, a 0/1 error gauge
+# per recording rule where later versions count errors).
+VM_GENERATIONS = ("current", "stable")
+
+
+def vm_binary(name: str, generation: str) -> str:
+    """``victoria-metrics`` or ``vmalert`` of a VictoriaMetrics generation."""
+    if generation == "stable":
+        return require_binary(name)
+    v = versions()["VICTORIAMETRICS_VERSION"]
+    path = lab_cache() / "victoriametrics" / v / "bin" / name
+    if not os.access(path, os.X_OK):
+        unavailable(f"{name} {v} not built in {path.parent} (tests/lab/servers.sh vm)")
+    return str(path)
 
 
 def require_binary(name: str) -> str:

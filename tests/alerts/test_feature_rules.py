@@ -23,13 +23,14 @@ from analyzer.sources.features import FEATURES, SHARD_LABEL, shard_of
 from exporter import catalog as c
 from tests.alerts.ruleset import ALERTS, generator
 from tests.realcomp import (
+    VM_GENERATIONS,
     free_port,
     generation_source,
     http_get,
-    require_binary,
     run_prometheus,
     serve_expositions,
     unavailable,
+    vm_binary,
     wait_until,
 )
 
@@ -168,10 +169,11 @@ def test_promtool_2_42_accepts_the_vmalert_variant_and_refuses_query_offset(
     assert rc != 0 and "query_offset" in out
 
 
+@pytest.mark.parametrize("vm_generation", VM_GENERATIONS)
 def test_vmalert_dry_run_loads_the_vmalert_variant_and_names_what_it_refuses(
-    tmp_path: Path,
+    tmp_path: Path, vm_generation: str
 ) -> None:
-    vmalert = require_binary("vmalert")
+    vmalert = vm_binary("vmalert", vm_generation)
     vm = rendered(tmp_path, engine="vmalert")
     rc, out = run(vmalert, "-dryRun", f"-rule={vm}/*.rules.yml")
     assert rc == 0 and "fatal" not in out, out
@@ -465,14 +467,20 @@ def _vm_query(url: str, expr: str) -> dict[tuple[tuple[str, str], ...], float]:
             float(r["value"][1]) for r in body["data"]["result"]}  # fmt: skip
 
 
+@pytest.mark.parametrize("vm_generation", VM_GENERATIONS)
 def test_vmalert_evaluates_the_vmalert_variant_on_victoriametrics_scraping_through_the_relabel(
-    tmp_path: Path,
+    tmp_path: Path, vm_generation: str
 ) -> None:
-    """Debian's victoria-metrics (single node: scraper, store and query API) scrapes 4 stand-in
+    """victoria-metrics (single node: scraper, store and query API) scrapes 4 stand-in
     exporters through the generated relabel; vmalert runs the 2-shard groups against it and
     writes the features back. Each node gets one shard, and each recorded feature equals the
-    store evaluating the rule's expression itself (the series are constant)."""
-    vm_bin, vmalert = require_binary("victoria-metrics"), require_binary("vmalert")
+    store evaluating the rule's expression itself (the series are constant). The current
+    vmalert takes the offset as -rule.evalDelay, as the generated header tells sites to run it
+    (1.79.5 has no such flag)."""
+    vm_bin, vmalert = (
+        vm_binary("victoria-metrics", vm_generation),
+        vm_binary("vmalert", vm_generation),
+    )
     plan = GEN.Plan(shards=2, engine="vmalert", interval=2.0, scrape_interval=1.0, offset=1.0)
     files = GEN.render_all(plan)
     rules = tmp_path / "rules"
@@ -511,6 +519,8 @@ def test_vmalert_evaluates_the_vmalert_variant_on_victoriametrics_scraping_throu
         alert_argv = [vmalert, f"-rule={rules}/*.rules.yml", f"-datasource.url={vm}",
                       f"-remoteWrite.url={vm}", f"-httpListenAddr=127.0.0.1:{alert_port}",
                       "-remoteWrite.flushInterval=1s"]  # fmt: skip
+        if vm_generation == "current":
+            alert_argv.append(f"-rule.evalDelay={GEN._secs(plan.offset)}")
         with _daemon(vm_argv, vm, tmp_path / "vm.log"):
             wait_until(lambda: len(_vm_query(vm, c.GPU_UP.name)) == 8, 60, 0.5, "scrapes")
             with _daemon(alert_argv, f"http://127.0.0.1:{alert_port}", tmp_path / "vmalert.log"):
@@ -609,3 +619,73 @@ def test_the_vmalert_health_alerts_fire_on_vmalerts_own_metrics(tmp_path: Path) 
     path.write_text(yaml.safe_dump(spec))
     rc, out = run(promtool_of("current"), "test", "rules", str(path))
     assert rc == 0, out[-3000:]
+
+
+@pytest.mark.parametrize("vm_generation", VM_GENERATIONS)
+def test_a_real_vmalert_fires_the_failing_alert_for_its_own_failing_feature_group_and_no_other(
+    tmp_path: Path, vm_generation: str
+) -> None:
+    """vmalert evaluates the generated health group over its own /metrics, which
+    victoria-metrics scrapes: a feature group whose recording rule fails on every evaluation
+    (a result of two series with one labelset, which vmalert refuses to record) fires
+    GpuwardenFeatureRulesFailing with that group's label; a healthy feature group and the
+    health group itself do not. The series the slow-group alert joins exist, with the labels it
+    joins on, for both feature groups and no other."""
+    vm_bin, vmalert = (
+        vm_binary("victoria-metrics", vm_generation),
+        vm_binary("vmalert", vm_generation),
+    )
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    health = yaml.safe_load(rendered(tmp_path, engine="vmalert").joinpath(
+        "rule-health.rules.yml").read_text())  # fmt: skip
+    for g in health["groups"]:
+        g["interval"] = "1s"
+    (rules / "rule-health.rules.yml").write_text(yaml.safe_dump(health))
+    bad, good = "gpuwarden-features-shard-0", "gpuwarden-features-shard-1"
+    dup = 'label_set(vector(1), "node", "a") or label_set(vector(2), "node", "a", "x", "y")'
+    for name, expr in (
+        (bad, f'label_del({dup}, "x")'),
+        (good, 'label_set(vector(1), "node", "a")'),
+    ):
+        (rules / f"{name}.rules.yml").write_text(yaml.safe_dump({"groups": [
+            {"name": name, "interval": "1s", "rules": [{"record": f"gpuwarden_node:probe_{name[-1]}", "expr": expr}]}
+        ]}))  # fmt: skip
+    vm_port, alert_port = free_port(), free_port()
+    vm, va = f"http://127.0.0.1:{vm_port}", f"http://127.0.0.1:{alert_port}"
+    scrape = {"scrape_configs": [{"job_name": "vmalert", "scrape_interval": "1s",
+                                  "static_configs": [{"targets": [f"127.0.0.1:{alert_port}"]}]}]}  # fmt: skip
+    (tmp_path / "scrape.yml").write_text(yaml.safe_dump(scrape))
+    vm_argv = [vm_bin, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{vm_port}",
+               f"-promscrape.config={tmp_path / 'scrape.yml'}", "-search.latencyOffset=1s",
+               "-search.disableCache"]  # fmt: skip
+    alert_argv = [vmalert, f"-rule={rules}/*.rules.yml", f"-datasource.url={vm}",
+                  f"-remoteWrite.url={vm}", f"-httpListenAddr=127.0.0.1:{alert_port}",
+                  "-remoteWrite.flushInterval=1s", f"-notifier.url=http://127.0.0.1:{free_port()}"]  # fmt: skip
+    if vm_generation == "current":
+        alert_argv.append("-rule.evalDelay=1s")
+
+    def firing() -> dict[str, set[str]]:
+        body = json.loads(http_get(f"{va}/api/v1/alerts"))
+        out: dict[str, set[str]] = {}
+        for a in body["data"]["alerts"]:
+            if a.get("state") == "firing":
+                out.setdefault(a["name"], set()).add(a["labels"].get("group", ""))
+        return out
+
+    with _daemon(vm_argv, vm, tmp_path / "vm.log"), \
+            _daemon(alert_argv, va, tmp_path / "vmalert.log"):  # fmt: skip
+        wait_until(lambda: firing().get("GpuwardenFeatureRulesFailing"), 90, 1.0,
+                   "GpuwardenFeatureRulesFailing")  # fmt: skip
+        got = _vm_query(vm, "gpuwarden_node:probe_1")
+        assert list(got.values()) == [1.0]  # the healthy group records
+        time.sleep(3)  # a few more evaluations: nothing else starts firing
+        assert firing() == {"GpuwardenFeatureRulesFailing": {bad}}
+        expr = yaml.safe_load(yaml.safe_dump(health))["groups"][0]["rules"][0]["expr"]
+        assert "vmalert_iteration_duration_seconds" in expr
+        joined = _vm_query(vm, expr.replace("> 0.8 *", "> 0 *"))
+        assert {dict(k)["group"] for k in joined} == {bad, good}
+        assert all(dict(k)["file"].endswith(f"{dict(k)['group']}.rules.yml") for k in joined)
+        missed = _vm_query(vm, 'vmalert_iteration_missed_total{group=~"gpuwarden-.*"}')
+        assert {dict(k)["group"] for k in missed} >= {bad, good}
+        assert all(v == 0 for v in missed.values())

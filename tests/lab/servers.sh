@@ -4,6 +4,8 @@
 #   helm  VERSION   helm from helm.sh/helm/v4
 #   crds            JobSet's and Kubeflow's PyTorchJob CRDs from their Go modules (Volcano's
 #                   and medik8s' are not served by the proxy: committed in fixtures/crds)
+#   vm    VERSION   VictoriaMetrics' single-node server and vmalert from its Go module (the
+#                   versions sites run; Debian stable's 1.79 stays in /usr/bin beside them)
 #   debs            Debian unstable's Prometheus 3.5, promtool, Alertmanager 0.33,
 #                   node_exporter 1.11, etcd 3.5 and kubectl (static binaries, unpacked)
 #   all             everything the tests use (the versions in tests/lab/versions.env)
@@ -105,6 +107,18 @@ helm() {
   rm -rf "$out" && mv "$out.tmp" "$out"
 }
 
+vm() {
+  local v="$1" out="$CACHE/victoriametrics/$1"
+  [ -x "$out/bin/victoria-metrics" ] && [ -x "$out/bin/vmalert" ] && return 0
+  local pkg="github.com/VictoriaMetrics/VictoriaMetrics"
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp/bin"
+  # the module has no replace directives: go install builds it as published
+  GOBIN="$out.tmp/bin" timed "victoriametrics $v build" go install -trimpath \
+    -ldflags "-s -w -X $pkg/lib/buildinfo.Version=victoria-metrics-$v" \
+    "$pkg/app/victoria-metrics@$v" "$pkg/app/vmalert@$v"
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
 crds() { # the CRDs their projects publish inside their Go modules (Volcano's and medik8s'
   # modules are refused by the proxy: fixtures/crds holds those, at VOLCANO_VERSION and
   # SELF_NODE_REMEDIATION_VERSION, with their origin in its README)
@@ -124,7 +138,8 @@ case "${1:-all}" in
   kube) kube "${2:-$KUBE_VERSION}" ;;
   helm) helm "${2:-$HELM_VERSION}" ;;
   crds) crds ;;
+  vm) vm "${2:-$VICTORIAMETRICS_VERSION}" ;;
   debs) debs ;;
-  all) debs; crds; kube "$KUBE_VERSION"; helm "$HELM_VERSION"; kube "$OLDEST_KUBE_VERSION" ;;
-  *) echo "usage: $0 kube|helm|crds|debs|all [VERSION]" >&2; exit 2 ;;
+  all) debs; crds; vm "$VICTORIAMETRICS_VERSION"; kube "$KUBE_VERSION"; helm "$HELM_VERSION"; kube "$OLDEST_KUBE_VERSION" ;;
+  *) echo "usage: $0 kube|helm|vm|crds|debs|all [VERSION]" >&2; exit 2 ;;
 esac
