@@ -121,6 +121,15 @@ def vm_binary(name: str, generation: str) -> str:
     return str(path)
 
 
+def thanos_binary() -> str:
+    """Thanos (its ruler), built by tests/lab/servers.sh from its Go module at THANOS_VERSION."""
+    v = versions()["THANOS_VERSION"]
+    path = lab_cache() / "thanos" / v / "thanos"
+    if not os.access(path, os.X_OK):
+        unavailable(f"thanos {v} not built in {path.parent} (tests/lab/servers.sh thanos)")
+    return str(path)
+
+
 def require_binary(name: str) -> str:
     path = shutil.which(name)
     if path:
@@ -197,9 +206,13 @@ def _daemon(
 
 @contextlib.contextmanager
 def run_prometheus(
-    config_yaml: str, extra_files: dict[str, str] | None = None, data_dir: Path | None = None
+    config_yaml: str,
+    extra_files: dict[str, str] | None = None,
+    data_dir: Path | None = None,
+    flags: tuple[str, ...] = (),
 ) -> Iterator[Prometheus]:
-    """Run Prometheus with ``config_yaml`` (and files beside it, e.g. rules) until the block ends."""
+    """Run Prometheus with ``config_yaml`` (and files beside it, e.g. rules) until the block
+    ends; ``flags``: more command-line flags (``--web.enable-remote-write-receiver``)."""
     data = str(data_dir) if data_dir else "{dir}/data"
     argv = [
         "--config.file={dir}/prometheus.yml",
@@ -208,6 +221,7 @@ def run_prometheus(
         "--log.level=warn",
         "--web.external-url=http://127.0.0.1:{port}",
         "--web.enable-lifecycle",
+        *flags,
     ]
     files = {"prometheus.yml": config_yaml, **(extra_files or {})}
     with _daemon("prometheus", "gpuwarden-prom-", files, argv) as (url, d, proc):

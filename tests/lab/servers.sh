@@ -6,6 +6,8 @@
 #                   and medik8s' are not served by the proxy: committed in fixtures/crds)
 #   vm    VERSION   VictoriaMetrics' single-node server and vmalert from its Go module (the
 #                   versions sites run; Debian stable's 1.79 stays in /usr/bin beside them)
+#   thanos VERSION  Thanos (its ruler runs the feature rule files) from its Go module, with the
+#                   replace directives its go.mod carries
 #   debs            Debian unstable's Prometheus 3.5, promtool, Alertmanager 0.33,
 #                   node_exporter 1.11, etcd 3.5 and kubectl (static binaries, unpacked)
 #   all             everything the tests use (the versions in tests/lab/versions.env)
@@ -119,6 +121,30 @@ vm() {
   rm -rf "$out" && mv "$out.tmp" "$out"
 }
 
+thanos() {
+  local v="$1" out="$CACHE/thanos/$1"
+  [ -x "$out/thanos" ] && return 0
+  local src="$CACHE/src/thanos-$v"
+  rm -rf "$src" && mkdir -p "$src"
+  local gomod
+  gomod=$(go mod download -json "github.com/thanos-io/thanos@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  {
+    echo "module gpuwarden.lab/thanos"
+    echo
+    echo "go $(awk '$1=="go"{print $2; exit}' "$gomod")"
+    echo
+    echo "require github.com/thanos-io/thanos $v"
+    echo
+    # a dependency's replace directives do not apply to its dependents: carry them over
+    sed -n '/^replace (/,/^)/p' "$gomod" | grep -v '^[[:space:]]*//'
+  } >"$src/go.mod"
+  printf 'package tools\n\nimport _ "github.com/thanos-io/thanos/pkg/rules"\n' >"$src/tools.go"
+  (cd "$src" && timed "thanos $v go mod tidy" go mod tidy)
+  mkdir -p "$out.tmp"
+  (cd "$src" && timed "thanos $v build" go build -p 2 -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=${v#v}" -o "$out.tmp/thanos" github.com/thanos-io/thanos/cmd/thanos)
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
 crds() { # the CRDs their projects publish inside their Go modules (Volcano's and medik8s'
   # modules are refused by the proxy: fixtures/crds holds those, at VOLCANO_VERSION and
   # SELF_NODE_REMEDIATION_VERSION, with their origin in its README)
@@ -139,7 +165,8 @@ case "${1:-all}" in
   helm) helm "${2:-$HELM_VERSION}" ;;
   crds) crds ;;
   vm) vm "${2:-$VICTORIAMETRICS_VERSION}" ;;
+  thanos) thanos "${2:-$THANOS_VERSION}" ;;
   debs) debs ;;
-  all) debs; crds; vm "$VICTORIAMETRICS_VERSION"; kube "$KUBE_VERSION"; helm "$HELM_VERSION"; kube "$OLDEST_KUBE_VERSION" ;;
-  *) echo "usage: $0 kube|helm|vm|crds|debs|all [VERSION]" >&2; exit 2 ;;
+  all) debs; crds; vm "$VICTORIAMETRICS_VERSION"; thanos "$THANOS_VERSION"; kube "$KUBE_VERSION"; helm "$HELM_VERSION"; kube "$OLDEST_KUBE_VERSION" ;;
+  *) echo "usage: $0 kube|helm|vm|thanos|crds|debs|all [VERSION]" >&2; exit 2 ;;
 esac
