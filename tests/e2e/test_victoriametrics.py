@@ -21,10 +21,11 @@ from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.sources.prometheus import PrometheusSource
 from tests.realcomp import (
+    VM_GENERATIONS,
     free_port,
     http_get,
-    require_binary,
     run_prometheus,
+    vm_binary,
     wait_until,
     world_readable_tmpdir,
 )
@@ -91,8 +92,11 @@ async def _findings(url: str, at: float) -> set[tuple[str, str, str]]:
     return {(f.node, f.subject, f.kind) for f in Engine(default_detectors()).cycle(w)}
 
 
-def test_findings_from_victoriametrics_fed_by_two_shards_equal_those_from_one_prometheus():
-    vm_bin = require_binary("victoria-metrics")
+@pytest.mark.parametrize("vm_generation", VM_GENERATIONS)
+def test_findings_from_victoriametrics_fed_by_two_shards_equal_those_from_one_prometheus(
+    vm_generation: str,
+) -> None:
+    vm_bin = vm_binary("victoria-metrics", vm_generation)
     d = world_readable_tmpdir("gpuwarden-vm-")
     sim_port, vm_port = free_port(), free_port()
     sim, vm = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{vm_port}"

@@ -17,7 +17,7 @@ from analyzer.sources.prometheus import PrometheusSource
 from analyzer.sources.promhttp import SourceError
 from exporter import catalog as c
 from tests.e2e.test_victoriametrics import _process
-from tests.realcomp import free_port, require_binary, world_readable_tmpdir
+from tests.realcomp import VM_GENERATIONS, free_port, vm_binary, world_readable_tmpdir
 
 pytestmark = pytest.mark.real
 STEP, WINDOW, REAL, FILLER = 15.0, 600.0, 3, 1500
@@ -51,11 +51,12 @@ async def _read(url: str, mine: set[str]) -> tuple[tuple[str, ...], set[str]]:
         await src.close()
 
 
+@pytest.mark.parametrize("vm_generation", VM_GENERATIONS)
 @pytest.mark.parametrize("max_len", ["", "4MiB"])
 def test_a_replicas_long_node_matcher_needs_victoriametrics_max_query_len_raised(
-    max_len: str,
+    max_len: str, vm_generation: str
 ) -> None:
-    vm_bin = require_binary("victoria-metrics")
+    vm_bin = vm_binary("victoria-metrics", vm_generation)
     d: Path = world_readable_tmpdir("gpuwarden-vmlen-")
     port = free_port()
     vm = f"http://127.0.0.1:{port}"
