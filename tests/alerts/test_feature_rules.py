@@ -472,22 +472,25 @@ def test_vmalert_evaluates_the_vmalert_variant_on_victoriametrics_scraping_throu
     tmp_path: Path, vm_generation: str
 ) -> None:
     """victoria-metrics (single node: scraper, store and query API) scrapes 4 stand-in
-    exporters through the generated relabel; vmalert runs the 2-shard groups against it and
-    writes the features back. Each node gets one shard, and each recorded feature equals the
-    store evaluating the rule's expression itself (the series are constant). The current
-    vmalert takes the offset as -rule.evalDelay, as the generated header tells sites to run it
-    (1.79.5 has no such flag)."""
+    exporters through the generated relabel; the 2-shard groups run split over three vmalert
+    instances as docs/deploy.md tells a VictoriaMetrics site (instance i: node-shard-i and
+    domain-shard-i; one more: the job statistics), each writing its features back. Each node
+    gets one shard, and each recorded feature equals the store evaluating the rule's
+    expression itself (the series are constant). The current vmalert takes the offset as
+    -rule.evalDelay, as the generated header tells sites to run it (1.79.5 has no such
+    flag)."""
     vm_bin, vmalert = (
         vm_binary("victoria-metrics", vm_generation),
         vm_binary("vmalert", vm_generation),
     )
     plan = GEN.Plan(shards=2, engine="vmalert", interval=2.0, scrape_interval=1.0, offset=1.0)
     files = GEN.render_all(plan)
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    for name, text in files.items():
-        if name.endswith(("shard-0.rules.yml", "shard-1.rules.yml", "jobstats.rules.yml")):
-            (rules / name).write_text(text)
+    instances = {"shard-0": ("node-shard-0", "domain-shard-0"),
+                 "shard-1": ("node-shard-1", "domain-shard-1"), "stats": ("jobstats",)}  # fmt: skip
+    for inst, names in instances.items():
+        (tmp_path / inst).mkdir()
+        for name in names:
+            (tmp_path / inst / f"{name}.rules.yml").write_text(files[f"{name}.rules.yml"])
     nodes = ["gpu-node-00", "gpu-node-01", "gpu-node-02", "gpu-node-03"]
     assert {shard_of(n, 2) for n in nodes} == {0, 1}
     bodies = {}
@@ -511,48 +514,51 @@ def test_vmalert_evaluates_the_vmalert_variant_on_victoriametrics_scraping_throu
             "relabel_configs": relabel,
         }]}  # fmt: skip
         (tmp_path / "scrape.yml").write_text(yaml.safe_dump(scrape))
-        vm_port, alert_port = free_port(), free_port()
+        vm_port = free_port()
         vm = f"http://127.0.0.1:{vm_port}"
         vm_argv = [vm_bin, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{vm_port}",
                    f"-promscrape.config={tmp_path / 'scrape.yml'}", "-search.latencyOffset=1s",
                    "-search.disableCache"]  # fmt: skip
-        alert_argv = [vmalert, f"-rule={rules}/*.rules.yml", f"-datasource.url={vm}",
-                      f"-remoteWrite.url={vm}", f"-httpListenAddr=127.0.0.1:{alert_port}",
-                      "-remoteWrite.flushInterval=1s"]  # fmt: skip
-        if vm_generation == "current":
-            alert_argv.append(f"-rule.evalDelay={GEN._secs(plan.offset)}")
-        with _daemon(vm_argv, vm, tmp_path / "vm.log"):
+        with _daemon(vm_argv, vm, tmp_path / "vm.log"), contextlib.ExitStack() as alerts:
             wait_until(lambda: len(_vm_query(vm, c.GPU_UP.name)) == 8, 60, 0.5, "scrapes")
-            with _daemon(alert_argv, f"http://127.0.0.1:{alert_port}", tmp_path / "vmalert.log"):
-                served = {c.GPU_SM_CLOCK, c.GPU_TEMPERATURE, c.GPU_POWER, c.GPU_UTILIZATION,
-                          c.GPU_UP}  # fmt: skip
-                want = {f.record for f in FEATURES if f.metric in served}
-                wait_until(
-                    lambda: all(_vm_query(vm, f"last_over_time({r}[1m])") for r in want),
-                    90, 1.0, "vmalert's recorded features",
-                )  # fmt: skip
-                up = _vm_query(vm, c.GPU_UP.name)
-                for f in FEATURES:
-                    if f.record not in want:
-                        continue
-                    got = _vm_query(vm, f"last_over_time({f.record}[1m])")
-                    direct: dict[tuple[tuple[str, str], ...], float] = {}
-                    for shard in range(2):
-                        direct |= _vm_query(vm, f.expr(shard))
-                    assert set(got) == set(direct), f.record
-                    for k, v in got.items():
-                        assert v == pytest.approx(direct[k], rel=1e-9, abs=1e-9), (f.record, k)
-                    if f.metric == c.GPU_SM_CLOCK and f.kind == "job_z":  # and the analyzer's
-                        for job in ("j0", "j1"):
-                            keys = [(n, str(g)) for i, n in enumerate(nodes) if f"j{i % 2}" == job
-                                    for g in range(2)]  # fmt: skip
-                            x = np.array([1.9e9 + 1e7 * nodes.index(n) + 1e6 * int(g)
-                                          for n, g in keys])  # fmt: skip
-                            floor = max(f.floor_abs, f.floor_rel * abs(float(np.median(x))))
-                            z = robust_z(x[None, :], axis=1, floor=floor)[0]
-                            mine = {(dict(k)["node"], dict(k)["gpu"]): v for k, v in got.items()}
-                            for key, zi in zip(keys, z, strict=True):
-                                assert mine[key] == pytest.approx(float(zi), rel=1e-9), key
+            for inst in instances:
+                at = free_port()
+                argv = [vmalert, f"-rule={tmp_path / inst}/*.rules.yml", f"-datasource.url={vm}",
+                        f"-remoteWrite.url={vm}", f"-httpListenAddr=127.0.0.1:{at}",
+                        "-remoteWrite.flushInterval=1s"]  # fmt: skip
+                if vm_generation == "current":
+                    argv.append(f"-rule.evalDelay={GEN._secs(plan.offset)}")
+                alerts.enter_context(_daemon(argv, f"http://127.0.0.1:{at}",
+                                             tmp_path / f"vmalert-{inst}.log"))  # fmt: skip
+            served = {c.GPU_SM_CLOCK, c.GPU_TEMPERATURE, c.GPU_POWER, c.GPU_UTILIZATION,
+                      c.GPU_UP}  # fmt: skip
+            want = {f.record for f in FEATURES if f.metric in served}
+            wait_until(
+                lambda: all(_vm_query(vm, f"last_over_time({r}[1m])") for r in want),
+                90, 1.0, "vmalert's recorded features",
+            )  # fmt: skip
+            up = _vm_query(vm, c.GPU_UP.name)
+            for f in FEATURES:
+                if f.record not in want:
+                    continue
+                got = _vm_query(vm, f"last_over_time({f.record}[1m])")
+                direct: dict[tuple[tuple[str, str], ...], float] = {}
+                for shard in range(2):
+                    direct |= _vm_query(vm, f.expr(shard))
+                assert set(got) == set(direct), f.record
+                for k, v in got.items():
+                    assert v == pytest.approx(direct[k], rel=1e-9, abs=1e-9), (f.record, k)
+                if f.metric == c.GPU_SM_CLOCK and f.kind == "job_z":  # and the analyzer's
+                    for job in ("j0", "j1"):
+                        keys = [(n, str(g)) for i, n in enumerate(nodes) if f"j{i % 2}" == job
+                                for g in range(2)]  # fmt: skip
+                        x = np.array([1.9e9 + 1e7 * nodes.index(n) + 1e6 * int(g)
+                                      for n, g in keys])  # fmt: skip
+                        floor = max(f.floor_abs, f.floor_rel * abs(float(np.median(x))))
+                        z = robust_z(x[None, :], axis=1, floor=floor)[0]
+                        mine = {(dict(k)["node"], dict(k)["gpu"]): v for k, v in got.items()}
+                        for key, zi in zip(keys, z, strict=True):
+                            assert mine[key] == pytest.approx(float(zi), rel=1e-9), key
     # every series of a node on one shard. VictoriaMetrics' scraper computes hashmod with
     # xxhash, not Prometheus' MD5 (observed: gpu-node-01 lands on 1 here, on 0 in Prometheus):
     # a consistent map of its own; the rules only read the label, never recompute it
