@@ -38,7 +38,8 @@ def install_sharded(lab: KubeLab, replicas: int, chart: Path = CHART) -> None:
     land there). No --wait: remediation's claims stay unbound (test_helm_install.py binds
     them)."""
     lab.add_node(gpus=0)
-    lab.http.post("/api/v1/namespaces", {"metadata": {"name": NS}})
+    if lab.http.get_or_none(f"/api/v1/namespaces/{NS}") is None:  # a lab's second install
+        lab.http.post("/api/v1/namespaces", {"metadata": {"name": NS}})
     helm(lab, "install", "gw", str(chart), "--namespace", NS, "--set", "createNamespace=false",
          "--set", f"analyzer.replicas={replicas}")  # fmt: skip
 
@@ -47,17 +48,21 @@ def analyzer_pods(lab: KubeLab) -> list[dict[str, Any]]:
     return pods(lab, SELECTOR)
 
 
+def replica_token(lab: KubeLab) -> str:
+    """A token of the chart's analyzer ServiceAccount, as its pods have mounted."""
+    sa = deployment(lab, ANALYZER)["spec"]["template"]["spec"]["serviceAccountName"]
+    return str(lab.http.post(
+        f"/api/v1/namespaces/{NS}/serviceaccounts/{sa}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+         "spec": {"expirationSeconds": 3600}},
+    )["status"]["token"])  # fmt: skip
+
+
 def replica_leases(lab: KubeLab) -> Any:
     """The ``CoordinationV1Api`` a replica pod has: the chart's ServiceAccount's token."""
     import kubernetes
 
-    sa = deployment(lab, ANALYZER)["spec"]["template"]["spec"]["serviceAccountName"]
-    token = lab.http.post(
-        f"/api/v1/namespaces/{NS}/serviceaccounts/{sa}/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-         "spec": {"expirationSeconds": 3600}},
-    )["status"]["token"]  # fmt: skip
-    return kubernetes.client.CoordinationV1Api(lab.client(token))
+    return kubernetes.client.CoordinationV1Api(lab.client(replica_token(lab)))
 
 
 def lease_names(lab: KubeLab) -> list[str]:

@@ -13,8 +13,13 @@ same as on the analyzer's 30 s interval, its order against the controller's step
 
 from __future__ import annotations
 
+import http.client
 import math
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -36,11 +41,13 @@ from tests.deploy.sharded import (
     install_sharded,
     lease_names,
     replica_leases,
+    replica_token,
     scheduling_lab,
 )
-from tests.deploy.test_helm_chart import CHART
+from tests.deploy.test_helm_chart import CHART, ROOT
 from tests.deploy.test_helm_install import NS, deployment, helm
 from tests.kubelab import KubeLab, Run, running_status
+from tests.realcomp import free_port, wait_until
 
 pytestmark = pytest.mark.real
 N = 3
@@ -188,4 +195,43 @@ def test_a_helm_upgrade_replaces_every_replica_without_a_domain_judged_twice_or_
     assert st["desiredHealthy"] == N - 1 and st["currentHealthy"] >= N - 1, st
     for c in pods.live.values():
         c.leave()
+    helm(lab, "uninstall", "gw", "--namespace", NS, "--wait", "--timeout", "60s")
+
+
+def test_an_analyzer_pod_sent_sigterm_removes_its_lease_well_inside_the_charts_grace_period(
+    lab: KubeLab,
+) -> None:
+    """What the rollout above mirrors with leave(): the analyzer process itself, with the
+    chart's arguments, a pod's name and the chart's ServiceAccount token, stopped by SIGTERM
+    while a scraper holds a keep-alive connection (its server waits for open requests
+    before the replica loop's cleanup runs)."""
+    install_sharded(lab, N)
+    spec = deployment(lab, ANALYZER)["spec"]["template"]["spec"]
+    name = analyzer_pods(lab)[0]["metadata"]["name"]
+    port = free_port()
+    args = [a.replace("$(POD_NAME)", name).replace("$(POD_NAMESPACE)", NS)
+            for a in spec["containers"][0]["args"]
+            if not a.startswith(("--prometheus=", "--listen="))]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "KUBECONFIG": str(lab.kubeconfig(replica_token(lab), name="replica"))}  # fmt: skip
+    proc = subprocess.Popen(  # nothing answers on the Prometheus port: counted, loop goes on
+        [sys.executable, "-c", "import sys; from analyzer.cli import main; sys.exit(main())",
+         *args, f"--prometheus=http://127.0.0.1:{free_port()}", f"--listen=127.0.0.1:{port}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        mine = f"{ANALYZER}-{name}"
+        wait_until(lambda: mine in lease_names(lab), 60, 0.3, "its heartbeat Lease")
+        scrape = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        scrape.request("GET", "/metrics")
+        assert scrape.getresponse().read()  # kept open, as Prometheus keeps its connection
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(spec["terminationGracePeriodSeconds"])
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+        out = proc.communicate()[0].decode(errors="replace")
+    assert rc == 0 and mine not in lease_names(lab), out[-2000:]
+    assert took < spec["terminationGracePeriodSeconds"] / 3, (took, out[-2000:])
     helm(lab, "uninstall", "gw", "--namespace", NS, "--wait", "--timeout", "60s")
