@@ -8,8 +8,9 @@ its replica has judged a cycle (the chart's readinessProbe is /healthz, which an
 cycle is judged), and a pod marked for deletion leaves at once (what the analyzer does on
 SIGTERM: analyzer/service.py's replica loop removes its heartbeat Lease as it stops). The
 coordinators run on a clock of their own, a tenth of the interval a turn, so a cycle takes a
-fraction of a second while the controller works in wall time: the protocol's timing is the
-same as on the analyzer's 30 s interval, its order against the controller's steps is real."""
+fraction of a second while the controller works in wall time: the steps inside a cycle are
+as at any interval and their order against the controller's is real, but minReadySeconds
+spans some 150 cycles here where it spans two at the chart's --interval=30."""
 
 from __future__ import annotations
 
