@@ -6,6 +6,7 @@ in the sharded mode; pure apart from the membership store behind the coordinator
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +51,10 @@ class ReplicaRole:
         self.stats = ReplicaStats(replica)
         self._done = self.coordinator.first - 1
         self._owned: frozenset[str] | None = None  # decided before a node-restricted read
+        # turn() and leave() run in worker threads: a shutdown can call leave() while a turn
+        # is still heartbeating, and that heartbeat must not recreate the beat leave removed
+        self._turning = threading.Lock()
+        self._left = False
 
     @property
     def poll(self) -> float:
@@ -57,7 +62,14 @@ class ReplicaRole:
         return min(1.0, self.coordinator.timing.interval / 50)
 
     def turn(self, now: float) -> Plan | None:
-        """The plan to judge now, if any (counting the cycles that pass unjudged)."""
+        """The plan to judge now, if any (counting the cycles that pass unjudged); None
+        without a heartbeat once :meth:`leave` has begun."""
+        with self._turning:
+            if self._left:
+                return None
+            return self._turn(now)
+
+    def _turn(self, now: float) -> Plan | None:
         plan = self.coordinator.turn(now)
         self.stats.leader = self.coordinator.leading
         while self.coordinator.forgotten:  # gone replicas' scores go with their heartbeats
@@ -131,7 +143,19 @@ class ReplicaRole:
     def _count(self, units: int, nodes: int, plan: Plan) -> None:
         self.stats.units, self.stats.nodes, self.stats.members = units, nodes, len(plan.members)
 
-    def leave(self) -> None:
+    def leave(self, wait: float = 10.0) -> None:
+        """Go away: no turn heartbeats from now on, and one already under way finishes first
+        (waited for up to ``wait`` seconds: a membership store that hangs it must not hold
+        the shutdown past the pod's grace period), so the beat removed here stays removed."""
+        self._left = True
+        waited = self._turning.acquire(timeout=wait)
+        try:
+            self._leave()
+        finally:
+            if waited:
+                self._turning.release()
+
+    def _leave(self) -> None:
         self.coordinator.leave()
         if self.exchange is not None:
             try:
