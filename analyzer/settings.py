@@ -16,6 +16,9 @@ from analyzer.sources.dialects.identity import NodeMap, load_node_map
 from common.settings import SettingsError
 
 REPLICA_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
+# the plan is known by 20 % into a cycle; the marginal scores wait 30 %; the read and the
+# judgement need the rest
+MAX_TOPOLOGY_WAIT = 0.25
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,9 @@ class AnalyzerSettings:
     # "kubernetes:<namespace>" (Leases) or "dir:<path>" (bare metal); both empty: one process
     replica: str = ""
     membership: str = ""
+    # how long a replica waits for the leader's topology of the cycle before it reads its own,
+    # a fraction of the interval (analyzer.replicas.sharing); 0: every replica reads it
+    topology_wait: float = 0.1
 
     def __post_init__(self) -> None:
         if not self.interval > 0:
@@ -88,6 +94,11 @@ class AnalyzerSettings:
             if not str(k).isdigit():
                 raise SettingsError(f"afid_overrides: {k!r} is not an AFID number")
         self.nodes()  # a bad pattern or map stops the start, not the first foreign series
+        if not 0 <= self.topology_wait <= MAX_TOPOLOGY_WAIT:
+            raise SettingsError(
+                f"topology_wait must be 0..{MAX_TOPOLOGY_WAIT} (a fraction of the interval: "
+                f"the cycle's read and judgement come after it), got {self.topology_wait}"
+            )
         self._check_replicas()
 
     def _check_replicas(self) -> None:
