@@ -55,10 +55,10 @@ def _topology(doc: Any) -> tuple[int, Topology]:
     if not isinstance(doc, dict) or doc.get("version") != VERSION:
         raise ValueError("not a version 1 topology")
     cycle = _int(doc["cycle"])
-    nodes = tuple(_str(n) for n in doc["nodes"])
+    nodes = tuple(_str(n) for n in _list(doc["nodes"]))
     if len(set(nodes)) != len(nodes) or list(nodes) != sorted(nodes):
         raise ValueError("nodes are not sorted and distinct")
-    t = np.array([_float(x) for x in doc["t"]], dtype=float)
+    t = np.array([_float(x) for x in _list(doc["t"])], dtype=float)
     if not len(t):
         raise ValueError("no evaluation grid")
     n = len(nodes)
@@ -67,19 +67,31 @@ def _topology(doc: Any) -> tuple[int, Topology]:
         nodes=nodes,
         metrics={},
         step=_float(doc["step"]),
-        jobs={_str(j): tuple(_index(i, n) for i in m) for j, m in doc["jobs"].items()},
+        jobs={_str(j): tuple(_index(i, n) for i in _list(m)) for j, m in _dict(doc["jobs"])},
         leaf_of=_of(doc["leaf_of"], n),
         nvlink_domain_of=_of(doc["nvlink_domain_of"], n),
     )
-    labels = {_str(d): frozenset(_str(x) for x in v) for d, v in doc["host_labels"].items()}
+    labels = {_str(d): frozenset(_str(x) for x in _list(v)) for d, v in _dict(doc["host_labels"])}
     return cycle, Topology(window, labels)
 
 
 def _of(pairs: Any, n: int) -> dict[int, str]:
     out = {}
-    for i, name in pairs:
+    for i, name in _list(pairs):
         out[_index(i, n)] = _str(name)
     return out
+
+
+def _list(x: Any) -> list[Any]:
+    if not isinstance(x, list):
+        raise TypeError(f"{x!r} is not a list")
+    return x
+
+
+def _dict(x: Any) -> list[tuple[Any, Any]]:
+    if not isinstance(x, dict):
+        raise TypeError(f"{x!r} is not a mapping")
+    return list(x.items())
 
 
 def _index(i: Any, n: int) -> int:
