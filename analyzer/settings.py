@@ -16,9 +16,9 @@ from analyzer.sources.dialects.identity import NodeMap, load_node_map
 from common.settings import SettingsError
 
 REPLICA_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
-# the plan is known by 20 % into a cycle; the marginal scores wait 30 %; the read and the
-# judgement need the rest
-MAX_TOPOLOGY_WAIT = 0.25
+# the plan is known by 20 % into a cycle; the marginal scores wait 30 %; a follower that waited
+# in vain still reads the topology and its nodes and judges in the rest
+MAX_TOPOLOGY_WAIT = 0.3
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,9 @@ class AnalyzerSettings:
     replica: str = ""
     membership: str = ""
     # how long a replica waits for the leader's topology of the cycle before it reads its own,
-    # a fraction of the interval (analyzer.replicas.sharing); 0: every replica reads it
-    topology_wait: float = 0.1
+    # a fraction of the interval (analyzer.replicas.sharing); 0: every replica reads it. It
+    # should outlast the leader's topology read (~2.4 s at 12,500 nodes on a 2-core server)
+    topology_wait: float = 0.2
 
     def __post_init__(self) -> None:
         if not self.interval > 0:

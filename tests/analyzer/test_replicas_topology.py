@@ -300,10 +300,11 @@ def test_a_role_shares_only_with_an_exchange_and_a_wait() -> None:
 
 def test_the_topology_wait_is_a_checked_fraction_of_the_interval() -> None:
     ok = {"prometheus": "http://prom:9090", "replica": "analyzer-0", "membership": "dir:/x"}
-    assert AnalyzerSettings(**ok).topology_wait == 0.1
+    assert AnalyzerSettings(**ok).topology_wait == 0.2
     assert AnalyzerSettings(**ok, topology_wait=0).topology_wait == 0
-    for bad in (-0.1, 0.3, float("nan")):
-        with pytest.raises(SettingsError, match=r"topology_wait must be 0\.\.0\.25"):
+    assert AnalyzerSettings(**ok, topology_wait=0.3).topology_wait == 0.3
+    for bad in (-0.1, 0.31, float("nan")):
+        with pytest.raises(SettingsError, match=r"topology_wait must be 0\.\.0\.3 "):
             AnalyzerSettings(**ok, topology_wait=bad)
 
 
