@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--replica", help="sharded mode: this replica's name (a DNS label)")
     p.add_argument("--membership",
                    help="sharded mode: kubernetes:<namespace> (Leases) or dir:<path>")  # fmt: skip
+    p.add_argument("--topology-wait", dest="topology_wait",
+                   help="sharded mode: how long a replica waits for the leader's topology "
+                   "before it reads its own, a fraction of the interval (0: every replica "
+                   "reads it)")  # fmt: skip
     p.add_argument("--once", action="store_true", help="run one cycle, print findings, exit")
     p.add_argument("--coverage", action="store_true",
                    help="run one cycle, print what each detector can judge per node group "
@@ -119,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      or args.coverage):  # fmt: skip
             role = ReplicaRole(membership_from(settings.membership), settings.replica,
                                settings.interval,
-                               exchange=exchange_from(settings.membership))  # fmt: skip
+                               exchange=exchange_from(settings.membership),
+                               topology_wait=settings.topology_wait * settings.interval)  # fmt: skip
     except (SettingsError, SourceError, ValueError) as e:
         print(f"gpuwarden-analyzer: {e}", file=sys.stderr)
         return 2

@@ -105,6 +105,7 @@ def _replica_families(r: Any) -> list[Metric]:
         _family(catalog.ANALYZER_REPLICA_LEADER, [(me, 1.0 if r.leader else 0.0)]),
         _family(catalog.ANALYZER_REPLICA_MISSED, [(me, float(r.missed))]),
         _family(catalog.ANALYZER_REPLICA_SCORES_MISSING, [(me, float(r.scores_missing))]),
+        _family(catalog.ANALYZER_REPLICA_TOPOLOGY_FALLBACKS, [(me, float(r.topology_fallbacks))]),
     ]
 
 

@@ -62,6 +62,8 @@ class AnalyzerService:
             self.source.scope = (
                 functools.partial(role.owned, plan=plan) if role is not None and plan else None
             )
+            if hasattr(self.source, "share"):  # the leader's topology, read once for all
+                self.source.share = role.sharing(plan) if role is not None and plan else None
         try:
             window = await self.source.read(now)
         except Exception as e:  # a source failure costs a count, never the loop

@@ -172,16 +172,25 @@ def _mine(topology: Window, me: str, names: list[str]) -> set[str]:
     return {topology.nodes[i] for i in owned_nodes(parts, assign(parts, names)[me])}
 
 
-async def _read_cycles(url: str, t_cold: float, names: list[str]) -> list[dict[str, Any]]:
+async def _read_cycles(url: str, t_cold: float, names: list[str], share: bool = False,
+                       server: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Readers (one, of the whole fleet, when ``names`` is empty) through a cold start and
     :data:`READ_CYCLES` steady cycles, each cycle all replicas' reads then their judgement
     with the marginal scores exchanged (as the service does): per reader its bytes, read CPU
-    and node count; in the first, every cycle's findings of all readers together."""
+    and node count; in the first, every cycle's findings of all readers together, the
+    topology fallbacks and, given the ``server``'s pid, its CPU each cycle (all readers).
+    ``share``: the first replica leads, reads the topology and leaves it on an in-memory
+    exchange (:mod:`analyzer.replicas.sharing`); the others take it from there."""
     from analyzer.detectors import default_detectors
     from analyzer.engine import Engine
+    from analyzer.replicas.exchange import MemoryExchange
     from analyzer.replicas.judge import joined, judge, scores
+    from analyzer.replicas.membership import Plan
+    from analyzer.replicas.role import ReplicaStats
+    from analyzer.replicas.sharing import SharedTopology
     from analyzer.sources.prometheus import PrometheusSource
     from benchmarks.bench_analyzer_prometheus import STEP, WINDOW
+    from benchmarks.procstat import cpu_seconds
 
     who = names or [""]
     srcs = {me: PrometheusSource(url, window=WINDOW, step=STEP, timeout=120.0, discover=True)
@@ -190,16 +199,24 @@ async def _read_cycles(url: str, t_cold: float, names: list[str]) -> list[dict[s
         if names:
             src.scope = lambda topo, me=me: _mine(topo, me, names)
     engines = {me: Engine(default_detectors()) for me in who}
-    out: list[dict[str, Any]] = [{"bytes": [], "cpu": [], "found": [], "nodes": 0} for _ in who]
+    board, counts = MemoryExchange(), {me: ReplicaStats(me) for me in who}
+    out: list[dict[str, Any]] = [{"bytes": [], "cpu": [], "found": [], "nodes": 0,
+                                  "server": [], "fallbacks": 0} for _ in who]  # fmt: skip
     try:
         for k in range(READ_CYCLES + 1):
             windows = {}
+            plan = Plan(k, tuple(who), who[0])
+            s0 = cpu_seconds(server) if server is not None else 0.0
             for me, o in zip(who, out, strict=True):
+                if share and names:  # the leader reads first, as it would (the followers wait)
+                    srcs[me].share = SharedTopology(board, plan, me, 30.0, counts[me])
                 c0 = time.process_time()
                 windows[me] = w = await srcs[me].read(t_cold + k * STEP + 5)
                 o["cpu"].append(time.process_time() - c0)
                 o["bytes"].append(srcs[me].stats.cycle_bytes)
                 o["nodes"] = len(w.nodes)
+            if server is not None:
+                out[0]["server"].append(cpu_seconds(server) - s0)
             keep = {me: range(len(w.nodes)) for me, w in windows.items()}
             mine = {me: scores(engines[me], w, keep[me]) for me, w in windows.items() if names}
             found = set()
@@ -208,6 +225,7 @@ async def _read_cycles(url: str, t_cold: float, names: list[str]) -> list[dict[s
                 found |= {(f.node, f.subject, f.kind, f.severity, f.action)
                           for f in judge(engines[me], w, keep[me], others, me == min(who))}  # fmt: skip
             out[0]["found"].append(found)
+        out[0]["fallbacks"] = sum(c.topology_fallbacks for c in counts.values())
     finally:
         for src in srcs.values():
             await src.close()
@@ -276,8 +294,10 @@ def _fleet_reads(quick: bool) -> list[dict[str, Any]]:
     families (:mod:`benchmarks.topology_tsdb`; ``BENCH_SCALE_FLEET_NODES``, default 12500,
     quick 1000): each replica of 1, 2, 4 and 8 reads the topology of every node, then every
     family of its own nodes, a cold start and steady cycles; its bytes, read CPU and
-    Prometheus' CPU per replica read. The node families here are the topology's own: the
-    per-node bytes of a full read come from the ``scale_read`` rows."""
+    Prometheus' CPU per replica read; then Prometheus' CPU a steady cycle with every replica
+    reading the topology and with the leader's read shared (:func:`_shared_rows`). The node
+    families here are the topology's own: the per-node bytes of a full read come from the
+    ``scale_read`` rows."""
     from benchmarks.bench_analyzer_prometheus import CYCLES, STEP, WINDOW
     from benchmarks.procstat import cpu_seconds
     from benchmarks.topology_tsdb import cached_start, tsdb
@@ -294,14 +314,20 @@ def _fleet_reads(quick: bool) -> list[dict[str, Any]]:
     with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n",
                         data_dir=data) as p:  # fmt: skip
         base: dict[str, float] = {}
+        # warm the server (its page cache, postings) first: else the first reader pays for it
+        asyncio.run(_read_cycles(p.url, t_cold, ["analyzer-0"]))
         for r in REPLICAS:
             names = [f"analyzer-{i}" for i in range(r)]
             server0 = cpu_seconds(p.proc.pid)
-            per = asyncio.run(_read_cycles(p.url, t_cold, names))
+            per = asyncio.run(_read_cycles(p.url, t_cold, names, server=p.proc.pid))
             server = (cpu_seconds(p.proc.pid) - server0) / (r * (READ_CYCLES + 1))
+            shared = asyncio.run(_read_cycles(p.url, t_cold, names, True, p.proc.pid))
+            rows += _shared_rows(nodes, r, per, shared, base.get("server"))
+            base.setdefault("server", statistics.median(per[0]["server"][1:]))
             each = [statistics.median(x["bytes"][1:]) for x in per]
             cpu = max(statistics.median(x["cpu"][1:]) for x in per)
-            base = base or {"bytes": max(each), "cpu": cpu}
+            base.setdefault("bytes", max(each))
+            base.setdefault("cpu", cpu)
             rows += [
                 {"name": f"scale_fleet_{nodes}_{r}_replicas_bytes", "value": round(max(each) / 1e6, 3),
                  "unit": "MB", "note": f"largest replica's steady read "
@@ -316,3 +342,29 @@ def _fleet_reads(quick: bool) -> list[dict[str, Any]]:
     rows.append({"name": f"scale_fleet_{nodes}_tsdb_build", "value": round(built, 1), "unit": "s",
                  "note": "0 when cached; the topology families only"})  # fmt: skip
     return rows
+
+
+def _shared_rows(nodes: int, r: int, per: list[dict[str, Any]], shared: list[dict[str, Any]],
+                 one: float | None) -> list[dict[str, Any]]:  # fmt: skip
+    """Rows ``scale_fleet_<n>_<r>_replicas_prometheus_cpu`` (each replica reads the topology)
+    and ``..._shared_prometheus_cpu`` (the leader reads it once for all): Prometheus' CPU a
+    steady cycle, all replicas' reads together, measured in the same run."""
+    alone = statistics.median(per[0]["server"][1:])
+    once = statistics.median(shared[0]["server"][1:])
+    one = one or alone
+    same = sum(a == b for a, b in zip(per[0]["found"], shared[0]["found"], strict=True))
+    each = max(statistics.median(x["bytes"][1:]) for x in shared)
+    cpu = max(statistics.median(x["cpu"][1:]) for x in shared)
+    return [
+        {"name": f"scale_fleet_{nodes}_{r}_replicas_prometheus_cpu", "value": round(alone, 3),
+         "unit": "s", "note": f"Prometheus CPU a steady cycle, every replica reading the "
+                              f"topology; {alone / one:.2f}x 1 replica; cold start "
+                              f"{per[0]['server'][0]:.2f} s"},
+        {"name": f"scale_fleet_{nodes}_{r}_replicas_shared_prometheus_cpu", "value": round(once, 3),
+         "unit": "s", "note": f"the leader reads the topology once, shared; {once / alone:.2f}x "
+                              f"unshared, {once / one:.2f}x 1 replica; cold start "
+                              f"{shared[0]['server'][0]:.2f} s; largest replica's steady read "
+                              f"{each / 1e6:.2f} MB, read CPU {cpu:.3f} s; "
+                              f"{shared[0]['fallbacks']} fallbacks; findings as unshared in "
+                              f"{same}/{READ_CYCLES + 1} cycles"},
+    ]  # fmt: skip

@@ -1314,6 +1314,14 @@ ANALYZER_REPLICA_SCORES_MISSING = _m(
     " (a member died mid-cycle), unreadable, or the exchange unreachable.",
     ("replica",),
 )
+ANALYZER_REPLICA_TOPOLOGY_FALLBACKS = _m(
+    "analyzer_replica_topology_fallbacks_total",
+    "counter",
+    "Cycles this replica, not leading, read the fleet topology itself: the leader's was not in"
+    " by the end of its wait (the leader died or is slow), was read at another grid time, was"
+    " unreadable, or the exchange unreachable.",
+    ("replica",),
+)
 
 # --------------------------------------------------------------------------- remediation
 REMEDIATION_DECISIONS = _m(

@@ -11,8 +11,12 @@ replica keeps its latest scores in its own ConfigMap ``<prefix>-scores-<replica>
   ``gpuwarden.io/replica`` and ``gpuwarden.io/cycle`` (a blob of another cycle is not
   returned for this one).
 
-Only its replica writes a ConfigMap, so a put is a create, or on 409 an unconditional
-replace. A blob over what a ConfigMap holds (1 MiB of data, less the object's own) is refused
+The leader of a cycle leaves the fleet topology it read (:mod:`analyzer.replicas.sharing`)
+in ``<prefix>-topology`` (label ``gpuwarden.io/role: topology``, the same cycle annotation),
+found by a list call like the scores (the RBAC grants list, not get).
+
+Only its replica writes a scores ConfigMap, and only a cycle's leader the topology, so a put
+is a create, or on 409 an unconditional replace. A blob over what a ConfigMap holds (1 MiB of data, less the object's own) is refused
 before it is sent. Every API failure is raised as an ``OSError`` with the server's status, so
 the replica judges marginal on its part alone that cycle and counts the missing scores, never
 a crashed cycle. Members are read at most once a second while a replica waits for them.
@@ -29,6 +33,7 @@ ROLE = "gpuwarden.io/role"
 REPLICA = "gpuwarden.io/replica"
 CYCLE = "gpuwarden.io/cycle"
 KEY = "scores"
+TOPOLOGY = "topology"
 # a ConfigMap holds 1 MiB of data (the API server refuses more); base64 grows a blob by 4/3
 MAX_BLOB = (1024 * 1024 - 16 * 1024) * 3 // 4
 
@@ -59,42 +64,66 @@ class ConfigMapExchange:
                 f"marginal scores of {replica}: {len(blob)} bytes compressed, more than a "
                 f"ConfigMap holds ({MAX_BLOB}); fewer nodes per replica would fit"
             )
+        notes = {REPLICA: replica, CYCLE: str(cycle)}
+        self._put(self.name(replica), "scores", notes, KEY, blob, "leaving the marginal scores")
+
+    def get(self, cycle: int) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        for notes, data in self._list("scores", KEY, "reading the marginal scores"):
+            if notes.get(CYCLE) == str(cycle) and notes.get(REPLICA):
+                out[notes[REPLICA]] = data
+        return out
+
+    def put_topology(self, cycle: int, blob: bytes) -> None:
+        if len(blob) > MAX_BLOB:
+            raise OSError(f"topology: {len(blob)} bytes compressed, more than a ConfigMap "
+                          f"holds ({MAX_BLOB})")  # fmt: skip
+        name = f"{self.prefix}-topology"
+        self._put(name, "topology", {CYCLE: str(cycle)}, TOPOLOGY, blob, "leaving the topology")
+
+    def get_topology(self, cycle: int) -> bytes | None:
+        for notes, data in self._list("topology", TOPOLOGY, "reading the topology"):
+            if notes.get(CYCLE) == str(cycle):
+                return data
+        return None
+
+    def _put(self, name: str, role: str, notes: dict[str, str], key: str, blob: bytes,
+             what: str) -> None:  # fmt: skip
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {
-                "name": self.name(replica),
-                "labels": {ROLE: "scores"},
-                "annotations": {REPLICA: replica, CYCLE: str(cycle)},
-            },
-            "binaryData": {KEY: base64.b64encode(blob).decode()},
+            "metadata": {"name": name, "labels": {ROLE: role}, "annotations": notes},
+            "binaryData": {key: base64.b64encode(blob).decode()},
         }
         try:
             self.api.create_namespaced_config_map(self.namespace, body)
         except Exception as e:
             if getattr(e, "status", None) != 409:
-                raise _said("leaving the marginal scores", e) from None
-            try:  # ours alone: replaced whole, without a resourceVersion
-                self.api.replace_namespaced_config_map(self.name(replica), self.namespace, body)
+                raise _said(what, e) from None
+            try:  # one writer: replaced whole, without a resourceVersion
+                self.api.replace_namespaced_config_map(name, self.namespace, body)
             except Exception as again:
-                raise _said("leaving the marginal scores", again) from None
+                raise _said(what, again) from None
 
-    def get(self, cycle: int) -> dict[str, bytes]:
+    def _list(self, role: str, key: str, what: str) -> list[tuple[dict[str, str], bytes]]:
+        """The annotations and decoded ``key`` of every ConfigMap labelled ``role`` (one not
+        base64 is left out: missing, counted by the role)."""
         try:
             got = self.api.list_namespaced_config_map(
-                self.namespace, label_selector=f"{ROLE}=scores"
+                self.namespace, label_selector=f"{ROLE}={role}"
             )
         except Exception as e:
-            raise _said("reading the marginal scores", e) from None
-        out: dict[str, bytes] = {}
+            raise _said(what, e) from None
+        out = []
         for cm in got.items:
-            notes = cm.metadata.annotations or {}
-            data = (cm.binary_data or {}).get(KEY)
-            if notes.get(CYCLE) != str(cycle) or not notes.get(REPLICA) or data is None:
+            data = (cm.binary_data or {}).get(key)
+            if data is None:
                 continue
             try:
-                out[notes[REPLICA]] = base64.b64decode(data, validate=True)
-            except ValueError:  # not base64: left out, counted as missing by the role
+                out.append(
+                    (dict(cm.metadata.annotations or {}), base64.b64decode(data, validate=True))
+                )
+            except ValueError:
                 continue
         return out
 

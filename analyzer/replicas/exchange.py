@@ -5,8 +5,11 @@ Edge of the sharded analyzer. A replica :meth:`~Exchange.put`\\ s its part's
 :class:`~analyzer.detectors.marginal.Scores` for cycle ``k`` (:func:`encode`: JSON, floats
 written as Python's shortest round-trip repr so the values read back bit for bit, zlib
 compressed), then reads the others' for ``k`` until every member of the plan has put or its
-wait runs out. Backends: :class:`DirectoryExchange` (the bare-metal meeting directory,
-``scores/<cycle>/<replica>``, each file written whole and renamed into place),
+wait runs out. The same backends are the :class:`~analyzer.replicas.sharing.TopologyBoard`
+where the leader leaves the fleet topology it read for ``k`` (``put_topology``, one blob a
+cycle). Backends: :class:`DirectoryExchange` (the bare-metal meeting directory,
+``scores/<cycle>/<replica>`` and ``topology/<cycle>``, each file written whole and renamed
+into place),
 :class:`analyzer.replicas.configmaps.ConfigMapExchange` (Kubernetes: a ConfigMap per
 replica; Leases are too small for the blobs, a few hundred KB a replica at 12,500 nodes) and
 :class:`MemoryExchange` (the fake for tests).
@@ -14,11 +17,12 @@ replica; Leases are too small for the blobs, a few hundred KB a replica at 12,50
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -91,6 +95,7 @@ class MemoryExchange:
     """In-process, the same semantics (the fake for tests)."""
 
     _cycles: dict[int, dict[str, bytes]] = field(default_factory=dict)
+    _topologies: dict[int, bytes] = field(default_factory=dict)
     poll_s: float = 0.05
 
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
@@ -105,25 +110,42 @@ class MemoryExchange:
         for part in self._cycles.values():
             part.pop(replica, None)
 
+    def put_topology(self, cycle: int, blob: bytes) -> None:
+        self._topologies[cycle] = blob
+        for old in sorted(self._topologies)[:-KEEP_CYCLES]:
+            del self._topologies[old]
+
+    def get_topology(self, cycle: int) -> bytes | None:
+        return self._topologies.get(cycle)
+
 
 class DirectoryExchange:
-    """``<root>/scores/<cycle>/<replica>``; the cycles older than the last few are removed."""
+    """``<root>/scores/<cycle>/<replica>`` and ``<root>/topology/<cycle>``; the cycles older
+    than the last few are removed."""
 
     poll_s = 0.05
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root) / "scores"
         self.root.mkdir(parents=True, exist_ok=True)
+        self.topologies = Path(root) / "topology"
+        self.topologies.mkdir(exist_ok=True)
 
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
         d = self.root / str(cycle)
         d.mkdir(exist_ok=True)
-        tmp = d / f".{replica}.{os.getpid()}.tmp"
-        tmp.write_bytes(blob)
-        tmp.rename(d / replica)
-        held = sorted(int(p.name) for p in self.root.iterdir() if p.name.isdigit())
-        for old in held[:-KEEP_CYCLES]:
-            shutil.rmtree(self.root / str(old), ignore_errors=True)
+        _write(d, replica, blob)
+        _prune(self.root, lambda p: shutil.rmtree(p, ignore_errors=True))
+
+    def put_topology(self, cycle: int, blob: bytes) -> None:
+        _write(self.topologies, str(cycle), blob)
+        _prune(self.topologies, Path.unlink)
+
+    def get_topology(self, cycle: int) -> bytes | None:
+        try:
+            return (self.topologies / str(cycle)).read_bytes()
+        except FileNotFoundError:
+            return None
 
     def get(self, cycle: int) -> dict[str, bytes]:
         d = self.root / str(cycle)
@@ -141,3 +163,18 @@ class DirectoryExchange:
 
     def leave(self, replica: str) -> None:
         return None  # its files go with their cycles
+
+
+def _write(d: Path, name: str, blob: bytes) -> None:
+    """``d/name`` written whole: a reader sees the old file, the new one, or none."""
+    tmp = d / f".{name}.{os.getpid()}.tmp"
+    tmp.write_bytes(blob)
+    tmp.rename(d / name)
+
+
+def _prune(d: Path, remove: Callable[[Path], object]) -> None:
+    """Remove the entries of ``d`` named by cycles older than the last few."""
+    held = sorted(int(p.name) for p in d.iterdir() if p.name.isdigit())
+    for old in held[:-KEEP_CYCLES]:
+        with contextlib.suppress(FileNotFoundError):  # another replica pruned it first
+            remove(d / str(old))

@@ -20,6 +20,7 @@ from analyzer.replicas.exchange import DirectoryExchange, Exchange, decode, enco
 from analyzer.replicas.judge import joined, judge, scores
 from analyzer.replicas.membership import Membership, Plan
 from analyzer.replicas.ownership import owned_nodes, units
+from analyzer.replicas.sharing import SharedTopology, TopologyBoard
 from analyzer.window import Window
 
 log = logging.getLogger(__name__)
@@ -34,17 +35,22 @@ class ReplicaStats:
     leader: bool = False
     missed: int = 0
     scores_missing: int = 0  # other replicas' marginal scores not in by the wait's end
+    topology_shared: int = 0  # cycles read on the leader's topology (analyzer.replicas.sharing)
+    topology_fallbacks: int = 0  # cycles a follower read the topology itself: none in time
 
 
 class ReplicaRole:
     def __init__(self, membership: Membership, replica: str, interval: float,
                  started: float | None = None, exchange: Exchange | None = None,
-                 wait: float | None = None) -> None:  # fmt: skip
+                 wait: float | None = None, topology_wait: float = 0.0) -> None:  # fmt: skip
         """``exchange``: where the replicas leave their marginal scores each cycle (None:
         marginal judges this replica's part alone); ``wait``: how long to wait for the other
-        members' scores (default: 30 % of the interval)."""
+        members' scores (default: 30 % of the interval); ``topology_wait``: how long a
+        follower waits for the leader's topology before it reads its own (0: no sharing,
+        every replica reads the topology)."""
         self.exchange = exchange
         self.wait = 0.3 * interval if wait is None else wait
+        self.topology_wait = topology_wait
         self.coordinator = Coordinator(
             membership, replica, Timing(interval), time.time() if started is None else started
         )
@@ -84,6 +90,15 @@ class ReplicaRole:
             self.stats.missed += k - self._done
         self._done = max(self._done, k)
         return plan
+
+    def sharing(self, plan: Plan) -> SharedTopology | None:
+        """How this replica's source gets the topology under ``plan``: the leader reads it
+        and leaves it on the exchange, the others take it from there (None: no sharing)."""
+        board = self.exchange
+        if not self.topology_wait > 0 or not isinstance(board, TopologyBoard):
+            return None
+        return SharedTopology(board, plan, self.coordinator.replica, self.topology_wait,
+                              self.stats)  # fmt: skip
 
     def owned(self, topology: Window, plan: Plan) -> frozenset[str]:
         """The names of the nodes this replica owns under ``plan``, from the fleet's

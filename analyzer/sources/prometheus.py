@@ -48,6 +48,8 @@ from analyzer.sources.promhttp import (
 )
 from analyzer.sources.queries import QUERIES, Gate, Query, quote_value, rows_matchers
 from analyzer.sources.topology import (
+    Sharing,
+    Topology,
     dialect_base,
     fabric_expr,
     foreign_host_queries,
@@ -125,10 +127,12 @@ class PrometheusSource:
         self.scoped: frozenset[str] | None = None
         self.owned: frozenset[str] | None = None
         self.topology: Window | None = None  # this cycle's, read for the scope
+        # this cycle's way to the topology another replica read (None: read it here)
+        self.share: Sharing | None = None
         self._sel = ""  # the node matcher of the pass being read ("": every node)
         self._nodes: frozenset[str] | None = None  # the nodes of that pass (None: every node)
         # per foreign exporter, the labels its hosts were named by in this cycle's topology
-        self._host_labels: dict[str, set[str]] = {}
+        self._host_labels: Mapping[str, frozenset[str]] = {}
 
     # ------------------------------------------------------------------ cycle
     async def read(self, now: float) -> Window:
@@ -200,10 +204,11 @@ class PrometheusSource:
         assert self.scope is not None
         parted = tuple(q for q in self.queries if self._narrows(q))
         whole = tuple(q for q in self.queries if not self._narrows(q))
+        topo = await self._shared_topology(end, grid)
+        self._host_labels = topo.host_labels
         failed = await self._pass(whole, self.mats, end, None) if whole else ()
-        topo = await self._topology(end, grid)
-        own = frozenset(self.scope(topo))
-        self.topology = topo
+        own = frozenset(self.scope(topo.window))
+        self.topology = topo.window
         self.owned = own
         kept = own if self.scoped is None else own & self.scoped
         fresh = own - kept
@@ -272,7 +277,20 @@ class PrometheusSource:
         keep = np.fromiter((k[i] in self.owned for k in m.keys), bool, len(m))
         return m if keep.all() else m.subset(keep)
 
-    async def _topology(self, at: float, grid: np.ndarray) -> Window:
+    async def _shared_topology(self, at: float, grid: np.ndarray) -> Topology:
+        """This cycle's topology: the one :attr:`share` hands over (the leader's, read at
+        ``at`` over ``grid``), else read here (and left for the others, if this replica
+        leads)."""
+        if self.share is not None:
+            got = await asyncio.to_thread(self.share.shared, at, grid)
+            if got is not None:
+                return got
+        topo = await self._topology(at, grid)
+        if self.share is not None:
+            await asyncio.to_thread(self.share.read, at, topo)
+        return topo
+
+    async def _topology(self, at: float, grid: np.ndarray) -> Topology:
         """The fleet's nodes, jobs and NVLink domains now (:mod:`analyzer.sources.topology`),
         with the hosts and jobs the foreign families name, fleet-wide. A failure fails the
         read: without the topology no replica can tell what it owns."""
@@ -301,13 +319,13 @@ class PrometheusSource:
             raise SourceError(f"topology: {e}") from None
         nodes = {lab.get("node", "") for lab in present.labels}
         jobs = [(lab.get("node", ""), lab.get("job_id", "")) for lab in alloc.labels]
-        self._host_labels = {}
+        host_labels: dict[str, set[str]] = {}
         for i, (q, got) in enumerate(zip((*hosts, *jobs_of), foreign, strict=True)):
             assert q.relabel is not None  # a foreign host's node, as the family's reader names it
             named = [q.relabel(dict(lab)) for lab in got.labels]
             if i < len(hosts):
                 nodes.update(x.get("node", "") for x in named)
-                by = self._host_labels.setdefault(dialect_base(q), set())
+                by = host_labels.setdefault(dialect_base(q), set())
                 by.update(identity_label(lab) for lab in got.labels)
                 by.discard("")
             else:
@@ -318,7 +336,8 @@ class PrometheusSource:
         for lab, n in zip(fabric.labels, counts, strict=True):
             row = (lab.get("node", ""), lab.get("cluster_uuid", ""), lab.get("clique_id", ""))
             votes += [row] * max(int(n), 1)
-        return topology_window(grid, self.step, nodes, jobs, votes, self.leaf_of)
+        window = topology_window(grid, self.step, nodes, jobs, votes, self.leaf_of)
+        return Topology(window, {k: frozenset(v) for k, v in host_labels.items()})
 
     async def _coverage(self, at: float, extra: str | None) -> None:
         """The nodes whose feature rules ran (their ``present`` feature at ``at``, of those

@@ -14,12 +14,17 @@ window is owned and simply read as empty), or when a foreign dialect's presence 
 it: one more instant query per such family, grouped by the labels its node is derived from
 (relabelled by the reader), and one per foreign allocation family for the jobs. These stay
 fleet-wide while the replica's own reads of the foreign families are narrowed to its nodes.
+
+Replicas need not each ask: a :class:`Sharing` hook (the elected leader's read, shared through
+:mod:`analyzer.replicas.sharing`) may hand the source this cycle's :class:`Topology` instead.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -56,6 +61,28 @@ def fabric_expr() -> str:
     """Per node and NVLink domain, how many GPUs name it (the identity read's shape)."""
     m = catalog.GPU_FABRIC_INFO.name
     return f'count by (node, cluster_uuid, clique_id) ({m}{{cluster_uuid!=""}})'
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What the topology read derives: the window the ownership units are made of, and per
+    foreign exporter the labels its hosts were named by (which of a family's identity labels
+    narrow a replica's read of it)."""
+
+    window: Window
+    host_labels: Mapping[str, frozenset[str]]
+
+
+class Sharing(Protocol):
+    """How a replica's source gets the topology it would read, or leaves the one it read."""
+
+    def shared(self, at: float, grid: np.ndarray) -> Topology | None:
+        """The topology read at ``at`` over ``grid`` by another replica this cycle; None:
+        read it yourself (the same queries at the same time give the same answer)."""
+
+    def read(self, at: float, topology: Topology) -> None:
+        """This replica read ``topology`` at ``at`` itself (the leader leaves it for the
+        others; never raises)."""
 
 
 # a foreign series' labels that name a GPU (or a partition of one), not its node or its job

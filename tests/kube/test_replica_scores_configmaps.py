@@ -96,3 +96,42 @@ def test_a_configmap_not_of_gpuwarden_shape_is_not_read_as_scores(kube_lab: Kube
          "data": {"scores": "text, not binary"}},
     ])  # fmt: skip
     assert x.get(4) == {"r-0": b"ok"}
+
+
+def test_the_leaders_topology_is_one_configmap_read_back_for_its_cycle_only(
+    kube_lab: KubeLab,
+) -> None:
+    from analyzer.replicas.topoblob import decode as decode_topology
+    from analyzer.replicas.topoblob import encode as encode_topology
+    from analyzer.sources.topology import Topology, topology_window
+
+    names = [f"node-{i:02d}" for i in range(20)]
+    grid = 6000.0 - 15.0 * np.arange(40, -1, -1)
+    w = topology_window(grid, 15.0, names, [(n, "j1") for n in names[:8]],
+                        [(n, "cl-0", "1") for n in names[8:]], {})  # fmt: skip
+    topo = Topology(w, {"dcgm-exporter": frozenset({"Hostname"})})
+    x = _exchange(kube_lab)
+    x.put(5, "r-0", b"scores")
+    x.put_topology(5, encode_topology(5, topo))
+    blob = x.get_topology(5)
+    assert blob is not None
+    cycle, back = decode_topology(blob)
+    assert cycle == 5 and back.window.nodes == w.nodes and back.window.jobs == w.jobs
+    assert (
+        back.window.nvlink_domain_of == w.nvlink_domain_of and back.host_labels == topo.host_labels
+    )
+    assert back.window.t.tobytes() == grid.tobytes()
+    x.put_topology(6, b"cycle 6")  # the next leader's replaces it: cycle 5's is gone
+    assert x.get_topology(5) is None and x.get_topology(6) == b"cycle 6"
+    assert x.get(5) == {"r-0": b"scores"}  # the topology is never read as a replica's scores
+
+
+def test_a_refused_topology_is_an_oserror_with_the_servers_status(kube_lab: KubeLab) -> None:
+    ns = kube_lab.namespace("notopo")
+    kube_lab.apply_yaml([{"apiVersion": "v1", "kind": "ServiceAccount",
+                          "metadata": {"name": "nobody", "namespace": ns}}])  # fmt: skip
+    x = _exchange(kube_lab, ns, kube_lab.service_account_token(ns, "nobody"))
+    with pytest.raises(OSError, match=r"leaving the topology: HTTP 403"):
+        x.put_topology(1, b"blob")
+    with pytest.raises(OSError, match=r"reading the topology: HTTP 403"):
+        x.get_topology(1)
