@@ -7,10 +7,13 @@ The pods' lives are mirrored in this process (tests/deploy/sharded.py has the la
 its replica has judged a cycle (the chart's readinessProbe is /healthz, which answers once a
 cycle is judged), and a pod marked for deletion leaves at once (what the analyzer does on
 SIGTERM: analyzer/service.py's replica loop removes its heartbeat Lease as it stops). The
-coordinators run on a clock of their own, a tenth of the interval a turn, so a cycle takes a
-fraction of a second while the controller works in wall time: the steps inside a cycle are
-as at any interval and their order against the controller's is real, but minReadySeconds
-spans some 150 cycles here where it spans two at the chart's --interval=30."""
+coordinators run on a clock of their own, a tenth of the interval a turn (a turn at most
+every TURN_S of wall), so a cycle takes about a second while the controller works in wall
+time: the steps inside a cycle are as at any interval and their order against the
+controller's is real. The next release's chart sets minReadySeconds to 10 s where the chart
+has 60 (two --interval=30 cycles), to keep the test short: some 10 of these cycles, still more
+than the two the chart's value is there to cover (a new replica joins a plan before the next
+old one goes)."""
 
 from __future__ import annotations
 
@@ -52,6 +55,8 @@ from tests.realcomp import free_port, wait_until
 pytestmark = pytest.mark.real
 N = 3
 INTERVAL, TICK = 10.0, 1.0  # the coordinators' clock: ten turns a cycle
+TURN_S = 0.1  # wall seconds a turn at least (a busy loop of API calls slows the other tests)
+MIN_READY_S = 10  # the next release's minReadySeconds (the chart's 60 is two --interval=30)
 # 16 nodes, 8 leaves, job 7 joins leaf-0 and leaf-1: 7 units for 3 or 4 replicas
 TOPOLOGY = Window(
     t=np.arange(3.0), nodes=tuple(f"n{i}" for i in range(16)),
@@ -103,6 +108,11 @@ class Pods:
         self.healthy: dict[int, int] = {}  # cycle -> the PDB's currentHealthy at its start
 
     def turn(self) -> None:
+        started = time.monotonic()
+        self._turn()
+        time.sleep(max(0.0, TURN_S - (time.monotonic() - started)))
+
+    def _turn(self) -> None:
         self.now += TICK
         seen = analyzer_pods(self.lab)
         for pod in seen:
@@ -146,10 +156,16 @@ class Pods:
 
 
 def _next_release(d: Path) -> Path:
-    """The chart as a next release ships it: version 0.1.1 and its image."""
+    """The chart as a next release ships it: version 0.1.1 and its image (and a shorter
+    minReadySeconds: the module's docstring says why)."""
     chart = Path(shutil.copytree(CHART, d / "gpuwarden"))
     for f in (chart / "Chart.yaml", chart / "templates" / "analyzer.yaml"):
         f.write_text(f.read_text().replace("0.1.0", "0.1.1"))
+    t = chart / "templates" / "analyzer.yaml"
+    assert t.read_text().count("minReadySeconds: 60\n") == 1
+    t.write_text(
+        t.read_text().replace("minReadySeconds: 60\n", f"minReadySeconds: {MIN_READY_S}\n")
+    )
     return chart
 
 
@@ -205,6 +221,8 @@ def test_a_helm_upgrade_replaces_every_replica_without_a_domain_judged_twice_or_
     assert sorted(gone) == sorted(old) and len(skipped) <= len(gone), (gone, skipped)
     assert pods.judged[last][min(pods.live)].members == tuple(sorted(pods.live))
     assert lease_names(lab) == sorted(f"{ANALYZER}-{r}" for r in ["leader", *pods.live])
+    wait_until(lambda: not any(p["metadata"].get("deletionTimestamp") for p in analyzer_pods(lab)),
+               30, 0.2, "the last old pod gone")  # fmt: skip
     images = {p["spec"]["containers"][0]["image"] for p in analyzer_pods(lab)}
     assert images == {"ghcr.io/gpuwarden/gpuwarden:0.1.1"}, images
     assert len(pods.healthy) > len(cycles) / 2, "the PDB was computed through the rollout"
