@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -169,6 +170,44 @@ class Prometheus:
 
     def wait_for(self, expr: str, timeout: float = 30.0) -> list[dict[str, Any]]:
         return list(wait_until(lambda: self.query(expr), timeout, 0.25, f"prometheus: {expr}"))
+
+
+@contextlib.contextmanager
+def daemon(
+    argv: list[str], ready: str, log: Path, timeout: float = 60.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``argv`` (its output to ``log``) until the block ends, once ``GET ready`` answers;
+    a process that exits while starting fails at once, with its log's tail."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+
+            def up() -> bytes:
+                if proc.poll() is not None:
+                    tail = log.read_bytes()[-2000:].decode(errors="replace")
+                    raise RuntimeError(f"{argv[0]} exited {proc.returncode} while starting: {tail}")
+                return http_get(ready, 1.0)
+
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    up()
+                    break
+                except RuntimeError:
+                    raise
+                except Exception as e:  # still starting
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"{argv[0]} not ready at {ready} after {timeout:.0f} s: {e}"
+                        ) from None
+                    time.sleep(0.1)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 @contextlib.contextmanager

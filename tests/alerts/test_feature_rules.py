@@ -10,7 +10,6 @@ import os
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,11 @@ import yaml
 from analyzer.detectors.series import robust_z, total_increase
 from analyzer.sources.features import FEATURES, SHARD_LABEL, shard_of
 from exporter import catalog as c
+from tests.alerts import featurefleet
 from tests.alerts.ruleset import ALERTS, generator
 from tests.realcomp import (
     VM_GENERATIONS,
+    daemon,
     free_port,
     generation_source,
     http_get,
@@ -444,21 +445,6 @@ def test_every_health_alert_has_a_firing_and_a_silent_case_and_a_runbook() -> No
 # ------------------------------------------------------------------ vmalert evaluating them
 
 
-@contextlib.contextmanager
-def _daemon(argv: list[str], url: str, log: Path) -> Iterator[None]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: http_get(f"{url}/health", 1.0), 30, 0.1, argv[0])
-            yield
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
 def _vm_query(url: str, expr: str) -> dict[tuple[tuple[str, str], ...], float]:
     q = urllib.parse.urlencode({"query": expr})
     body = json.loads(http_get(f"{url}/api/v1/query?{q}"))
@@ -491,22 +477,10 @@ def test_vmalert_evaluates_the_vmalert_variant_on_victoriametrics_scraping_throu
         (tmp_path / inst).mkdir()
         for name in names:
             (tmp_path / inst / f"{name}.rules.yml").write_text(files[f"{name}.rules.yml"])
-    nodes = ["gpu-node-00", "gpu-node-01", "gpu-node-02", "gpu-node-03"]
+    nodes = featurefleet.NODES
     assert {shard_of(n, 2) for n in nodes} == {0, 1}
-    bodies = {}
-    for i, n in enumerate(nodes):
-        lines = []
-        for g in range(2):
-            lab = f'node="{n}",gpu="{g}",uuid="GPU-{i}-{g}"'
-            lines += [f"{c.GPU_SM_CLOCK.name}{{{lab}}} {1.9e9 + 1e7 * i + 1e6 * g:.0f}",
-                      f"{c.GPU_TEMPERATURE.name}{{{lab}}} {60 + 2 * i + g}",
-                      f"{c.GPU_POWER.name}{{{lab}}} {500 + 10 * i}",
-                      f"{c.GPU_UTILIZATION.name}{{{lab}}} 0.5",
-                      f"{c.GPU_UP.name}{{{lab}}} {0 if (i, g) == (3, 1) else 1}",
-                      f'{c.GPU_ALLOCATION_INFO.name}{{{lab},job_id="j{i % 2}",scheduler="slurm"}} 1']  # fmt: skip
-        bodies[f"/{n}"] = ("\n".join(lines) + "\n").encode()
     relabel = yaml.safe_load(files["scrape-relabel.yml"])["relabel_configs"]
-    with serve_expositions(bodies) as port:
+    with serve_expositions(featurefleet.bodies()) as port:
         scrape = {"scrape_configs": [{
             "job_name": "gpuwarden-exporter", "scrape_interval": "1s", "honor_labels": True,
             "static_configs": [{"targets": [f"127.0.0.1:{port}"],
@@ -519,7 +493,7 @@ def test_vmalert_evaluates_the_vmalert_variant_on_victoriametrics_scraping_throu
         vm_argv = [vm_bin, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{vm_port}",
                    f"-promscrape.config={tmp_path / 'scrape.yml'}", "-search.latencyOffset=1s",
                    "-search.disableCache"]  # fmt: skip
-        with _daemon(vm_argv, vm, tmp_path / "vm.log"), contextlib.ExitStack() as alerts:
+        with daemon(vm_argv, f"{vm}/health", tmp_path / "vm.log"), contextlib.ExitStack() as alerts:
             wait_until(lambda: len(_vm_query(vm, c.GPU_UP.name)) == 8, 60, 0.5, "scrapes")
             for inst in instances:
                 at = free_port()
@@ -528,7 +502,7 @@ def test_vmalert_evaluates_the_vmalert_variant_on_victoriametrics_scraping_throu
                         "-remoteWrite.flushInterval=1s"]  # fmt: skip
                 if vm_generation == "current":
                     argv.append(f"-rule.evalDelay={GEN._secs(plan.offset)}")
-                alerts.enter_context(_daemon(argv, f"http://127.0.0.1:{at}",
+                alerts.enter_context(daemon(argv, f"http://127.0.0.1:{at}/health",
                                              tmp_path / f"vmalert-{inst}.log"))  # fmt: skip
             served = {c.GPU_SM_CLOCK, c.GPU_TEMPERATURE, c.GPU_POWER, c.GPU_UTILIZATION,
                       c.GPU_UP}  # fmt: skip
@@ -552,7 +526,7 @@ def test_vmalert_evaluates_the_vmalert_variant_on_victoriametrics_scraping_throu
                     for job in ("j0", "j1"):
                         keys = [(n, str(g)) for i, n in enumerate(nodes) if f"j{i % 2}" == job
                                 for g in range(2)]  # fmt: skip
-                        x = np.array([1.9e9 + 1e7 * nodes.index(n) + 1e6 * int(g)
+                        x = np.array([featurefleet.sm_clock(nodes.index(n), int(g))
                                       for n, g in keys])  # fmt: skip
                         floor = max(f.floor_abs, f.floor_rel * abs(float(np.median(x))))
                         z = robust_z(x[None, :], axis=1, floor=floor)[0]
@@ -679,8 +653,8 @@ def test_a_real_vmalert_fires_the_failing_alert_for_its_own_failing_feature_grou
                 out.setdefault(a["name"], set()).add(a["labels"].get("group", ""))
         return out
 
-    with _daemon(vm_argv, vm, tmp_path / "vm.log"), \
-            _daemon(alert_argv, va, tmp_path / "vmalert.log"):  # fmt: skip
+    with daemon(vm_argv, f"{vm}/health", tmp_path / "vm.log"), \
+            daemon(alert_argv, f"{va}/health", tmp_path / "vmalert.log"):  # fmt: skip
         wait_until(lambda: firing().get("GpuwardenFeatureRulesFailing"), 90, 1.0,
                    "GpuwardenFeatureRulesFailing")  # fmt: skip
         got = _vm_query(vm, "gpuwarden_node:probe_1")

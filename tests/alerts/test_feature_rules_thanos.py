@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +19,11 @@ import yaml
 
 from analyzer.sources.features import FEATURES, SHARD_LABEL, shard_of
 from exporter import catalog as c
+from tests.alerts.featurefleet import NODES, bodies
 from tests.alerts.ruleset import generator
 from tests.realcomp import (
     Prometheus,
+    daemon,
     free_port,
     http_get,
     run_prometheus,
@@ -34,7 +35,6 @@ from tests.realcomp import (
 pytestmark = pytest.mark.real
 
 GEN = generator("generate_feature_rules")
-NODES = ["gpu-node-00", "gpu-node-01", "gpu-node-02", "gpu-node-03"]
 Key = tuple[tuple[str, str], ...]
 
 
@@ -52,36 +52,13 @@ def _ruler(tmp_path: Path, rules: Path, prom: str, http: int | None = None) -> I
             f"--remote-write.config={yaml.safe_dump(rw)}", '--label=ruler="test"',
             "--log.level=warn"]  # fmt: skip
     url = f"http://127.0.0.1:{http}"
-    with open(tmp_path / "ruler.log", "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: proc.poll() is None and http_get(f"{url}/-/ready", 1.0), 60, 0.2,
-                       "thanos rule ready")  # fmt: skip
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with daemon(argv, f"{url}/-/ready", tmp_path / "ruler.log"):
+        yield url
 
 
 def _query(prom: Prometheus, expr: str) -> dict[Key, float]:
     return {tuple(sorted((k, v) for k, v in r["metric"].items() if k != "__name__")):
             float(r["value"][1]) for r in prom.query(expr)}  # fmt: skip
-
-
-def _exposition(i: int, n: str) -> bytes:
-    lines = []
-    for g in range(2):
-        lab = f'node="{n}",gpu="{g}",uuid="GPU-{i}-{g}"'
-        lines += [f"{c.GPU_SM_CLOCK.name}{{{lab}}} {1.9e9 + 1e7 * i + 1e6 * g:.0f}",
-                  f"{c.GPU_TEMPERATURE.name}{{{lab}}} {60 + 2 * i + g}",
-                  f"{c.GPU_POWER.name}{{{lab}}} {500 + 10 * i}",
-                  f"{c.GPU_UTILIZATION.name}{{{lab}}} 0.5",
-                  f"{c.GPU_UP.name}{{{lab}}} {0 if (i, g) == (3, 1) else 1}",
-                  f'{c.GPU_ALLOCATION_INFO.name}{{{lab},job_id="j{i % 2}",scheduler="slurm"}} 1']  # fmt: skip
-    return ("\n".join(lines) + "\n").encode()
 
 
 def _scrape_config(port: int, relabel: list[dict[str, object]], extra: list[str]) -> str:
@@ -115,9 +92,8 @@ def test_thanos_ruler_records_every_feature_of_the_unchanged_files_equal_to_prom
             assert "query_offset: 1s" in text  # the field Thanos must take as Prometheus does
     assert {shard_of(n, 2) for n in NODES} == {0, 1}
     relabel = yaml.safe_load(files["scrape-relabel.yml"])["relabel_configs"]
-    bodies = {f"/{n}": _exposition(i, n) for i, n in enumerate(NODES)}
     with (
-        serve_expositions(bodies) as port,
+        serve_expositions(bodies()) as port,
         run_prometheus(
             _scrape_config(port, relabel, []),
             {"health.rules.yml": "groups: []\n"},

@@ -6,13 +6,10 @@ from VictoriaMetrics finds what it finds reading one Prometheus that scrapes the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +19,7 @@ from analyzer.engine import Engine
 from analyzer.sources.prometheus import PrometheusSource
 from tests.realcomp import (
     VM_GENERATIONS,
+    daemon,
     free_port,
     http_get,
     run_prometheus,
@@ -32,21 +30,6 @@ from tests.realcomp import (
 
 pytestmark = pytest.mark.real
 NODES, SCRAPE, STEP, WINDOW = 6, 2, 4.0, 120.0
-
-
-@contextlib.contextmanager
-def _process(argv: list[str], ready: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: http_get(ready, 1.0), 30, 0.1, f"{argv[0]} ready")
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def _scrape_config(sd: Path, shard: int | None) -> str:
@@ -107,8 +90,8 @@ def test_findings_from_victoriametrics_fed_by_two_shards_equal_those_from_one_pr
     vm_argv = [vm_bin, f"-storageDataPath={d / 'vm'}", f"-httpListenAddr=127.0.0.1:{vm_port}",
                "-retentionPeriod=1d", "-search.latencyOffset=0s", "-loggerLevel=ERROR"]  # fmt: skip
     with (
-        _process(sim_argv, f"{sim}/healthz", d / "sim.log"),
-        _process(vm_argv, f"{vm}/health", d / "vm.log"),
+        daemon(sim_argv, f"{sim}/healthz", d / "sim.log"),
+        daemon(vm_argv, f"{vm}/health", d / "vm.log"),
         run_prometheus(_prom_yaml(sd, None, None)) as single,
         run_prometheus(_prom_yaml(sd, 0, vm)) as shard0,
         run_prometheus(_prom_yaml(sd, 1, vm)) as shard1,

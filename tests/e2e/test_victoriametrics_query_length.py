@@ -16,8 +16,7 @@ import pytest
 from analyzer.sources.prometheus import PrometheusSource
 from analyzer.sources.promhttp import SourceError
 from exporter import catalog as c
-from tests.e2e.test_victoriametrics import _process
-from tests.realcomp import VM_GENERATIONS, free_port, vm_binary, world_readable_tmpdir
+from tests.realcomp import VM_GENERATIONS, daemon, free_port, vm_binary, world_readable_tmpdir
 
 pytestmark = pytest.mark.real
 STEP, WINDOW, REAL, FILLER = 15.0, 600.0, 3, 1500
@@ -66,7 +65,7 @@ def test_a_replicas_long_node_matcher_needs_victoriametrics_max_query_len_raised
         argv.append(f"-search.maxQueryLen={max_len}")
     # one replica's share at 12,500 nodes over 8: the real nodes plus made-up ones, as long
     mine = {f"gpu-node-{i}" for i in range(REAL)} | {f"gpu-node-{i:05d}" for i in range(FILLER)}
-    with _process(argv, f"{vm}/health", d / "vm.log"):
+    with daemon(argv, f"{vm}/health", d / "vm.log"):
         _import(vm)
         if not max_len:
             with pytest.raises(SourceError) as e:
