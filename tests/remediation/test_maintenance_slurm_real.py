@@ -295,8 +295,12 @@ def test_a_slurm_reboot_wave_reboots_each_node_once_through_slurmctld_and_puts_i
             return st["state"] in ("idle", "mixed", "allocated") and not st["flags"]
 
         wait_until(serving, 60, 0.5, f"{node} back in service")
-        lines = (d / f"{node}.out").read_text().split("\n")
         # the job was checkpointed before its node went down, and is queued again, not lost
+        # (slurmstepd's requeue line can land after the node is back, on 2 loaded cores)
+        out = d / f"{node}.out"
+        wait_until(lambda o=out: "DUE TO JOB REQUEUE" in o.read_text(), 60, 0.5,
+                   f"{node}'s job requeued: {out.read_text()[-800:]!r}")  # fmt: skip
+        lines = out.read_text().split("\n")
         requeued = next(i for i, ln in enumerate(lines) if "DUE TO JOB REQUEUE" in ln)
         assert "ack" in lines[:requeued], lines
         assert sc.job_state(jobs[node]) in ("PENDING", "RUNNING"), sc.job_state(jobs[node])
