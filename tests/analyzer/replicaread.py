@@ -1,12 +1,16 @@
 """Helpers of the replica-read tests (a replica reads only its own nodes, issue 33): a logging
 HTTP client, a source read at a plan of moments and owned nodes, the hosts an answer names,
 the comparison of a replica's window with the single read's part of it, and one service
-cycle of a single analyzer and of each replica under one plan."""
+cycle of a single analyzer and of each replica under one plan; and the real Prometheus these
+tests read (promdata's history with two ownership units)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,8 +23,32 @@ from analyzer.service import AnalyzerService
 from analyzer.sources.dialects.identity import raw_identity
 from analyzer.sources.prometheus import PrometheusSource
 from analyzer.window import Window
+from exporter import catalog as c
+from tests.realcomp import Prometheus, promtool, run_prometheus
+
+from .promdata import STEP, openmetrics
 
 Found = set[tuple[str, str, str]]
+
+
+def two_jobs(text: str) -> str:
+    """promdata's history with node-02 in a job of its own: two ownership units."""
+    name = re.escape(c.GPU_ALLOCATION_INFO.name)
+    alloc = re.compile(rf'^({name}\{{node="node-02".*)job_id="777"', re.M)
+    return alloc.sub(r'\1job_id="778"', text)
+
+
+def two_jobs_prometheus(tmp: Any) -> Iterator[tuple[Prometheus, float]]:
+    """A real Prometheus over :func:`two_jobs`' history backfilled in ``tmp`` (a module
+    fixture's temporary directory), and the history's end."""
+    end = (time.time() // STEP) * STEP - 7200
+    (tmp / "data.om").write_text(two_jobs(openmetrics(end)))
+    data = tmp / "data"
+    r = promtool("tsdb", "create-blocks-from", "openmetrics", str(tmp / "data.om"), str(data))
+    assert r.returncode == 0, r.stderr.decode()
+    data.chmod(0o777)
+    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n", data_dir=data) as p:
+        yield p, end
 
 
 class Logged:

@@ -6,8 +6,6 @@ Through a real Prometheus serving promdata's history (three nodes, faults on eac
 from __future__ import annotations
 
 import asyncio
-import re
-import time
 
 import numpy as np
 import pytest
@@ -16,30 +14,14 @@ from analyzer.replicas.slicing import subwindow
 from analyzer.sources import SourceError
 from analyzer.sources.prometheus import PrometheusSource
 from exporter import catalog as c
-from tests.realcomp import promtool, run_prometheus
 
-from .promdata import NODES, STEP, openmetrics
-from .replicaread import reads, same_window, series_hosts, single_and_replicas
-
-
-def _two_jobs(text: str) -> str:
-    """promdata's history with node-02 in a job of its own: two ownership units."""
-    name = re.escape(c.GPU_ALLOCATION_INFO.name)
-    alloc = re.compile(rf'^({name}\{{node="node-02".*)job_id="777"', re.M)
-    return alloc.sub(r'\1job_id="778"', text)
+from .promdata import NODES, STEP
+from .replicaread import reads, same_window, series_hosts, single_and_replicas, two_jobs_prometheus
 
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("prom")
-    end = (time.time() // STEP) * STEP - 7200
-    (tmp / "data.om").write_text(_two_jobs(openmetrics(end)))
-    data = tmp / "data"
-    r = promtool("tsdb", "create-blocks-from", "openmetrics", str(tmp / "data.om"), str(data))
-    assert r.returncode == 0, r.stderr.decode()
-    data.chmod(0o777)
-    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n", data_dir=data) as p:
-        yield p, end
+    yield from two_jobs_prometheus(tmp_path_factory.mktemp("prom"))
 
 
 @pytest.mark.real

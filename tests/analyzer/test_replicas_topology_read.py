@@ -19,11 +19,9 @@ from analyzer.replicas.role import ReplicaRole
 from analyzer.service import AnalyzerService
 from analyzer.sources.prometheus import PrometheusSource
 from analyzer.sources.topology import fabric_expr
-from tests.realcomp import promtool, run_prometheus
 
-from .promdata import NODES, STEP, openmetrics
-from .replicaread import Logged
-from .test_replicas_read import _two_jobs
+from .promdata import NODES, STEP
+from .replicaread import Logged, two_jobs_prometheus
 
 pytestmark = pytest.mark.real
 
@@ -33,15 +31,7 @@ MEMBERS = ("r-a", "r-b", "r-c")  # the leader r-a owns no unit, each follower on
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("prom")
-    end = (time.time() // STEP) * STEP - 7200
-    (tmp / "data.om").write_text(_two_jobs(openmetrics(end)))
-    data = tmp / "data"
-    r = promtool("tsdb", "create-blocks-from", "openmetrics", str(tmp / "data.om"), str(data))
-    assert r.returncode == 0, r.stderr.decode()
-    data.chmod(0o777)
-    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n", data_dir=data) as p:
-        yield p, end
+    yield from two_jobs_prometheus(tmp_path_factory.mktemp("prom"))
 
 
 class Dying:
