@@ -200,7 +200,7 @@ def daemon(
                         raise TimeoutError(
                             f"{argv[0]} not ready at {ready} after {timeout:.0f} s: {e}"
                         ) from None
-                    time.sleep(0.1)
+                    time.sleep(0.05)
             yield proc
         finally:
             proc.terminate()
@@ -227,19 +227,12 @@ def _daemon(
         (d / name).parent.mkdir(parents=True, exist_ok=True)
         (d / name).write_text(text)
     port = free_port()
-    log = open(d / "daemon.log", "wb")  # noqa: SIM115 - closed in finally
     args = [a.format(dir=d, port=port) for a in argv]
-    proc = subprocess.Popen([path, *args], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: http_get(f"{url}/-/ready", 1.0), 20, 0.05, f"{binary} ready")
-        yield url, d, proc
+        with daemon([path, *args], f"{url}/-/ready", d / "daemon.log", timeout=20) as proc:
+            yield url, d, proc
     finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-        proc.kill()
-        log.close()
         shutil.rmtree(d, ignore_errors=True)
 
 
