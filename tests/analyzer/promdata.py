@@ -11,7 +11,12 @@ analyzer's read paths are exercised.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
 from exporter import catalog as c
+from tests.realcomp import Prometheus, promtool, run_prometheus
 
 NODES = ("node-00", "node-01", "node-02")
 STEP = 15.0
@@ -134,3 +139,16 @@ def openmetrics(end: float) -> str:
     ])  # fmt: skip
     out.append("# EOF")
     return "\n".join(out) + "\n"
+
+
+def backfilled(tmp: Path, edit: Callable[[str], str] = str) -> Iterator[tuple[Prometheus, float]]:
+    """A real Prometheus serving this history (``edit``-ed first), ending two hours ago,
+    backfilled by promtool in ``tmp`` (a module fixture's directory); and the history's end."""
+    end = (time.time() // STEP) * STEP - 7200
+    (tmp / "data.om").write_text(edit(openmetrics(end)))
+    data = tmp / "data"
+    r = promtool("tsdb", "create-blocks-from", "openmetrics", str(tmp / "data.om"), str(data))
+    assert r.returncode == 0, r.stderr.decode()
+    data.chmod(0o777)
+    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n", data_dir=data) as p:
+        yield p, end

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,9 +23,9 @@ from analyzer.sources.dialects.identity import raw_identity
 from analyzer.sources.prometheus import PrometheusSource
 from analyzer.window import Window
 from exporter import catalog as c
-from tests.realcomp import Prometheus, promtool, run_prometheus
+from tests.realcomp import Prometheus
 
-from .promdata import STEP, openmetrics
+from .promdata import backfilled
 
 Found = set[tuple[str, str, str]]
 
@@ -41,14 +40,7 @@ def two_jobs(text: str) -> str:
 def two_jobs_prometheus(tmp: Any) -> Iterator[tuple[Prometheus, float]]:
     """A real Prometheus over :func:`two_jobs`' history backfilled in ``tmp`` (a module
     fixture's temporary directory), and the history's end."""
-    end = (time.time() // STEP) * STEP - 7200
-    (tmp / "data.om").write_text(two_jobs(openmetrics(end)))
-    data = tmp / "data"
-    r = promtool("tsdb", "create-blocks-from", "openmetrics", str(tmp / "data.om"), str(data))
-    assert r.returncode == 0, r.stderr.decode()
-    data.chmod(0o777)
-    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n", data_dir=data) as p:
-        yield p, end
+    yield from backfilled(tmp, two_jobs)
 
 
 class Logged:

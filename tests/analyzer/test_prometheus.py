@@ -25,6 +25,7 @@ from analyzer.sources.promhttp import decode
 from exporter import catalog as c
 from tests.realcomp import promtool, run_prometheus
 
+from . import promdata
 from .promdata import NODES, STEP, openmetrics
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "prometheus"
@@ -210,15 +211,7 @@ def test_bad_samples_are_skipped_and_nan_is_kept():
 @pytest.fixture(scope="module")
 def backfilled(tmp_path_factory):
     """A real Prometheus serving promdata's history, ending two hours ago."""
-    tmp = tmp_path_factory.mktemp("prom")
-    end = (time.time() // STEP) * STEP - 7200
-    (tmp / "data.om").write_text(openmetrics(end))
-    data = tmp / "data"
-    r = promtool("tsdb", "create-blocks-from", "openmetrics", str(tmp / "data.om"), str(data))
-    assert r.returncode == 0, r.stderr.decode()
-    data.chmod(0o777)
-    with run_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n", data_dir=data) as p:
-        yield p, end
+    yield from promdata.backfilled(tmp_path_factory.mktemp("prom"))
 
 
 def _cli_findings(text):
