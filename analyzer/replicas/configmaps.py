@@ -27,6 +27,7 @@ RBAC (deploy/): list, create, update and delete on ``configmaps`` in the analyze
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 ROLE = "gpuwarden.io/role"
@@ -68,11 +69,11 @@ class ConfigMapExchange:
         self._put(self.name(replica), "scores", notes, KEY, blob, "leaving the marginal scores")
 
     def get(self, cycle: int) -> dict[str, bytes]:
-        out: dict[str, bytes] = {}
-        for notes, data in self._list("scores", KEY, "reading the marginal scores"):
-            if notes.get(CYCLE) == str(cycle) and notes.get(REPLICA):
-                out[notes[REPLICA]] = data
-        return out
+        def mine(notes: dict[str, str]) -> bool:
+            return notes.get(CYCLE) == str(cycle) and bool(notes.get(REPLICA))
+
+        got = self._list("scores", KEY, mine, "reading the marginal scores")
+        return {notes[REPLICA]: data for notes, data in got}
 
     def put_topology(self, cycle: int, blob: bytes) -> None:
         if len(blob) > MAX_BLOB:
@@ -82,10 +83,11 @@ class ConfigMapExchange:
         self._put(name, "topology", {CYCLE: str(cycle)}, TOPOLOGY, blob, "leaving the topology")
 
     def get_topology(self, cycle: int) -> bytes | None:
-        for notes, data in self._list("topology", TOPOLOGY, "reading the topology"):
-            if notes.get(CYCLE) == str(cycle):
-                return data
-        return None
+        def mine(notes: dict[str, str]) -> bool:
+            return notes.get(CYCLE) == str(cycle)
+
+        got = self._list("topology", TOPOLOGY, mine, "reading the topology")
+        return got[0][1] if got else None
 
     def _put(self, name: str, role: str, notes: dict[str, str], key: str, blob: bytes,
              what: str) -> None:  # fmt: skip
@@ -105,9 +107,10 @@ class ConfigMapExchange:
             except Exception as again:
                 raise _said(what, again) from None
 
-    def _list(self, role: str, key: str, what: str) -> list[tuple[dict[str, str], bytes]]:
-        """The annotations and decoded ``key`` of every ConfigMap labelled ``role`` (one not
-        base64 is left out: missing, counted by the role)."""
+    def _list(self, role: str, key: str, want: Callable[[dict[str, str]], bool],
+              what: str) -> list[tuple[dict[str, str], bytes]]:  # fmt: skip
+        """The annotations and decoded ``key`` of every ConfigMap labelled ``role`` whose
+        annotations ``want`` (one not base64 is left out: missing, counted by the role)."""
         try:
             got = self.api.list_namespaced_config_map(
                 self.namespace, label_selector=f"{ROLE}={role}"
@@ -116,13 +119,12 @@ class ConfigMapExchange:
             raise _said(what, e) from None
         out = []
         for cm in got.items:
+            notes = dict(cm.metadata.annotations or {})
             data = (cm.binary_data or {}).get(key)
-            if data is None:
+            if data is None or not want(notes):  # another cycle's is not decoded
                 continue
             try:
-                out.append(
-                    (dict(cm.metadata.annotations or {}), base64.b64decode(data, validate=True))
-                )
+                out.append((notes, base64.b64decode(data, validate=True)))
             except ValueError:
                 continue
         return out
