@@ -61,11 +61,16 @@ def test_the_largest_blob_let_through_is_one_the_server_accepts(kube_lab: KubeLa
     assert x.get(1)["r-big"] == biggest  # the refused one changed nothing
 
 
-def test_a_refusal_is_an_oserror_with_the_servers_status(kube_lab: KubeLab) -> None:
-    ns = kube_lab.namespace("noperm")
+def _unprivileged(kube_lab: KubeLab, prefix: str) -> ConfigMapExchange:
+    """An exchange as a ServiceAccount the RBAC grants nothing, in a namespace of its own."""
+    ns = kube_lab.namespace(prefix)
     kube_lab.apply_yaml([{"apiVersion": "v1", "kind": "ServiceAccount",
                           "metadata": {"name": "nobody", "namespace": ns}}])  # fmt: skip
-    x = _exchange(kube_lab, ns, kube_lab.service_account_token(ns, "nobody"))
+    return _exchange(kube_lab, ns, kube_lab.service_account_token(ns, "nobody"))
+
+
+def test_a_refusal_is_an_oserror_with_the_servers_status(kube_lab: KubeLab) -> None:
+    x = _unprivileged(kube_lab, "noperm")
     with pytest.raises(OSError, match=r"leaving the marginal scores: HTTP 403"):
         x.put(1, "r-0", b"blob")
     with pytest.raises(OSError, match=r"reading the marginal scores: HTTP 403"):
@@ -127,10 +132,7 @@ def test_the_leaders_topology_is_one_configmap_read_back_for_its_cycle_only(
 
 
 def test_a_refused_topology_is_an_oserror_with_the_servers_status(kube_lab: KubeLab) -> None:
-    ns = kube_lab.namespace("notopo")
-    kube_lab.apply_yaml([{"apiVersion": "v1", "kind": "ServiceAccount",
-                          "metadata": {"name": "nobody", "namespace": ns}}])  # fmt: skip
-    x = _exchange(kube_lab, ns, kube_lab.service_account_token(ns, "nobody"))
+    x = _unprivileged(kube_lab, "notopo")
     with pytest.raises(OSError, match=r"leaving the topology: HTTP 403"):
         x.put_topology(1, b"blob")
     with pytest.raises(OSError, match=r"reading the topology: HTTP 403"):
