@@ -123,11 +123,18 @@ def vm_binary(name: str, generation: str) -> str:
 
 
 def thanos_binary() -> str:
-    """Thanos (its ruler), built by tests/lab/servers.sh from its Go module at THANOS_VERSION."""
+    """Thanos (its ruler, sidecar and query), built by tests/lab/servers.sh from its Go module
+    at THANOS_VERSION with its release build tags."""
     v = versions()["THANOS_VERSION"]
     path = lab_cache() / "thanos" / v / "thanos"
     if not os.access(path, os.X_OK):
         unavailable(f"thanos {v} not built in {path.parent} (tests/lab/servers.sh thanos)")
+    tags = path.parent / "tags"
+    if "slicelabels" not in (tags.read_text() if tags.exists() else ""):
+        # built before servers.sh passed Thanos' release tags: its sidecar panics on the first
+        # gRPC answer (servers.sh explains); servers.sh rebuilds it
+        unavailable(f"thanos {v} in {path.parent} built without -tags slicelabels "
+                    "(tests/lab/servers.sh thanos rebuilds it)")  # fmt: skip
     return str(path)
 
 

@@ -123,7 +123,12 @@ vm() {
 
 thanos() {
   local v="$1" out="$CACHE/thanos/$1"
-  [ -x "$out/thanos" ] && return 0
+  # Thanos' release build tags (its .promu.yml). slicelabels is not optional: Thanos casts
+  # Prometheus' labels.Labels to its own label slices in place, which holds only for the slice
+  # layout; under Prometheus' default (stringlabels) the sidecar panics on its first gRPC
+  # answer ("makeslice: len out of range") while the ruler happens to run
+  local tags="netgo,slicelabels"
+  [ -x "$out/thanos" ] && [ "$(cat "$out/tags" 2>/dev/null)" = "$tags" ] && return 0
   local src="$CACHE/src/thanos-$v"
   rm -rf "$src" && mkdir -p "$src"
   local gomod
@@ -141,7 +146,8 @@ thanos() {
   printf 'package tools\n\nimport _ "github.com/thanos-io/thanos/pkg/rules"\n' >"$src/tools.go"
   (cd "$src" && timed "thanos $v go mod tidy" go mod tidy)
   mkdir -p "$out.tmp"
-  (cd "$src" && timed "thanos $v build" go build -p 2 -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=${v#v}" -o "$out.tmp/thanos" github.com/thanos-io/thanos/cmd/thanos)
+  (cd "$src" && timed "thanos $v build" go build -p 2 -trimpath -tags "$tags" -ldflags "-s -w -X github.com/prometheus/common/version.Version=${v#v}" -o "$out.tmp/thanos" github.com/thanos-io/thanos/cmd/thanos)
+  echo "$tags" >"$out.tmp/tags"
   rm -rf "$out" && mv "$out.tmp" "$out"
 }
 
