@@ -1,0 +1,193 @@
+"""Replicated Prometheus shards behind a real Thanos Query (issue 33): two shards of a small
+simulated fleet, each held by two Prometheus 3.5 replicas with the same promtool-backfilled
+blocks and the external labels ``replica`` (``a``/``b``) and ``gpuwarden_shard`` (the shard the
+scrape relabel gives each series, :mod:`gpuwarden.lab.shards`); a ``thanos sidecar`` beside
+each serves it over the gRPC StoreAPI, and ``thanos query --query.replica-label=replica`` over
+the four deduplicates the replicas. Against one Prometheus holding the whole fleet: every
+series appears once, the analyzer's Prometheus source reads the same window and the Engine
+finds the same, each shard's node-local feature group answers as on the shard, and with one
+replica of a shard stopped the analyzer still reads and finds the same (HA). Thanos is built
+by ``tests/lab/servers.sh thanos`` (``tests.realcomp.thanos_binary``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from analyzer.sources.features import SHARD_LABEL
+from tests.e2e.shardfleet import (
+    EMPTY,
+    SHARDS,
+    answers,
+    close,
+    copy_blocks,
+    feature_rules,
+    read_window,
+    same_findings,
+    same_window,
+    shard_blocks,
+)
+from tests.realcomp import (
+    Prometheus,
+    daemon,
+    free_port,
+    http_get,
+    run_prometheus,
+    thanos_binary,
+    wait_until,
+)
+
+pytestmark = pytest.mark.real
+
+REPLICAS = ("a", "b")
+ALL = '{__name__!=""}'
+
+
+def _config(shard: int, replica: str) -> str:
+    labels = {"replica": replica, SHARD_LABEL: str(shard)}
+    return yaml.safe_dump({"global": {"scrape_interval": "15s", "external_labels": labels},
+                           "scrape_configs": []})  # fmt: skip
+
+
+@dataclass
+class Replica:
+    prom: Prometheus
+    sidecar: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        for p in (self.sidecar, self.prom.proc):
+            p.terminate()
+            p.wait(10)
+
+
+@contextlib.contextmanager
+def _replica(data: Path, shard: int, replica: str) -> Iterator[tuple[Replica, str]]:
+    """A Prometheus over ``data`` and its sidecar; yields them and the sidecar's gRPC address.
+    The sidecar reads the external labels from Prometheus' config API and the series through
+    its remote-read API (no ``--web.enable-lifecycle`` needed: that is for its reloader)."""
+    with run_prometheus(_config(shard, replica), data_dir=data) as prom:
+        http, grpc = free_port(), free_port()
+        argv = [thanos_binary(), "sidecar", f"--prometheus.url={prom.url}",
+                f"--tsdb.path={data}", f"--http-address=127.0.0.1:{http}",
+                f"--grpc-address=127.0.0.1:{grpc}", "--log.level=warn"]  # fmt: skip
+        ready = f"http://127.0.0.1:{http}/-/ready"
+        with daemon(argv, ready, data.parent / f"sidecar-{shard}{replica}.log") as sidecar:
+            yield Replica(prom, sidecar), f"127.0.0.1:{grpc}"
+
+
+@contextlib.contextmanager
+def _query(endpoints: list[str], log: Path) -> Iterator[Prometheus]:
+    """``thanos query`` over ``endpoints``, once it has every one of them in its store set."""
+    http, grpc = free_port(), free_port()
+    argv = [thanos_binary(), "query", f"--http-address=127.0.0.1:{http}",
+            f"--grpc-address=127.0.0.1:{grpc}", "--query.replica-label=replica",
+            *(f"--endpoint={e}" for e in endpoints), "--log.level=warn"]  # fmt: skip
+    url = f"http://127.0.0.1:{http}"
+    with daemon(argv, f"{url}/-/ready", log) as proc:
+
+        def known() -> bool:
+            stores = json.loads(http_get(f"{url}/api/v1/stores"))["data"]
+            up = [s for ss in stores.values() for s in ss if not s.get("lastError")]
+            return len(up) == len(endpoints)
+
+        wait_until(known, 30, 0.1, "thanos query: every sidecar in its store set")
+        yield Prometheus(url, log.parent, proc)
+
+
+@dataclass
+class Cluster:
+    replicas: list[dict[str, Replica]]  # per shard, by replica label
+    query: Prometheus
+    one: Prometheus
+    at: float
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    tmp = tmp_path_factory.mktemp("thanos")
+    blocks = shard_blocks(tmp)
+    with contextlib.ExitStack() as stack:
+        replicas: list[dict[str, Replica]] = []
+        endpoints = []
+        for i, src in enumerate(blocks.shards):
+            replicas.append({})
+            for r in REPLICAS:
+                data = copy_blocks(src, tmp / f"shard-{i}{r}")
+                rep, grpc = stack.enter_context(_replica(data, i, r))
+                replicas[i][r], endpoints = rep, [*endpoints, grpc]
+        query = stack.enter_context(_query(endpoints, tmp / "query.log"))
+        one = stack.enter_context(run_prometheus(EMPTY, data_dir=blocks.one))
+        yield Cluster(replicas, query, one, blocks.at)
+
+
+def _get(prom: Prometheus, expr: str, at: float, dedup: bool) -> dict[str, Any]:
+    q = urllib.parse.urlencode({"query": expr, "time": str(at), "dedup": str(dedup).lower()})
+    body: dict[str, Any] = json.loads(http_get(f"{prom.url}/api/v1/query?{q}"))
+    assert body["status"] == "success", body
+    return body
+
+
+def _count(prom: Prometheus, at: float, dedup: bool) -> int:
+    return int(_get(prom, f"count({ALL})", at, dedup)["data"]["result"][0]["value"][1])
+
+
+def test_thanos_query_answers_every_series_once_as_one_prometheus_holding_the_fleet(
+    cluster: Cluster,
+) -> None:
+    series = answers(cluster.one, ALL, cluster.at)
+    assert len(series) > 100
+    close(answers(cluster.query, ALL, cluster.at), series)
+    # without deduplication each series comes from both replicas, the replica label apart
+    assert _count(cluster.query, cluster.at, True) == len(series)
+    assert _count(cluster.query, cluster.at, False) == 2 * len(series)
+
+
+def test_each_shards_node_group_answers_through_thanos_query_as_on_the_shard(
+    cluster: Cluster,
+) -> None:
+    node, _ = feature_rules()
+    assert sorted(node) == list(range(SHARDS))
+    for i, replicas in enumerate(cluster.replicas):
+        recorded = 0
+        for expr in node[i]:
+            mine = answers(replicas["a"].prom, expr, cluster.at)
+            close(mine, answers(cluster.query, expr, cluster.at))
+            assert all(dict(k)[SHARD_LABEL] == str(i) for k in mine)
+            recorded += len(mine)
+        assert recorded > 0
+
+
+def test_the_analyzer_reads_and_finds_the_same_through_thanos_query_as_from_one_prometheus(
+    cluster: Cluster,
+) -> None:
+    alone = read_window(cluster.one.url, cluster.at)
+    via = read_window(cluster.query.url, cluster.at)
+    same_window(via, alone)
+    same_findings(via, alone)
+
+
+def test_with_one_replica_of_a_shard_stopped_the_analyzer_still_reads_and_finds_the_same(
+    cluster: Cluster,
+) -> None:
+    """Runs last: it stops shard 0's replica ``b`` (its Prometheus and its sidecar). Thanos
+    Query (partial responses on, its default) answers from replica ``a`` with a warning naming
+    the unreachable sidecar; the analyzer reads through it as before."""
+    cluster.replicas[0]["b"].stop()
+    alone = read_window(cluster.one.url, cluster.at)
+    via = read_window(cluster.query.url, cluster.at)
+    same_window(via, alone)
+    same_findings(via, alone)
+    close(answers(cluster.query, ALL, cluster.at), answers(cluster.one, ALL, cluster.at))
+    body = _get(cluster.query, f"count by (replica, {SHARD_LABEL}) ({ALL})", cluster.at, False)
+    left = {(r["metric"][SHARD_LABEL], r["metric"]["replica"]) for r in body["data"]["result"]}
+    assert left == {("0", "a"), ("1", "a"), ("1", "b")}
+    assert any('replica="b"' in w and SHARD_LABEL in w for w in body.get("warnings", []))
