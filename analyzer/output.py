@@ -89,6 +89,7 @@ def _read_families(r: Any) -> list[Metric]:
         per_query(catalog.ANALYZER_QUERY_SAMPLES, r.samples),
         per_query(catalog.ANALYZER_QUERY_SECONDS, r.seconds),
         per_query(catalog.ANALYZER_QUERY_FAILURES, r.failures),
+        per_query(catalog.ANALYZER_QUERY_WARNINGS, r.warnings),
         per_query(catalog.ANALYZER_QUERY_SERIES, r.series),
         _family(catalog.ANALYZER_READ_DURATION, [({}, r.cycle_seconds)]),
         _family(catalog.ANALYZER_READ_BYTES, [({}, r.cycle_bytes)]),

@@ -1265,6 +1265,13 @@ ANALYZER_QUERY_FAILURES = _m(
     "Queries that failed after retries (their data is missing from that cycle).",
     ("query",),
 )
+ANALYZER_QUERY_WARNINGS = _m(
+    "analyzer_query_warnings_total",
+    "counter",
+    "Answers that came with warnings, kept as they are: on Thanos Query a partial response "
+    "(a store unreachable; a shard with no replica left is missing from the answer).",
+    ("query",),
+)
 ANALYZER_QUERY_SERIES = _m(
     "analyzer_query_series", "gauge", "Series each query holds in the window.", ("query",)
 )

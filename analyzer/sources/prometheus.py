@@ -600,6 +600,8 @@ class PrometheusSource:
             if relabel and q.relabel is not None:  # a foreign dialect's labels -> the catalogue's
                 got.labels = [q.relabel(lab) for lab in got.labels]
             self.stats.add(q.name, len(raw), got.samples, self.timer() - t0)
+            if got.warnings:  # kept (a partial answer beats none), and counted
+                self.stats.warn(q.name)
             return got
 
         return await with_retries(go, self.retries)

@@ -79,6 +79,9 @@ class _Body(msgspec.Struct, gc=False):
     status: str
     data: _Data | None = None
     error: str = ""
+    # a success that may be incomplete: Thanos Query's partial response names each store it
+    # could not reach here (a shard whose every replica is down leaves only this trace)
+    warnings: list[str] = []
 
 
 _DECODER = msgspec.json.Decoder(_Body, strict=False)  # strict=False: "1.5" -> 1.5
@@ -87,12 +90,13 @@ _DECODER = msgspec.json.Decoder(_Body, strict=False)  # strict=False: "1.5" -> 1
 @dataclass
 class Parsed:
     """One answer, flat: per series its labels and how many samples it has; every sample's
-    timestamp and value in one array each (series after series)."""
+    timestamp and value in one array each (series after series); the server's warnings."""
 
     labels: list[dict[str, str]] = field(default_factory=list)
     counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     times: np.ndarray = field(default_factory=lambda: np.zeros(0))
     values: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def samples(self) -> int:
@@ -107,7 +111,8 @@ class Parsed:
         return Parsed([lab for p in parts for lab in p.labels],
                       np.concatenate([p.counts for p in parts]),
                       np.concatenate([p.times for p in parts]),
-                      np.concatenate([p.values for p in parts]))  # fmt: skip
+                      np.concatenate([p.values for p in parts]),
+                      [w for p in parts for w in p.warnings])  # fmt: skip
 
     def only(self, keep: list[int]) -> Parsed:
         """The series at these indexes."""
@@ -115,7 +120,7 @@ class Parsed:
         sel[keep] = True
         per_sample = np.repeat(sel, self.counts)
         return Parsed([self.labels[i] for i in keep], self.counts[sel],
-                      self.times[per_sample], self.values[per_sample])  # fmt: skip
+                      self.times[per_sample], self.values[per_sample], self.warnings)  # fmt: skip
 
 
 def _flat(labels: list[dict[str, str]], pairs: list[Any]) -> Parsed:
@@ -157,7 +162,9 @@ def _decode(raw: bytes, what: str) -> Parsed:
         raise SourceError(f"{what}: expected a matrix or vector result")
     result = body.data.result
     pairs = [s.values if s.value is None else [s.value] for s in result]
-    return _flat([s.metric for s in result], pairs)
+    got = _flat([s.metric for s in result], pairs)
+    got.warnings = body.warnings
+    return got
 
 
 def elide(error: str, head: int = 160, tail: int = 400) -> str:
@@ -192,7 +199,10 @@ def _decode_generic(raw: bytes, what: str) -> Parsed:
             continue
         labels.append({str(k): str(v) for k, v in item["metric"].items()})
         pairs.append(good_pairs(item.get("values") if "values" in item else [item.get("value")]))
-    return _flat(labels, pairs)
+    got = _flat(labels, pairs)
+    warnings = body.get("warnings")
+    got.warnings = [str(w) for w in warnings] if isinstance(warnings, list) else []
+    return got
 
 
 def good_pairs(values: Any) -> list[tuple[float, float]]:
@@ -213,6 +223,7 @@ class QueryStats:
     samples: dict[str, float] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     failures: dict[str, float] = field(default_factory=dict)
+    warnings: dict[str, float] = field(default_factory=dict)  # answers that came with warnings
     series: dict[str, float] = field(default_factory=dict)  # last cycle, gauge
     cycle_bytes: float = 0.0
     cycle_samples: float = 0.0
@@ -227,6 +238,9 @@ class QueryStats:
 
     def fail(self, name: str) -> None:
         self.failures[name] = self.failures.get(name, 0.0) + 1
+
+    def warn(self, name: str) -> None:
+        self.warnings[name] = self.warnings.get(name, 0.0) + 1
 
 
 async def with_retries(call: Any, retries: int, backoff: float = 0.5) -> Any:

@@ -25,6 +25,8 @@ class FakeProm:
         self.data: dict[tuple[str, Labels], dict[float, float]] = {}
         self.calls: list[str] = []
         self.fail: set[str] = set()  # metric names whose queries answer HTTP 503
+        # metric names whose answers carry a warning (Thanos Query: a store was unreachable)
+        self.warn: set[str] = set()
 
     def add(self, name: str, labels: Mapping[str, str], t: float, v: float) -> None:
         self.data.setdefault((name, tuple(sorted(labels.items()))), {})[round(t, 3)] = v
@@ -147,11 +149,14 @@ class FakeProm:
                 for k, v in self._vector(q, t).items():
                     series.setdefault(k, []).append([t, repr(v)])
             result = [{"metric": dict(k), "values": v} for k, v in series.items()]
-            return json.dumps(
-                {"status": "success", "data": {"resultType": "matrix", "result": result}}
-            ).encode()
+            return self._body(q, "matrix", result)
         t = float(form["time"])
         result = [{"metric": dict(k), "value": [t, repr(v)]} for k, v in self._vector(q, t).items()]
-        return json.dumps(
-            {"status": "success", "data": {"resultType": "vector", "result": result}}
-        ).encode()
+        return self._body(q, "vector", result)
+
+    def _body(self, q: str, kind: str, result: list[dict[str, object]]) -> bytes:
+        body: dict[str, object] = {"status": "success",
+                                   "data": {"resultType": kind, "result": result}}  # fmt: skip
+        if any(name in q for name in self.warn):
+            body["warnings"] = ['fetch series for {replica="b"}: connection refused']
+        return json.dumps(body).encode()

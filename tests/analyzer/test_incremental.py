@@ -189,6 +189,26 @@ def test_every_query_failing_is_a_source_error_not_an_empty_window():
         asyncio.run(PrometheusSource("http://fake", http=prom, retries=0).read(T0 + 450))
 
 
+def test_an_answer_with_warnings_is_read_as_it_is_and_counted_per_query():
+    """Thanos Query answers ``success`` with ``warnings`` when a store is unreachable (its
+    partial response, tests/e2e/test_thanos_query.py): the data is kept and the query counted."""
+    from analyzer.output import render_metrics
+
+    whole = asyncio.run(
+        PrometheusSource("http://fake", window=WINDOW, step=STEP, http=_fleet(_fixed, 40),
+                         retries=0).read(T0 + STEP * 30)
+    )  # fmt: skip
+    prom = _fleet(_fixed, 40)
+    prom.warn = {c.GPU_UTILIZATION.name}
+    src = PrometheusSource("http://fake", window=WINDOW, step=STEP, http=prom, retries=0)
+    w = asyncio.run(src.read(T0 + STEP * 30))
+    assert not w.missing and w.get(c.GPU_UTILIZATION) is not None
+    assert np.array_equal(w.get(c.GPU_UTILIZATION), whole.get(c.GPU_UTILIZATION), equal_nan=True)
+    assert src.stats.warnings == {c.GPU_UTILIZATION.name: 1.0}
+    text = render_metrics([], Engine(default_detectors()).stats, {}, src.stats)
+    assert f'{c.ANALYZER_QUERY_WARNINGS.name}{{query="{c.GPU_UTILIZATION.name}"}} 1.0' in text
+
+
 def test_a_degraded_cycle_is_reported_in_findings_json_and_the_read_metrics():
     from analyzer.output import findings_json, render_metrics
     from analyzer.service import AnalyzerService
