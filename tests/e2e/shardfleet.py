@@ -24,6 +24,7 @@ import yaml
 from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.sources.prometheus import PrometheusSource
+from analyzer.sources.promhttp import QueryStats
 from analyzer.window import Window
 from benchmarks.fleet_openmetrics import write
 from gpuwarden.lab.shards import Group, round_robin, split_openmetrics
@@ -110,17 +111,22 @@ def close(a: dict[Any, float], b: dict[Any, float]) -> None:
         assert v == pytest.approx(b[k], rel=1e-9, abs=1e-9, nan_ok=True), k
 
 
-def read_window(url: str, at: float) -> Window:
-    """What the analyzer's Prometheus source reads from ``url`` for the window ending ``at``."""
+def read_with_stats(url: str, at: float) -> tuple[Window, QueryStats]:
+    """What the analyzer's Prometheus source reads from ``url`` for the window ending ``at``,
+    and its read accounting."""
 
-    async def read() -> Window:
+    async def read() -> tuple[Window, QueryStats]:
         source = PrometheusSource(url, window=600.0, step=STEP, settle=0.0)
         try:
-            return await source.read(at)
+            return await source.read(at), source.stats
         finally:
             await source.close()
 
     return asyncio.run(read())
+
+
+def read_window(url: str, at: float) -> Window:
+    return read_with_stats(url, at)[0]
 
 
 def same_window(a: Window, b: Window) -> None:

@@ -6,8 +6,10 @@ each serves it over the gRPC StoreAPI, and ``thanos query --query.replica-label=
 the four deduplicates the replicas. Against one Prometheus holding the whole fleet: every
 series appears once, the analyzer's Prometheus source reads the same window and the Engine
 finds the same, each shard's node-local feature group answers as on the shard, and with one
-replica of a shard stopped the analyzer still reads and finds the same (HA). Thanos is built
-by ``tests/lab/servers.sh thanos`` (``tests.realcomp.thanos_binary``)."""
+replica of a shard stopped the analyzer still reads and finds the same (HA); with both
+stopped, Thanos Query answers the other shard alone, ``success`` with warnings, which the
+analyzer counts. Thanos is built by ``tests/lab/servers.sh thanos``
+(``tests.realcomp.thanos_binary``)."""
 
 from __future__ import annotations
 
@@ -26,12 +28,14 @@ import yaml
 from analyzer.sources.features import SHARD_LABEL
 from tests.e2e.shardfleet import (
     EMPTY,
+    NODES,
     SHARDS,
     answers,
     close,
     copy_blocks,
     feature_rules,
     read_window,
+    read_with_stats,
     same_findings,
     same_window,
     shard_blocks,
@@ -170,24 +174,47 @@ def test_the_analyzer_reads_and_finds_the_same_through_thanos_query_as_from_one_
     cluster: Cluster,
 ) -> None:
     alone = read_window(cluster.one.url, cluster.at)
-    via = read_window(cluster.query.url, cluster.at)
+    via, stats = read_with_stats(cluster.query.url, cluster.at)
     same_window(via, alone)
     same_findings(via, alone)
+    assert not stats.warnings and not stats.failures
 
 
 def test_with_one_replica_of_a_shard_stopped_the_analyzer_still_reads_and_finds_the_same(
     cluster: Cluster,
 ) -> None:
-    """Runs last: it stops shard 0's replica ``b`` (its Prometheus and its sidecar). Thanos
-    Query (partial responses on, its default) answers from replica ``a`` with a warning naming
-    the unreachable sidecar; the analyzer reads through it as before."""
+    """Runs after the tests above: it stops shard 0's replica ``b`` (its Prometheus and its
+    sidecar). Thanos Query answers from replica ``a``, with a warning naming the unreachable
+    sidecar, which the analyzer counts."""
     cluster.replicas[0]["b"].stop()
     alone = read_window(cluster.one.url, cluster.at)
-    via = read_window(cluster.query.url, cluster.at)
+    via, stats = read_with_stats(cluster.query.url, cluster.at)
     same_window(via, alone)
     same_findings(via, alone)
+    assert stats.warnings and not stats.failures
     close(answers(cluster.query, ALL, cluster.at), answers(cluster.one, ALL, cluster.at))
     body = _get(cluster.query, f"count by (replica, {SHARD_LABEL}) ({ALL})", cluster.at, False)
     left = {(r["metric"][SHARD_LABEL], r["metric"]["replica"]) for r in body["data"]["result"]}
     assert left == {("0", "a"), ("1", "a"), ("1", "b")}
     assert any('replica="b"' in w and SHARD_LABEL in w for w in body.get("warnings", []))
+    # a query naming the other shard goes to that shard's sidecars only: no warning
+    other = _get(cluster.query, f'count({{{SHARD_LABEL}="1", __name__!=""}})', cluster.at, True)
+    assert not other.get("warnings")
+
+
+def test_with_every_replica_of_a_shard_stopped_thanos_query_answers_the_other_shard_with_warnings(
+    cluster: Cluster,
+) -> None:
+    """Runs last: shard 0 loses replica ``a`` too. Thanos Query 0.41 still answers ``success``
+    with shard 1's series only, even with ``partial_response=false``; only its warnings say
+    so. The analyzer reads shard 1's nodes and counts the warnings (a site alerts on them)."""
+    cluster.replicas[0]["a"].stop()
+    half = len(answers(cluster.one, f'{{{SHARD_LABEL}="1", __name__!=""}}', cluster.at))
+    for partial in ("true", "false"):
+        q = urllib.parse.urlencode({"query": f"count({ALL})", "time": str(cluster.at),
+                                    "partial_response": partial})  # fmt: skip
+        body = json.loads(http_get(f"{cluster.query.url}/api/v1/query?{q}"))
+        assert body["status"] == "success" and len(body["warnings"]) == 2, partial
+        assert int(body["data"]["result"][0]["value"][1]) == half
+    w, stats = read_with_stats(cluster.query.url, cluster.at)
+    assert len(w.nodes) == NODES // SHARDS and stats.warnings
