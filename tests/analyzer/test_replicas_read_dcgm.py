@@ -148,6 +148,21 @@ def test_a_node_pattern_selects_by_the_pattern_around_the_owned_nodes(dcgm_fleet
     assert whole_bytes > 2 * mine_bytes
 
 
+@pytest.mark.real
+def test_under_a_node_pattern_a_host_handed_over_is_read_whole_and_one_given_away_forgotten(
+    dcgm_fleet,
+):
+    url, fleet, end = dcgm_fleet
+    pattern = NodeMap(r"gpu-node-(\d+)", {})
+    before, at, later = end - 4 * STEP + 5, end - 2 * STEP + 5, end + 5
+    plan = [(before, {"001"}), (at, {"001", "002"}), (later, {"002"})]
+    cycles = reads(url, plan, STEP, discover=True, node_map=pattern)
+    for (w, calls, _, _), (t, own) in zip(cycles, plan, strict=True):
+        ((full, _, _, _),) = reads(url, [(t, None)], STEP, discover=True, node_map=pattern)
+        same_window(w, subwindow(full, [int(n) - 1 for n in sorted(own)]))
+        assert _hosts_read(calls) <= {fleet.nodes[int(n) - 1] for n in own}  # on the server
+
+
 # patterns and host names each selected by Python's reading of the pattern; non-ASCII digits and
 # letters where Python's classes and RE2's differ
 _RE2_CASES = [

@@ -164,8 +164,8 @@ def split(pattern: str) -> tuple[str, str] | None:
         if parsed.state.flags & ~_FLAGS_OK or parsed.state.groups < 2:
             return None
         return _around(parsed, True)
-    except (_Unsafe, re.error, RecursionError):
-        return None
+    except (_Unsafe, re.error, RecursionError, TypeError, ValueError, AttributeError, IndexError):
+        return None  # (the last four: a parse shaped otherwise, by another Python: unsure)
 
 
 def fill(parts: tuple[str, str], nodes: Iterable[str]) -> str:
