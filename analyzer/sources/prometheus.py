@@ -198,9 +198,10 @@ class PrometheusSource:
         has no rows held and is read over the whole window, like a cold start narrowed to
         it (anchors, moved checks of every shard, gated rows whole), then joins the rows
         held. A node no longer owned is forgotten. A foreign dialect's family is narrowed by
-        the labels its node is derived from (``Hostname``, ``instance``...), except under a
-        node map with a pattern (a regex has no inverse to select by): then it is read whole
-        and narrowed in memory."""
+        the labels its node is derived from (``Hostname``, ``instance``...), under a node map
+        with a pattern by the pattern around the owned nodes, except where that is not proven
+        a superset (:mod:`.dialects.hostpattern`): then it is read whole and narrowed in
+        memory."""
         assert self.scope is not None
         parted = tuple(q for q in self.queries if self._narrows(q))
         whole = tuple(q for q in self.queries if not self._narrows(q))
@@ -237,7 +238,7 @@ class PrometheusSource:
 
     def _narrows(self, q: Query) -> bool:
         """Whether a replica's read of ``q`` is narrowed to its nodes on the server."""
-        return not q.dialect or self.node_map.invertible
+        return not q.dialect or self.node_map.selectable
 
     def _foreign(self, q: Query) -> list[str]:
         """The matcher sets (or-ed) that narrow the foreign family ``q`` to the pass's nodes

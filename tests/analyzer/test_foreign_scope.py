@@ -100,10 +100,12 @@ def test_host_matchers_select_each_identity_label_the_query_keeps_and_instance_w
         assert not instance.match(inst), inst
 
 
-def test_a_node_map_of_names_is_inverted_and_a_pattern_cannot_be():
+def test_a_node_map_of_names_is_inverted_and_a_pattern_is_selected_around_the_nodes():
     m = NodeMap("", {"host-a": "n1", "n2": "elsewhere"})
     # a node's own name passes through unmapped, unless it is a host of another node (n2)
     assert m.raw_names({"n1", "n2", "n3"}) == {"host-a", "n1", "n3"}
     assert identity_matchers(("Hostname",), {"n1"}, m) == ['Hostname=~"host-a|n1"']
-    assert identity_matchers(("Hostname",), {"n1"}, NodeMap(r"gpu-(\d+)", {})) is None
+    got = identity_matchers(("Hostname",), {"n1"}, NodeMap(r"gpu-(\d+)", {}))
+    assert got == ['Hostname=~"n1|gpu-(?:n1)"']  # a pattern has no inverse list: a regex
     assert not NodeMap(r"gpu-(\d+)", {}).invertible and m.invertible
+    assert identity_matchers(("Hostname",), {"n1"}, NodeMap(r"(gpu)+-(\d+)", {})) is None

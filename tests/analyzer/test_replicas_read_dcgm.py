@@ -7,13 +7,16 @@ it (tests/analyzer/dcgmfleet.py)."""
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.parse
+import urllib.request
 
 import numpy as np
 import pytest
 
 from analyzer.replicas.slicing import subwindow
-from analyzer.sources.dialects.identity import NodeMap
+from analyzer.sources.dialects.identity import NodeMap, identity_matchers
 from exporter import catalog as c
 
 from . import dcgmfleet
@@ -98,7 +101,7 @@ def test_a_dcgm_host_handed_over_between_cycles_is_read_over_its_whole_window(dc
 
 
 @pytest.mark.real
-def test_a_node_map_of_names_selects_by_the_hosts_and_a_pattern_reads_whole(dcgm_fleet):
+def test_a_node_map_of_names_selects_by_the_hosts_the_nodes_are_mapped_from(dcgm_fleet):
     url, fleet, end = dcgm_fleet
     at = end + 5
     renamed = NodeMap("", {h: f"n{i}" for i, h in enumerate(fleet.nodes)})
@@ -108,15 +111,101 @@ def test_a_node_map_of_names_selects_by_the_hosts_and_a_pattern_reads_whole(dcgm
     for query, body in _series_reads(calls):  # selected by the host the node is mapped from
         assert series_hosts(body) <= {fleet.nodes[2]}, query
     same_window(mine, subwindow(full, [2]))
-    # a pattern cannot be inverted into host names: the foreign families are read whole and
-    # narrowed in memory, still exactly the single read's part
-    pattern = NodeMap(r"gpu-node-(\d+)", {})
-    ((full, _, _, _),) = reads(url, [(at, None)], STEP, discover=True, node_map=pattern)
-    ((mine, calls, _, _),) = reads(url, [(at, {"003"})], STEP, discover=True, node_map=pattern)
+
+
+def _hosts_read(calls) -> set[str]:
+    return set().union(*(series_hosts(body) for _, body in _series_reads(calls)))
+
+
+@pytest.mark.real
+def test_a_node_pattern_selects_by_the_pattern_around_the_owned_nodes(dcgm_fleet):
+    url, fleet, end = dcgm_fleet
+    at = end + 5
+    pattern = NodeMap(r"^gpu-node-(\d+)$", {})
+    ((full, _, full_bytes, _),) = reads(url, [(at, None)], STEP, discover=True, node_map=pattern)
+    ((mine, calls, mine_bytes, _),) = reads(url, [(at, {"003"})], STEP, discover=True,
+                                            node_map=pattern)  # fmt: skip
     assert mine.nodes == ("003",)
-    hosts = set().union(*(series_hosts(body) for _, body in _series_reads(calls)))
-    assert hosts == set(fleet.nodes)
-    same_window(mine, subwindow(full, [2]))
+    read = _series_reads(calls)
+    assert any("DCGM_" in q for q, _ in read) and any("node_infiniband" in q for q, _ in read)
+    # the pattern around the node, on the label each exporter names (a moved row: its labels)
+    assert any('Hostname=~"003|gpu-node-(?:003)"' in q for q, _ in read)
+    assert any('instance=~"(?:003|gpu-node-(?:003))' in q for q, _ in read)
+    for query, body in read:
+        assert "gpu-node-(?:003)" in query or fleet.nodes[2] in query or '"003"' in query, query
+        assert series_hosts(body) <= {fleet.nodes[2]}, query
+    assert _hosts_read(calls) == {fleet.nodes[2]}
+    same_window(mine, subwindow(full, [2]))  # exactly what the single read finds of it
+    assert mine_bytes < full_bytes / 2
+    # a pattern not proven to select a superset (\b: Python's, not RE2's) is read whole and
+    # narrowed in memory: the same part, at the whole family's bytes
+    unproven = NodeMap(r"gpu-node-(\d+)\b", {})
+    assert not unproven.selectable
+    ((whole, calls, whole_bytes, _),) = reads(url, [(at, {"003"})], STEP, discover=True,
+                                              node_map=unproven)  # fmt: skip
+    assert whole.nodes == ("003",) and _hosts_read(calls) == set(fleet.nodes)
+    same_window(whole, subwindow(full, [2]))
+    assert whole_bytes > 2 * mine_bytes
+
+
+@pytest.mark.real
+def test_under_a_node_pattern_a_host_handed_over_is_read_whole_and_one_given_away_forgotten(
+    dcgm_fleet,
+):
+    url, fleet, end = dcgm_fleet
+    pattern = NodeMap(r"gpu-node-(\d+)", {})
+    before, at, later = end - 4 * STEP + 5, end - 2 * STEP + 5, end + 5
+    plan = [(before, {"001"}), (at, {"001", "002"}), (later, {"002"})]
+    cycles = reads(url, plan, STEP, discover=True, node_map=pattern)
+    for (w, calls, _, _), (t, own) in zip(cycles, plan, strict=True):
+        ((full, _, _, _),) = reads(url, [(t, None)], STEP, discover=True, node_map=pattern)
+        same_window(w, subwindow(full, [int(n) - 1 for n in sorted(own)]))
+        assert _hosts_read(calls) <= {fleet.nodes[int(n) - 1] for n in own}  # on the server
+
+
+# patterns and host names each selected by Python's reading of the pattern; non-ASCII digits and
+# letters where Python's classes and RE2's differ
+_RE2_CASES = [
+    (r"gpu-node-(\d+)", ["gpu-node-003", "gpu-node-\u0663"]),
+    (r"^(\w+)\.example\.com$", ["a_1.example.com", "\u00e9t\u00e9.example.com", "x.example.com"]),
+    (r"(?:rack\d+-)?(gpu-\d{2,4})(?:\.ib)?", ["rack12-gpu-07.ib", "gpu-0001", "rack\u0661-gpu-99"]),
+    (r"[^.]+\.(\S+)", ["a.b.c", "\u00e9.xy", "z.\u00e9"]),
+    (r"(?x) h - ( [a-f0-9]+ ) \s? # comment", ["h-ff", "h-0a\t", "h-1\u2003"]),
+    (r"(.*?)-(.*)", ["a-b-c", "-x", "\u00e9-x"]),
+    (r'(\d+)"\\q', ['7"\\q', '\u0664"\\q']),
+    (r"(?s)n(.)x.", ["n\nx\n", "nax\u00e9"]),
+]
+
+
+def _re2_selects(url: str, matcher: str, host: str) -> bool:
+    """Whether Prometheus' RE2 matches ``host`` by the ``label=~"..."`` matcher's regex: its
+    label_replace sets ``m`` only where the regex matches the label in full, as a matcher."""
+    value = matcher.split("=~", 1)[1]  # a PromQL string already
+    h = json.dumps(host)  # a PromQL string too (a JSON string is one)
+    query = f'label_replace(label_replace(vector(1), "h", {h}, "", ""), "m", "y", "h", {value})'
+    form = urllib.parse.urlencode({"query": query}).encode()
+    with urllib.request.urlopen(f"{url}/api/v1/query", form) as r:
+        got = json.load(r)
+    assert got["status"] == "success", (query, got)
+    return got["data"]["result"][0]["metric"].get("m") == "y"
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(("pattern", "hosts"), _RE2_CASES, ids=lambda x: str(x)[:24])
+def test_prometheus_re2_selects_exactly_the_hosts_python_reads_the_selection_to_select(
+    dcgm_fleet, pattern, hosts
+):
+    url, _, _ = dcgm_fleet
+    nm = NodeMap(pattern, {})
+    for host in hosts:
+        assert re.fullmatch(pattern, host), host  # a host the pattern maps to a node
+        owned = {nm(host)}
+        matcher, instance = identity_matchers(("Hostname", "instance"), owned, nm) or ["", ""]
+        rx = re.compile(nm.raw_regex(owned) or "")
+        assert _re2_selects(url, matcher, host), (pattern, host, matcher)
+        assert _re2_selects(url, instance, host + ":9100"), (pattern, host, instance)
+        for near in (host + "x", "x" + host, host[:-1], host + "\u00e9"):  # RE2 as Python
+            assert _re2_selects(url, matcher, near) == bool(rx.fullmatch(near)), (matcher, near)
 
 
 @pytest.mark.real

@@ -6,7 +6,9 @@ none (Prometheus adds ``instance``, ``host:port``). The first of ``node``, ``Hos
 ``hostname`` and the host part of ``instance`` that is set names the node; a site whose host
 names differ from its scheduler's node names gives a mapping, checked at start-up
 (:class:`NodeMap`): a regex whose first group is the node, and/or a file of ``name: node``
-lines. Names the mapping does not cover pass through unchanged.
+lines. Names the mapping does not cover pass through unchanged. A replica selects its nodes'
+series by the host names mapped to them (:func:`identity_matchers`; under a pattern, the
+pattern around its nodes: :mod:`.hostpattern`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from analyzer.sources.dialects import hostpattern
 from analyzer.sources.queries import regex_literal
 
 # the labels, in order of precedence, that may name a foreign series' node
@@ -64,6 +67,7 @@ class NodeMap:
             if rx.groups < 1:
                 raise ValueError(f"node_pattern {self.pattern!r} needs a group: the node name")
             object.__setattr__(self, "_rx", rx)
+            object.__setattr__(self, "_split", hostpattern.split(self.pattern))
         for k, v in self.names.items():
             if not isinstance(k, str) or not isinstance(v, str) or not k or not v:
                 raise ValueError(f"node_map: {k!r}: {v!r} is not a pair of non-empty names")
@@ -73,14 +77,38 @@ class NodeMap:
         """Whether the host names of given nodes can be listed (a pattern's cannot)."""
         return not self.pattern
 
+    @property
+    def selectable(self) -> bool:
+        """Whether the host names of given nodes can be selected on the server: listed, or
+        matched by the pattern around them (:func:`.hostpattern.split`)."""
+        return not self.pattern or getattr(self, "_split", None) is not None
+
     def raw_names(self, nodes: Iterable[str]) -> frozenset[str] | None:
         """The host names this mapping turns into one of ``nodes`` (the names mapped to them
         and the nodes that pass through unchanged); None where a pattern maps names (its
         inverse is no list of names)."""
         if self.pattern:
             return None
+        return self._listed(nodes)
+
+    def _listed(self, nodes: Iterable[str]) -> frozenset[str]:
         want = set(nodes)
         return frozenset({k for k, v in self.names.items() if v in want} | (want - set(self.names)))
+
+    def raw_regex(self, nodes: Iterable[str]) -> str | None:
+        """A regex (Python's and RE2's alike, to match in full) selecting a superset of the
+        host names this mapping turns into one of ``nodes``: those :meth:`raw_names` lists, or
+        matched by the pattern with ``nodes`` for its group; None where the pattern gives no
+        such regex (:attr:`selectable`) or no node is given."""
+        want = sorted(set(nodes))
+        listed = sorted(self._listed(want))
+        alts = [hostpattern.literal(n) for n in listed]
+        if self.pattern:
+            parts: tuple[str, str] | None = getattr(self, "_split", None)
+            if parts is None or not want:
+                return None
+            alts.append(hostpattern.fill(parts, want))
+        return "|".join(alts) if alts else None
 
     def __call__(self, name: str) -> str:
         got = self.names.get(name)
@@ -100,12 +128,19 @@ def identity_matchers(labels: Iterable[str], nodes: Iterable[str],
     superset: a series naming an owned host in one label and another node in a label of
     higher precedence is selected too (the reader narrows by the relabelled ``node``); an
     exact set would need ``Hostname=""``-style matchers, each of which Prometheus answers by
-    walking every value of the label. None where the node map cannot be inverted (a
-    pattern): the family is read whole."""
-    names = (node_map or NodeMap()).raw_names(nodes)
-    if names is None:
-        return None
-    alt = "|".join(regex_literal(n) for n in sorted(names or nodes))
+    walking every value of the label. Under a pattern, the alternation also holds the
+    pattern with ``nodes`` for its group (:meth:`NodeMap.raw_regex`), a superset too. None
+    where the node map's pattern gives no such regex: the family is read whole."""
+    nodes = tuple(nodes)
+    m = node_map or NodeMap()
+    names = m.raw_names(nodes)
+    if names is not None:
+        alt = "|".join(regex_literal(n) for n in sorted(names or nodes))
+    else:
+        rx = m.raw_regex(nodes)
+        if rx is None:
+            return None
+        alt = rx.replace("\\", "\\\\").replace('"', '\\"')  # as a PromQL string
     out = []
     for label in IDENTITY_LABELS:
         if label not in labels:
