@@ -80,6 +80,23 @@ def build() -> g.Dashboard:
              " or on() vector(0)", "source {{source}}")], "ops"),
         8, 8,
     )  # fmt: skip
+    lay.add(
+        ts("Queries failed and answered with warnings",
+           [(f"sum by (query) (rate({c.ANALYZER_QUERY_FAILURES.name}{RATE}))"
+             " or on() vector(0)", "failed {{query}}"),
+            (f"sum by (query) (rate({c.ANALYZER_QUERY_WARNINGS.name}{RATE}))",
+             "warnings {{query}}")], "ops",
+           "Warnings: the query layer (Thanos Query) could not reach some store and answered"
+           " from the others; GpuwardenAnalyzerPartialAnswers fires after 15 minutes of them."),
+        12, 8,
+    )  # fmt: skip
+    lay.add(
+        ts("Read per cycle",
+           [(f"{c.ANALYZER_READ_BYTES.name}", "bytes {{instance}}")], "bytes",
+           "Response bytes of the last cycle's read; a shard lost behind the query layer"
+           " shows as a drop."),
+        12, 8,
+    )  # fmt: skip
     lay.row("Alertmanager to remediation")
     lay.add(
         ts("Webhook notifications failed",
