@@ -493,6 +493,11 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="--telemetry amd-dme: the prefix before DME's field names (amd_)",
     )
+    p.add_argument("--replicas", type=int, default=0,
+                   help="instead: one analyzer against N replicas sharing the fleet by unit, "
+                   "the same windows, findings compared cycle by cycle on every fleet "
+                   "(homogeneous, mixed A100/H100, H100 + MI300X) and seed (issue 33); "
+                   "exits 1 if any cycle differs")  # fmt: skip
     p.add_argument("--out", default="out/evaluation")
     return p
 
@@ -550,6 +555,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.replicas:
+        if a.replicas < 1 or a.via != "frames":
+            print("gpuwarden evaluate: --replicas needs N >= 1 and the frames path (no --via "
+                  "prometheus)", file=sys.stderr)  # fmt: skip
+            return 2
+        return _replicas(a, out)
     if a.telemetry != "gpuwarden" and a.via != "prometheus":
         print("gpuwarden evaluate: --telemetry goes with --via prometheus", file=sys.stderr)
         return 2
@@ -597,6 +608,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     plot(agg, out / "ttd_per_kind.png")
     print(f"\nwrote {out}/evaluation.json, evaluation.md, ttd_per_kind.png", file=sys.stderr)
     return 0
+
+
+def _replica_run(job: tuple[str, int, bool, argparse.Namespace]) -> dict[str, Any]:
+    from gpuwarden.lab import replica_eval
+
+    fleet, seed, hardware, a = job
+    return replica_eval.run_fleet(fleet, seed, a.replicas, a.nodes, a.hours * 3600.0, a.step,
+                                  a.cycle, a.per_kind, a.controls, hardware)  # fmt: skip
+
+
+def _replicas(a: argparse.Namespace, out: Path) -> int:
+    from gpuwarden.lab import replica_eval
+
+    runs = [(fleet, seed, True, a) for fleet in replica_eval.FLEETS for seed in range(a.seeds)]
+    if not a.no_fault_free:
+        runs += [(fleet, 100 + seed, False, a) for fleet in replica_eval.FLEETS
+                 for seed in range(a.seeds)]  # fmt: skip
+    rows = []
+    with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Inline() as pool:
+        for row in pool.map(_replica_run, runs):
+            print(f"{row['fleet']} seed {row['seed']}: {row['differing']} cycles differ",
+                  file=sys.stderr)  # fmt: skip
+            rows.append(row)
+    text = replica_eval.table(rows)
+    print(text)
+    (out / "evaluation-replicas.json").write_text(
+        json.dumps({"args": vars(a), "runs": rows}, indent=1, default=str)
+    )
+    (out / "evaluation-replicas.md").write_text(text + "\n")
+    print(f"\nwrote {out}/evaluation-replicas.json, .md", file=sys.stderr)
+    return 1 if any(r["differing"] for r in rows) else 0
 
 
 def _via_prometheus(a: argparse.Namespace, out: Path) -> int:
