@@ -112,6 +112,9 @@ def _amd_params(kind: str, g: int, rng: np.random.Generator) -> tuple[dict[str, 
         return {"count": int(rng.integers(1, 5))}, f"gpu{g}"
     if kind == "amd_afid_event":  # a watchdog timeout, or it then an HBM error before a scrape
         return {"afid": 27, "then": int(rng.choice([0, 22]))}, f"gpu{g}"
+    if kind == "amd_gpu_lost":  # a GPU fault only (its target type is "gpu", never "node")
+        rng.random()  # drawn as before, so every later draw of a seed stays the same
+        return {}, f"gpu{g}"
     target = "node" if rng.random() < 0.4 else f"gpu{g}"
     if kind == "amd_fail_slow":
         return {"slowdown": float(rng.choice([0.05, 0.08, 0.1, 0.15]))}, target
