@@ -97,10 +97,12 @@ def test_findings_from_victoriametrics_fed_by_two_shards_equal_those_from_one_pr
         run_prometheus(_prom_yaml(sd, 1, vm)) as shard1,
     ):
         wait_until(lambda: len(single.query("up")) == NODES, 30, 0.5, "every node scraped")
+        # each shard scrapes part of the fleet, together all of it (one condition, read at
+        # once: a sum met while one shard was still empty let a separate check fail under load)
         wait_until(
-            lambda: len(shard0.query("up")) + len(shard1.query("up")) == NODES, 30, 0.5, "shards"
-        )
-        assert shard0.query("up") and shard1.query("up")  # each shard scrapes part of the fleet
+            lambda: (a := shard0.query("up")) and (b := shard1.query("up"))
+            and len(a) + len(b) == NODES, 30, 0.5, "both shards scraping, the fleet between them",
+        )  # fmt: skip
         time.sleep(3 * SCRAPE)
         _inject(sim, {"node": "gpu-node-002", "kind": "xid", "target": "gpu3",
                       "parameters": {"xid": 79}})  # fmt: skip
