@@ -21,7 +21,7 @@ from gpuwarden.lab.replica_eval import Sharded
     "fleet",
     [
         {"seed": 2, "nodes": 128},
-        {"seed": 3, "nodes": 96, "mixed": True},
+        # the mixed fleet: tests/gpuwarden/test_replica_eval.py (64 nodes, and restarted)
     ],
     ids=lambda f: "-".join(f"{k}{v}" for k, v in f.items()),
 )

@@ -87,7 +87,7 @@ def test_the_cli_refuses_replicas_through_prometheus(tmp_path: Path) -> None:
 def test_the_cli_writes_the_table_for_every_fleet_and_its_exit_says_whether_any_differ(
     tmp_path: Path,
 ) -> None:
-    argv = ["--replicas", "2", "--nodes", "16", "--hours", "0.55", "--seeds", "1",
+    argv = ["--replicas", "2", "--nodes", "8", "--hours", "0.51", "--seeds", "1",
             "--no-fault-free", "--out", str(tmp_path)]  # fmt: skip
     rc = main(argv)
     text = (tmp_path / "evaluation-replicas.md").read_text()
