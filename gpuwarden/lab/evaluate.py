@@ -631,14 +631,16 @@ def _replicas(a: argparse.Namespace, out: Path) -> int:
             print(f"{row['fleet']} seed {row['seed']}: {row['differing']} cycles differ",
                   file=sys.stderr)  # fmt: skip
             rows.append(row)
-    text = replica_eval.table(rows)
-    print(text)
-    (out / "evaluation-replicas.json").write_text(
-        json.dumps({"args": vars(a), "runs": rows}, indent=1, default=str)
-    )
-    (out / "evaluation-replicas.md").write_text(text + "\n")
-    print(f"\nwrote {out}/evaluation-replicas.json, .md", file=sys.stderr)
+    _report(out, "evaluation-replicas", replica_eval.table(rows), {"args": vars(a), "runs": rows})
     return 1 if any(r["differing"] for r in rows) else 0
+
+
+def _report(out: Path, stem: str, text: str, payload: dict[str, Any]) -> None:
+    """The table printed, and written beside its runs as ``<stem>.md`` and ``<stem>.json``."""
+    print(text)
+    (out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=str))
+    (out / f"{stem}.md").write_text(text + "\n")
+    print(f"\nwrote {out}/{stem}.json, .md", file=sys.stderr)
 
 
 def _via_prometheus(a: argparse.Namespace, out: Path) -> int:
@@ -653,13 +655,7 @@ def _via_prometheus(a: argparse.Namespace, out: Path) -> int:
         print(f"seed {seed}: " + ", ".join(f"{k} {v:.0f}s" for k, v in r["seconds"].items()),
               file=sys.stderr)  # fmt: skip
         runs.append(r)
-    text = vp.table(runs)
-    print(text)
-    (out / "evaluation-via-prometheus.json").write_text(
-        json.dumps({"args": vars(a), "runs": runs}, indent=1, default=str)
-    )
-    (out / "evaluation-via-prometheus.md").write_text(text + "\n")
-    print(f"\nwrote {out}/evaluation-via-prometheus.json, .md", file=sys.stderr)
+    _report(out, "evaluation-via-prometheus", vp.table(runs), {"args": vars(a), "runs": runs})
     return 0
 
 
