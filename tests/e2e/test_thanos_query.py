@@ -180,12 +180,18 @@ def test_the_analyzer_reads_and_finds_the_same_through_thanos_query_as_from_one_
     assert not stats.warnings and not stats.failures
 
 
-def test_with_one_replica_of_a_shard_stopped_the_analyzer_still_reads_and_finds_the_same(
+def test_with_one_replica_of_a_shard_stopped_the_analyzer_finds_the_same_and_with_both_only_warnings_say_so(
     cluster: Cluster,
 ) -> None:
-    """Runs after the tests above: it stops shard 0's replica ``b`` (its Prometheus and its
-    sidecar). Thanos Query answers from replica ``a``, with a warning naming the unreachable
-    sidecar, which the analyzer counts."""
+    """One test, two steps in order (pytest-xdist may run a module's tests on different
+    workers, each with its own cluster; the second step needs the first's stopped replica).
+    Runs after the tests above, which need every replica up.
+
+    First shard 0's replica ``b`` stops (its Prometheus and its sidecar): Thanos Query answers
+    from replica ``a``, with a warning naming the unreachable sidecar, which the analyzer
+    counts. Then replica ``a`` stops too: Thanos Query 0.41 still answers ``success`` with
+    shard 1's series only, even with ``partial_response=false``; only its warnings say so. The
+    analyzer reads shard 1's nodes and counts the warnings (GpuwardenAnalyzerPartialAnswers)."""
     cluster.replicas[0]["b"].stop()
     alone = read_window(cluster.one.url, cluster.at)
     via, stats = read_with_stats(cluster.query.url, cluster.at)
@@ -201,13 +207,7 @@ def test_with_one_replica_of_a_shard_stopped_the_analyzer_still_reads_and_finds_
     other = _get(cluster.query, f'count({{{SHARD_LABEL}="1", __name__!=""}})', cluster.at, True)
     assert not other.get("warnings")
 
-
-def test_with_every_replica_of_a_shard_stopped_thanos_query_answers_the_other_shard_with_warnings(
-    cluster: Cluster,
-) -> None:
-    """Runs last: shard 0 loses replica ``a`` too. Thanos Query 0.41 still answers ``success``
-    with shard 1's series only, even with ``partial_response=false``; only its warnings say
-    so. The analyzer reads shard 1's nodes and counts the warnings (a site alerts on them)."""
+    # both replicas of shard 0 gone
     cluster.replicas[0]["a"].stop()
     half = len(answers(cluster.one, f'{{{SHARD_LABEL}="1", __name__!=""}}', cluster.at))
     for partial in ("true", "false"):
