@@ -178,6 +178,11 @@ def test_an_exporter_restarted_under_a_new_pod_label_continues_its_counter(stack
 def test_an_exporter_that_stops_answering_holds_its_node_and_inhibits_its_alerts(
     stack: Stack,
 ) -> None:
+    # both nodes' XID alerts fire first (so far only when the first test ran on this worker)
+    wait_until(
+        lambda: {a["node"] for a in _alerts(stack.prometheus, "GpuXidFatalHardware")}
+        >= {"gpu-node-101", "gpu-node-102"}, 150, 1, "both XID alerts firing",
+    )  # fmt: skip
     stack.stop_exporter(stack.nodes["gpu-node-101"])
 
     def down() -> list[dict[str, Any]]:
