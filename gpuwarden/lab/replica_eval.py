@@ -48,7 +48,8 @@ class Sharded:
 
     replicas: int
     restart_at: int  # the cycle (1-based) at which r-0 restarts; 0: never
-    shards: int = 0  # gpuwarden_shard's modulus for the straddling count; 0: the replicas'
+    shards: int = 0  # gpuwarden_shard's modulus for the straddling count; 0: the replicas';
+    # 1: not counted
     cycle: int = 0
     single: int = 0  # findings over all cycles, one analyzer
     sharded: int = 0  # the same, the replicas together
@@ -59,7 +60,6 @@ class Sharded:
     straddled: set[Key] = field(default_factory=set)  # verdicts on a straddling job's nodes
     largest_unit: int = 0  # nodes
     units: int = 0  # in the last cycle
-    judging: int = 0  # the fewest replicas that owned a unit in any cycle
     split: int = 0  # cycles in which two replicas or more owned units (the others test nothing)
     tracker: EpisodeTracker | None = None  # the replicas' findings as episodes, to be scored
     moved: int = 0  # nodes that changed replica between cycles (the members never change here)
@@ -82,7 +82,7 @@ class Sharded:
         now = {window.nodes[i]: r for r, keep in owned.items() for i in keep}
         self.moved += sum(1 for n, r in now.items() if self.owner_of.get(n, r) != r)
         self.owner_of = now
-        self.units, self.judging = len(parts), min(busy, self.judging or busy)
+        self.units = len(parts)
         self.split += busy > 1
         published = {r: scores(self.engines[r], window, keep) for r, keep in owned.items()}
         got: list[Finding] = []
@@ -123,7 +123,8 @@ def run_fleet(fleet: str, seed: int, replicas: int, nodes: int, horizon: float,
         raise ValueError(f"fleet must be one of {', '.join(FLEETS)}, got {fleet!r}")
     cycles = int(horizon // cycle)
     hook = Sharded(replicas, restart_at=0, tracker=EpisodeTracker(2 * cycle))
-    restarted = Sharded(replicas, restart_at=max(1, cycles // 2))
+    # the straddling jobs are the same windows' as hook's: counted there only
+    restarted = Sharded(replicas, restart_at=max(1, cycles // 2), shards=1)
     seen: list[Any] = []  # the simulated fleet, for its ground truth
 
     def tap(fleet_: Any, *_: Any) -> None:
@@ -148,7 +149,7 @@ def run_fleet(fleet: str, seed: int, replicas: int, nodes: int, horizon: float,
         "restart_differing": restarted.differing, "restart_diff": dict(restarted.diff),
         "moved": hook.moved,
         "straddling_jobs": len(hook.straddling), "straddled": len(hook.straddled),
-        "largest_unit": hook.largest_unit, "units": hook.units, "judging": hook.judging,
+        "largest_unit": hook.largest_unit, "units": hook.units,
         "split": hook.split,
         "scores": {"single": _scored(r["results"]["gpuwarden"]["summary"]),
                    "replicas": _scored(sharded)},

@@ -23,7 +23,7 @@ def _row(**over: Any) -> dict[str, Any]:
            "cycles": 72, "restart_at": 36, "faults": 3, "single": 40, "sharded": 40,
            "distinct": 5, "differing": 0, "diff": {}, "restart_differing": 0,
            "restart_diff": {}, "moved": 7, "straddling_jobs": 2, "straddled": 1,
-           "largest_unit": 16, "units": 2, "judging": 2, "split": 72,
+           "largest_unit": 16, "units": 2, "split": 72,
            "scores": {"single": scores, "replicas": dict(scores, f1=float("nan"))}}  # fmt: skip
     return row | over
 
