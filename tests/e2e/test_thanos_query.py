@@ -133,8 +133,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(replicas, query, one, blocks.at)
 
 
-def _get(prom: Prometheus, expr: str, at: float, dedup: bool) -> dict[str, Any]:
-    q = urllib.parse.urlencode({"query": expr, "time": str(at), "dedup": str(dedup).lower()})
+def _get(prom: Prometheus, expr: str, at: float, dedup: bool, **params: str) -> dict[str, Any]:
+    """An instant query's answer (asserted ``success``); ``params``: more of Thanos Query's
+    parameters (``partial_response``)."""
+    q = urllib.parse.urlencode({"query": expr, "time": str(at), "dedup": str(dedup).lower(),
+                                **params})  # fmt: skip
     body: dict[str, Any] = json.loads(http_get(f"{prom.url}/api/v1/query?{q}"))
     assert body["status"] == "success", body
     return body
@@ -211,10 +214,8 @@ def test_with_one_replica_of_a_shard_stopped_the_analyzer_finds_the_same_and_wit
     cluster.replicas[0]["a"].stop()
     half = len(answers(cluster.one, f'{{{SHARD_LABEL}="1", __name__!=""}}', cluster.at))
     for partial in ("true", "false"):
-        q = urllib.parse.urlencode({"query": f"count({ALL})", "time": str(cluster.at),
-                                    "partial_response": partial})  # fmt: skip
-        body = json.loads(http_get(f"{cluster.query.url}/api/v1/query?{q}"))
-        assert body["status"] == "success" and len(body["warnings"]) == 2, partial
+        body = _get(cluster.query, f"count({ALL})", cluster.at, True, partial_response=partial)
+        assert len(body["warnings"]) == 2, partial
         assert int(body["data"]["result"][0]["value"][1]) == half
     w, stats = read_with_stats(cluster.query.url, cluster.at)
     assert len(w.nodes) == NODES // SHARDS and stats.warnings
