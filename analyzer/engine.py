@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from analyzer.detectors import Detector
+from analyzer.detectors.recall import Remembers, entries, first, replaced
 from analyzer.findings import Finding
 from analyzer.inventory import Inventory
 from analyzer.sources.dialects.coverage import annotate
 from analyzer.window import Window
 
 log = logging.getLogger(__name__)
+SINCE = "engine.since"  # the engine's own part of what it remembers (no detector has a dot)
 
 # kinds a leaf-switch outage explains on its member nodes
 SWITCH_EXPLAINS = frozenset(
@@ -48,6 +51,7 @@ class Engine:
         self.timer = timer
         self.stats = CycleStats(errors={d.name: 0 for d in self.detectors})
         self._since: dict[tuple[str, str, str], float] = {}
+        self._nodes: frozenset[str] = frozenset()  # the last window's (the rest are scopes)
         self.findings: list[Finding] = []
 
     def cycle(self, window: Window) -> list[Finding]:
@@ -66,8 +70,46 @@ class Engine:
         self.stats.cycles += 1
         self.stats.series_read += window.series_count()
         self.stats.last_cycle = window.now
+        self._nodes = frozenset(window.nodes)
         self.findings = found
         return found
+
+    def remember(self, nodes: Set[str]) -> dict[str, Any]:
+        """What this engine remembers of ``nodes``: each detector's memory of them
+        (:mod:`analyzer.detectors.recall`) and the first-seen times of their findings and of
+        its findings on scopes (a leaf switch, a job: what the nodes make up), for another
+        engine to :meth:`adopt` (the replica that takes them over)."""
+        mine = nodes | {k[0] for k in self._since if k[0] not in self._nodes}  # + scopes
+        out: dict[str, Any] = {SINCE: [[*k, t] for k, t in entries(self._since, mine, first)]}
+        for d in self.detectors:
+            if isinstance(d, Remembers):
+                out[d.name] = d.remember(nodes)
+        return out
+
+    def adopt(self, doc: Mapping[str, Any], nodes: Set[str]) -> list[str]:
+        """Replace this engine's memory of ``nodes`` with ``doc``'s (an empty ``doc``: forget
+        them). A part that does not read is skipped, that detector's memory left as it was;
+        the names of those parts are returned (logged here)."""
+        bad = []
+        try:
+            since = [((str(n), str(s), str(k)), float(t)) for n, s, k, t in doc.get(SINCE, [])]
+            # a scope's finding (a leaf switch, a job, the cluster) may have been seen by both
+            # engines: it was first seen when the first of them saw it
+            scopes = {k: t for k, t in since if k[0] not in nodes}
+            kept = replaced(self._since, nodes, first, since)
+            self._since = kept | {k: min(t, kept.get(k, t)) for k, t in scopes.items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            bad.append(SINCE)
+            log.warning("memory handed over: %s does not read (%r)", SINCE, e)
+        for d in self.detectors:
+            if not isinstance(d, Remembers):
+                continue
+            try:
+                d.adopt(doc.get(d.name) or {}, nodes)
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                bad.append(d.name)
+                log.warning("memory handed over: detector %s's does not read (%r)", d.name, e)
+        return bad
 
     def _keep_since(self, found: list[Finding]) -> list[Finding]:
         since: dict[tuple[str, str, str], float] = {}

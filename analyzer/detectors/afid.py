@@ -11,11 +11,15 @@ of the same list is invisible; CPER records read through amdsmi keep them all.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
+from typing import Any
+
 import numpy as np
 
 from analyzer.afidcat import AfidCatalog
 from analyzer.detectors.events import fresh
 from analyzer.detectors.ras import rises
+from analyzer.detectors.recall import entries, first, held_doc, held_of, ident, replaced
 from analyzer.findings import Finding
 from analyzer.window import ECC_COUNTER_TYPES, ECC_ERROR_TYPES, AfidEvent, Window
 from exporter import catalog
@@ -42,6 +46,17 @@ class AfidDetector:
         now = window.now
         self._active = {k: v for k, v in self._active.items() if v[1] > now}
         return [f for f, _ in self._active.values()]
+
+    def remember(self, nodes: Set[str]) -> dict[str, Any]:
+        """Per node, the newest event judged and the findings held."""
+        return {"watermark": dict(entries(self._watermark, nodes, ident)),
+                "active": held_doc(self._active, nodes)}  # fmt: skip
+
+    def adopt(self, doc: Mapping[str, Any], nodes: Set[str]) -> None:
+        marks = [(str(n), float(t)) for n, t in dict(doc.get("watermark", {})).items()]
+        active = held_of(doc.get("active", []))
+        self._watermark = replaced(self._watermark, nodes, ident, marks)
+        self._active = replaced(self._active, nodes, first, active)
 
     def _judge(self, node: str, e: AfidEvent, unseen: np.ndarray | None = None) -> None:
         info = self.catalog.get(e.afid, e.severity)

@@ -16,12 +16,14 @@ busy, the model's specified maximum clock is the reference and the finding only 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Set
+from typing import Any
 
 import numpy as np
 
 from analyzer.detectors import capsight, workload
 from analyzer.detectors.groups import configurations, models, split_by_model
+from analyzer.detectors.recall import entries, first, replaced
 from analyzer.findings import Finding
 from analyzer.window import THROTTLE_REASONS, Window
 from exporter import catalog, catalog_specs
@@ -58,6 +60,14 @@ class FailSlow:
                               bool(blind[n]), streaks, detector)  # fmt: skip
         self._streaks = streaks
         return out
+
+    def remember(self, nodes: Set[str]) -> list[list[Any]]:
+        return [[n, subj, c, s] for (n, subj), (c, s) in entries(self._streaks, nodes, first)]
+
+    def adopted(self, doc: Any, nodes: Set[str]) -> dict[tuple[str, str], tuple[int, float]]:
+        """The streaks with those of ``nodes`` replaced by ``doc``'s (read whole first)."""
+        got = [((str(n), str(subj)), (int(c), float(s))) for n, subj, c, s in doc]
+        return replaced(self._streaks, nodes, first, got)
 
     def _explained(self, window: Window) -> np.ndarray:
         """(N, G): a clock-event reason other than idle was active in the look-back."""

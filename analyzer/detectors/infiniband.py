@@ -9,11 +9,14 @@ some symbol errors, so "any error" alerting is wrong). Keeps flap history across
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Mapping, Set
+from typing import Any
 
 import numpy as np
 
 from analyzer.detectors.emit import ev
 from analyzer.detectors.groups import like_reference
+from analyzer.detectors.recall import entries, first, ident, replaced
 from analyzer.detectors.series import first_true_time, increases, last_valid, window_rate
 from analyzer.findings import Finding
 from analyzer.window import Window
@@ -61,6 +64,24 @@ class InfinibandDetector:
         # per node, the last sample judged for flaps (per node, as analyzer.detectors.events)
         self._seen_until: dict[str, float] = {}
         self._ups: dict[tuple[str, int], deque[float]] = defaultdict(deque)
+
+    def remember(self, nodes: Set[str]) -> dict[str, Any]:
+        """Per node, the last sample judged for flaps, each port's recent ups and whether its
+        symbol errors were trending (:mod:`analyzer.detectors.recall`)."""
+        return {
+            "seen_until": dict(entries(self._seen_until, nodes, ident)),
+            "ups": [[n, p, list(ups)] for (n, p), ups in entries(self._ups, nodes, first) if ups],
+            "trending": sorted([n, p] for n, p in self._trending if n in nodes),
+        }
+
+    def adopt(self, doc: Mapping[str, Any], nodes: Set[str]) -> None:
+        seen = [(str(n), float(t)) for n, t in dict(doc.get("seen_until", {})).items()]
+        ups = [((str(n), int(p)), deque(float(t) for t in ts)) for n, p, ts in doc.get("ups", [])]
+        trending = [((str(n), int(p)), True) for n, p in doc.get("trending", [])]
+        self._seen_until = replaced(self._seen_until, nodes, ident, seen)
+        self._ups = defaultdict(deque, replaced(self._ups, nodes, first, ups))
+        held = dict.fromkeys(self._trending, True)
+        self._trending = set(replaced(held, nodes, first, trending))
 
     def detect(self, window: Window) -> list[Finding]:
         if window.empty or not window.ports:

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import warnings
 from collections import defaultdict
+from collections.abc import Mapping, Set
+from typing import Any
 
 import numpy as np
 
 from analyzer.detectors import capsight, workload
 from analyzer.detectors.failslow import NOT_A_REASON, FailSlow
 from analyzer.detectors.groups import split_by_model
+from analyzer.detectors.recall import entries, ident, replaced, second
 from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
 from analyzer.window import THROTTLE_REASONS, Window
@@ -90,6 +93,23 @@ class StragglerDetector:
         out += self.fail_slow.detect(window, judged, self.name)
         # clocks below the peers' without the power limit or reasons may be an admin's cap
         return capsight.downgrade(out, window, lambda f: f.kind == "straggler")
+
+    def remember(self, nodes: Set[str]) -> dict[str, Any]:
+        """The streaks and straggling jobs of ``nodes`` (:mod:`analyzer.detectors.recall`)."""
+        return {
+            "streaks": [[j, n, c, s] for (j, n), (c, s) in entries(self._streaks, nodes, second)],
+            "jobs": {n: sorted(js) for n, js in entries(self._jobs_seen, nodes, ident)},
+            "fail_slow": self.fail_slow.remember(nodes),
+        }
+
+    def adopt(self, doc: Mapping[str, Any], nodes: Set[str]) -> None:
+        streaks = [((str(j), str(n)), (int(c), float(s)))
+                   for j, n, c, s in doc.get("streaks", [])]  # fmt: skip
+        jobs = [(str(n), {str(j) for j in js}) for n, js in dict(doc.get("jobs", {})).items()]
+        fail_slow = self.fail_slow.adopted(doc.get("fail_slow", {}), nodes)
+        self._streaks = replaced(self._streaks, nodes, second, streaks)
+        self._jobs_seen = defaultdict(set, replaced(self._jobs_seen, nodes, ident, jobs))
+        self.fail_slow._streaks = fail_slow
 
     def _signal(self, u: np.ndarray, signals: list[tuple[str, np.ndarray]]
                 ) -> tuple[str, np.ndarray]:  # fmt: skip

@@ -9,9 +9,12 @@ fatal XIDs that come back after reboots. Findings stay active for ``hold`` secon
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
+from typing import Any
 
 from analyzer.detectors.events import fresh
+from analyzer.detectors.recall import entries, first, held_doc, held_of, ident, replaced
 from analyzer.findings import Finding
 from analyzer.window import Window, XidEvent
 from analyzer.xidcat import XidCatalog, XidInfo
@@ -70,6 +73,36 @@ class XidDetector:
             self._close(self._open[key], final=False)
         self._active = {k: v for k, v in self._active.items() if v[1] > now}
         return [f for f, _ in self._active.values()]
+
+    def remember(self, nodes: Set[str]) -> dict[str, Any]:
+        """Per node, the newest event judged, the open incidents, the findings held, the
+        application XIDs' and the fatal XIDs' history (:mod:`analyzer.detectors.recall`)."""
+        return {
+            "watermark": dict(entries(self._watermark, nodes, ident)),
+            "open": [[i.node, i.gpu, i.start, i.last, list(i.xids), i.count]
+                     for _, i in entries(self._open, nodes, first)],
+            "active": held_doc(self._active, nodes),
+            "app": [[n, g, [list(x) for x in h]] for (n, g), h in entries(self._app, nodes, first)
+                    if h],
+            "fatal": [[n, g, x, list(ts)] for (n, g, x), ts in entries(self._fatal, nodes, first)
+                      if ts],
+        }  # fmt: skip
+
+    def adopt(self, doc: Mapping[str, Any], nodes: Set[str]) -> None:
+        marks = [(str(n), float(t)) for n, t in dict(doc.get("watermark", {})).items()]
+        open_ = [((str(n), int(g)), _Incident(str(n), int(g), float(a), float(b),
+                                              [int(x) for x in xs], int(c)))
+                 for n, g, a, b, xs, c in doc.get("open", [])]  # fmt: skip
+        active = held_of(doc.get("active", []))
+        app = [((str(n), int(g)), deque((float(t), int(x), str(j)) for t, x, j in h))
+               for n, g, h in doc.get("app", [])]  # fmt: skip
+        fatal = [((str(n), int(g), int(x)), [float(t) for t in ts])
+                 for n, g, x, ts in doc.get("fatal", [])]  # fmt: skip
+        self._watermark = replaced(self._watermark, nodes, ident, marks)
+        self._open = replaced(self._open, nodes, first, open_)
+        self._active = replaced(self._active, nodes, first, active)
+        self._app = defaultdict(deque, replaced(self._app, nodes, first, app))
+        self._fatal = defaultdict(list, replaced(self._fatal, nodes, first, fatal))
 
     def _add(self, node: str, e: XidEvent, job: str) -> None:
         key = (node, e.gpu)

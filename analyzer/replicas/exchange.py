@@ -52,8 +52,10 @@ def _arrays(of: Mapping[Any, np.ndarray]) -> dict[str, list[float]]:
     return {SEP.join(k): [float(x) for x in v] for k, v in of.items()}
 
 
-def encode(s: Scores) -> bytes:
-    doc = {
+def encode(s: Scores, handover: Mapping[str, Any] | None = None) -> bytes:
+    """``s`` and, when there is one, the memory this replica hands over with them
+    (:mod:`analyzer.replicas.handover`: the nodes it judged last cycle and no longer owns)."""
+    doc: dict[str, Any] = {
         "values": _arrays(s.values),
         "sizes": dict(s.sizes),
         "clocks": _arrays(s.clocks),
@@ -61,26 +63,44 @@ def encode(s: Scores) -> bytes:
         "slowest": _arrays(s.slowest),
         "names": {SEP.join(k): list(v) for k, v in s.names.items()},
     }
+    if handover:
+        doc["handover"] = handover
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
 
 
 def decode(blob: bytes) -> Scores:
     """The scores of :func:`encode`; ValueError naming what is wrong otherwise."""
+    return decode_part(blob)[0]
+
+
+def decode_part(blob: bytes) -> tuple[Scores, dict[str, Any]]:
+    """The scores and the memory handed over (empty: none) of :func:`encode`; ValueError
+    naming what is wrong otherwise. A part written before memory was handed over has none;
+    one written by a later version with keys this one does not know reads the same."""
     try:
         doc = json.loads(zlib.decompress(blob))
     except (zlib.error, ValueError) as e:
         raise ValueError(f"marginal scores: not a compressed JSON document ({e})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"marginal scores: a JSON {type(doc).__name__}, not an object")
+    handover = doc.get("handover") or {}
+    if not isinstance(handover, dict):
+        raise ValueError(f"handover: a JSON {type(handover).__name__}, not an object")
     try:
-        return Scores(
-            values={_key(k, 3): np.array(v, dtype=float) for k, v in doc["values"].items()},
-            sizes={str(k): int(v) for k, v in doc["sizes"].items()},
-            clocks={_key(k, 2): np.array(v, dtype=float) for k, v in doc["clocks"].items()},
-            clock_nodes={_key(k, 2): int(v) for k, v in doc["clock_nodes"].items()},
-            slowest={_key(k, 2): np.array(v, dtype=float) for k, v in doc["slowest"].items()},
-            names={_key(k, 3): tuple(str(x) for x in v) for k, v in doc["names"].items()},
-        )
+        return _scores(doc), handover
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"marginal scores: malformed document ({e!r})") from None
+
+
+def _scores(doc: dict[str, Any]) -> Scores:
+    return Scores(
+        values={_key(k, 3): np.array(v, dtype=float) for k, v in doc["values"].items()},
+        sizes={str(k): int(v) for k, v in doc["sizes"].items()},
+        clocks={_key(k, 2): np.array(v, dtype=float) for k, v in doc["clocks"].items()},
+        clock_nodes={_key(k, 2): int(v) for k, v in doc["clock_nodes"].items()},
+        slowest={_key(k, 2): np.array(v, dtype=float) for k, v in doc["slowest"].items()},
+        names={_key(k, 3): tuple(str(x) for x in v) for k, v in doc["names"].items()},
+    )
 
 
 def _key(k: str, parts: int) -> Any:

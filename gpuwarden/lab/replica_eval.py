@@ -26,6 +26,8 @@ from typing import Any
 from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.findings import Finding
+from analyzer.replicas.exchange import decode_part, encode
+from analyzer.replicas.handover import Handover
 from analyzer.replicas.judge import joined, judge, scores
 from analyzer.replicas.ownership import assign, owned_nodes, units
 from analyzer.sources.features import shard_of
@@ -64,16 +66,20 @@ class Sharded:
     tracker: EpisodeTracker | None = None  # the replicas' findings as episodes, to be scored
     moved: int = 0  # nodes that changed replica between cycles (the members never change here)
     owner_of: dict[str, str] = field(default_factory=dict)
+    handover: bool = True  # the previous owner's memory goes with a moved node (False: as
+    # before analyzer.replicas.handover, a moved node judged afresh)
+    adopted: int = 0  # moved nodes whose memory came with them
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ValueError(f"replicas must be >= 1, got {self.replicas}")
         self.engines = {f"r-{i}": Engine(default_detectors()) for i in range(self.replicas)}
+        self.handovers = {r: Handover() for r in self.engines}
 
     def __call__(self, window: Window, full: list[Finding]) -> None:
         self.cycle += 1
-        if self.cycle == self.restart_at:
-            self.engines["r-0"] = Engine(default_detectors())
+        if self.cycle == self.restart_at:  # what it judged and remembered is gone
+            self.engines["r-0"], self.handovers["r-0"] = Engine(default_detectors()), Handover()
         parts = units(window)
         self.largest_unit = max([self.largest_unit, *map(len, parts.values())])
         owned = {r: owned_nodes(parts, mine)
@@ -84,11 +90,21 @@ class Sharded:
         self.owner_of = now
         self.units = len(parts)
         self.split += busy > 1
-        published = {r: scores(self.engines[r], window, keep) for r, keep in owned.items()}
+        names = {r: frozenset(window.nodes[i] for i in keep) for r, keep in owned.items()}
+        sent = {r: decode_part(encode(scores(self.engines[r], window, keep),  # over the wire
+                                       self._give(r, names[r])))
+                 for r, keep in owned.items()}  # fmt: skip
         got: list[Finding] = []
         for r, keep in owned.items():
-            others = joined(s for o, s in published.items() if o != r)
+            if self.handover:
+                taken = self.handovers[r].take(
+                    self.engines[r], (h for o, (_, h) in sent.items() if o != r), names[r]
+                )
+                self.adopted += taken.adopted
+            others = joined(s for o, (s, _) in sent.items() if o != r)
             got += judge(self.engines[r], window, keep, others, fleet=r == min(owned))
+        for r in owned if self.handover else ():
+            self.handovers[r].close(self.engines[r], names[r])
         if self.tracker is not None:
             self.tracker.observe(window.now, got)
         a, b = {key(f) for f in full}, {key(f) for f in got}
@@ -99,6 +115,9 @@ class Sharded:
         self.diff.update(f"extra {x[2]}" for x in b - a)
         self.distinct |= a
         self._straddle(window, a)
+
+    def _give(self, r: str, now: frozenset[str]) -> dict[str, Any] | None:
+        return self.handovers[r].give(self.engines[r], now) if self.handover else None
 
     def _straddle(self, window: Window, verdicts: set[Key]) -> None:
         shards = self.shards or self.replicas
