@@ -1321,6 +1321,21 @@ ANALYZER_REPLICA_SCORES_MISSING = _m(
     " (a member died mid-cycle), unreadable, or the exchange unreachable.",
     ("replica",),
 )
+ANALYZER_REPLICA_MEMORY_ADOPTED = _m(
+    "analyzer_replica_memory_adopted_total",
+    "counter",
+    "Nodes this replica took over and judged on with the detector memory their last owner left"
+    " after the cycle before (streaks, flaps, open XID incidents).",
+    ("replica",),
+)
+ANALYZER_REPLICA_MEMORY_FRESH = _m(
+    "analyzer_replica_memory_fresh_total",
+    "counter",
+    "Nodes this replica took over without their last owner's detector memory, judged as a"
+    " freshly started analyzer would: every node of its first cycle, and those of an owner"
+    " that died mid-cycle, of a board out of reach or of a memory that did not read.",
+    ("replica",),
+)
 ANALYZER_REPLICA_TOPOLOGY_FALLBACKS = _m(
     "analyzer_replica_topology_fallbacks_total",
     "counter",

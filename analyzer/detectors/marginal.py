@@ -30,9 +30,9 @@ floor are of the same values as one analyzer's, so the verdicts are the same. Th
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -283,6 +283,25 @@ class MarginalDetector:
         t0, span = float(w.t[0]), w.now - float(w.t[0])
         fit = [v for v in self._seen if t0 - span / 2 <= v.end <= t0 + w.step / 2]
         return fit[-1] if fit else None
+
+    def remember(self, nodes: Set[str]) -> dict[str, Any]:
+        """The earlier windows' verdicts: the worst 1 % among ``nodes``, and the peer groups
+        that shifted (the same on every replica: judged against the others' scores)."""
+        return {"seen": [[v.end, sorted([s, n] for s, n in v.flagged if n in nodes),
+                          sorted([s, g] for s, g in v.shifted)] for v in self._seen]}  # fmt: skip
+
+    def adopt(self, doc: Mapping[str, Any], nodes: Set[str]) -> None:
+        got = {float(end): ({(str(s), str(n)) for s, n in flagged if str(n) in nodes},
+                            frozenset((str(s), str(g)) for s, g in shifted))
+               for end, flagged, shifted in doc.get("seen", [])}  # fmt: skip
+        mine = {v.end: v for v in self._seen}
+        seen = []
+        for end in sorted(mine.keys() | got.keys()):
+            flagged, shifted = got.get(end, (set(), frozenset()))
+            own = mine.get(end)  # a window this engine judged too keeps its own group verdicts
+            kept = {x for x in own.flagged if x[1] not in nodes} if own else set()
+            seen.append(Verdicts(end, frozenset(kept | flagged), own.shifted if own else shifted))
+        self._seen = seen
 
     def _remember(self, w: Window, v: Verdicts) -> None:
         if self._seen and w.now <= self._seen[-1].end:  # the same window again, or a rewind

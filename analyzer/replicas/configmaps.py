@@ -13,7 +13,11 @@ replica keeps its latest scores in its own ConfigMap ``<prefix>-scores-<replica>
 
 The leader of a cycle leaves the fleet topology it read (:mod:`analyzer.replicas.sharing`)
 in ``<prefix>-topology`` (label ``gpuwarden.io/role: topology``, the same cycle annotation),
-found by a list call like the scores (the RBAC grants list, not get).
+found by a list call like the scores (the RBAC grants list, not get). After judging a cycle,
+each replica leaves what its detectors remember of its nodes in ``<prefix>-memory-<replica>``
+(label ``gpuwarden.io/role: memory``, the same annotations; :mod:`analyzer.replicas.handover`).
+It stays when its replica leaves (the replicas that take the nodes over read it next cycle)
+and is removed by the readers once it is a few cycles old.
 
 Only its replica writes a scores ConfigMap, and only a cycle's leader the topology, so a put
 is a create, or on 409 an unconditional replace. A blob over what a ConfigMap holds (1 MiB of data, less the object's own) is refused
@@ -27,13 +31,17 @@ RBAC (deploy/): list, create, update and delete on ``configmaps`` in the analyze
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import Callable
 from typing import Any
+
+from analyzer.replicas.exchange import KEEP_CYCLES
 
 ROLE = "gpuwarden.io/role"
 REPLICA = "gpuwarden.io/replica"
 CYCLE = "gpuwarden.io/cycle"
 KEY = "scores"
+MEMORY = "memory"
 TOPOLOGY = "topology"
 # a ConfigMap holds 1 MiB of data (the API server refuses more); base64 grows a blob by 4/3
 MAX_BLOB = (1024 * 1024 - 16 * 1024) * 3 // 4
@@ -73,6 +81,32 @@ class ConfigMapExchange:
             return notes.get(CYCLE) == str(cycle) and bool(notes.get(REPLICA))
 
         got = self._list("scores", KEY, mine, "reading the marginal scores")
+        return {notes[REPLICA]: data for notes, data in got}
+
+    def put_memory(self, cycle: int, replica: str, blob: bytes) -> None:
+        if len(blob) > MAX_BLOB:
+            raise OSError(f"detector memory of {replica}: {len(blob)} bytes compressed, more "
+                          f"than a ConfigMap holds ({MAX_BLOB})")  # fmt: skip
+        notes = {REPLICA: replica, CYCLE: str(cycle)}
+        name = f"{self.prefix}-memory-{replica}"
+        self._put(name, "memory", notes, MEMORY, blob, "leaving the detector memory")
+
+    def get_memory(self, cycle: int) -> dict[str, bytes]:
+        """Every replica's memory of ``cycle``; a departed replica's older than the last few
+        cycles is removed on the way (a Deployment's pods are named anew on every rollout,
+        so nothing else would)."""
+        stale: list[str] = []
+
+        def mine(notes: dict[str, str]) -> bool:
+            at = notes.get(CYCLE, "")
+            if at.lstrip("-").isdigit() and int(at) < cycle - KEEP_CYCLES and notes.get(REPLICA):
+                stale.append(notes[REPLICA])
+            return at == str(cycle) and bool(notes.get(REPLICA))
+
+        got = self._list("memory", MEMORY, mine, "reading the detector memory")
+        for replica in stale:
+            with contextlib.suppress(OSError):  # another replica removed it first, or cannot
+                self._delete(f"{self.prefix}-memory-{replica}", "removing old detector memory")
         return {notes[REPLICA]: data for notes, data in got}
 
     def put_topology(self, cycle: int, blob: bytes) -> None:
@@ -130,12 +164,16 @@ class ConfigMapExchange:
         return out
 
     def leave(self, replica: str) -> None:
-        """Remove this replica's scores (it is going away)."""
+        """Remove this replica's scores (it is going away). Its memory stays: the replicas
+        that take its nodes over read it next cycle (removed once old, by :meth:`get_memory`)."""
+        self._delete(self.name(replica), "removing the marginal scores")
+
+    def _delete(self, name: str, what: str) -> None:
         try:
-            self.api.delete_namespaced_config_map(self.name(replica), self.namespace)
+            self.api.delete_namespaced_config_map(name, self.namespace)
         except Exception as e:
             if getattr(e, "status", None) != 404:
-                raise _said("removing the marginal scores", e) from None
+                raise _said(what, e) from None
 
 
 def _said(what: str, e: Exception) -> OSError:

@@ -7,8 +7,10 @@ written as Python's shortest round-trip repr so the values read back bit for bit
 compressed), then reads the others' for ``k`` until every member of the plan has put or its
 wait runs out. The same backends are the :class:`~analyzer.replicas.sharing.TopologyBoard`
 where the leader leaves the fleet topology it read for ``k`` (``put_topology``, one blob a
-cycle). Backends: :class:`DirectoryExchange` (the bare-metal meeting directory,
-``scores/<cycle>/<replica>`` and ``topology/<cycle>``, each file written whole and renamed
+cycle), and the :class:`MemoryBoard` where each replica leaves, after judging ``k``, what its
+detectors remember of its nodes (``put_memory``: the next owner of a moved node adopts it,
+:mod:`analyzer.replicas.handover`). Backends: :class:`DirectoryExchange` (the bare-metal meeting directory,
+``scores/<cycle>/<replica>``, ``memory/<cycle>/<replica>`` and ``topology/<cycle>``, each file written whole and renamed
 into place),
 :class:`analyzer.replicas.configmaps.ConfigMapExchange` (Kubernetes: a ConfigMap per
 replica; Leases are too small for the blobs, a few hundred KB a replica at 12,500 nodes) and
@@ -22,10 +24,10 @@ import json
 import os
 import shutil
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -52,10 +54,8 @@ def _arrays(of: Mapping[Any, np.ndarray]) -> dict[str, list[float]]:
     return {SEP.join(k): [float(x) for x in v] for k, v in of.items()}
 
 
-def encode(s: Scores, handover: Mapping[str, Any] | None = None) -> bytes:
-    """``s`` and, when there is one, the memory this replica hands over with them
-    (:mod:`analyzer.replicas.handover`: the nodes it judged last cycle and no longer owns)."""
-    doc: dict[str, Any] = {
+def encode(s: Scores) -> bytes:
+    doc = {
         "values": _arrays(s.values),
         "sizes": dict(s.sizes),
         "clocks": _arrays(s.clocks),
@@ -63,44 +63,59 @@ def encode(s: Scores, handover: Mapping[str, Any] | None = None) -> bytes:
         "slowest": _arrays(s.slowest),
         "names": {SEP.join(k): list(v) for k, v in s.names.items()},
     }
-    if handover:
-        doc["handover"] = handover
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
 
 
 def decode(blob: bytes) -> Scores:
     """The scores of :func:`encode`; ValueError naming what is wrong otherwise."""
-    return decode_part(blob)[0]
-
-
-def decode_part(blob: bytes) -> tuple[Scores, dict[str, Any]]:
-    """The scores and the memory handed over (empty: none) of :func:`encode`; ValueError
-    naming what is wrong otherwise. A part written before memory was handed over has none;
-    one written by a later version with keys this one does not know reads the same."""
     try:
         doc = json.loads(zlib.decompress(blob))
     except (zlib.error, ValueError) as e:
         raise ValueError(f"marginal scores: not a compressed JSON document ({e})") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"marginal scores: a JSON {type(doc).__name__}, not an object")
-    handover = doc.get("handover") or {}
-    if not isinstance(handover, dict):
-        raise ValueError(f"handover: a JSON {type(handover).__name__}, not an object")
     try:
-        return _scores(doc), handover
+        return Scores(
+            values={_key(k, 3): np.array(v, dtype=float) for k, v in doc["values"].items()},
+            sizes={str(k): int(v) for k, v in doc["sizes"].items()},
+            clocks={_key(k, 2): np.array(v, dtype=float) for k, v in doc["clocks"].items()},
+            clock_nodes={_key(k, 2): int(v) for k, v in doc["clock_nodes"].items()},
+            slowest={_key(k, 2): np.array(v, dtype=float) for k, v in doc["slowest"].items()},
+            names={_key(k, 3): tuple(str(x) for x in v) for k, v in doc["names"].items()},
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"marginal scores: malformed document ({e!r})") from None
 
 
-def _scores(doc: dict[str, Any]) -> Scores:
-    return Scores(
-        values={_key(k, 3): np.array(v, dtype=float) for k, v in doc["values"].items()},
-        sizes={str(k): int(v) for k, v in doc["sizes"].items()},
-        clocks={_key(k, 2): np.array(v, dtype=float) for k, v in doc["clocks"].items()},
-        clock_nodes={_key(k, 2): int(v) for k, v in doc["clock_nodes"].items()},
-        slowest={_key(k, 2): np.array(v, dtype=float) for k, v in doc["slowest"].items()},
-        names={_key(k, 3): tuple(str(x) for x in v) for k, v in doc["names"].items()},
-    )
+def encode_memory(nodes: Iterable[str], memory: Mapping[str, Any]) -> bytes:
+    """What a replica's engine remembers of the nodes it judged this cycle
+    (:meth:`analyzer.engine.Engine.remember`), for the replica that judges them next
+    (:mod:`analyzer.replicas.handover`). The same JSON conventions as the scores."""
+    doc = {"nodes": sorted(nodes), "memory": dict(memory)}
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def decode_memory(blob: bytes) -> dict[str, Any]:
+    """``{"nodes": [...], "memory": {...}}`` of :func:`encode_memory`; ValueError naming what
+    is wrong otherwise (what is inside ``memory`` is read by the engine's ``adopt``)."""
+    try:
+        doc = json.loads(zlib.decompress(blob))
+    except (zlib.error, ValueError) as e:
+        raise ValueError(f"detector memory: not a compressed JSON document ({e})") from None
+    if not (isinstance(doc, dict) and isinstance(doc.get("nodes"), list)
+            and isinstance(doc.get("memory"), dict)):  # fmt: skip
+        raise ValueError("detector memory: not an object with a list of nodes and a memory")
+    return doc
+
+
+@runtime_checkable
+class MemoryBoard(Protocol):
+    """Where replicas leave their detector memory after each cycle (optional: an exchange
+    without it hands none over, and a moved node is judged afresh)."""
+
+    def put_memory(self, cycle: int, replica: str, blob: bytes) -> None:
+        """Leave ``replica``'s memory as of the end of ``cycle`` (OSError when it cannot)."""
+
+    def get_memory(self, cycle: int) -> dict[str, bytes]:
+        """Every replica's memory as of the end of ``cycle`` (OSError when unreadable)."""
 
 
 def _key(k: str, parts: int) -> Any:
@@ -116,6 +131,7 @@ class MemoryExchange:
 
     _cycles: dict[int, dict[str, bytes]] = field(default_factory=dict)
     _topologies: dict[int, bytes] = field(default_factory=dict)
+    _memories: dict[int, dict[str, bytes]] = field(default_factory=dict)
     poll_s: float = 0.05
 
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
@@ -127,8 +143,17 @@ class MemoryExchange:
         return dict(self._cycles.get(cycle, {}))
 
     def leave(self, replica: str) -> None:
+        """Its scores go; its memory stays for the replicas that take its nodes over."""
         for part in self._cycles.values():
             part.pop(replica, None)
+
+    def put_memory(self, cycle: int, replica: str, blob: bytes) -> None:
+        self._memories.setdefault(cycle, {})[replica] = blob
+        for old in sorted(self._memories)[:-KEEP_CYCLES]:
+            del self._memories[old]
+
+    def get_memory(self, cycle: int) -> dict[str, bytes]:
+        return dict(self._memories.get(cycle, {}))
 
     def put_topology(self, cycle: int, blob: bytes) -> None:
         self._topologies[cycle] = blob
@@ -150,6 +175,8 @@ class DirectoryExchange:
         self.root.mkdir(parents=True, exist_ok=True)
         self.topologies = Path(root) / "topology"
         self.topologies.mkdir(exist_ok=True)
+        self.memories = Path(root) / "memory"
+        self.memories.mkdir(exist_ok=True)
 
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
         d = self.root / str(cycle)
@@ -167,22 +194,35 @@ class DirectoryExchange:
         except FileNotFoundError:
             return None
 
+    def put_memory(self, cycle: int, replica: str, blob: bytes) -> None:
+        d = self.memories / str(cycle)
+        d.mkdir(exist_ok=True)
+        _write(d, replica, blob)
+        _prune(self.memories, lambda p: shutil.rmtree(p, ignore_errors=True))
+
+    def get_memory(self, cycle: int) -> dict[str, bytes]:
+        return _read(self.memories / str(cycle))
+
     def get(self, cycle: int) -> dict[str, bytes]:
-        d = self.root / str(cycle)
-        if not d.is_dir():
-            return {}
-        out = {}
-        for p in d.iterdir():
-            if p.name.startswith("."):
-                continue
-            try:
-                out[p.name] = p.read_bytes()
-            except FileNotFoundError:  # removed with its cycle meanwhile
-                continue
-        return out
+        return _read(self.root / str(cycle))
 
     def leave(self, replica: str) -> None:
         return None  # its files go with their cycles
+
+
+def _read(d: Path) -> dict[str, bytes]:
+    """Every replica's file in ``d`` (none: {})."""
+    if not d.is_dir():
+        return {}
+    out = {}
+    for p in d.iterdir():
+        if p.name.startswith("."):
+            continue
+        try:
+            out[p.name] = p.read_bytes()
+        except FileNotFoundError:  # removed with its cycle meanwhile
+            continue
+    return out
 
 
 def _write(d: Path, name: str, blob: bytes) -> None:

@@ -1,74 +1,77 @@
-"""A unit's detector memory goes with it from the replica that judged it to the one that takes
-it over, so the sharded path judges a moved node as the single process would: a straggler's
-streak goes on, a port's flaps are still counted, an XID incident stays open.
+"""A node's detector memory goes with it from the replica that judged it to the one that
+judges it next, so the sharded path judges a moved node as the single process would: a
+straggler's streak goes on, a port's flaps are still counted, an XID incident stays open.
 
-Units move when a job joins or splits them, or a member comes or goes. Each cycle a replica
-hands over what its engine remembers of the nodes it judged last cycle and does not own now
-(:meth:`Handover.give`, :meth:`analyzer.engine.Engine.remember`), inside the part it leaves
-on the exchange with its marginal scores (:func:`analyzer.replicas.exchange.encode`). It
-leaves that part before it judges the cycle, so the memory is as of the end of the last one:
-where the new owner goes on is where the old one stopped. The new owner reads the members'
-parts anyway (marginal needs them) and adopts the memory of the nodes it gained before it
-judges (:meth:`Handover.take`); the old owner then forgets them (:meth:`Handover.close`).
+Nodes move between replicas when a job joins or splits units, a member comes or goes, or a
+replica restarts. After judging cycle ``k`` a replica leaves on the exchange's
+:class:`~analyzer.replicas.exchange.MemoryBoard` what its engine remembers of the nodes it
+judged (:meth:`Handover.close`, :meth:`analyzer.engine.Engine.remember`). Before judging cycle
+``k + 1`` every replica reads the memory left for ``k`` and adopts that of the nodes it gained
+(:meth:`Handover.take`): where the new owner goes on is where the old one stopped. A replica
+forgets the nodes it gave away (a node that comes back later comes back with its new
+owner's memory). One restarted under its own name (a pod's container restart, a systemd
+unit) finds its own memory of the last cycle there, as does the replica that takes over the
+nodes of one that left (its memory stays on the board, the scores go).
 
 Nodes gained without memory are judged as a freshly started analyzer would, and counted:
-the first cycle after a start, an owner that died or was cut off from the exchange, a part
-that does not read. Pure apart from the engine's memory.
+the first cycle of a new replica, an owner that died mid-cycle, a board out of reach, a
+memory that does not read. Only the memory of the cycle just before counts: a replica that
+skipped a cycle takes every node of the cycle after as gained, and memory older than one
+cycle is never adopted (it would count a streak across a cycle nobody judged). Pure apart
+from the engine's memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from analyzer.engine import Engine
+from analyzer.replicas.exchange import decode_memory, encode_memory
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Taken:
     adopted: int = 0  # gained nodes whose previous owner's memory came with them
     fresh: int = 0  # gained nodes without it
-    unreadable: tuple[str, ...] = ()  # parts of a memory that did not read (left as they were)
+    unreadable: tuple[str, ...] = ()  # memories (or parts of one) that did not read
 
 
 @dataclass
 class Handover:
-    judged: frozenset[str] = field(default_factory=frozenset)  # the nodes of the last cycle
+    judged: frozenset[str] = field(default_factory=frozenset)  # the nodes of cycle ``cycle``
+    cycle: int | None = None  # the last cycle judged here (None: none yet)
 
-    def give(self, engine: Engine, now: frozenset[str]) -> dict[str, Any] | None:
-        """What this replica hands over this cycle: its memory of the nodes it judged last
-        cycle and does not own ``now`` (None: it gives none away)."""
-        given = self.judged - now
-        if not given:
-            return None
-        return {"nodes": sorted(given), "memory": engine.remember(given)}
-
-    def take(self, engine: Engine, parts: Iterable[Mapping[str, Any]],
-             now: frozenset[str]) -> Taken:  # fmt: skip
-        """Adopt from ``parts`` (what the other members handed over this cycle) the memory
-        of the nodes gained ``now``; a part naming nodes this replica did not gain is not
-        its to take (another replica's, or a plan this one does not share)."""
-        gained = now - self.judged
+    def take(self, engine: Engine, parts: Mapping[str, bytes], now: frozenset[str],
+             cycle: int) -> Taken:  # fmt: skip
+        """Before judging ``cycle``: adopt from ``parts`` (every replica's memory left for
+        ``cycle - 1``, by replica) the memory of the nodes gained ``now``. A memory naming
+        nodes this replica did not gain is not its to take (another replica's nodes)."""
+        before = self.judged if self.cycle == cycle - 1 else frozenset()
+        gained = now - before
         adopted: set[str] = set()
         bad: list[str] = []
-        for part in parts:
+        for replica in sorted(parts):
             try:
-                nodes = {str(n) for n in part.get("nodes", [])} & gained - adopted
-                memory = part.get("memory") or {}
-                if nodes and not isinstance(memory, Mapping):
-                    raise TypeError(f"memory is a {type(memory).__name__}")
-            except (TypeError, AttributeError) as e:
-                bad.append(f"handover ({e})")
+                doc = decode_memory(parts[replica])
+            except ValueError as e:
+                bad.append(f"{replica}: {e}")
                 continue
+            nodes = {str(n) for n in doc["nodes"]} & gained - adopted
             if nodes:
-                bad += engine.adopt(memory, nodes)
+                bad += (f"{replica}: {part}" for part in engine.adopt(doc["memory"], nodes))
                 adopted |= nodes
+        for b in bad:
+            log.warning("detector memory handed over by %s does not read", b)
         return Taken(len(adopted), len(gained - adopted), tuple(bad))
 
-    def close(self, engine: Engine, now: frozenset[str]) -> None:
-        """The cycle is judged: forget the nodes given away (their memory went with them, and
-        a node that comes back later comes back with its new owner's), remember ``now``."""
+    def close(self, engine: Engine, now: frozenset[str], cycle: int) -> bytes:
+        """``cycle`` is judged on ``now``: forget the nodes given away, and return what the
+        engine remembers of ``now`` for the board."""
         if gone := self.judged - now:
             engine.adopt({}, gone)
-        self.judged = now
+        self.judged, self.cycle = now, cycle
+        return encode_memory(now, engine.remember(now))

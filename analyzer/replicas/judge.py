@@ -2,10 +2,11 @@
 findings that are its own. Pure apart from the engine's memory; sits where the single-process
 service calls ``Engine.cycle``.
 
-Detector memory is keyed by node name (:mod:`analyzer.detectors.events`), so an engine that
-took over a unit judges it as a freshly started analyzer would, and one that gave a unit away
-could still hold findings on its nodes until their hold runs out: those are dropped here (the
-new owner reports them), so no node is reported by two replicas.
+Detector memory is keyed by node name (:mod:`analyzer.detectors.events`): the replica that
+takes a unit over adopts its last owner's memory of those nodes before it judges them
+(:mod:`analyzer.replicas.handover`), and the one that gave it away forgets them; a finding it
+still held on them is dropped here all the same (the new owner reports it), so no node is
+reported by two replicas.
 
 The one fleet-wide comparison, ``marginal``'s worst 1 % of a peer group, is judged in two
 steps: every replica's :func:`scores` of its part, exchanged, then each replica's

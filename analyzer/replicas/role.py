@@ -16,7 +16,8 @@ from analyzer.detectors.marginal import Scores
 from analyzer.engine import Engine
 from analyzer.findings import Finding
 from analyzer.replicas.coordinator import Coordinator, Timing
-from analyzer.replicas.exchange import DirectoryExchange, Exchange, decode, encode
+from analyzer.replicas.exchange import DirectoryExchange, Exchange, MemoryBoard, decode, encode
+from analyzer.replicas.handover import Handover
 from analyzer.replicas.judge import joined, judge, scores
 from analyzer.replicas.membership import Membership, Plan
 from analyzer.replicas.ownership import owned_nodes, units
@@ -37,6 +38,8 @@ class ReplicaStats:
     scores_missing: int = 0  # other replicas' marginal scores not in by the wait's end
     topology_shared: int = 0  # cycles read on the leader's topology (analyzer.replicas.sharing)
     topology_fallbacks: int = 0  # cycles a follower read the topology itself: none in time
+    memory_adopted: int = 0  # gained nodes judged on with their last owner's memory
+    memory_fresh: int = 0  # gained nodes judged afresh: no memory left for them
 
 
 class ReplicaRole:
@@ -57,6 +60,7 @@ class ReplicaRole:
         self.stats = ReplicaStats(replica)
         self._done = self.coordinator.first - 1
         self._owned: frozenset[str] | None = None  # decided before a node-restricted read
+        self.handover = Handover()  # the nodes judged last cycle, their memory handed on
         # turn() and leave() run in worker threads: a shutdown can call leave() while a turn
         # is still heartbeating, and that heartbeat must not recreate the beat leave removed
         self._turning = threading.Lock()
@@ -124,7 +128,34 @@ class ReplicaRole:
             return judge(engine, window, keep)
         others = self._others(self.exchange, engine, window, keep, plan)
         fleet = self.coordinator.replica == min(plan.members)  # one replica: the group-wide
-        return judge(engine, window, keep, others, fleet=fleet)
+        board = self.exchange if isinstance(self.exchange, MemoryBoard) else None
+        names = frozenset(window.nodes[i] for i in keep)
+        if board is not None:
+            self._take(board, engine, names, plan.cycle)
+        found = judge(engine, window, keep, others, fleet=fleet)
+        if board is not None:
+            self._leave_memory(board, engine, names, plan.cycle)
+        return found
+
+    def _take(self, board: MemoryBoard, engine: Engine, names: frozenset[str],
+              cycle: int) -> None:  # fmt: skip
+        """Adopt the memory the last cycle's owners left of the nodes gained this cycle."""
+        try:
+            left = board.get_memory(cycle - 1)
+        except OSError as e:  # judged afresh, counted
+            log.warning("detector memory: %s", e)
+            left = {}
+        taken = self.handover.take(engine, left, names, cycle)
+        self.stats.memory_adopted += taken.adopted
+        self.stats.memory_fresh += taken.fresh
+
+    def _leave_memory(self, board: MemoryBoard, engine: Engine, names: frozenset[str],
+                      cycle: int) -> None:  # fmt: skip
+        blob = self.handover.close(engine, names, cycle)
+        try:
+            board.put_memory(cycle, self.coordinator.replica, blob)
+        except OSError as e:  # the next owner of a node judges it afresh
+            log.warning("detector memory: %s", e)
 
     def _others(self, exchange: Exchange, engine: Engine, window: Window, keep: list[int],
                 plan: Plan) -> Scores | None:  # fmt: skip

@@ -5,9 +5,12 @@ verdicts").
 Each replica has its own engine, as separate processes would; the replicas are named
 ``r-0`` .. ``r-<N-1>`` and own the units rendezvous hashing gives them
 (:mod:`analyzer.replicas.ownership`); ``marginal`` judges each replica's nodes with the other
-replicas' scores of that cycle joined in, as the running replicas exchange them; one replica
-(``r-0``) is restarted halfway, a fresh engine that judges its units as a freshly started
-analyzer would. A job that straddles Prometheus shards (``gpuwarden_shard``, the ``hashmod`` of
+replicas' scores of that cycle joined in, as the running replicas exchange them; a node's
+detector memory goes with it to its next replica through the encoding the running replicas
+leave on their board (:mod:`analyzer.replicas.handover`). Two more runs over the same windows:
+``r-0`` restarted halfway between two cycles (a fresh engine that finds its memory of the
+last cycle on the board), and ``r-0`` killed in that cycle before it judged (its units go
+unjudged once, and the new process judges them afresh). A job that straddles Prometheus shards (``gpuwarden_shard``, the ``hashmod`` of
 its nodes over N shards) is one unit, judged whole by one replica; the table counts those jobs
 and the findings on their nodes, so a fault in such a job is shown, not assumed.
 
@@ -26,7 +29,7 @@ from typing import Any
 from analyzer.detectors import default_detectors
 from analyzer.engine import Engine
 from analyzer.findings import Finding
-from analyzer.replicas.exchange import decode_part, encode
+from analyzer.replicas.exchange import decode, encode
 from analyzer.replicas.handover import Handover
 from analyzer.replicas.judge import joined, judge, scores
 from analyzer.replicas.ownership import assign, owned_nodes, units
@@ -68,7 +71,11 @@ class Sharded:
     owner_of: dict[str, str] = field(default_factory=dict)
     handover: bool = True  # the previous owner's memory goes with a moved node (False: as
     # before analyzer.replicas.handover, a moved node judged afresh)
-    adopted: int = 0  # moved nodes whose memory came with them
+    crash: bool = False  # r-0 dies in cycle restart_at, before it judges (its units go
+    # unjudged that cycle, its memory of the cycle before is never left), back the next
+    adopted: int = 0  # gained nodes whose memory came with them
+    fresh: int = 0  # gained nodes judged afresh (every node in the first cycle)
+    board: dict[str, bytes] = field(default_factory=dict)  # the memory left last cycle
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -78,7 +85,8 @@ class Sharded:
 
     def __call__(self, window: Window, full: list[Finding]) -> None:
         self.cycle += 1
-        if self.cycle == self.restart_at:  # what it judged and remembered is gone
+        dead = self.cycle == self.restart_at and self.crash  # r-0 dies before it judges
+        if self.cycle == self.restart_at + (1 if self.crash else 0):  # a new r-0 process:
             self.engines["r-0"], self.handovers["r-0"] = Engine(default_detectors()), Handover()
         parts = units(window)
         self.largest_unit = max([self.largest_unit, *map(len, parts.values())])
@@ -90,21 +98,21 @@ class Sharded:
         self.owner_of = now
         self.units = len(parts)
         self.split += busy > 1
-        names = {r: frozenset(window.nodes[i] for i in keep) for r, keep in owned.items()}
-        sent = {r: decode_part(encode(scores(self.engines[r], window, keep),  # over the wire
-                                       self._give(r, names[r])))
-                 for r, keep in owned.items()}  # fmt: skip
+        judging = {r: keep for r, keep in owned.items() if not (dead and r == "r-0")}
+        names = {r: frozenset(window.nodes[i] for i in keep) for r, keep in judging.items()}
+        published = {r: decode(encode(scores(self.engines[r], window, keep)))  # over the wire
+                     for r, keep in judging.items()}  # fmt: skip
         got: list[Finding] = []
-        for r, keep in owned.items():
+        board: dict[str, bytes] = {}
+        for r, keep in judging.items():
             if self.handover:
-                taken = self.handovers[r].take(
-                    self.engines[r], (h for o, (_, h) in sent.items() if o != r), names[r]
-                )
-                self.adopted += taken.adopted
-            others = joined(s for o, (s, _) in sent.items() if o != r)
-            got += judge(self.engines[r], window, keep, others, fleet=r == min(owned))
-        for r in owned if self.handover else ():
-            self.handovers[r].close(self.engines[r], names[r])
+                taken = self.handovers[r].take(self.engines[r], self.board, names[r], self.cycle)
+                self.adopted, self.fresh = self.adopted + taken.adopted, self.fresh + taken.fresh
+            others = joined(s for o, s in published.items() if o != r)
+            got += judge(self.engines[r], window, keep, others, fleet=r == min(judging))
+            if self.handover:
+                board[r] = self.handovers[r].close(self.engines[r], names[r], self.cycle)
+        self.board = board
         if self.tracker is not None:
             self.tracker.observe(window.now, got)
         a, b = {key(f) for f in full}, {key(f) for f in got}
@@ -115,9 +123,6 @@ class Sharded:
         self.diff.update(f"extra {x[2]}" for x in b - a)
         self.distinct |= a
         self._straddle(window, a)
-
-    def _give(self, r: str, now: frozenset[str]) -> dict[str, Any] | None:
-        return self.handovers[r].give(self.engines[r], now) if self.handover else None
 
     def _straddle(self, window: Window, verdicts: set[Key]) -> None:
         shards = self.shards or self.replicas
@@ -144,6 +149,7 @@ def run_fleet(fleet: str, seed: int, replicas: int, nodes: int, horizon: float,
     hook = Sharded(replicas, restart_at=0, tracker=EpisodeTracker(2 * cycle))
     # the straddling jobs are the same windows' as hook's: counted there only
     restarted = Sharded(replicas, restart_at=max(1, cycles // 2), shards=1)
+    killed = Sharded(replicas, restart_at=max(1, cycles // 2), shards=1, crash=True)
     seen: list[Any] = []  # the simulated fleet, for its ground truth
 
     def tap(fleet_: Any, *_: Any) -> None:
@@ -151,8 +157,8 @@ def run_fleet(fleet: str, seed: int, replicas: int, nodes: int, horizon: float,
             seen.append(fleet_)
 
     def both(window: Window, full: list[Finding]) -> None:
-        hook(window, full)
-        restarted(window, full)
+        for h in (hook, restarted, killed):
+            h(window, full)
 
     r = run_seed(seed, nodes, horizon, step, cycle, per_kind, controls, hardware=hardware,
                  compare=False, mixed=fleet == "mixed", amd=fleet == "mixed-amd",
@@ -166,6 +172,8 @@ def run_fleet(fleet: str, seed: int, replicas: int, nodes: int, horizon: float,
         "faults": r["truth"], "single": hook.single, "sharded": hook.sharded,
         "distinct": len(hook.distinct), "differing": hook.differing, "diff": dict(hook.diff),
         "restart_differing": restarted.differing, "restart_diff": dict(restarted.diff),
+        "killed_differing": killed.differing, "killed_diff": dict(killed.diff),
+        "adopted": hook.adopted, "fresh": hook.fresh,
         "moved": hook.moved,
         "straddling_jobs": len(hook.straddling), "straddled": len(hook.straddled),
         "largest_unit": hook.largest_unit, "units": hook.units,
@@ -195,7 +203,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             "| cycles that differ | node moves | units (largest) | cycles split "
             "| jobs straddling shards | their verdicts "
             "| detected / F1 / TTD p95 / false drains, one analyzer "
-            f"| the same, {n} replicas | cycles that differ, r-0 restarted |")  # fmt: skip
+            f"| the same, {n} replicas | cycles that differ, r-0 restarted "
+            "| the same, r-0 killed mid-cycle |")  # fmt: skip
     out = [
         f"One analyzer against {n} replicas sharing the fleet by unit, the same windows cycle "
         "by cycle, findings summed over cycles. Node moves: nodes whose unit went to another "
@@ -203,8 +212,12 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         "here). Units: in the last cycle, the largest of any cycle in nodes. Cycles split: "
         "those in which two replicas or more owned units (in the others one replica judged "
         f"the fleet). A job straddles shards when its nodes' gpuwarden_shard over {n} differ. "
-        "The last column: the same run with replica r-0 restarted halfway (a fresh engine: "
-        "what it remembered of its nodes is gone).",
+        "A node's detector memory goes with it to its next replica (analyzer.replicas."
+        "handover). The last two columns: the same run with replica r-0 restarted halfway, "
+        "between two cycles (a fresh engine that finds its memory of the last cycle on the "
+        "board), and with r-0 killed in that cycle before it judged (its units go unjudged "
+        "that cycle, its memory of the cycle before is never left, and the new process "
+        "judges them afresh the cycle after: these differences are the cost of a crash).",
         "",
         head,
         "|" + "---|" * head.count(" | ") + "---|",
@@ -221,13 +234,14 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             f" | {r['sharded']:,} | **{r['differing']}** | {r['moved']:,}"
             f" | {r['units']} ({r['largest_unit']}) | {r['split']} | {r['straddling_jobs']}"
             f" | {r['straddled']} | {one} | {rep}"
-            f" | {r['restart_differing']} (at cycle {r['restart_at']}) |"
+            f" | {r['restart_differing']} (at cycle {r['restart_at']})"
+            f" | {r['killed_differing']} |"
         )
     bad = [r for r in rows if r["differing"]]
     out += ["", "identical findings in every cycle of every run" if not bad else
             "DIFFERENT: " + "; ".join(f"{r['fleet']} seed {r['seed']}: {r['diff']}" for r in bad)]  # fmt: skip
-    restarted = [r for r in rows if r["restart_differing"]]
-    if restarted:
-        out.append("with r-0 restarted: " + "; ".join(
-            f"{r['fleet']} seed {r['seed']}: {r['restart_diff']}" for r in restarted))  # fmt: skip
+    for col, what in (("restart", "restarted"), ("killed", "killed mid-cycle")):
+        if differ := [r for r in rows if r[f"{col}_differing"]]:
+            out.append(f"with r-0 {what}: " + "; ".join(
+                f"{r['fleet']} seed {r['seed']}: {r[f'{col}_diff']}" for r in differ))  # fmt: skip
     return "\n".join(out)

@@ -10,18 +10,18 @@ And a malformed hand-over leaves the memory as it was and says which part did no
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 import pytest
 
 from analyzer.detectors import default_detectors
-from analyzer.detectors.marginal import Scores
 from analyzer.detectors.recall import Remembers
 from analyzer.detectors.straggler import StragglerDetector
 from analyzer.detectors.xid import XidDetector
 from analyzer.engine import SINCE, Engine
 from analyzer.findings import Finding
-from analyzer.replicas.exchange import decode_part, encode
+from analyzer.replicas.exchange import decode_memory, encode_memory
 from analyzer.replicas.handover import Handover
 from analyzer.window import Window
 from gpuwarden.lab.evaluate import run_seed
@@ -41,9 +41,8 @@ class PingPong:
         giver, taker = self.engines[self.cycles % 2], self.engines[(self.cycles + 1) % 2]
         self.cycles += 1
         nodes = frozenset(window.nodes)
-        _, doc = decode_part(encode(Scores(), {"nodes": sorted(nodes),
-                                               "memory": giver.remember(nodes)}))  # fmt: skip
-        if any(v for k, v in doc["memory"].items() if k != SINCE and _has(v)):
+        doc = decode_memory(encode_memory(nodes, giver.remember(nodes)))  # over the wire
+        if any(_has(v) for k, v in doc["memory"].items() if k != SINCE):
             self.handed += 1
         assert taker.adopt(doc["memory"], nodes) == []
         giver.adopt({}, nodes)  # gone with them: the giver remembers none of it
@@ -68,7 +67,7 @@ def _has(v: Any) -> bool:
         {"seed": 2, "nodes": 96},
         {"seed": 1, "nodes": 64, "mixed": True},
         {"seed": 3, "nodes": 48, "amd": True},
-    ],  # fmt: skip
+    ],
     ids=["homogeneous", "mixed", "mixed-amd"],
 )
 def test_two_engines_taking_turns_with_the_memory_handed_over_find_what_one_engine_finds(
@@ -125,32 +124,60 @@ def test_adopting_replaces_the_memory_of_the_named_nodes_only() -> None:
     assert set(t._jobs_seen) == set() and t.fail_slow._streaks == {}
 
 
+def _board(**memories: tuple[Engine, set[str]]) -> dict[str, bytes]:
+    return {r: encode_memory(nodes, e.remember(nodes)) for r, (e, nodes) in memories.items()}
+
+
 def test_a_replica_takes_only_the_nodes_it_gained_and_counts_those_without_memory() -> None:
-    e = _xid_engine()
-    h = Handover(judged=frozenset({"n1", "n2"}))
-    giver = _xid_engine()
+    e, giver = _xid_engine(), _xid_engine()
     _straggling(giver)
-    parts = [
-        {"nodes": ["n3", "n1"], "memory": giver.remember({"n3", "n1"})},  # n1 is still mine
-        {"nodes": ["n4"], "memory": "not a mapping"},
-        "not a part at all",
-    ]
-    taken = h.take(e, parts, frozenset({"n2", "n3", "n4", "n5"}))  # type: ignore[arg-type]
-    assert (taken.adopted, taken.fresh) == (1, 2)  # n3; n4 and n5 afresh
-    assert len(taken.unreadable) == 2
+    h = Handover(judged=frozenset({"n1", "n2"}), cycle=6)
+    board = _board(b=(giver, {"n1", "n2"})) | {"c": b"not a memory"}
+    taken = h.take(e, board, frozenset({"n2", "n3"}), 7)
+    assert (taken.adopted, taken.fresh) == (0, 1)  # n2 is still its own; nobody left n3's
+    assert len(taken.unreadable) == 1 and taken.unreadable[0].startswith("c: ")
     s = next(d for d in e.detectors if isinstance(d, StragglerDetector))
-    assert s._streaks == {}  # n3 had no streak; n1's was not this replica's to take
+    assert s._streaks == {}  # n1's and n2's were not this replica's to take
+    h = Handover(judged=frozenset({"n2"}), cycle=6)
+    taken = h.take(e, board, frozenset({"n1", "n2"}), 7)  # n1 gained
+    assert (taken.adopted, taken.fresh) == (1, 0)
+    assert s._streaks == {("job-1", "n1"): (3, 10.0)}
 
 
-def test_a_replica_gives_the_nodes_it_no_longer_owns_then_forgets_them() -> None:
+def test_a_replica_that_skipped_a_cycle_takes_every_node_as_gained() -> None:
+    e, giver = _xid_engine(), _xid_engine()
+    _straggling(giver)
+    h = Handover(judged=frozenset({"n1", "n2"}), cycle=5)  # it judged 5, not 6
+    taken = h.take(e, _board(b=(giver, {"n1", "n2"})), frozenset({"n1", "n2"}), 7)
+    assert (taken.adopted, taken.fresh) == (2, 0)
+
+
+def test_a_replica_restarted_under_its_name_finds_its_own_memory_of_the_last_cycle() -> None:
+    old = _xid_engine()
+    _straggling(old)
+    board = {"a": Handover().close(old, frozenset({"n1", "n2"}), 6)}
+    new = _xid_engine()
+    taken = Handover().take(new, board, frozenset({"n1", "n2"}), 7)
+    assert (taken.adopted, taken.fresh) == (2, 0)
+    assert json.dumps(new.remember({"n1", "n2"}), sort_keys=True) == json.dumps(
+        old.remember({"n1", "n2"}), sort_keys=True
+    )
+
+
+def test_a_replica_forgets_the_nodes_it_gave_away_and_leaves_the_memory_of_the_rest() -> None:
     e = _xid_engine()
     _straggling(e)
-    h = Handover(judged=frozenset({"n1", "n2"}))
-    assert h.give(e, frozenset({"n1", "n2"})) is None
-    part = h.give(e, frozenset({"n1"}))
-    assert part is not None and part["nodes"] == ["n2"]
-    assert part["memory"]["straggler"]["streaks"] == [["job-1", "n2", 1, 20.0]]
-    h.close(e, frozenset({"n1"}))
+    h = Handover(judged=frozenset({"n1", "n2"}), cycle=6)
+    doc = decode_memory(h.close(e, frozenset({"n1"}), 7))
+    assert doc["nodes"] == ["n1"]
+    assert doc["memory"]["straggler"]["streaks"] == [["job-1", "n1", 3, 10.0]]
     s = next(d for d in e.detectors if isinstance(d, StragglerDetector))
     assert s._streaks == {("job-1", "n1"): (3, 10.0)} and s.fail_slow._streaks == {}
-    assert h.judged == {"n1"}
+    assert (h.judged, h.cycle) == ({"n1"}, 7)
+
+
+@pytest.mark.parametrize("blob", [b"junk", zlib.compress(b"[1, 2]"),
+                                  zlib.compress(b'{"nodes": "n1", "memory": {}}')])  # fmt: skip
+def test_a_memory_that_is_not_one_is_refused_with_a_clear_error(blob: bytes) -> None:
+    with pytest.raises(ValueError, match="detector memory"):
+        decode_memory(blob)
