@@ -4,8 +4,10 @@ leaves), judged whole by the single-process analyzer and then by 1, 2, 4 and 8 r
 own its units by rendezvous hash (:mod:`analyzer.replicas`). Each judgement runs in its own
 fresh process (spawned, imports warmed on a small window first), so the CPU seconds and the
 peak RSS are that replica's own: per replica count, the slowest replica's cycle wall time and
-CPU, its peak RSS, and the bytes of the window part it holds (what a node-restricted read
-would fetch), with ratios against the single process measured in the same run.
+CPU, its peak RSS, the bytes of the window part it holds (what a node-restricted read
+would fetch) and of the detector memory it leaves on the board after the cycle
+(:mod:`analyzer.replicas.handover`), with ratios against the single process measured in the
+same run.
 
 ``BENCH_SCALE_PARTS`` picks the parts (default ``split,weak,read``);
 ``BENCH_SCALE_NODES`` picks the fleet size (default 2048; quick: 512; 12500 for the
@@ -36,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from analyzer.replicas.configmaps import MAX_BLOB
+from analyzer.replicas.exchange import encode_memory
 from analyzer.replicas.ownership import assign, owned_nodes, units
 from analyzer.replicas.slicing import subwindow, window_bytes
 from analyzer.window import Window
@@ -64,9 +68,17 @@ def _judge(window: Window, whole: bool) -> dict[str, float]:
     wall0, cpu0 = time.perf_counter(), time.process_time()
     everyone = range(len(window.nodes))
     found = engine.cycle(window) if whole else judge(engine, window, everyone)
-    return {"wall": time.perf_counter() - wall0, "cpu": time.process_time() - cpu0,
-            "rss": _peak_rss_mib(),
-            "findings": float(len(found))}  # fmt: skip
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    cpu0 = time.process_time()  # what the replica leaves on the memory board after a cycle
+    blob = encode_memory(window.nodes, engine.remember(frozenset(window.nodes)))
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "rss": _peak_rss_mib(),
+        "findings": float(len(found)),
+        "memory_bytes": float(len(blob)),
+        "memory_cpu": time.process_time() - cpu0,
+    }
 
 
 def _in_child(window: Window, whole: bool) -> dict[str, float]:
@@ -118,6 +130,12 @@ def _split(quick: bool) -> list[dict[str, Any]]:
              "value": round(max(p["rss"] for p in per), 1), "unit": "MiB",
              "note": f"{max(p['rss'] for p in per) / single['rss']:.2f}x single "
                      "(its window part, received pickled, and the loaded detectors included)"},
+            {"name": f"scale_{nodes}_{r}_replicas_memory_kib",
+             "value": round(max(p["memory_bytes"] for p in per) / 2**10, 1), "unit": "KiB",
+             "note": f"largest detector memory left on the board after a cycle (a ConfigMap "
+                     f"holds {MAX_BLOB / 2**10:.0f} KiB); encoded in "
+                     f"{max(p['memory_cpu'] for p in per) * 1e3:.0f} ms of CPU; the whole "
+                     f"fleet's {single['memory_bytes'] / 2**10:.0f} KiB"},
             {"name": f"scale_{nodes}_{r}_replicas_window_bytes",
              "value": round(max(p["bytes"] for p in per) / 2**20, 1), "unit": "MiB",
              "note": f"largest part; {max(p['bytes'] for p in per) / full_bytes:.2f}x the fleet's"},

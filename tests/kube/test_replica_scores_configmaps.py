@@ -137,3 +137,34 @@ def test_a_refused_topology_is_an_oserror_with_the_servers_status(kube_lab: Kube
         x.put_topology(1, b"blob")
     with pytest.raises(OSError, match=r"reading the topology: HTTP 403"):
         x.get_topology(1)
+
+
+def test_detector_memory_is_a_configmap_per_replica_that_outlives_its_replica(
+    kube_lab: KubeLab,
+) -> None:
+    from analyzer.replicas.exchange import KEEP_CYCLES, decode_memory, encode_memory
+
+    x = _exchange(kube_lab)
+    for r in ("r-0", "r-1"):
+        x.put_memory(20, r, encode_memory([f"{r}-n1"], {"xid": {"watermark": {f"{r}-n1": 1.5}}}))
+    got = x.get_memory(20)
+    assert set(got) == {"r-0", "r-1"}
+    assert decode_memory(got["r-0"])["memory"]["xid"]["watermark"] == {"r-0-n1": 1.5}
+    x.put(20, "r-0", b"scores")
+    x.leave("r-0")  # its scores go, its memory stays for whoever takes its nodes over
+    assert x.get(20) == {} and set(x.get_memory(20)) == {"r-0", "r-1"}
+    x.put_memory(21, "r-1", encode_memory([], {}))
+    assert set(x.get_memory(21)) == {"r-1"} and set(x.get_memory(20)) == {"r-0"}
+    # a departed replica's memory is removed once old, by whoever reads the board then
+    x.get_memory(20 + KEEP_CYCLES + 1)
+    assert x.get_memory(20) == {} and set(x.get_memory(21)) == {"r-1"}
+
+
+def test_a_refused_memory_is_an_oserror_with_the_servers_status(kube_lab: KubeLab) -> None:
+    x = _unprivileged(kube_lab, "nomem")
+    with pytest.raises(OSError, match=r"leaving the detector memory: HTTP 403"):
+        x.put_memory(1, "r-0", b"blob")
+    with pytest.raises(OSError, match=r"reading the detector memory: HTTP 403"):
+        x.get_memory(1)
+    with pytest.raises(OSError, match=r"more than a ConfigMap holds"):
+        _exchange(kube_lab).put_memory(1, "r-0", os.urandom(MAX_BLOB + 1))
