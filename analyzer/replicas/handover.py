@@ -17,7 +17,8 @@ Nodes gained without memory are judged as a freshly started analyzer would, and 
 the first cycle of a new replica, an owner that died mid-cycle, a board out of reach, a
 memory that does not read. Only the memory of the cycle just before counts: a replica that
 skipped a cycle takes every node of the cycle after as gained, and memory older than one
-cycle is never adopted (it would count a streak across a cycle nobody judged). Pure apart
+cycle is never adopted (it would count a streak across a cycle nobody judged); a node found in
+no memory keeps what this engine itself remembers of it, if anything. Pure apart
 from the engine's memory.
 """
 

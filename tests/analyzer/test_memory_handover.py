@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import zlib
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from analyzer.detectors import default_detectors
+from analyzer.detectors.infiniband import InfinibandDetector
 from analyzer.detectors.recall import Remembers
 from analyzer.detectors.straggler import StragglerDetector
 from analyzer.detectors.xid import XidDetector
@@ -23,8 +25,11 @@ from analyzer.engine import SINCE, Engine
 from analyzer.findings import Finding
 from analyzer.replicas.exchange import decode_memory, encode_memory
 from analyzer.replicas.handover import Handover
-from analyzer.window import Window
+from analyzer.window import AfidEvent, Window, XidEvent
+from exporter import catalog
 from gpuwarden.lab.evaluate import run_seed
+
+from . import synth
 
 
 class PingPong:
@@ -53,6 +58,10 @@ class PingPong:
 
 def _order(f: Finding) -> tuple[str, str, str]:
     return f.key
+
+
+def _key(found: list[Finding]) -> set[tuple[str, str, str, str, str]]:
+    return {(f.node, f.subject, f.kind, f.severity, f.action) for f in found}
 
 
 def _has(v: Any) -> bool:
@@ -181,3 +190,89 @@ def test_a_replica_forgets_the_nodes_it_gave_away_and_leaves_the_memory_of_the_r
 def test_a_memory_that_is_not_one_is_refused_with_a_clear_error(blob: bytes) -> None:
     with pytest.raises(ValueError, match="detector memory"):
         decode_memory(blob)
+
+
+def _flapping_windows(cycles: int) -> list[Window]:
+    """One port that goes down and comes back once a window: a flap only its history shows
+    (three ups within the detector's flap window)."""
+    out = []
+    for k in range(cycles):
+        d = synth.healthy(T=41, t0=10_000.0 + 600.0 * k)
+        d["metrics"][catalog.IB_PORT_STATE.name][20:23, 3, 0] = 1.0  # down, then up at 23
+        out.append(synth.window(d))
+    return out
+
+
+def test_a_ports_flaps_counted_by_one_engine_are_counted_on_by_the_next() -> None:
+    one, a, b = (Engine([InfinibandDetector()]) for _ in range(3))
+    flagged = []
+    for k, w in enumerate(_flapping_windows(4)):
+        full = one.cycle(w)
+        giver, taker = (a, b) if k % 2 else (b, a)
+        nodes = frozenset(w.nodes)
+        taker.adopt(decode_memory(encode_memory(nodes, giver.remember(nodes)))["memory"], nodes)
+        giver.adopt({}, nodes)
+        got = taker.cycle(w)
+        assert _key(got) == _key(full)
+        flagged.append(any(f.kind == "ib_flapping" for f in full))
+    assert flagged == [False, False, True, True]  # the third up makes the flap
+
+
+def _xid_windows() -> list[Window]:
+    """XID 13 on node-01's GPU 2 in three cycles, each under another job (repeated across
+    jobs: suspect hardware), XID 79 on node-06's GPU 5 in three incidents 650 s apart
+    (recurring: replace the GPU), and an XID 79 incident on node-04 that runs over a cycle's end
+    (its events chained: one incident, counted once)."""
+    out = []
+    for k in range(4):
+        d = synth.healthy(T=41, t0=10_000.0 + 600.0 * k)
+        now = float(d["t"][-1])
+        xids = [XidEvent(now - 300.0, 1, 2, 13), XidEvent(now - 300.0 + 50 * k, 6, 5, 79)
+                ] if k < 3 else []  # fmt: skip
+        if k == 1:
+            xids.append(XidEvent(now - 2.0, 4, 0, 79))
+        if k == 2:
+            xids.append(XidEvent(now - 600.0 + 3.0, 4, 0, 79))  # 5 s after the last one
+        d["jobs"] = {f"job-{k}": tuple(range(8))}
+        out.append(synth.window(d, xids=tuple(xids)))
+    return out
+
+
+def test_xid_incidents_and_histories_judged_by_one_engine_go_on_in_the_next() -> None:
+    one, a, b = (_xid_engine() for _ in range(3))
+    kinds = []
+    for k, w in enumerate(_xid_windows()):
+        full = one.cycle(w)
+        giver, taker = (a, b) if k % 2 else (b, a)
+        nodes = frozenset(w.nodes)
+        taker.adopt(decode_memory(encode_memory(nodes, giver.remember(nodes)))["memory"], nodes)
+        giver.adopt({}, nodes)
+        assert sorted(taker.cycle(w), key=_order) == sorted(full, key=_order), f"cycle {k}"
+        kinds.append({(f.node, f.kind, f.evidence.get("events")) for f in full})
+    assert ("node-01", "xid_repeated_application", 3.0) in kinds[2]
+    assert ("node-04", "xid_fatal", 2.0) in kinds[2]  # one incident of two events
+    assert ("node-06", "xid_recurring", None) in kinds[2]
+
+
+def test_an_amd_events_finding_held_by_one_engine_runs_out_on_time_in_the_next() -> None:
+    # windows that overlap by half; the event's finding is held 100 s, so by the next window
+    # it has run out while the event is still in that window (the hold runs from the event)
+    from analyzer.afidcat import load_catalog
+    from analyzer.detectors.afid import AfidDetector
+
+    def engine() -> Engine:
+        return Engine([AfidDetector(load_catalog(), hold=100.0)])
+
+    one, a, b = engine(), engine(), engine()
+    held = []
+    for k in range(3):
+        d = synth.healthy(T=41, t0=10_000.0 + 300.0 * k)
+        w = replace(synth.window(d), afids=(AfidEvent(10_000.0 + 550.0, 3, 1, 27, "fatal"),))
+        full = one.cycle(w)
+        giver, taker = (a, b) if k % 2 else (b, a)
+        nodes = frozenset(w.nodes)
+        taker.adopt(decode_memory(encode_memory(nodes, giver.remember(nodes)))["memory"], nodes)
+        giver.adopt({}, nodes)
+        assert sorted(taker.cycle(w), key=_order) == sorted(full, key=_order), f"cycle {k}"
+        held.append(len(full))
+    assert held == [1, 0, 0]  # found once, not again from the same event

@@ -22,7 +22,8 @@ def _row(**over: Any) -> dict[str, Any]:
     row = {"fleet": "mixed", "seed": 1, "nodes": 32, "hardware": True, "replicas": 2,
            "cycles": 72, "restart_at": 36, "faults": 3, "single": 40, "sharded": 40,
            "distinct": 5, "differing": 0, "diff": {}, "restart_differing": 0,
-           "restart_diff": {}, "moved": 7, "straddling_jobs": 2, "straddled": 1,
+           "restart_diff": {}, "killed_differing": 2, "killed_diff": {"missing xid_fatal": 2},
+           "adopted": 7, "fresh": 40, "moved": 7, "straddling_jobs": 2, "straddled": 1,
            "largest_unit": 16, "units": 2, "split": 72,
            "scores": {"single": scores, "replicas": dict(scores, f1=float("nan"))}}  # fmt: skip
     return row | over
@@ -61,8 +62,9 @@ def test_the_table_says_identical_only_when_no_cycle_differs() -> None:
     same = replica_eval.table([_row()])
     assert "identical findings in every cycle of every run" in same
     assert "| mixed | 1 | 3 | 72 | 40 | 40 | **0** | 7 | 2 (16) | 72 | 2 | 1 |" in same
-    assert "3 / 1.000 / 30 s / 0 | 3 / - / 30 s / 0 | 0 (at cycle 36) |" in same  # NaN: "-"
+    assert "3 / 1.000 / 30 s / 0 | 3 / - / 30 s / 0 | 0 (at cycle 36) | 2 |" in same  # NaN: "-"
     assert "restarted:" not in same
+    assert "with r-0 killed mid-cycle: mixed seed 1: {'missing xid_fatal': 2}" in same
     bad = replica_eval.table([_row(), _row(seed=2, differing=3, diff={"extra straggler": 2}),
                               _row(seed=3, restart_differing=1,
                                    restart_diff={"extra marginal": 1})])  # fmt: skip
