@@ -74,6 +74,7 @@ class Sharded:
     crash: bool = False  # r-0 dies in cycle restart_at, before it judges (its units go
     # unjudged that cycle, its memory of the cycle before is never left), back the next
     adopted: int = 0  # gained nodes whose memory came with them
+    restart_nodes: int = 0  # r-0's nodes in the cycle it restarted (0: the restart tests nothing)
     fresh: int = 0  # gained nodes judged afresh (every node in the first cycle)
     board: dict[str, bytes] = field(default_factory=dict)  # the memory left last cycle
 
@@ -98,6 +99,8 @@ class Sharded:
         self.owner_of = now
         self.units = len(parts)
         self.split += busy > 1
+        if self.cycle == self.restart_at:
+            self.restart_nodes = len(owned["r-0"])
         judging = {r: keep for r, keep in owned.items() if not (dead and r == "r-0")}
         names = {r: frozenset(window.nodes[i] for i in keep) for r, keep in judging.items()}
         published = {r: decode(encode(scores(self.engines[r], window, keep)))  # over the wire
@@ -173,6 +176,7 @@ def run_fleet(fleet: str, seed: int, replicas: int, nodes: int, horizon: float,
         "distinct": len(hook.distinct), "differing": hook.differing, "diff": dict(hook.diff),
         "restart_differing": restarted.differing, "restart_diff": dict(restarted.diff),
         "killed_differing": killed.differing, "killed_diff": dict(killed.diff),
+        "restart_nodes": restarted.restart_nodes,
         "adopted": hook.adopted, "fresh": hook.fresh,
         "moved": hook.moved,
         "straddling_jobs": len(hook.straddling), "straddled": len(hook.straddled),
@@ -213,7 +217,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         "those in which two replicas or more owned units (in the others one replica judged "
         f"the fleet). A job straddles shards when its nodes' gpuwarden_shard over {n} differ. "
         "A node's detector memory goes with it to its next replica (analyzer.replicas."
-        "handover). The last two columns: the same run with replica r-0 restarted halfway, "
+        "handover). The last two columns: the same run with replica r-0 restarted halfway "
+        "(the nodes it owned then: with none, the restart tests nothing), "
         "between two cycles (a fresh engine that finds its memory of the last cycle on the "
         "board), and with r-0 killed in that cycle before it judged (its units go unjudged "
         "that cycle, its memory of the cycle before is never left, and the new process "
@@ -234,7 +239,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             f" | {r['sharded']:,} | **{r['differing']}** | {r['moved']:,}"
             f" | {r['units']} ({r['largest_unit']}) | {r['split']} | {r['straddling_jobs']}"
             f" | {r['straddled']} | {one} | {rep}"
-            f" | {r['restart_differing']} (at cycle {r['restart_at']})"
+            f" | {r['restart_differing']} (at cycle {r['restart_at']},"
+            f" {r.get('restart_nodes', 0)} nodes)"
             f" | {r['killed_differing']} |"
         )
     bad = [r for r in rows if r["differing"]]

@@ -23,7 +23,8 @@ def _row(**over: Any) -> dict[str, Any]:
            "cycles": 72, "restart_at": 36, "faults": 3, "single": 40, "sharded": 40,
            "distinct": 5, "differing": 0, "diff": {}, "restart_differing": 0,
            "restart_diff": {}, "killed_differing": 2, "killed_diff": {"missing xid_fatal": 2},
-           "adopted": 7, "fresh": 40, "moved": 7, "straddling_jobs": 2, "straddled": 1,
+           "adopted": 7, "fresh": 40, "restart_nodes": 16, "moved": 7, "straddling_jobs": 2,
+           "straddled": 1,
            "largest_unit": 16, "units": 2, "split": 72,
            "scores": {"single": scores, "replicas": dict(scores, f1=float("nan"))}}  # fmt: skip
     return row | over
@@ -39,6 +40,7 @@ def test_two_replicas_find_what_one_analyzer_finds_on_a_small_fleet_cycle_by_cyc
     assert (row["sharded"], row["differing"], row["diff"]) == (row["single"], 0, {})
     assert row["scores"]["replicas"] == row["scores"]["single"]
     assert row["straddled"] <= row["distinct"]
+    assert row["restart_nodes"] > 0  # the restarted replica had nodes to go on with
 
 
 def test_a_replica_that_judges_none_of_its_units_shows_as_missing_findings(
@@ -62,7 +64,9 @@ def test_the_table_says_identical_only_when_no_cycle_differs() -> None:
     same = replica_eval.table([_row()])
     assert "identical findings in every cycle of every run" in same
     assert "| mixed | 1 | 3 | 72 | 40 | 40 | **0** | 7 | 2 (16) | 72 | 2 | 1 |" in same
-    assert "3 / 1.000 / 30 s / 0 | 3 / - / 30 s / 0 | 0 (at cycle 36) | 2 |" in same  # NaN: "-"
+    assert (
+        "3 / 1.000 / 30 s / 0 | 3 / - / 30 s / 0 | 0 (at cycle 36, 16 nodes) | 2 |" in same
+    )  # NaN: "-"
     assert "restarted:" not in same
     assert "with r-0 killed mid-cycle: mixed seed 1: {'missing xid_fatal': 2}" in same
     bad = replica_eval.table([_row(), _row(seed=2, differing=3, diff={"extra straggler": 2}),
