@@ -7,11 +7,12 @@ Each replica has its own engine, as separate processes would; the replicas are n
 (:mod:`analyzer.replicas.ownership`); ``marginal`` judges each replica's nodes with the other
 replicas' scores of that cycle joined in, as the running replicas exchange them; a node's
 detector memory goes with it to its next replica through the encoding the running replicas
-leave on their board (:mod:`analyzer.replicas.handover`). Two more runs over the same windows:
-``r-0`` restarted halfway between two cycles (a fresh engine that finds its memory of the
-last cycle on the board), and ``r-0`` killed in that cycle before it judged (its units go
-unjudged once, and the new process judges them afresh). A job that straddles Prometheus shards (``gpuwarden_shard``, the ``hashmod`` of
-its nodes over N shards) is one unit, judged whole by one replica; the table counts those jobs
+leave on their board (:mod:`analyzer.replicas.handover`). Two more runs over the same
+windows: the replica that owns the most nodes halfway restarted between two cycles (a fresh
+engine that finds its memory of the last cycle on the board), and the same replica killed in
+that cycle before it judged (its units go unjudged once, and the new process judges them
+afresh). A job that straddles Prometheus shards (``gpuwarden_shard``, the ``hashmod`` of its
+nodes over N shards) is one unit, judged whole by one replica; the table counts those jobs
 and the findings on their nodes, so a fault in such a job is shown, not assumed.
 
 Pure apart from the simulator's run: :func:`run_fleet` returns a row, :func:`table` renders the
@@ -52,7 +53,7 @@ class Sharded:
     replicas and compares their findings, together, with the single analyzer's."""
 
     replicas: int
-    restart_at: int  # the cycle (1-based) at which r-0 restarts; 0: never
+    restart_at: int  # the cycle (1-based) at which the busiest replica restarts; 0: never
     shards: int = 0  # gpuwarden_shard's modulus for the straddling count; 0: the replicas';
     # 1: not counted
     cycle: int = 0
@@ -71,10 +72,11 @@ class Sharded:
     owner_of: dict[str, str] = field(default_factory=dict)
     handover: bool = True  # the previous owner's memory goes with a moved node (False: as
     # before analyzer.replicas.handover, a moved node judged afresh)
-    crash: bool = False  # r-0 dies in cycle restart_at, before it judges (its units go
+    crash: bool = False  # it dies in cycle restart_at, before it judges (its units go
     # unjudged that cycle, its memory of the cycle before is never left), back the next
     adopted: int = 0  # gained nodes whose memory came with them
-    restart_nodes: int = 0  # r-0's nodes in the cycle it restarted (0: the restart tests nothing)
+    restart_nodes: int = 0  # the restarted replica's nodes in the cycle it restarted
+    victim: str = ""  # the replica restarted: the one owning the most nodes at restart_at
     fresh: int = 0  # gained nodes judged afresh (every node in the first cycle)
     board: dict[str, bytes] = field(default_factory=dict)  # the memory left last cycle
 
@@ -86,9 +88,6 @@ class Sharded:
 
     def __call__(self, window: Window, full: list[Finding]) -> None:
         self.cycle += 1
-        dead = self.cycle == self.restart_at and self.crash  # r-0 dies before it judges
-        if self.cycle == self.restart_at + (1 if self.crash else 0):  # a new r-0 process:
-            self.engines["r-0"], self.handovers["r-0"] = Engine(default_detectors()), Handover()
         parts = units(window)
         self.largest_unit = max([self.largest_unit, *map(len, parts.values())])
         owned = {r: owned_nodes(parts, mine)
@@ -99,9 +98,14 @@ class Sharded:
         self.owner_of = now
         self.units = len(parts)
         self.split += busy > 1
-        if self.cycle == self.restart_at:
-            self.restart_nodes = len(owned["r-0"])
-        judging = {r: keep for r, keep in owned.items() if not (dead and r == "r-0")}
+        if self.cycle == self.restart_at:  # the replica that owns the most nodes goes down
+            self.victim = max(sorted(owned), key=lambda r: len(owned[r]))
+            self.restart_nodes = len(owned[self.victim])
+        dead = self.cycle == self.restart_at and self.crash  # killed before it judges
+        if self.cycle == self.restart_at + (1 if self.crash else 0):  # a new process, same name
+            v = self.victim
+            self.engines[v], self.handovers[v] = Engine(default_detectors()), Handover()
+        judging = {r: keep for r, keep in owned.items() if not (dead and r == self.victim)}
         names = {r: frozenset(window.nodes[i] for i in keep) for r, keep in judging.items()}
         published = {r: decode(encode(scores(self.engines[r], window, keep)))  # over the wire
                      for r, keep in judging.items()}  # fmt: skip
@@ -207,8 +211,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             "| cycles that differ | node moves | units (largest) | cycles split "
             "| jobs straddling shards | their verdicts "
             "| detected / F1 / TTD p95 / false drains, one analyzer "
-            f"| the same, {n} replicas | cycles that differ, r-0 restarted "
-            "| the same, r-0 killed mid-cycle |")  # fmt: skip
+            f"| the same, {n} replicas | cycles that differ, busiest replica restarted "
+            "| the same, killed mid-cycle |")  # fmt: skip
     out = [
         f"One analyzer against {n} replicas sharing the fleet by unit, the same windows cycle "
         "by cycle, findings summed over cycles. Node moves: nodes whose unit went to another "
@@ -217,10 +221,10 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         "those in which two replicas or more owned units (in the others one replica judged "
         f"the fleet). A job straddles shards when its nodes' gpuwarden_shard over {n} differ. "
         "A node's detector memory goes with it to its next replica (analyzer.replicas."
-        "handover). The last two columns: the same run with replica r-0 restarted halfway "
-        "(the nodes it owned then: with none, the restart tests nothing), "
+        "handover). The last two columns: the same run with the replica that owns the most "
+        "nodes halfway (how many: in brackets) restarted, "
         "between two cycles (a fresh engine that finds its memory of the last cycle on the "
-        "board), and with r-0 killed in that cycle before it judged (its units go unjudged "
+        "board), and with it killed in that cycle before it judged (its units go unjudged "
         "that cycle, its memory of the cycle before is never left, and the new process "
         "judges them afresh the cycle after: these differences are the cost of a crash).",
         "",
@@ -248,6 +252,6 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             "DIFFERENT: " + "; ".join(f"{r['fleet']} seed {r['seed']}: {r['diff']}" for r in bad)]  # fmt: skip
     for col, what in (("restart", "restarted"), ("killed", "killed mid-cycle")):
         if differ := [r for r in rows if r[f"{col}_differing"]]:
-            out.append(f"with r-0 {what}: " + "; ".join(
+            out.append(f"with the busiest replica {what}: " + "; ".join(
                 f"{r['fleet']} seed {r['seed']}: {r[f'{col}_diff']}" for r in differ))  # fmt: skip
     return "\n".join(out)

@@ -68,13 +68,15 @@ def test_the_table_says_identical_only_when_no_cycle_differs() -> None:
         "3 / 1.000 / 30 s / 0 | 3 / - / 30 s / 0 | 0 (at cycle 36, 16 nodes) | 2 |" in same
     )  # NaN: "-"
     assert "restarted:" not in same
-    assert "with r-0 killed mid-cycle: mixed seed 1: {'missing xid_fatal': 2}" in same
+    assert (
+        "with the busiest replica killed mid-cycle: mixed seed 1: {'missing xid_fatal': 2}" in same
+    )
     bad = replica_eval.table([_row(), _row(seed=2, differing=3, diff={"extra straggler": 2}),
                               _row(seed=3, restart_differing=1,
                                    restart_diff={"extra marginal": 1})])  # fmt: skip
     assert "identical" not in bad
     assert "DIFFERENT: mixed seed 2: {'extra straggler': 2}" in bad
-    assert "with r-0 restarted: mixed seed 3: {'extra marginal': 1}" in bad
+    assert "with the busiest replica restarted: mixed seed 3: {'extra marginal': 1}" in bad
     assert replica_eval.table([]) == "no runs"
 
 
