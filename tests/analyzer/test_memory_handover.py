@@ -43,25 +43,17 @@ class PingPong:
         self.handed = 0  # cycles whose hand-over carried some detector memory
 
     def __call__(self, window: Window, full: list[Finding]) -> None:
-        giver, taker = self.engines[self.cycles % 2], self.engines[(self.cycles + 1) % 2]
+        giver = self.engines[self.cycles % 2]
+        memory = giver.remember(frozenset(window.nodes))
+        self.handed += any(_has(v) for k, v in memory.items() if k != SINCE)
+        got = _in_turn(self.engines, self.cycles, window)
         self.cycles += 1
-        nodes = frozenset(window.nodes)
-        doc = decode_memory(encode_memory(nodes, giver.remember(nodes)))  # over the wire
-        if any(_has(v) for k, v in doc["memory"].items() if k != SINCE):
-            self.handed += 1
-        assert taker.adopt(doc["memory"], nodes) == []
-        giver.adopt({}, nodes)  # gone with them: the giver remembers none of it
-        got = taker.cycle(window)
-        assert sorted(got, key=_order) == sorted(full, key=_order), f"cycle {self.cycles}"
+        assert got == sorted(full, key=_order), f"cycle {self.cycles}"
         self.compared += len(full)
 
 
 def _order(f: Finding) -> tuple[str, str, str]:
     return f.key
-
-
-def _key(found: list[Finding]) -> set[tuple[str, str, str, str, str]]:
-    return {(f.node, f.subject, f.kind, f.severity, f.action) for f in found}
 
 
 def _has(v: Any) -> bool:
@@ -192,6 +184,17 @@ def test_a_memory_that_is_not_one_is_refused_with_a_clear_error(blob: bytes) -> 
         decode_memory(blob)
 
 
+def _in_turn(engines: tuple[Engine, Engine], k: int, w: Window) -> list[Finding]:
+    """Cycle ``k`` judged by one of two engines taking turns, after it adopted the other's
+    memory of every node over the wire (the other forgets them); its findings, in order."""
+    giver, taker = engines[k % 2], engines[(k + 1) % 2]
+    nodes = frozenset(w.nodes)
+    doc = decode_memory(encode_memory(nodes, giver.remember(nodes)))
+    assert taker.adopt(doc["memory"], nodes) == []
+    giver.adopt({}, nodes)
+    return sorted(taker.cycle(w), key=_order)
+
+
 def _flapping_windows(cycles: int) -> list[Window]:
     """One port that goes down and comes back once a window: a flap only its history shows
     (three ups within the detector's flap window)."""
@@ -208,12 +211,7 @@ def test_a_ports_flaps_counted_by_one_engine_are_counted_on_by_the_next() -> Non
     flagged = []
     for k, w in enumerate(_flapping_windows(4)):
         full = one.cycle(w)
-        giver, taker = (a, b) if k % 2 else (b, a)
-        nodes = frozenset(w.nodes)
-        taker.adopt(decode_memory(encode_memory(nodes, giver.remember(nodes)))["memory"], nodes)
-        giver.adopt({}, nodes)
-        got = taker.cycle(w)
-        assert _key(got) == _key(full)
+        assert _in_turn((a, b), k, w) == sorted(full, key=_order), f"cycle {k}"
         flagged.append(any(f.kind == "ib_flapping" for f in full))
     assert flagged == [False, False, True, True]  # the third up makes the flap
 
@@ -243,11 +241,7 @@ def test_xid_incidents_and_histories_judged_by_one_engine_go_on_in_the_next() ->
     kinds = []
     for k, w in enumerate(_xid_windows()):
         full = one.cycle(w)
-        giver, taker = (a, b) if k % 2 else (b, a)
-        nodes = frozenset(w.nodes)
-        taker.adopt(decode_memory(encode_memory(nodes, giver.remember(nodes)))["memory"], nodes)
-        giver.adopt({}, nodes)
-        assert sorted(taker.cycle(w), key=_order) == sorted(full, key=_order), f"cycle {k}"
+        assert _in_turn((a, b), k, w) == sorted(full, key=_order), f"cycle {k}"
         kinds.append({(f.node, f.kind, f.evidence.get("events")) for f in full})
     assert ("node-01", "xid_repeated_application", 3.0) in kinds[2]
     assert ("node-04", "xid_fatal", 2.0) in kinds[2]  # one incident of two events
@@ -269,10 +263,6 @@ def test_an_amd_events_finding_held_by_one_engine_runs_out_on_time_in_the_next()
         d = synth.healthy(T=41, t0=10_000.0 + 300.0 * k)
         w = replace(synth.window(d), afids=(AfidEvent(10_000.0 + 550.0, 3, 1, 27, "fatal"),))
         full = one.cycle(w)
-        giver, taker = (a, b) if k % 2 else (b, a)
-        nodes = frozenset(w.nodes)
-        taker.adopt(decode_memory(encode_memory(nodes, giver.remember(nodes)))["memory"], nodes)
-        giver.adopt({}, nodes)
-        assert sorted(taker.cycle(w), key=_order) == sorted(full, key=_order), f"cycle {k}"
+        assert _in_turn((a, b), k, w) == sorted(full, key=_order), f"cycle {k}"
         held.append(len(full))
     assert held == [1, 0, 0]  # found once, not again from the same event
