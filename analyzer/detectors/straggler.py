@@ -106,7 +106,7 @@ class StragglerDetector:
         streaks = [((str(j), str(n)), (int(c), float(s)))
                    for j, n, c, s in doc.get("streaks", [])]  # fmt: skip
         jobs = [(str(n), {str(j) for j in js}) for n, js in dict(doc.get("jobs", {})).items()]
-        fail_slow = self.fail_slow.adopted(doc.get("fail_slow", {}), nodes)
+        fail_slow = self.fail_slow.adopted(doc.get("fail_slow", []), nodes)
         self._streaks = replaced(self._streaks, nodes, second, streaks)
         self._jobs_seen = defaultdict(set, replaced(self._jobs_seen, nodes, ident, jobs))
         self.fail_slow._streaks = fail_slow
