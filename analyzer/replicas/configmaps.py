@@ -67,12 +67,11 @@ class ConfigMapExchange:
     def name(self, replica: str) -> str:
         return f"{self.prefix}-scores-{replica}"
 
+    def memory_name(self, replica: str) -> str:
+        return f"{self.prefix}-memory-{replica}"
+
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
-        if len(blob) > MAX_BLOB:
-            raise OSError(
-                f"marginal scores of {replica}: {len(blob)} bytes compressed, more than a "
-                f"ConfigMap holds ({MAX_BLOB}); fewer nodes per replica would fit"
-            )
+        _fits(blob, f"marginal scores of {replica}", "; fewer nodes per replica would fit")
         notes = {REPLICA: replica, CYCLE: str(cycle)}
         self._put(self.name(replica), "scores", notes, KEY, blob, "leaving the marginal scores")
 
@@ -84,12 +83,10 @@ class ConfigMapExchange:
         return {notes[REPLICA]: data for notes, data in got}
 
     def put_memory(self, cycle: int, replica: str, blob: bytes) -> None:
-        if len(blob) > MAX_BLOB:
-            raise OSError(f"detector memory of {replica}: {len(blob)} bytes compressed, more "
-                          f"than a ConfigMap holds ({MAX_BLOB})")  # fmt: skip
+        _fits(blob, f"detector memory of {replica}")
         notes = {REPLICA: replica, CYCLE: str(cycle)}
-        name = f"{self.prefix}-memory-{replica}"
-        self._put(name, "memory", notes, MEMORY, blob, "leaving the detector memory")
+        self._put(self.memory_name(replica), "memory", notes, MEMORY, blob,
+                  "leaving the detector memory")  # fmt: skip
 
     def get_memory(self, cycle: int) -> dict[str, bytes]:
         """Every replica's memory of ``cycle``; a departed replica's older than the last few
@@ -106,13 +103,11 @@ class ConfigMapExchange:
         got = self._list("memory", MEMORY, mine, "reading the detector memory")
         for replica in stale:
             with contextlib.suppress(OSError):  # another replica removed it first, or cannot
-                self._delete(f"{self.prefix}-memory-{replica}", "removing old detector memory")
+                self._delete(self.memory_name(replica), "removing old detector memory")
         return {notes[REPLICA]: data for notes, data in got}
 
     def put_topology(self, cycle: int, blob: bytes) -> None:
-        if len(blob) > MAX_BLOB:
-            raise OSError(f"topology: {len(blob)} bytes compressed, more than a ConfigMap "
-                          f"holds ({MAX_BLOB})")  # fmt: skip
+        _fits(blob, "topology")
         name = f"{self.prefix}-topology"
         self._put(name, "topology", {CYCLE: str(cycle)}, TOPOLOGY, blob, "leaving the topology")
 
@@ -174,6 +169,14 @@ class ConfigMapExchange:
         except Exception as e:
             if getattr(e, "status", None) != 404:
                 raise _said(what, e) from None
+
+
+def _fits(blob: bytes, what: str, hint: str = "") -> None:
+    """OSError naming ``what`` when ``blob`` is over what a ConfigMap holds (refused before
+    it is sent)."""
+    if len(blob) > MAX_BLOB:
+        raise OSError(f"{what}: {len(blob)} bytes compressed, more than a ConfigMap holds "
+                      f"({MAX_BLOB}){hint}")  # fmt: skip
 
 
 def _said(what: str, e: Exception) -> OSError:

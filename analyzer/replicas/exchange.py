@@ -135,9 +135,7 @@ class MemoryExchange:
     poll_s: float = 0.05
 
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
-        self._cycles.setdefault(cycle, {})[replica] = blob
-        for old in sorted(self._cycles)[:-KEEP_CYCLES]:
-            del self._cycles[old]
+        _keep(self._cycles, cycle, replica, blob)
 
     def get(self, cycle: int) -> dict[str, bytes]:
         return dict(self._cycles.get(cycle, {}))
@@ -148,9 +146,7 @@ class MemoryExchange:
             part.pop(replica, None)
 
     def put_memory(self, cycle: int, replica: str, blob: bytes) -> None:
-        self._memories.setdefault(cycle, {})[replica] = blob
-        for old in sorted(self._memories)[:-KEEP_CYCLES]:
-            del self._memories[old]
+        _keep(self._memories, cycle, replica, blob)
 
     def get_memory(self, cycle: int) -> dict[str, bytes]:
         return dict(self._memories.get(cycle, {}))
@@ -164,9 +160,16 @@ class MemoryExchange:
         return self._topologies.get(cycle)
 
 
+def _keep(parts: dict[int, dict[str, bytes]], cycle: int, replica: str, blob: bytes) -> None:
+    """``replica``'s blob of ``cycle`` kept in memory; the cycles older than the last few go."""
+    parts.setdefault(cycle, {})[replica] = blob
+    for old in sorted(parts)[:-KEEP_CYCLES]:
+        del parts[old]
+
+
 class DirectoryExchange:
-    """``<root>/scores/<cycle>/<replica>`` and ``<root>/topology/<cycle>``; the cycles older
-    than the last few are removed."""
+    """``<root>/scores/<cycle>/<replica>``, ``<root>/memory/<cycle>/<replica>`` and
+    ``<root>/topology/<cycle>``; the cycles older than the last few are removed."""
 
     poll_s = 0.05
 
@@ -179,10 +182,7 @@ class DirectoryExchange:
         self.memories.mkdir(exist_ok=True)
 
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
-        d = self.root / str(cycle)
-        d.mkdir(exist_ok=True)
-        _write(d, replica, blob)
-        _prune(self.root, lambda p: shutil.rmtree(p, ignore_errors=True))
+        _write_part(self.root, cycle, replica, blob)
 
     def put_topology(self, cycle: int, blob: bytes) -> None:
         _write(self.topologies, str(cycle), blob)
@@ -195,10 +195,7 @@ class DirectoryExchange:
             return None
 
     def put_memory(self, cycle: int, replica: str, blob: bytes) -> None:
-        d = self.memories / str(cycle)
-        d.mkdir(exist_ok=True)
-        _write(d, replica, blob)
-        _prune(self.memories, lambda p: shutil.rmtree(p, ignore_errors=True))
+        _write_part(self.memories, cycle, replica, blob)
 
     def get_memory(self, cycle: int) -> dict[str, bytes]:
         return _read(self.memories / str(cycle))
@@ -208,6 +205,14 @@ class DirectoryExchange:
 
     def leave(self, replica: str) -> None:
         return None  # its files go with their cycles
+
+
+def _write_part(root: Path, cycle: int, replica: str, blob: bytes) -> None:
+    """``root/<cycle>/<replica>`` written whole; the cycles older than the last few go."""
+    d = root / str(cycle)
+    d.mkdir(exist_ok=True)
+    _write(d, replica, blob)
+    _prune(root, lambda p: shutil.rmtree(p, ignore_errors=True))
 
 
 def _read(d: Path) -> dict[str, bytes]:
