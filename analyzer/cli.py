@@ -124,7 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             role = ReplicaRole(membership_from(settings.membership), settings.replica,
                                settings.interval,
                                exchange=exchange_from(settings.membership),
-                               topology_wait=settings.topology_wait * settings.interval)  # fmt: skip
+                               topology_wait=settings.topology_wait * settings.interval,
+                               inventory=inventory)  # fmt: skip
     except (SettingsError, SourceError, ValueError) as e:
         print(f"gpuwarden-analyzer: {e}", file=sys.stderr)
         return 2

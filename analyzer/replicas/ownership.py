@@ -1,8 +1,11 @@
 """Which replica judges which comparison domains: pure functions, no I/O.
 
-Sits between the source's window and the engine in the sharded mode. Nodes are compared
-inside bounded domains (a job, an NVLink domain such as an NVL72 rack, a leaf switch, a rail
-leaf of a rail-optimized fabric); a replica must see each domain whole, so the ownership unit
+Sits between the source's window (completed by the operator's inventory, which may be the
+only place a node's leaf, rack or NVLink domain is named) and the engine in the sharded mode.
+Nodes are compared inside bounded domains (a job, an NVLink domain such as an NVL72 rack, a
+leaf switch, a rail leaf of a rail-optimized fabric, a rack: an administrator's power cap is
+told from a fault by what the rest of its rack runs at); a replica must see each domain
+whole, so the ownership unit
 is a connected group of nodes that share any domain (a job spanning two leaves joins them: the
 job belongs to one replica whole). Units go to replicas by rendezvous (highest random weight)
 hashing, so when a replica joins or leaves only the units it gains or loses move
@@ -62,13 +65,15 @@ class _Union:
 
 
 def domains(window: Window) -> dict[str, list[int]]:
-    """Every comparison domain of the window: ``{"job/<id>" | "nvlink/<d>" | "leaf/<l>":
-    [node indices]}`` (a rail leaf of a per-port fabric is a leaf like any other)."""
+    """Every comparison domain of the window: ``{"job/<id>" | "nvlink/<d>" | "leaf/<l>" |
+    "rack/<r>": [node indices]}`` (a rail leaf of a per-port fabric is a leaf like any other)."""
     n = len(window.nodes)
     out: dict[str, list[int]] = {}
     for job, members in window.jobs.items():
         out.setdefault(f"job/{job}", []).extend(m for m in members if 0 <= m < n)
-    for kind, of in (("nvlink", window.nvlink_domain_of), ("leaf", window.leaf_of)):
+    kinds = (("nvlink", window.nvlink_domain_of), ("leaf", window.leaf_of),
+             ("rack", window.rack_of))  # fmt: skip
+    for kind, of in kinds:
         for node, name in of.items():
             if 0 <= node < n:
                 out.setdefault(f"{kind}/{name}", []).append(node)
@@ -81,7 +86,7 @@ def domains(window: Window) -> dict[str, list[int]]:
 def units(window: Window) -> dict[str, tuple[int, ...]]:
     """The ownership units: ``{key: node indices}``, a partition of the window's nodes into
     groups closed under every domain. The key is the unit's first physical domain (leaf,
-    NVLink domain) by name, else its first job (a node in no domain is its own unit,
+    NVLink domain, rack) by name, else its first job (a node in no domain is its own unit,
     ``node/<name>``): the same on every replica that reads the same topology, and stable
     while jobs come and go on the same hardware, so a unit's detector memory (streaks,
     open XID incidents) stays with one replica."""

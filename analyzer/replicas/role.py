@@ -15,6 +15,7 @@ from typing import TypeVar
 from analyzer.detectors.marginal import Scores
 from analyzer.engine import Engine
 from analyzer.findings import Finding
+from analyzer.inventory import Inventory
 from analyzer.replicas.coordinator import Coordinator, Timing
 from analyzer.replicas.exchange import DirectoryExchange, Exchange, MemoryBoard, decode, encode
 from analyzer.replicas.handover import Handover
@@ -45,13 +46,16 @@ class ReplicaStats:
 class ReplicaRole:
     def __init__(self, membership: Membership, replica: str, interval: float,
                  started: float | None = None, exchange: Exchange | None = None,
-                 wait: float | None = None, topology_wait: float = 0.0) -> None:  # fmt: skip
+                 wait: float | None = None, topology_wait: float = 0.0,
+                 inventory: Inventory | None = None) -> None:  # fmt: skip
         """``exchange``: where the replicas leave their marginal scores each cycle (None:
         marginal judges this replica's part alone); ``wait``: how long to wait for the other
         members' scores (default: 30 % of the interval); ``topology_wait``: how long a
         follower waits for the leader's topology before it reads its own (0: no sharing,
-        every replica reads the topology)."""
+        every replica reads the topology); ``inventory``: the operator's, whose leaves, racks
+        and NVLink domains bound the ownership units as the source's do (the engine's)."""
         self.exchange = exchange
+        self.inventory = inventory or Inventory()
         self.wait = 0.3 * interval if wait is None else wait
         self.topology_wait = topology_wait
         self.coordinator = Coordinator(
@@ -108,7 +112,7 @@ class ReplicaRole:
         """The names of the nodes this replica owns under ``plan``, from the fleet's
         ``topology`` (a node-restricted source asks before it reads; :meth:`judge` then
         judges what it read as this replica's)."""
-        parts = units(topology)
+        parts = units(self.inventory.apply(topology))
         mine = self.coordinator.mine(plan, parts)
         keep = owned_nodes(parts, mine)
         self._count(len(mine), len(keep), plan)
@@ -120,7 +124,7 @@ class ReplicaRole:
             owned, self._owned = self._owned, None
             keep = [i for i, n in enumerate(window.nodes) if n in owned]
         else:
-            parts = units(window)
+            parts = units(self.inventory.apply(window))
             mine = self.coordinator.mine(plan, parts)
             keep = owned_nodes(parts, mine)
             self._count(len(mine), len(keep), plan)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from analyzer.inventory import Inventory, NodeInventory
+from analyzer.replicas.membership import MemoryMembership, Plan
 from analyzer.replicas.ownership import assign, owner, units
+from analyzer.replicas.role import ReplicaRole
 from analyzer.replicas.slicing import subwindow
 from analyzer.window import Window, XidEvent
 
@@ -49,3 +52,37 @@ def test_a_sub_window_renumbers_nodes_events_and_maps() -> None:
         2: "leaf-3",
     }
     assert part.sku == ("b200",) * 3
+
+
+def test_a_rack_is_a_domain_a_replica_sees_whole() -> None:
+    w = _window({})
+    racked = Window(t=w.t, nodes=w.nodes, metrics=w.metrics,
+                    rack_of={0: "r1", 2: "r1", 4: "r1", 6: "r2"})  # fmt: skip
+    parts = units(racked)
+    assert parts["rack/r1"] == (0, 2, 4) and parts["rack/r2"] == (6,)
+    assert parts["node/n1"] == (1,)
+
+
+def test_the_inventory_s_leaves_and_racks_bound_a_replica_s_units_as_the_source_s_do() -> None:
+    """A site whose topology is only in the operator's inventory (no leaf label on any
+    series): the nodes of one leaf are one unit, owned by one replica, exactly as when the
+    source names the leaf; without the inventory each node would be its own unit."""
+    bare = Window(t=np.arange(3.0), nodes=tuple(f"n{i}" for i in range(40)), metrics={})
+    inv = Inventory({f"n{i}": NodeInventory(leaf=f"leaf-{i % 4}", rack=f"rack-{i % 8}")
+                     for i in range(40)})  # fmt: skip
+    plan = Plan(3, ("r-a", "r-b", "r-c"), "r-a")
+    owned = {r: ReplicaRole(MemoryMembership(), r, 10.0, started=0.0, inventory=inv).owned(bare, plan)
+             for r in plan.members}  # fmt: skip
+    assert set().union(*owned.values()) == set(bare.nodes)
+    assert sum(map(len, owned.values())) == 40  # a partition: no node judged twice
+    for nodes in owned.values():  # each leaf (and so each rack: two racks a leaf) whole
+        for leaf in {int(n[1:]) % 4 for n in nodes}:
+            assert {f"n{i}" for i in range(leaf, 40, 4)} <= nodes
+    plain = {r: ReplicaRole(MemoryMembership(), r, 10.0, started=0.0).owned(bare, plan)
+             for r in plan.members}  # fmt: skip
+    split = [
+        leaf
+        for leaf in range(4)
+        if len({r for r, ns in plain.items() if f"n{leaf}" in ns or f"n{leaf + 4}" in ns}) > 1
+    ]
+    assert split  # without it, some leaf's nodes go to different replicas

@@ -104,7 +104,9 @@ def once(
         "--requeue", "--gres=gpu:1", f"--output={d}/job{run}.out", "--open-mode=append",
         f"--export=ALL,GPUWARDEN_ACK_DIR={d}", "--wrap", f"exec python3 {d}/job.py",
     )  # fmt: skip
-    wait_until(lambda: sc.job_state(job) == "RUNNING", 30, 0.1, "job running")
+    # "start" follows checkpoint.install(): a SIGUSR1 sent before it would kill the job
+    out = d / f"job{run}.out"
+    wait_until(lambda: out.exists() and "start" in out.read_text(), 30, 0.1, "job started")
     node = sc.job_nodes(job)
     port = free_port()
     proc = start_service(w, port, env, "--backend", "slurm")

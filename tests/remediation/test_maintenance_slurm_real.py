@@ -79,10 +79,6 @@ def api(port: int, method: str, path: str, body: object = None) -> tuple[int, di
         return e.code, json.loads(e.read() or b"{}")
 
 
-def running(sc: SlurmCluster, job: str) -> Callable[[], bool]:
-    return lambda: sc.job_state(job) == "RUNNING"
-
-
 def out_of_service(sc: SlurmCluster) -> set[str]:
     nodes = json.loads(sc.run("sinfo", "--json"))["nodes"]
     return {str(n["name"]) for n in nodes if slurmstate.out_of_service(n) or n.get("reservation")}
@@ -99,8 +95,12 @@ def start_jobs(sc: SlurmCluster, d: Path, nodes: Iterable[str]) -> dict[str, str
             "--open-mode=append", f"--export=ALL,GPUWARDEN_ACK_DIR={d}",
             "--wrap", f"exec python3 {d}/job.py",
         )  # fmt: skip
-    for job in jobs.values():
-        wait_until(running(sc, job), 60, 0.2, f"job {job} running")
+    # "start" is printed after checkpoint.install(): a SIGUSR1 before it would kill the job
+    # (Python's default for the signal), which then is never requeued
+    for node, job in jobs.items():
+        out = d / f"{node}.out"
+        wait_until(lambda o=out: o.exists() and "start" in o.read_text(), 60, 0.2,
+                   f"job {job} running with its checkpoint handler")  # fmt: skip
     return jobs
 
 
