@@ -18,6 +18,7 @@ from analyzer.detectors import Detector
 from analyzer.detectors.recall import Remembers, entries, first, replaced
 from analyzer.findings import Finding
 from analyzer.inventory import Inventory
+from analyzer.pools import Pool, Pools, joined
 from analyzer.sources.dialects.coverage import annotate
 from analyzer.window import Window
 
@@ -73,6 +74,22 @@ class Engine:
         self._nodes = frozenset(window.nodes)
         self.findings = found
         return found
+
+    def pools(self, window: Window) -> dict[str, Pool]:
+        """What ``window``'s nodes add to the fleet's like-with-like medians, per quantity
+        (a replica's part, for the others: :mod:`analyzer.pools`). A detector that fails here
+        counts an error, and the others judge without its part's values."""
+        window = self.inventory.apply(window)
+        parts = []
+        for d in self.detectors:
+            if not isinstance(d, Pools):
+                continue
+            try:
+                parts.append(d.pools(window))
+            except Exception:
+                self.stats.errors[d.name] = self.stats.errors.get(d.name, 0) + 1
+                log.exception("detector %s's pools failed; the cycle continues", d.name)
+        return joined(parts)
 
     def remember(self, nodes: Set[str]) -> dict[str, Any]:
         """What this engine remembers of ``nodes``: each detector's memory of them

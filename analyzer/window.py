@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analyzer.pools import Pool
 from exporter import catalog
 
 ECC_ERROR_TYPES = ("corrected", "uncorrected")
@@ -104,6 +105,9 @@ class Window:
     # partitioned GPUs: (node, gpu, slot) -> the instance whose values the per-instance arrays
     # (gpu_mig_*: ``(T, nodes, gpus, slots)``) hold at that slot
     instances: Mapping[tuple[int, int, int], InstanceInfo] = field(default_factory=dict)
+    # a replica's part of the fleet (analyzer.replicas): per pooled quantity, what the other
+    # replicas' nodes add to a like-with-like median (analyzer.pools); empty: the whole fleet
+    elsewhere: Mapping[str, Pool] = field(default_factory=dict)
 
     @property
     def now(self) -> float:

@@ -61,12 +61,16 @@ def _judge(window: Window, whole: bool) -> dict[str, float]:
     """In the child: warm up on a small window, then one measured cycle."""
     from analyzer.detectors import default_detectors
     from analyzer.engine import Engine
-    from analyzer.replicas.judge import judge
+    from analyzer.replicas.exchange import encode
+    from analyzer.replicas.judge import judge, scores
 
     Engine(default_detectors()).cycle(synthetic_window(32))
     engine = Engine(default_detectors())
-    wall0, cpu0 = time.perf_counter(), time.process_time()
     everyone = range(len(window.nodes))
+    cpu0 = time.process_time()  # what a replica leaves for the others before it judges
+    scored = b"" if whole else encode(scores(engine, window, everyone))
+    scores_cpu = time.process_time() - cpu0
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     found = engine.cycle(window) if whole else judge(engine, window, everyone)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     cpu0 = time.process_time()  # what the replica leaves on the memory board after a cycle
@@ -78,6 +82,8 @@ def _judge(window: Window, whole: bool) -> dict[str, float]:
         "findings": float(len(found)),
         "memory_bytes": float(len(blob)),
         "memory_cpu": time.process_time() - cpu0,
+        "scores_bytes": float(len(scored)),
+        "scores_cpu": scores_cpu,
     }
 
 
@@ -136,6 +142,12 @@ def _split(quick: bool) -> list[dict[str, Any]]:
                      f"holds {MAX_BLOB / 2**10:.0f} KiB); encoded in "
                      f"{max(p['memory_cpu'] for p in per) * 1e3:.0f} ms of CPU; the whole "
                      f"fleet's {single['memory_bytes'] / 2**10:.0f} KiB"},
+            {"name": f"scale_{nodes}_{r}_replicas_scores_kib",
+             "value": round(max(p["scores_bytes"] for p in per) / 2**10, 1), "unit": "KiB",
+             "note": "largest marginal scores and model-median pools left for the others each "
+                     f"cycle (a ConfigMap holds {MAX_BLOB / 2**10:.0f} KiB); computed and "
+                     f"encoded in {max(p['scores_cpu'] for p in per):.2f} s of CPU, "
+                     "besides the cycle's"},
             {"name": f"scale_{nodes}_{r}_replicas_window_bytes",
              "value": round(max(p["bytes"] for p in per) / 2**20, 1), "unit": "MiB",
              "note": f"largest part; {max(p['bytes'] for p in per) / full_bytes:.2f}x the fleet's"},

@@ -15,7 +15,6 @@ busy, the model's specified maximum clock is the reference and the finding only 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Collection, Set
 from typing import Any
 
@@ -25,6 +24,7 @@ from analyzer.detectors import capsight, workload
 from analyzer.detectors.groups import configurations, models, split_by_model
 from analyzer.detectors.recall import entries, first, replaced
 from analyzer.findings import Finding
+from analyzer.pools import BUSY_CLOCK, Pool, medians, pool_of
 from analyzer.window import THROTTLE_REASONS, Window
 from exporter import catalog, catalog_specs
 
@@ -41,12 +41,11 @@ class FailSlow:
 
     def detect(self, window: Window, judged: Collection[int], detector: str) -> list[Finding]:
         """Findings for the nodes not in ``judged`` (those a job comparison already covered)."""
-        util, clock = window.get(catalog.GPU_UTILIZATION), window.get(catalog.GPU_SM_CLOCK)
-        if util is None or clock is None or util.ndim != 3 or clock.shape != util.shape:
+        got = self._clocks(window)
+        if got is None:
             return []
-        busy = _busy(util[-self.n :]) & ~self._explained(window)
-        cm = workload.mean_clock(clock[-self.n :], busy)
-        ref, from_spec = self._reference(window, cm)
+        busy, cm = got
+        ref, from_spec = self._reference(window, cm, window.elsewhere.get(BUSY_CLOCK))
         with np.errstate(invalid="ignore", divide="ignore"):
             rel = cm / ref[:, None]  # 0.9: 10 % below the reference
         slow = np.nan_to_num(rel, nan=1.0) < 1.0 - self.deficit
@@ -60,6 +59,24 @@ class FailSlow:
                               bool(blind[n]), streaks, detector)  # fmt: skip
         self._streaks = streaks
         return out
+
+    def pools(self, window: Window) -> dict[str, Pool]:
+        """The busy GPUs' mean clocks by configuration (a replica's part: the others'
+        reference is the configuration's whole median)."""
+        got = self._clocks(window)
+        if got is None:
+            return {}
+        groups = split_by_model(window, np.arange(len(window.nodes)), config=True)
+        return {BUSY_CLOCK: pool_of(got[1], groups)}
+
+    def _clocks(self, window: Window) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(busy, mean clock)``, each (N, G), over the last ``n`` samples: busy with no
+        reason that explains a low clock, and the clock's mean while so (NaN where never)."""
+        util, clock = window.get(catalog.GPU_UTILIZATION), window.get(catalog.GPU_SM_CLOCK)
+        if util is None or clock is None or util.ndim != 3 or clock.shape != util.shape:
+            return None
+        busy = _busy(util[-self.n :]) & ~self._explained(window)
+        return busy, workload.mean_clock(clock[-self.n :], busy)
 
     def remember(self, nodes: Set[str]) -> list[list[Any]]:
         return [[n, subj, c, s] for (n, subj), (c, s) in entries(self._streaks, nodes, first)]
@@ -80,18 +97,19 @@ class FailSlow:
             hot = a[-self.n :] >= 0.5
         return np.asarray(hot[..., idx].any(axis=(0, 3)))
 
-    def _reference(self, window: Window, cm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per node, its configuration's median busy clock, else the model's maximum clock
-        (and whether it came from the specification)."""
+    def _reference(self, window: Window, cm: np.ndarray, elsewhere: Pool | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """Per node, its configuration's median busy clock (``elsewhere``: the other
+        replicas' busy clocks count too), else the model's maximum clock (and whether it
+        came from the specification)."""
         n = len(window.nodes)
         ref, from_spec = np.full(n, np.nan), np.zeros(n, dtype=bool)
         keys = models(window)
-        for _, idx in split_by_model(window, np.arange(n), config=True):
-            have = idx[np.isfinite(cm[idx]).any(axis=1)]
-            if len(have) >= self.min_nodes:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    ref[idx] = float(np.nanmedian(cm[have]))
+        groups = split_by_model(window, np.arange(n), config=True)
+        med = medians(pool_of(cm, groups), elsewhere, self.min_nodes)
+        for config, idx in groups:
+            if config in med:
+                ref[idx] = med[config]
                 continue
             spec = catalog_specs.spec(keys[int(idx[0])]) if keys[int(idx[0])] else None
             if spec is not None:

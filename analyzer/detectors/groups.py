@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from analyzer.pools import Pool, medians, pool_of
 from analyzer.window import Window
 from exporter import catalog, catalog_specs
 from exporter.catalog_specs import GpuSpec
@@ -77,20 +78,28 @@ def peer_groups(window: Window, min_size: int = 3) -> list[tuple[str, np.ndarray
 
 
 def like_reference(window: Window, values: np.ndarray, from_spec: Callable[[GpuSpec], float | None],
-                   min_nodes: int = 3) -> np.ndarray:  # fmt: skip
+                   min_nodes: int = 3, pooled: str = "") -> np.ndarray:  # fmt: skip
     """Per node, the reference ``values`` (N, ...) are judged against: the median over the
     nodes of the same model when at least ``min_nodes`` of them have a value, else the
-    model's specification (``from_spec``), else NaN: no judgement, never the fleet's."""
+    model's specification (``from_spec``), else NaN: no judgement, never the fleet's.
+    ``pooled``: the quantity's name in :attr:`Window.elsewhere` (a replica's part: the other
+    replicas' nodes of the model count too, :mod:`analyzer.pools`)."""
     n = len(window.nodes)
     ref = np.full(n, np.nan)
-    flat = values.reshape(n, -1)
-    for sku, idx in split_by_model(window, np.arange(n)):
-        have = idx[np.isfinite(flat[idx]).any(axis=1)]
-        if len(have) >= min_nodes:
-            ref[idx] = float(np.nanmedian(flat[have]))
+    groups = split_by_model(window, np.arange(n))
+    med = medians(pool_of(values, groups), window.elsewhere.get(pooled), min_nodes)
+    for sku, idx in groups:
+        if sku in med:
+            ref[idx] = med[sku]
             continue
         spec = catalog_specs.spec(sku) if sku else None
         value = from_spec(spec) if spec is not None else None
         if value is not None:
             ref[idx] = value
     return ref
+
+
+def model_pool(window: Window, values: np.ndarray) -> Pool:
+    """The pool of ``values`` (N, ...) by model, which :func:`like_reference` takes its medians
+    over: what a replica leaves for the others."""
+    return pool_of(values, split_by_model(window, np.arange(len(window.nodes))))

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 from analyzer.detectors.emit import ev
-from analyzer.detectors.groups import like_reference
+from analyzer.detectors.groups import like_reference, model_pool
 from analyzer.detectors.recall import entries, first, ident, replaced
 from analyzer.detectors.series import first_true_time, increases, last_valid, window_rate
 from analyzer.findings import Finding
+from analyzer.pools import IB_RATE, Pool
 from analyzer.window import Window
 from exporter import catalog, catalog_specs
 
@@ -250,12 +251,20 @@ class InfinibandDetector:
             )
         return out
 
+    def pools(self, window: Window) -> dict[str, Pool]:
+        """The ports' last rates by model (a replica's part: the others' expected rate where
+        the inventory names no fabric is the model's whole median)."""
+        rate = window.get(catalog.IB_PORT_RATE) if window.ports and not window.empty else None
+        if rate is None:
+            return {}
+        return {IB_RATE: model_pool(window, last_valid(rate))}
+
     def expected_rates(self, w: Window, last: np.ndarray) -> np.ndarray:
         """Per node, the rate its ports should run at: the inventory's fabric (``hca``),
         else the configured ``ib_expected_rate_bytes``, else the median of the nodes of the
         same GPU model, else that model's reference fabric; NaN (no judgement) otherwise.
         Never the fleet's median: an HDR rack beside NDR racks is not a failed switch."""
-        ref = like_reference(w, last, lambda s: s.hca_rate)
+        ref = like_reference(w, last, lambda s: s.hca_rate, pooled=IB_RATE)
         if self.expected_rate:
             ref[:] = self.expected_rate
         for n, hca in enumerate(w.hca[: len(ref)]):

@@ -46,6 +46,7 @@ from analyzer.detectors.marginal_signals import (
     sm_clock_deficit,
 )
 from analyzer.findings import CLUSTER, Finding
+from analyzer.pools import Pool, joined
 from analyzer.window import Window
 from exporter import catalog_specs
 
@@ -64,8 +65,10 @@ class Scores:
     finite busy clocks and how many nodes have one) and each such node's slowest busy clock.
     ``names``: the node of each score (of each slowest clock under the key ``(variant,
     CLOCK, group)``), so every replica remembers the whole fleet's verdicts and a node handed
-    over keeps its history. Mergeable: the scores of disjoint node sets, joined, are the
-    scores of their union."""
+    over keeps its history. ``pools``: per pooled quantity, what the nodes add to the other
+    detectors' like-with-like medians (:mod:`analyzer.pools`: a power limit against its
+    model's, a busy clock against its configuration's), exchanged with the scores. Mergeable:
+    the scores of disjoint node sets, joined, are the scores of their union."""
 
     values: Mapping[tuple[str, str, str], np.ndarray] = field(default_factory=dict)
     sizes: Mapping[str, int] = field(default_factory=dict)
@@ -73,13 +76,15 @@ class Scores:
     clock_nodes: Mapping[tuple[str, str], int] = field(default_factory=dict)
     slowest: Mapping[tuple[str, str], np.ndarray] = field(default_factory=dict)
     names: Mapping[tuple[str, str, str], tuple[str, ...]] = field(default_factory=dict)
+    pools: Mapping[str, Pool] = field(default_factory=dict)
 
     def join(self, other: Scores) -> Scores:
         return Scores(_cat(self.values, other.values), _add(self.sizes, other.sizes),
                       _cat(self.clocks, other.clocks), _add(self.clock_nodes, other.clock_nodes),
                       _cat(self.slowest, other.slowest),
                       {k: (*self.names.get(k, ()), *other.names.get(k, ()))
-                       for k in {*self.names, *other.names}})  # fmt: skip
+                       for k in {*self.names, *other.names}},
+                      joined([self.pools, other.pools]))  # fmt: skip
 
 
 K = TypeVar("K")

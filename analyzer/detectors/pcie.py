@@ -21,6 +21,7 @@ from analyzer.detectors.emit import ev, gpu_subject, mask_findings
 from analyzer.detectors.groups import split_by_model
 from analyzer.detectors.series import first_true_time, k_of_n_known
 from analyzer.findings import Finding
+from analyzer.pools import PCIE_GENERATION, PCIE_WIDTH, Pool, medians, pool_of
 from analyzer.window import Window
 from exporter import catalog
 
@@ -46,9 +47,9 @@ class PcieDetector:
             busy = None if util is None else util >= self.busy
         wref = gref = None
         if width is not None:
-            wref = self._reference(window, width, wmax, None)
+            wref = self._reference(window, width, wmax, None, PCIE_WIDTH)
         if gen is not None:
-            gref = self._reference(window, gen, gmax, busy)
+            gref = self._reference(window, gen, gmax, busy, PCIE_GENERATION)
         flags = known = None
         with np.errstate(invalid="ignore"):
             if width is not None and wref is not None:
@@ -98,36 +99,66 @@ class PcieDetector:
 
         return mask_findings(window, mask, since, gpu_subject, make)
 
+    def pools(self, window: Window) -> dict[str, Pool]:
+        """Each GPU's typical link width and busy generation, by model (a replica's part:
+        the others' peers are the model's whole median)."""
+        if window.empty:
+            return {}
+        util = window.get(catalog.GPU_UTILIZATION)
+        with np.errstate(invalid="ignore"):
+            busy = None if util is None else util >= self.busy
+        out = {}
+        for q, cur, b in (
+            (PCIE_WIDTH, window.get(catalog.GPU_PCIE_WIDTH), None),
+            (PCIE_GENERATION, window.get(catalog.GPU_PCIE_GENERATION), busy),
+        ):
+            if cur is not None and cur.ndim == 3 and cur.shape[1] == len(window.nodes):
+                typical = self._typical(cur, b)
+                out[q] = pool_of(typical, [(k, idx) for k, idx in _models(window) if k])
+        return out
+
     def _reference(self, w: Window, cur: np.ndarray, maxarr: np.ndarray | None,
-                   busy: np.ndarray | None) -> np.ndarray:  # fmt: skip
+                   busy: np.ndarray | None, pooled: str) -> np.ndarray:  # fmt: skip
         """(T, N, G): the exported maximum, else (where none is) the peers' link."""
         ref = _ref(maxarr) if maxarr is not None and maxarr.shape == cur.shape else None
         if ref is not None and not np.isnan(ref).any():
             return ref
-        peers = np.broadcast_to(self._peers(w, cur, busy)[None], cur.shape)
+        peers = np.broadcast_to(self._peers(w, cur, busy, pooled)[None], cur.shape)
         return peers if ref is None else np.where(np.isnan(ref), peers, ref)
 
-    def _peers(self, w: Window, cur: np.ndarray, busy: np.ndarray | None) -> np.ndarray:
-        """(N, G): per GPU, the lower of its model's median link (over the nodes of the model
-        with a value, at least ``min_nodes``) and its node's median; NaN where none."""
+    def _typical(self, cur: np.ndarray, busy: np.ndarray | None) -> np.ndarray:
+        """(N, G): each GPU's median link over the last ``peer_n`` samples (busy ones only,
+        with ``busy``); NaN where none."""
         tail = cur[-self.peer_n :]
         if busy is not None and busy.shape == cur.shape:
             tail = np.where(busy[-self.peer_n :], tail, np.nan)
+        with warnings.catch_warnings():  # an all-NaN GPU: no value, expected
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.asarray(np.nanmedian(tail, axis=0))
+
+    def _peers(self, w: Window, cur: np.ndarray, busy: np.ndarray | None,
+               pooled: str) -> np.ndarray:  # fmt: skip
+        """(N, G): per GPU, the lower of its model's median link (over the nodes of the model
+        with a value, at least ``min_nodes``, the other replicas' too: ``pooled``) and its
+        node's median; NaN where none."""
         N = len(w.nodes)
         out = np.full(cur.shape[1:], np.nan)
         if cur.ndim != 3 or cur.shape[1] != N:
             return out
-        with warnings.catch_warnings():  # an all-NaN GPU or node: no value, expected
+        typical = self._typical(cur, busy)
+        groups = [(k, idx) for k, idx in _models(w) if k]  # an unknown model: no judgement
+        model = medians(pool_of(typical, groups), w.elsewhere.get(pooled), self.min_nodes)
+        with warnings.catch_warnings():  # an all-NaN node: no value, expected
             warnings.simplefilter("ignore", RuntimeWarning)
-            typical = np.nanmedian(tail, axis=0)  # (N, G)
-            for sku, idx in split_by_model(w, np.arange(N)):
-                have = idx[np.isfinite(typical[idx]).any(axis=1)]
-                if not sku or len(have) < self.min_nodes:
-                    continue  # an unknown model, or too few peers: no judgement
-                model = float(np.nanmedian(typical[have]))
-                node = np.nanmedian(typical[idx], axis=1)
-                out[idx] = np.fmin(model, node)[:, None]
+            for sku, idx in groups:
+                if sku in model:  # else too few peers: no judgement
+                    node = np.nanmedian(typical[idx], axis=1)
+                    out[idx] = np.fmin(model[sku], node)[:, None]
         return out
+
+
+def _models(w: Window) -> list[tuple[str, np.ndarray]]:
+    return split_by_model(w, np.arange(len(w.nodes)))
 
 
 def _ref(maxarr: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ from analyzer.detectors.groups import split_by_model
 from analyzer.detectors.recall import entries, ident, replaced, second
 from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
+from analyzer.pools import Pool
 from analyzer.window import THROTTLE_REASONS, Window
 from exporter import catalog
 
@@ -93,6 +94,9 @@ class StragglerDetector:
         out += self.fail_slow.detect(window, judged, self.name)
         # clocks below the peers' without the power limit or reasons may be an admin's cap
         return capsight.downgrade(out, window, lambda f: f.kind == "straggler")
+
+    def pools(self, window: Window) -> dict[str, Pool]:
+        return self.fail_slow.pools(window)
 
     def remember(self, nodes: Set[str]) -> dict[str, Any]:
         """The streaks and straggling jobs of ``nodes`` (:mod:`analyzer.detectors.recall`)."""

@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from analyzer.detectors.emit import ev, gpu_subject, mask_findings
-from analyzer.detectors.groups import like_reference, split_by_model
+from analyzer.detectors.groups import like_reference, model_pool, split_by_model
 from analyzer.detectors.power_brake import BRAKE
 from analyzer.detectors.series import first_true_time, last_valid
 from analyzer.findings import Finding
+from analyzer.pools import POWER_LIMIT, Pool
 from analyzer.window import THROTTLE_REASONS, Window
 from exporter import catalog
 
@@ -77,19 +78,38 @@ class ThrottlingDetector:
         out = mask_findings(window, mask, since, gpu_subject, make)
         return out + self._power_cap(window, mask)
 
+    def pools(self, window: Window) -> dict[str, Pool]:
+        """The power limits of this window's GPUs not at an administrator's cap, by model (a
+        replica's part: the others judge their GPUs against the model's whole median)."""
+        got = self._limits(window)
+        if got is None:
+            return {}
+        last, admin, _ = got
+        return {POWER_LIMIT: model_pool(window, np.where(admin, np.nan, last))}
+
+    def _limits(self, window: Window) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(last, admin, rack_cap)``, each (N, G): the enforced power limits and which are
+        an administrator's (:func:`admin_capped`); None without a limit to judge."""
+        lim = window.get(catalog.GPU_POWER_LIMIT)
+        if lim is None or lim.ndim != 3:
+            return None
+        last = last_valid(lim[-self.min_samples :])
+        if not np.isfinite(last).any():
+            return None
+        admin, rack_cap = admin_capped(window, last)
+        return last, admin, rack_cap
+
     def _power_cap(self, window: Window, flagged: np.ndarray) -> list[Finding]:
         """An enforced power limit well below its model's (the same-model peers' median, or
         the specification when they are too few): the GPU is capped (and slow). A cap the
         inventory names, or one every GPU of a rack shares, is configuration, not a fault."""
-        lim = window.get(catalog.GPU_POWER_LIMIT)
-        if lim is None or lim.ndim != 3:
+        got = self._limits(window)
+        if got is None:
             return []
-        last = last_valid(lim[-self.min_samples :])
-        if not np.isfinite(last).any():
-            return []
-        admin, rack_cap = admin_capped(window, last)
+        last, admin, rack_cap = got
         # the model's limit from the GPUs at their own (not an administrator's) limit
-        ref = like_reference(window, np.where(admin, np.nan, last), lambda s: s.power_limit_w)
+        ref = like_reference(window, np.where(admin, np.nan, last), lambda s: s.power_limit_w,
+                             pooled=POWER_LIMIT)  # fmt: skip
         ref = np.broadcast_to(ref[:, None], last.shape)
         with np.errstate(invalid="ignore"):
             below_model = last < self.cap_fraction * ref

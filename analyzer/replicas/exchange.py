@@ -32,6 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from analyzer.detectors.marginal import Scores
+from analyzer.pools import Pool
 
 KEEP_CYCLES = 4
 SEP = "\x1f"  # joins a key's parts (variant, signal, group) in the JSON
@@ -62,7 +63,9 @@ def encode(s: Scores) -> bytes:
         "clock_nodes": {SEP.join(k): n for k, n in s.clock_nodes.items()},
         "slowest": _arrays(s.slowest),
         "names": {SEP.join(k): list(v) for k, v in s.names.items()},
-    }
+        "pools": {q: {"values": _arrays({(k,): v for k, v in p.values.items()}),
+                      "nodes": dict(p.nodes)} for q, p in s.pools.items()},
+    }  # fmt: skip
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
 
 
@@ -80,9 +83,16 @@ def decode(blob: bytes) -> Scores:
             clock_nodes={_key(k, 2): int(v) for k, v in doc["clock_nodes"].items()},
             slowest={_key(k, 2): np.array(v, dtype=float) for k, v in doc["slowest"].items()},
             names={_key(k, 3): tuple(str(x) for x in v) for k, v in doc["names"].items()},
+            # a replica of a release before the pools leaves none (a rolling upgrade)
+            pools={str(q): _pool(p) for q, p in doc.get("pools", {}).items()},
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"marginal scores: malformed document ({e!r})") from None
+
+
+def _pool(doc: Mapping[str, Any]) -> Pool:
+    return Pool({str(k): np.array(v, dtype=float) for k, v in doc["values"].items()},
+                {str(k): int(v) for k, v in doc["nodes"].items()})  # fmt: skip
 
 
 def encode_memory(nodes: Iterable[str], memory: Mapping[str, Any]) -> bytes:

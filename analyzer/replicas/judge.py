@@ -8,14 +8,16 @@ takes a unit over adopts its last owner's memory of those nodes before it judges
 still held on them is dropped here all the same (the new owner reports it), so no node is
 reported by two replicas.
 
-The one fleet-wide comparison, ``marginal``'s worst 1 % of a peer group, is judged in two
-steps: every replica's :func:`scores` of its part, exchanged, then each replica's
-:func:`judge` against the others' (:class:`~analyzer.detectors.marginal.Scores`).
+The fleet-wide comparisons, ``marginal``'s worst 1 % of a peer group and the medians of a
+model's or configuration's nodes other detectors judge against (:mod:`analyzer.pools`), are
+judged in two steps: every replica's :func:`scores` of its part, exchanged, then each
+replica's :func:`judge` against the others' (:class:`~analyzer.detectors.marginal.Scores`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from analyzer.detectors.marginal import MarginalDetector, Scores
 from analyzer.engine import Engine
@@ -29,12 +31,13 @@ def marginal_of(engine: Engine) -> MarginalDetector | None:
 
 
 def scores(engine: Engine, window: Window, keep: Sequence[int]) -> Scores:
-    """The marginal scores of the nodes ``keep`` of ``window`` (what the other replicas
-    judge their nodes against); empty where the engine runs no marginal detector."""
+    """What the other replicas judge their nodes against, of the nodes ``keep`` of
+    ``window``: the marginal scores (none where the engine runs no marginal detector) and the
+    pools of the like-with-like medians (:meth:`Engine.pools`)."""
+    part = subwindow(window, keep)
     d = marginal_of(engine)
-    if d is None:
-        return Scores()
-    return d.scores(engine.inventory.apply(subwindow(window, keep)))
+    got = Scores() if d is None else d.scores(engine.inventory.apply(part))
+    return replace(got, pools=engine.pools(part))
 
 
 def joined(parts: Iterable[Scores]) -> Scores:
@@ -52,6 +55,8 @@ def judge(engine: Engine, window: Window, keep: Sequence[int], others: Scores | 
     marginal scores this cycle (None: marginal judges this part alone); ``fleet``: this
     replica reports the group-wide findings (one replica does)."""
     part = subwindow(window, keep)
+    if others is not None:  # the others' nodes count in every like-with-like median
+        part = replace(part, elsewhere=others.pools)
     d = marginal_of(engine)
     if d is not None:
         d.others, d.fleet = others, fleet

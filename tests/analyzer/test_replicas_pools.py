@@ -1,0 +1,191 @@
+"""The like-with-like medians across replicas (analyzer.pools): a power limit against its
+model's, a port's rate against its model's ports, a PCIe link against its model's busy links
+(no maximum exported), a busy clock against its configuration's (fail-slow). Each replica
+leaves its part's pools with its marginal scores and judges its nodes against its pools joined
+with the others': the findings are exactly one analyzer's, on fleets split so that each
+part's own median is not the fleet's (without the others' pools the replicas differ)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from analyzer.detectors.infiniband import InfinibandDetector
+from analyzer.detectors.pcie import PcieDetector
+from analyzer.detectors.straggler import StragglerDetector
+from analyzer.detectors.throttling import ThrottlingDetector
+from analyzer.engine import Engine
+from analyzer.findings import Finding
+from analyzer.pools import Pool, joined, medians, pool_of
+from analyzer.replicas.exchange import decode, encode
+from analyzer.replicas.judge import joined as joined_scores
+from analyzer.replicas.judge import judge, scores
+from analyzer.window import THROTTLE_REASONS, Window
+from exporter import catalog as c
+
+T, N, G, STEP = 12, 24, 2, 15.0
+# part "a" holds most of the fleet's first half, part "b" most of its second: each part's
+# median is its majority's, the fleet's is the fleet's
+PARTS = {"a": [*range(0, 10), 20, 21], "b": [*range(10, 20), 22, 23]}
+
+
+def _window(k: int, metrics: dict[str, np.ndarray], **kw: Any) -> Window:
+    t = k * T * STEP + STEP * np.arange(T)
+    return Window(t=t, nodes=tuple(f"n{i:02d}" for i in range(N)), metrics=metrics, gpus=G,
+                  sku=("h100-sxm",) * N, step=STEP, **kw)  # fmt: skip
+
+
+def _per_node(values: list[float]) -> np.ndarray:
+    return np.broadcast_to(np.array(values)[None, :, None], (T, N, G)).copy()
+
+
+def power_limits(k: int) -> Window:
+    """14 GPUs' nodes at 700 W, 10 at 500 W, unevenly split; a throttle array with no reason."""
+    lim = _per_node([700.0] * 14 + [500.0] * 10)
+    lim[:, 3, 1] = 480.0  # one GPU of a 700 W node: far below 700, not below 600
+    reasons = np.zeros((T, N, G, len(THROTTLE_REASONS)))
+    return _window(k, {c.GPU_POWER_LIMIT.name: lim, c.GPU_THROTTLE.name: reasons})
+
+
+def ib_rates(k: int) -> Window:
+    """Ports at NDR (50 GB/s) on 13 nodes and HDR (25 GB/s) on 11, no inventory fabric."""
+    rate = np.full((T, N, 2), 50e9)
+    rate[:, 13:] = 25e9
+    return _window(k, {c.IB_PORT_RATE.name: rate}, ports=("mlx5_0/1", "mlx5_1/1"))
+
+
+def pcie_links(k: int) -> Window:
+    """No maximum exported (dcgm): x16 links on most nodes, x8 platforms on 11, and a node of
+    each kind with one GPU at x8 (below its sibling; below the model only where x16 rules)."""
+    width = _per_node([16.0] * 13 + [8.0] * 11)
+    width[:, 2, 0] = 8.0
+    width[:, 22, 0], width[:, 22, 1] = 8.0, 16.0
+    return _window(k, {c.GPU_PCIE_WIDTH.name: width, c.GPU_UTILIZATION.name: _per_node([0.9] * N)})
+
+
+def pcie_generations(k: int) -> Window:
+    """The same with generations of busy GPUs: gen 5 on most nodes, gen 4 platforms on 11."""
+    gen = _per_node([5.0] * 13 + [4.0] * 11)
+    gen[:, 2, 0] = 4.0
+    gen[:, 22, 0], gen[:, 22, 1] = 4.0, 5.0
+    return _window(k, {c.GPU_PCIE_GENERATION.name: gen,
+                       c.GPU_UTILIZATION.name: _per_node([0.9] * N)})  # fmt: skip
+
+
+def busy_clocks(k: int) -> Window:
+    """Busy GPUs in no job: 13 nodes at 1,980 MHz, 11 at 1,900 MHz (4 % below)."""
+    clock = _per_node([1980e6] * 13 + [1900e6] * 11)
+    util = _per_node([0.9] * N)
+    return _window(k, {c.GPU_SM_CLOCK.name: clock, c.GPU_UTILIZATION.name: util})
+
+
+CASES: dict[str, tuple[Callable[[int], Window], Callable[[], Any]]] = {
+    "power_limit": (power_limits, ThrottlingDetector),
+    "ib_rate": (ib_rates, InfinibandDetector),
+    "pcie_width": (pcie_links, PcieDetector),
+    "pcie_generation": (pcie_generations, PcieDetector),
+    "busy_clock": (busy_clocks, StragglerDetector),
+}
+
+
+def _key(fs: list[Finding]) -> set[tuple[object, ...]]:
+    def same(v: float) -> float | None:  # NaN (not exported) equals NaN here
+        return None if v != v else v
+
+    return {(f.node, f.subject, f.kind, f.action, round(f.confidence, 12),
+             tuple(sorted((k, same(v)) for k, v in f.evidence.items()))) for f in fs}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_replicas_judge_against_the_fleet_s_median_and_find_what_one_analyzer_finds(
+    case: str,
+) -> None:
+    make, detector = CASES[case]
+    single = Engine([detector()])
+    pooled = {r: Engine([detector()]) for r in PARTS}
+    alone = {r: Engine([detector()]) for r in PARTS}
+    found = differ = 0
+    for k in range(3):
+        w = make(k)
+        full = single.cycle(w)
+        # over the wire, as the exchange carries them
+        published = {r: decode(encode(scores(pooled[r], w, keep))) for r, keep in PARTS.items()}
+        got: list[Finding] = []
+        for r, keep in PARTS.items():
+            others = joined_scores(s for o, s in published.items() if o != r)
+            got += judge(pooled[r], w, keep, others, fleet=r == "a")
+        assert _key(got) == _key(full), (k, _key(got) ^ _key(full))
+        part_alone = [f for r, keep in PARTS.items() for f in judge(alone[r], w, keep)]
+        differ += _key(part_alone) != _key(full)
+        found += len(full)
+    assert found  # the single analyzer finds something to agree on
+    assert differ  # and each part's own median would have judged otherwise
+
+
+def test_a_pool_joined_from_parts_gives_numpy_s_nanmedian_of_the_whole_bit_for_bit() -> None:
+    rng = np.random.default_rng(5)
+    values = rng.normal(1.0, 0.1, (40, 8))
+    values[rng.random(values.shape) < 0.3] = np.nan
+    values[3] = np.nan  # a node without a value does not count
+    groups = [("x", np.arange(0, 40, 2)), ("y", np.arange(1, 40, 2))]
+    whole = pool_of(values, groups)
+    a = pool_of(values, [(g, idx[idx < 17]) for g, idx in groups])
+    b = pool_of(values, [(g, idx[idx >= 17]) for g, idx in groups])
+    for g, idx in groups:
+        have = idx[np.isfinite(values[idx]).any(axis=1)]
+        expected = float(np.nanmedian(values[have]))
+        assert medians(whole, None, 3)[g] == expected
+        assert medians(a, b, 3)[g] == expected and medians(b, a, 3)[g] == expected
+    assert whole.nodes == {"x": 20, "y": 19} and a.join(b).nodes == whole.nodes
+    assert medians(a, None, 12) == {}  # too few nodes here alone: no median
+    assert set(medians(a, b, 12)) == {"x", "y"}  # enough with the others'
+    assert joined([{"q": a}, {"q": b}])["q"].nodes == whole.nodes
+
+
+def test_scores_from_a_replica_without_pools_read_as_none_and_malformed_ones_are_refused() -> None:
+    """A replica of the release before leaves scores without pools (a rolling upgrade): they
+    read, with no pool; pools that are not values per group are a clear error."""
+    import json
+    import zlib
+
+    blob = encode(scores(Engine([ThrottlingDetector()]), power_limits(0), PARTS["a"]))
+    doc = json.loads(zlib.decompress(blob))
+    assert decode(blob).pools["power_limit_w"].nodes == {"h100-sxm": 12}
+    del doc["pools"]
+    assert decode(zlib.compress(json.dumps(doc).encode())).pools == {}
+    doc["pools"] = {"power_limit_w": {"values": {"h100-sxm": ["x"]}, "nodes": {}}}
+    with pytest.raises(ValueError, match="malformed"):
+        decode(zlib.compress(json.dumps(doc).encode()))
+
+
+def test_a_detector_whose_pools_fail_costs_its_error_count_not_the_others_pools() -> None:
+    class Broken(ThrottlingDetector):
+        name = "broken"
+
+        def pools(self, window: Window) -> dict[str, Pool]:
+            raise RuntimeError("boom")
+
+    engine = Engine([Broken(), PcieDetector()])
+    got = engine.pools(pcie_links(0))
+    assert set(got) == {"pcie_width"} and engine.stats.errors["broken"] == 1
+
+
+def test_a_replica_leaves_no_administrator_s_cap_and_no_idle_link_in_its_pools() -> None:
+    """What one analyzer leaves out of a model's median stays out of a part's pool: a limit
+    the inventory or a rack's common setting says an administrator chose, and the PCIe
+    generation of an idle GPU (which drops its link to save power); idle widths count."""
+    w = replace(power_limits(0), power_cap_w={0: 700.0}, rack_of={14: "r1", 15: "r1"})
+    limits = ThrottlingDetector().pools(w)["power_limit_w"]
+    assert limits.nodes == {"h100-sxm": N - 3}  # node 0 (inventory), rack r1 (500 W both)
+    assert sorted(limits.values["h100-sxm"]) == sorted([480.0] + [700.0] * 25 + [500.0] * 16)
+    gen = pcie_generations(0).metrics[c.GPU_PCIE_GENERATION.name]
+    util = _per_node([0.9] * 20 + [0.0] * 4)
+    idle = replace(pcie_links(0), metrics={**pcie_links(0).metrics, c.GPU_UTILIZATION.name: util,
+                                           c.GPU_PCIE_GENERATION.name: gen})  # fmt: skip
+    links = PcieDetector().pools(idle)
+    assert links["pcie_generation"].nodes == {"h100-sxm": 20}  # nodes 20-23 idle: out
+    assert links["pcie_width"].nodes == {"h100-sxm": N}
