@@ -18,12 +18,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import Protocol, runtime_checkable
 
 from analyzer.detectors.marginal import MarginalDetector, Scores
 from analyzer.engine import Engine
 from analyzer.findings import Finding
 from analyzer.replicas.slicing import subwindow
 from analyzer.window import Window
+
+
+@runtime_checkable
+class Fleetwide(Protocol):
+    """A detector with findings on the whole fleet (``marginal``'s shifted peer group, a
+    storage mount many nodes see failing), which one replica reports (``fleet``)."""
+
+    fleet: bool
 
 
 def marginal_of(engine: Engine) -> MarginalDetector | None:
@@ -53,18 +62,23 @@ def judge(engine: Engine, window: Window, keep: Sequence[int], others: Scores | 
     those nodes, and findings on what those nodes make up (a leaf switch, a job, the peer
     group), never a finding on a node of another replica. ``others``: the other replicas'
     marginal scores this cycle (None: marginal judges this part alone); ``fleet``: this
-    replica reports the group-wide findings (one replica does)."""
+    replica reports the fleet-wide findings (one replica does: :class:`Fleetwide`)."""
     part = subwindow(window, keep)
     if others is not None:  # the others' nodes count in every like-with-like median
         part = replace(part, elsewhere=others.pools)
     d = marginal_of(engine)
     if d is not None:
-        d.others, d.fleet = others, fleet
+        d.others = others
+    wide = [x for x in engine.detectors if isinstance(x, Fleetwide)]
+    for x in wide:
+        x.fleet = fleet
     try:
         found = engine.cycle(part)
     finally:
         if d is not None:
-            d.others, d.fleet = None, True
+            d.others = None
+        for x in wide:
+            x.fleet = True
     others_nodes = set(window.nodes) - set(part.nodes)
     if others_nodes:
         found = [f for f in found if f.node not in others_nodes]

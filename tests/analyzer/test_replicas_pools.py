@@ -189,3 +189,35 @@ def test_a_replica_leaves_no_administrator_s_cap_and_no_idle_link_in_its_pools()
     links = PcieDetector().pools(idle)
     assert links["pcie_generation"].nodes == {"h100-sxm": 20}  # nodes 20-23 idle: out
     assert links["pcie_width"].nodes == {"h100-sxm": N}
+
+
+def storage_probes(k: int) -> Window:
+    """A checkpoint mount failing on nodes 1 and 2 (part a) and, from earlier, 11 and 12
+    (part b), slow on 5 and 15: 6 of 24 nodes is a shared fault, judged otherwise on either
+    part's share alone."""
+    up = np.ones((T, N, 1))
+    up[6:, [1, 2], 0] = 0.0
+    up[3:, [11, 12], 0] = 0.0
+    fsync = np.full((T, N, 1), 0.05)
+    fsync[:, 15, 0], fsync[:, 5, 0] = 4.0, 3.0
+    return _window(k, {c.STORAGE_PROBE_UP.name: up, c.STORAGE_PROBE_DURATION.name: fsync},
+                   mounts=("/ckpt",))  # fmt: skip
+
+
+def test_a_storage_fault_spread_over_replicas_is_the_fleet_s_one_finding_reported_once() -> None:
+    from analyzer.detectors.storage import StorageDetector
+
+    single = Engine([StorageDetector()])
+    pooled = {r: Engine([StorageDetector()]) for r in PARTS}
+    w = storage_probes(0)
+    full = single.cycle(w)
+    published = {r: decode(encode(scores(pooled[r], w, keep))) for r, keep in PARTS.items()}
+    got: list[Finding] = []
+    for r, keep in PARTS.items():
+        others = joined_scores(s for o, s in published.items() if o != r)
+        got += judge(pooled[r], w, keep, others, fleet=r == "a")
+    assert len(full) == 1 and full[0].evidence["failing"] == 4.0 and full[0].since == w.t[3]
+    assert full[0].evidence["fsync_p50_max"] == 4.0
+    assert len(got) == 1 and _key(got) == _key(full) and got[0].since == full[0].since
+    alone = [f for r, keep in PARTS.items() for f in judge(Engine([StorageDetector()]), w, keep)]
+    assert _key(alone) != _key(full)  # each part: 3 of its 12 nodes, its own evidence
