@@ -24,6 +24,12 @@ the same port index of every node, its rail), and each leaf against the other le
   or the leaf's median rate ``ratio`` x the other leaves': the switch or its uplinks, not N
   machines; the leaf's port findings of congestion and loss fold into it.
 
+A replica of the sharded analyzer holds whole leaves, not whole rails nor the fabric's other
+leaves: it leaves its part's port rates (:meth:`RoceDetector.pools`: per counter, per rail
+and of all its leaves' ports, and how many leaves) with its marginal scores, and compares its
+ports and leaves with its own joined with the others' (``Window.elsewhere``), as one analyzer
+compares them with the whole fleet's.
+
 A whole fabric congested at once (an all-to-all phase) moves every port and every leaf alike:
 no port or leaf stands out, and nothing is reported. A job's all-to-all confined to one
 scalable unit makes every rail's leaf of that unit stand out together, over the same nodes:
@@ -42,6 +48,7 @@ import numpy as np
 from analyzer.detectors.emit import ev
 from analyzer.detectors.series import total_increase, window_rate
 from analyzer.findings import Finding
+from analyzer.pools import Pool
 from analyzer.window import Window
 from exporter import catalog
 
@@ -90,9 +97,11 @@ class RoceDetector:
         out = self._storms(w, recent, since)
         cong = self._rates(w, recent, CONGESTION_FLOORS)
         loss = self._rates(w, recent, RETRANSMIT_FLOORS)
-        hot_cong = self._outliers(cong, groups)
-        hot_loss = self._outliers(loss, groups)
-        leaves, folded = self._leaves(w, groups, cong, loss, since)
+        there = {name[len(POOLED):]: p for name, p in w.elsewhere.items()
+                 if name.startswith(POOLED)}  # fmt: skip
+        hot_cong = self._outliers(cong, groups, there)
+        hot_loss = self._outliers(loss, groups, there)
+        leaves, folded = self._leaves(w, groups, cong, loss, since, there)
         out += leaves
         for (n, p), worst in sorted(hot_loss.items()):
             if (n, p) not in folded:
@@ -104,6 +113,22 @@ class RoceDetector:
                 out.append(self._port(w, n, p, "roce_congestion", "warning", "notify", since,
                                       worst, "RoCE congestion (ECN/CNP) far above the port's"
                                       " peers: a hot spot"))  # fmt: skip
+        return out
+
+    def pools(self, window: Window) -> dict[str, Pool]:
+        """Per counter, this window's port rates by rail and of all its leaves' ports (and how
+        many leaves): what the other replicas compare their ports and leaves with."""
+        if window.empty or not window.ports or len(window.t) < 2:
+            return {}
+        recent, groups = window.tail(self.span), port_groups(window)
+        rates = {**self._rates(window, recent, CONGESTION_FLOORS),
+                 **self._rates(window, recent, RETRANSMIT_FLOORS)}  # fmt: skip
+        leaves = [k for k in groups if k.startswith("leaf=")]
+        out = {}
+        for name, r in rates.items():
+            values = {k: _values(r, ms) for k, ms in groups.items() if k.startswith("rail=")}
+            values[LEAVES] = _values(r, [m for k in leaves for m in groups[k]])
+            out[POOLED + name] = Pool(values, {LEAVES: len(leaves)})
         return out
 
     # ------------------------------------------------------------------ PFC storms
@@ -143,20 +168,28 @@ class RoceDetector:
                 out[name] = np.nan_to_num(window_rate(c, w.t, recent))
         return out
 
-    def _outliers(self, rates: Mapping[str, np.ndarray], groups: Mapping[str, list[tuple[int, int]]]
-                  ) -> dict[tuple[int, int], dict[str, float]]:  # fmt: skip
+    def _outliers(self, rates: Mapping[str, np.ndarray], groups: Mapping[str, list[tuple[int, int]]],
+                  there: Mapping[str, Pool]) -> dict[tuple[int, int], dict[str, float]]:  # fmt: skip
         """Ports whose rate of some counter is above its floor and ``ratio`` x the median of
-        the other ports of its group (with >= ``min_peers`` of them)."""
+        the other ports of its group (with >= ``min_peers`` of them; a rail's ports on other
+        replicas' nodes too: ``there``)."""
         floors = {**CONGESTION_FLOORS, **RETRANSMIT_FLOORS}
         hot: dict[tuple[int, int], dict[str, float]] = defaultdict(dict)
         for name, r in rates.items():
-            for members in groups.values():
-                if len(members) <= self.min_peers:
-                    continue
+            for key, members in groups.items():
                 vals = np.array([r[n, p] for n, p in members])
-                whole = float(np.median(vals))  # a large group: one port moves it little
+                extra = _of(there.get(name), key)
+                if len(members) + len(extra) <= self.min_peers:
+                    continue
+                # a large group: one port moves it little
+                whole = float(np.median(np.concatenate([vals, extra])))
+                small = len(vals) + len(extra) <= 64
                 for i, (n, p) in enumerate(members):
-                    ref = float(np.median(np.delete(vals, i))) if len(vals) <= 64 else whole
+                    ref = (
+                        float(np.median(np.concatenate([np.delete(vals, i), extra])))
+                        if small
+                        else whole
+                    )
                     if vals[i] >= floors[name] and vals[i] > self.ratio * ref:
                         hot[(n, p)][f"{name}_per_s"] = float(vals[i])
                         hot[(n, p)][f"{name}_peer_median_per_s"] = ref
@@ -165,10 +198,12 @@ class RoceDetector:
     # ------------------------------------------------------------------ leaves
     def _leaves(self, w: Window, groups: Mapping[str, list[tuple[int, int]]],
                 cong: Mapping[str, np.ndarray], loss: Mapping[str, np.ndarray], since: float,
-                ) -> tuple[list[Finding], set[tuple[int, int]]]:  # fmt: skip
-        """Leaves whose ports stand out together against the other leaves' ports."""
+                there: Mapping[str, Pool]) -> tuple[list[Finding], set[tuple[int, int]]]:  # fmt: skip
+        """Leaves whose ports stand out together against the other leaves' ports (those of
+        the leaves other replicas hold too: ``there``)."""
         leaves = {k: v for k, v in groups.items() if k.startswith("leaf=")}
-        if len(leaves) < 3:  # a leaf needs at least two others to be told apart from
+        elsewhere = max((p.nodes.get(LEAVES, 0) for p in there.values()), default=0)
+        if not leaves or len(leaves) + elsewhere < 3:  # a leaf needs two others to stand out
             return [], set()
         floors = {**CONGESTION_FLOORS, **RETRANSMIT_FLOORS}
         out: list[Finding] = []
@@ -182,7 +217,8 @@ class RoceDetector:
             evidence: dict[str, float] = {}
             for name, r in {**cong, **loss}.items():
                 mine = np.array([r[n, p] for n, p in members])
-                ref = float(np.median([r[n, p] for n, p in others]))
+                extra = _of(there.get(name), LEAVES)
+                ref = float(np.median(np.concatenate([_values(r, others), extra])))
                 above = (mine >= floors[name]) & (mine > self.ratio * ref)
                 if above.mean() >= self.leaf_fraction:
                     evidence[f"{name}_leaf_median_per_s"] = float(np.median(mine))
@@ -230,3 +266,15 @@ def port_groups(w: Window) -> dict[str, list[tuple[int, int]]]:
             key = f"leaf={leaf}" if leaf else f"rail={w.port_name(p).rsplit('/', 1)[0]}"
             out[key].append((n, p))
     return dict(out)
+
+
+POOLED = "roce:"  # a counter's rates' key among a replica's pools
+LEAVES = "leaves"  # in a counter's pool: every leaf's ports (and, counted, the leaves)
+
+
+def _values(r: np.ndarray, members: list[tuple[int, int]]) -> np.ndarray:
+    return np.array([r[n, p] for n, p in members], dtype=float)
+
+
+def _of(pool: Pool | None, key: str) -> np.ndarray:
+    return np.zeros(0) if pool is None else np.asarray(pool.values.get(key, np.zeros(0)))

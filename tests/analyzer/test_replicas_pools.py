@@ -16,6 +16,7 @@ import pytest
 
 from analyzer.detectors.infiniband import InfinibandDetector
 from analyzer.detectors.pcie import PcieDetector
+from analyzer.detectors.roce import RoceDetector
 from analyzer.detectors.straggler import StragglerDetector
 from analyzer.detectors.throttling import ThrottlingDetector
 from analyzer.engine import Engine
@@ -83,12 +84,40 @@ def busy_clocks(k: int) -> Window:
     return _window(k, {c.GPU_SM_CLOCK.name: clock, c.GPU_UTILIZATION.name: util})
 
 
+def _counter(k: int, per_s: list[float]) -> np.ndarray:
+    """A cumulative counter rising at ``per_s`` on each node's two ports."""
+    t = k * T * STEP + STEP * np.arange(T)
+    return np.broadcast_to(t[:, None, None] * np.array(per_s)[None, :, None], (T, N, 2)).copy()
+
+
+def roce_rails(k: int) -> Window:
+    """No topology: each port is compared with its rail (the same port of every node).
+    Packets lost at 0.5/s on part a's ports, 3/s on part b's, 5/s on one of node 4's."""
+    rate = [0.5 if i in PARTS["a"] else 3.0 for i in range(N)]
+    oos = _counter(k, rate)
+    oos[:, 4, 0] = _counter(k, [5.0] * N)[:, 4, 0]
+    return _window(k, {}, ports=("mlx5_0/1", "mlx5_1/1"), ib_counters={"out_of_sequence": oos})
+
+
+def roce_leaves(k: int) -> Window:
+    """Four leaves of six nodes, two on each part; ECN marks at 700/s on leaf 0's ports,
+    200/s on leaf 1's, 50/s on part b's: leaf 0 stands out of the fabric's other leaves, and
+    a part alone has too few leaves to compare with (3 are needed)."""
+    leaf = {n: f"leaf-{i // 6}" for i, n in enumerate(PARTS["a"] + PARTS["b"])}
+    rate = [700.0 if leaf[i] == "leaf-0" else 200.0 if i in PARTS["a"] else 50.0 for i in range(N)]
+    ecn = _counter(k, rate)
+    return _window(k, {}, ports=("mlx5_0/1", "mlx5_1/1"), leaf_of=leaf,
+                   ib_counters={"np_ecn_marked_roce_packets": ecn})  # fmt: skip
+
+
 CASES: dict[str, tuple[Callable[[int], Window], Callable[[], Any]]] = {
     "power_limit": (power_limits, ThrottlingDetector),
     "ib_rate": (ib_rates, InfinibandDetector),
     "pcie_width": (pcie_links, PcieDetector),
     "pcie_generation": (pcie_generations, PcieDetector),
     "busy_clock": (busy_clocks, StragglerDetector),
+    "roce_rail": (roce_rails, RoceDetector),
+    "roce_leaf": (roce_leaves, RoceDetector),
 }
 
 
@@ -105,25 +134,68 @@ def test_replicas_judge_against_the_fleet_s_median_and_find_what_one_analyzer_fi
     case: str,
 ) -> None:
     make, detector = CASES[case]
+    _split_like_one_analyzer([make(k) for k in range(3)], detector, PARTS)
+
+
+def _split_like_one_analyzer(windows: list[Window], detector: Callable[[], Any],
+                             parts: dict[str, list[int]]) -> None:  # fmt: skip
+    """Each window judged by one analyzer and by replicas holding ``parts`` with their pools
+    exchanged (equal every cycle), and by the parts alone (different in some cycle)."""
     single = Engine([detector()])
-    pooled = {r: Engine([detector()]) for r in PARTS}
-    alone = {r: Engine([detector()]) for r in PARTS}
+    pooled = {r: Engine([detector()]) for r in parts}
+    alone = {r: Engine([detector()]) for r in parts}
     found = differ = 0
-    for k in range(3):
-        w = make(k)
+    for k, w in enumerate(windows):
         full = single.cycle(w)
         # over the wire, as the exchange carries them
-        published = {r: decode(encode(scores(pooled[r], w, keep))) for r, keep in PARTS.items()}
+        published = {r: decode(encode(scores(pooled[r], w, keep))) for r, keep in parts.items()}
         got: list[Finding] = []
-        for r, keep in PARTS.items():
+        for r, keep in parts.items():
             others = joined_scores(s for o, s in published.items() if o != r)
-            got += judge(pooled[r], w, keep, others, fleet=r == "a")
+            got += judge(pooled[r], w, keep, others, fleet=r == min(parts))
         assert _key(got) == _key(full), (k, _key(got) ^ _key(full))
-        part_alone = [f for r, keep in PARTS.items() for f in judge(alone[r], w, keep)]
+        part_alone = [f for r, keep in parts.items() for f in judge(alone[r], w, keep)]
         differ += _key(part_alone) != _key(full)
         found += len(full)
     assert found  # the single analyzer finds something to agree on
     assert differ  # and each part's own median would have judged otherwise
+
+
+def test_a_replica_with_few_ports_of_a_rail_judges_them_against_the_whole_rail() -> None:
+    """Node 4's lossy port on a replica holding 2 nodes: too few peers there (3 needed), the
+    rail's 24 ports over all replicas."""
+
+    def quiet(k: int) -> Window:  # every port at 0.5/s but node 4's first, at 5/s
+        oos = _counter(k, [0.5] * N)
+        oos[:, 4, 0] *= 10
+        return _window(k, {}, ports=("mlx5_0/1", "mlx5_1/1"),
+                       ib_counters={"out_of_sequence": oos})  # fmt: skip
+
+    parts = {"a": [4, 5], "b": [i for i in range(N) if i not in (4, 5)]}
+    _split_like_one_analyzer([quiet(k) for k in range(2)], RoceDetector, parts)
+
+
+def test_a_rail_of_more_than_64_ports_is_judged_against_its_whole_median_on_every_replica() -> None:
+    """66 ports on a rail: a port is compared with the rail's median, itself included (one
+    analyzer's rule for a large group), though its replica holds fewer than 64 of them. The
+    rail: 33 ports at 0.5/s, 32 at 3/s, one at 5/s, balanced so that the rule decides."""
+    n = 66
+    rate = np.array([0.5] * 33 + [3.0] * 32 + [5.0])
+    windows = []
+    for k in range(2):
+        t = k * T * STEP + STEP * np.arange(T)
+        windows.append(Window(t=t, nodes=tuple(f"m{i:02d}" for i in range(n)), metrics={},
+                              ports=("mlx5_0/1",), step=STEP,
+                              ib_counters={"out_of_sequence": (t[:, None] * rate)[:, :, None]}))  # fmt: skip
+    parts = {"a": [*range(0, 20), 65], "b": list(range(20, 65))}
+    full = Engine([RoceDetector()]).cycle(windows[0])
+    assert full == []  # 5 is not 4 x the whole rail's median (1.75): nothing to find
+    alone = judge(Engine([RoceDetector()]), windows[0], parts["a"])
+    assert [f.node for f in alone] == ["m65"]  # against its part's 20 others: lossy
+    pooled = {r: Engine([RoceDetector()]) for r in parts}
+    published = {r: scores(pooled[r], windows[0], keep) for r, keep in parts.items()}
+    got = judge(pooled["a"], windows[0], parts["a"], published["b"])
+    assert got == []
 
 
 def test_a_pool_joined_from_parts_gives_numpy_s_nanmedian_of_the_whole_bit_for_bit() -> None:
