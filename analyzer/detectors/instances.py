@@ -10,6 +10,10 @@ sustaining a fraction of its peers' median is stuck or degraded. Too few peers: 
 (there is no specification for an instance's load). The finding names the parent GPU and the
 instance (``instance=gpu<g>/<id>``) and recommends notify: the replica's pod is what to look at,
 not the GPU, whose own faults (XIDs, ECC) other detectors attribute to it.
+
+A workload's instances may sit on nodes of several replicas of the sharded analyzer: each
+leaves its part's instances' activity per group (:meth:`InstanceStragglerDetector.pools`)
+and judges its own against every member's median at each sample (``Window.elsewhere``).
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ import numpy as np
 
 from analyzer.detectors.emit import ev
 from analyzer.findings import Finding
+from analyzer.pools import Pool
 from analyzer.window import Window
 from exporter import catalog
 
 Key = tuple[int, int, int]  # (node, gpu, slot)
+POOLED = "instances"  # the instances' activity among a replica's pools: per group
+SEP = "\x1f"  # joins a group's model, profile and workload into its key there
 
 
 @dataclass
@@ -51,15 +58,22 @@ class InstanceStragglerDetector:
         if len(tail) < 3:
             return []
         found = []
-        for (sku, profile, job), keys in self.groups(window).items():
-            if len(keys) <= self.min_peers:
-                continue
+        there = window.elsewhere.get(POOLED, Pool())
+        for group, keys in self.groups(window).items():
+            sku, profile, job = group
             n, g, s = (np.array(ax) for ax in zip(*keys, strict=True))
             x = tail[:, n, g, s]  # (T, members)
-            # the group's median at each sample (one replica among many barely moves it)
-            seen = np.isfinite(x).sum(axis=1) > self.min_peers
+            extra = there.values.get(SEP.join(group), np.zeros(0))
+            # member by member over the same span (another grid's: this part's alone)
+            extra = extra.reshape(-1, len(x)).T if len(extra) % len(x) == 0 else x[:, :0]
+            if len(keys) + extra.shape[1] <= self.min_peers:
+                continue
+            # the group's median at each sample (one replica among many barely moves it),
+            # over its instances on other replicas' nodes too
+            every = np.concatenate([x, extra], axis=1)
+            seen = np.isfinite(every).sum(axis=1) > self.min_peers
             med = np.full(len(x), np.nan)
-            med[seen] = np.nanmedian(x[seen], axis=1)
+            med[seen] = np.nanmedian(every[seen], axis=1)
             ok = np.isfinite(x) & (med >= self.min_load)[:, None]
             low = (x < self.ratio * med[:, None]) & ok
             judged = ok.sum(axis=0)
@@ -67,8 +81,22 @@ class InstanceStragglerDetector:
             for m in np.flatnonzero(hit):
                 rows = ok[:, m]
                 found.append(self._finding(window, keys[m], profile, job, sku, x[rows, m],
-                                           med[rows], len(keys) - 1))  # fmt: skip
+                                           med[rows], every.shape[1] - 1))  # fmt: skip
         return found
+
+    def pools(self, window: Window) -> dict[str, Pool]:
+        """Per group, its instances' activity over the span here, instance by instance (a
+        replica's part, for the others' medians)."""
+        act = window.get(catalog.GPU_MIG_GRAPHICS_ACTIVE)
+        if act is None or not window.instances or window.empty:
+            return {}
+        tail = act[window.tail(self.span_s)]
+        values, members = {}, {}
+        for group, keys in self.groups(window).items():
+            n, g, s = (np.array(ax) for ax in zip(*keys, strict=True))
+            values[SEP.join(group)] = tail[:, n, g, s].T.ravel()  # member by member
+            members[SEP.join(group)] = len(keys)
+        return {POOLED: Pool(values, members)}
 
     def _finding(self, window: Window, key: Key, profile: str, job: str, sku: str,
                  mine: np.ndarray, med: np.ndarray, peers: int) -> Finding:  # fmt: skip

@@ -53,7 +53,9 @@ def subwindow(window: Window, keep: Sequence[int]) -> Window:
         nvlink_domain_of=_renumber(window.nvlink_domain_of, new),
         dialect_of=_renumber(window.dialect_of, new),
         dcgm_generation_of=_renumber(window.dcgm_generation_of, new),
-    )
+        instances={(new[n], g, s): info for (n, g, s), info in window.instances.items()
+                   if n in new},
+    )  # fmt: skip
 
 
 def window_bytes(window: Window) -> int:

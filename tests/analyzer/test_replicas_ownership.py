@@ -3,6 +3,8 @@ and a replica joining moves only the units it gains."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from analyzer.inventory import Inventory, NodeInventory
@@ -10,7 +12,7 @@ from analyzer.replicas.membership import MemoryMembership, Plan
 from analyzer.replicas.ownership import assign, owner, units
 from analyzer.replicas.role import ReplicaRole
 from analyzer.replicas.slicing import subwindow
-from analyzer.window import Window, XidEvent
+from analyzer.window import InstanceInfo, Window, XidEvent
 
 
 def _window(jobs: dict[str, tuple[int, ...]]) -> Window:
@@ -52,6 +54,9 @@ def test_a_sub_window_renumbers_nodes_events_and_maps() -> None:
         2: "leaf-3",
     }
     assert part.sku == ("b200",) * 3
+    mig = replace(w, instances={(5, 1, 0): InstanceInfo("2", "1g.10gb", "ns/a"),
+                                (1, 0, 0): InstanceInfo("1", "1g.10gb", "ns/a")})  # fmt: skip
+    assert subwindow(mig, [4, 5, 6]).instances == {(1, 1, 0): InstanceInfo("2", "1g.10gb", "ns/a")}
 
 
 def test_a_rack_is_a_domain_a_replica_sees_whole() -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from analyzer.detectors.infiniband import InfinibandDetector
+from analyzer.detectors.instances import InstanceStragglerDetector
 from analyzer.detectors.pcie import PcieDetector
 from analyzer.detectors.roce import RoceDetector
 from analyzer.detectors.straggler import StragglerDetector
@@ -25,7 +26,7 @@ from analyzer.pools import Pool, joined, medians, pool_of
 from analyzer.replicas.exchange import decode, encode
 from analyzer.replicas.judge import joined as joined_scores
 from analyzer.replicas.judge import judge, scores
-from analyzer.window import THROTTLE_REASONS, Window
+from analyzer.window import THROTTLE_REASONS, InstanceInfo, Window
 from exporter import catalog as c
 
 T, N, G, STEP = 12, 24, 2, 15.0
@@ -110,6 +111,17 @@ def roce_leaves(k: int) -> Window:
                    ib_counters={"np_ecn_marked_roce_packets": ecn})  # fmt: skip
 
 
+def mig_instances(k: int) -> Window:
+    """One inference Deployment's MIG instances, one on GPU 0 of every node: at 50 % on part
+    a's nodes, 90 % on part b's, and node 4's at 35 %: below 60 % of the whole workload's
+    median (70 %), not of its part's (50 %)."""
+    act = np.full((T, N, G, 8), np.nan)
+    act[:, :, 0, 0] = [0.5 if i in PARTS["a"] else 0.9 for i in range(N)]
+    act[:, 4, 0, 0] = 0.35
+    infos = {(i, 0, 0): InstanceInfo("1", "1g.10gb", "infer/llama") for i in range(N)}
+    return _window(k, {c.GPU_MIG_GRAPHICS_ACTIVE.name: act}, instances=infos)
+
+
 CASES: dict[str, tuple[Callable[[int], Window], Callable[[], Any]]] = {
     "power_limit": (power_limits, ThrottlingDetector),
     "ib_rate": (ib_rates, InfinibandDetector),
@@ -118,6 +130,7 @@ CASES: dict[str, tuple[Callable[[int], Window], Callable[[], Any]]] = {
     "busy_clock": (busy_clocks, StragglerDetector),
     "roce_rail": (roce_rails, RoceDetector),
     "roce_leaf": (roce_leaves, RoceDetector),
+    "mig_instances": (mig_instances, InstanceStragglerDetector),
 }
 
 
@@ -173,6 +186,13 @@ def test_a_replica_with_few_ports_of_a_rail_judges_them_against_the_whole_rail()
 
     parts = {"a": [4, 5], "b": [i for i in range(N) if i not in (4, 5)]}
     _split_like_one_analyzer([quiet(k) for k in range(2)], RoceDetector, parts)
+
+
+def test_a_replica_with_few_instances_of_a_workload_judges_them_against_all_of_them() -> None:
+    """Node 4's slow instance on a replica holding 3 of the Deployment's 24 (5 are needed)."""
+    parts = {"a": [3, 4, 5], "b": [i for i in range(N) if i not in (3, 4, 5)]}
+    _split_like_one_analyzer([mig_instances(k) for k in range(2)], InstanceStragglerDetector,
+                             parts)  # fmt: skip
 
 
 def test_a_rail_of_more_than_64_ports_is_judged_against_its_whole_median_on_every_replica() -> None:
