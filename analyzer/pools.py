@@ -41,11 +41,10 @@ class Pool:
 
     def join(self, other: Pool) -> Pool:
         empty = np.zeros(0)
-        keys = {*self.values, *other.values, *self.nodes, *other.nodes}
         return Pool(
             {k: np.concatenate([self.values.get(k, empty), other.values.get(k, empty)])
-             for k in keys},
-            {k: self.nodes.get(k, 0) + other.nodes.get(k, 0) for k in keys},
+             for k in {*self.values, *other.values}},
+            {k: self.nodes.get(k, 0) + other.nodes.get(k, 0) for k in {*self.nodes, *other.nodes}},
         )  # fmt: skip
 
 

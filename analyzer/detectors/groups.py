@@ -57,10 +57,13 @@ def split_by_model(window: Window, idx: np.ndarray, config: bool = False
     return [(k, np.array(v, dtype=int)) for k, v in sorted(out.items())]
 
 
-def peer_groups(window: Window, min_size: int = 3) -> list[tuple[str, np.ndarray]]:
+def peer_groups(window: Window, min_size: int = 3, idle_min: int | None = None
+                ) -> list[tuple[str, np.ndarray]]:  # fmt: skip
     """``[(group name, node indices)]``: each job with >= ``min_size`` nodes of one
     configuration (``job/<id>``, or ``job/<id>/<model>@<limit>`` when the job spans several),
-    then the remaining nodes per configuration (``idle/<model>@<limit>``)."""
+    then the remaining nodes per configuration (``idle/<model>@<limit>``; with at least
+    ``idle_min`` nodes, default ``min_size``: a replica's part keeps its few idle nodes of a
+    configuration, whose peers are mostly on other replicas)."""
     n = len(window.nodes)
     taken = np.zeros(n, dtype=bool)
     out: list[tuple[str, np.ndarray]] = []
@@ -72,7 +75,7 @@ def peer_groups(window: Window, min_size: int = 3) -> list[tuple[str, np.ndarray
                 out.append((f"job/{job}/{sku}" if len(parts) > 1 else f"job/{job}", part))
         taken[idx] = True
     for sku, idx in split_by_model(window, np.flatnonzero(~taken), config=True):
-        if len(idx) >= min_size:
+        if len(idx) >= (min_size if idle_min is None else idle_min):
             out.append((f"idle/{sku}" if sku else "idle", idx))
     return out
 

@@ -26,6 +26,7 @@ from analyzer.detectors import capsight, workload
 from analyzer.detectors.groups import peer_groups
 from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
+from analyzer.pools import Pool
 from analyzer.window import Window
 from exporter import catalog
 
@@ -57,35 +58,21 @@ class PeerDetector:
         self.group_by_job, self.continuity = group_by_job, continuity
 
     def detect(self, window: Window) -> list[Finding]:
-        need = self.n + self.settle
-        if window.empty or len(window.t) < self.n:
+        got = self._members(window)
+        if got is None:
             return []
-        w = window if self.group_by_job else replace(window, jobs={})
-        arrays = {}
-        for key, m, _, _ in FEATURES:
-            a = w.get(m)
-            if a is None or a.ndim != 3:
-                return []
-            arrays[key] = a[-self.n :].reshape(self.n, -1)  # (n, nodes*gpus)
-        util = w.get(catalog.GPU_UTILIZATION)
-        assert util is not None
-        u = util[-need:].reshape(min(need, len(w.t)), -1)
-        known = ~np.isnan(u)
-        enough = known.mean(axis=0) >= 0.5  # a scrape gap is neither busy nor idle
-        with np.errstate(invalid="ignore"):
-            state_busy = ~(known & (u <= BUSY)).any(axis=0) & enough
-            state_idle = ~(known & (u > BUSY)).any(axis=0) & enough
-        groups = peer_groups(w)
-        if not groups:
-            return []
-        # each group's stable GPUs (a flapping busy/idle state is no evidence)
-        members, in_job = [], []
-        for name, idx in groups:
-            cols = (idx[:, None] * w.gpus + np.arange(w.gpus)).reshape(-1)
-            stable = state_idle[cols] if name.startswith("idle") else state_busy[cols]
-            members.append(cols[stable])
-            in_job.append(not name.startswith("idle"))
-        if max(len(m) for m in members) < 3:
+        w, arrays, groups, members, in_job = got
+        there = window.elsewhere.get(POOLED)
+        extra: dict[str, int] = {}
+        if there is not None:
+            arrays, members = _with_elsewhere(w, arrays, groups, members, there, self.n)
+            extra = dict(there.nodes)
+        # an idle group of fewer than MIN_GROUP nodes, the other replicas' counted, is none
+        keep = [i for i, (name, idx) in enumerate(groups)
+                if len(idx) + extra.get(name, 0) >= MIN_GROUP]  # fmt: skip
+        groups, members = [groups[i] for i in keep], [members[i] for i in keep]
+        in_job = [in_job[i] for i in keep]
+        if not members or max(len(m) for m in members) < 3:
             return []
         # groups of similar size side by side (a bucket is at most twice as wide as its
         # narrowest group): one idle group of thousands of GPUs beside hundreds of 8-GPU jobs
@@ -98,6 +85,61 @@ class PeerDetector:
         # low clocks or power are also what an admin's cap looks like: without the power
         # limit or clock-event reasons to tell, only notify
         return capsight.downgrade(out, w, _cap_like)
+
+    def pools(self, window: Window) -> dict[str, Pool]:
+        """The idle groups' stable GPUs' features over the last ``n`` samples, each under
+        ``<group>\x1f<node>\x1f<gpu>``, and each idle group's nodes here (a replica's
+        part: the others' idle peers)."""
+        got = self._members(window)
+        if got is None:
+            return {}
+        w, arrays, groups, members, _ = got
+        values: dict[str, np.ndarray] = {}
+        nodes: dict[str, int] = {}
+        for (name, idx), cols in zip(groups, members, strict=True):
+            if not name.startswith("idle"):
+                continue
+            nodes[name] = len(idx)  # the group's nodes here, stable or not
+            for c in cols:
+                key = SEP.join((name, w.nodes[int(c) // w.gpus], str(int(c) % w.gpus)))
+                values[key] = np.concatenate([arrays[k][:, c] for k, *_ in FEATURES])
+        return {POOLED: Pool(values, nodes)} if nodes else {}
+
+    def _members(self, window: Window) -> tuple[Window, dict[str, np.ndarray],
+                                               list[tuple[str, np.ndarray]], list[np.ndarray],
+                                               list[bool]] | None:  # fmt: skip
+        """``(window, features, groups, members, in_job)``: the features' last ``n`` samples
+        (n, nodes*gpus), the peer groups, each group's GPUs (columns) whose busy or idle state
+        held over the look-back, and whether it is a job's; None: nothing to compare."""
+        need = self.n + self.settle
+        if window.empty or len(window.t) < self.n:
+            return None
+        w = window if self.group_by_job else replace(window, jobs={})
+        arrays = {}
+        for key, m, _, _ in FEATURES:
+            a = w.get(m)
+            if a is None or a.ndim != 3:
+                return None
+            arrays[key] = a[-self.n :].reshape(self.n, -1)  # (n, nodes*gpus)
+        util = w.get(catalog.GPU_UTILIZATION)
+        assert util is not None
+        u = util[-need:].reshape(min(need, len(w.t)), -1)
+        known = ~np.isnan(u)
+        enough = known.mean(axis=0) >= 0.5  # a scrape gap is neither busy nor idle
+        with np.errstate(invalid="ignore"):
+            state_busy = ~(known & (u <= BUSY)).any(axis=0) & enough
+            state_idle = ~(known & (u > BUSY)).any(axis=0) & enough
+        groups = peer_groups(w, MIN_GROUP, idle_min=1)  # few idle here: see detect
+        if not groups:
+            return None
+        # each group's stable GPUs (a flapping busy/idle state is no evidence)
+        members, in_job = [], []
+        for name, idx in groups:
+            cols = (idx[:, None] * w.gpus + np.arange(w.gpus)).reshape(-1)
+            stable = state_idle[cols] if name.startswith("idle") else state_busy[cols]
+            members.append(cols[stable])
+            in_job.append(not name.startswith("idle"))
+        return w, arrays, groups, members, in_job
 
     def _bucket(self, w: Window, arrays: dict[str, np.ndarray], members: list[np.ndarray],
                 ids: list[int], in_job: np.ndarray) -> list[tuple[int, list[Finding]]]:  # fmt: skip
@@ -159,6 +201,7 @@ class PeerDetector:
             if len({int(node_of[c]) for c in cand}) > self.max_candidates:
                 z = np.stack([zs[k][:, g] for k in zs], axis=-1)[:, ~pad[g]]
                 cand = self._tie_break(z, cand, node_of[~pad[g]])
+            cand = cand[node_of[cand] < len(w.nodes)]  # another replica's GPU: its own
             gpu_of = np.where(pad[g], -1, gidx[g] % w.gpus)
             out.append((int(g), self._findings(w, cand, node_of, gpu_of, score[g], gate[g])))
         return out
@@ -212,3 +255,44 @@ def _buckets(sizes: list[int]) -> list[list[int]]:
         else:
             out.append([i])
     return out
+
+
+MIN_GROUP = 3  # nodes a peer group needs
+POOLED = "peer"  # the idle groups' GPUs among a replica's pools
+SEP = "\x1f"  # joins a pooled GPU's group, node and index into its key
+
+
+def _with_elsewhere(w: Window, arrays: dict[str, np.ndarray], groups: list[tuple[str, np.ndarray]],
+                    members: list[np.ndarray], there: Pool, n: int
+                    ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:  # fmt: skip
+    """The features and members with the idle GPUs other replicas pooled added to this
+    part's idle groups, in the order one analyzer holds them (by node name, then GPU: a
+    source's nodes are sorted by name), each other replica's node numbered after this
+    part's (so no finding is made on it here)."""
+    names = {name for name, _ in groups if name.startswith("idle")}
+    foreign: dict[str, list[tuple[str, int, np.ndarray]]] = {}
+    for key, v in there.values.items():
+        group, node, index = (*key.split(SEP), "", "")[:3]
+        if group in names and node and index.isdigit() and len(v) == len(FEATURES) * n:
+            foreign.setdefault(group, []).append((node, int(index), np.asarray(v)))
+    if not foreign:
+        return arrays, members
+    others = sorted({node for fs in foreign.values() for node, _, _ in fs})
+    number = {node: len(w.nodes) + i for i, node in enumerate(others)}
+    width = (len(w.nodes) + len(others)) * w.gpus
+    out = {}
+    for k, a in arrays.items():
+        out[k] = np.full((a.shape[0], width), np.nan)
+        out[k][:, : a.shape[1]] = a
+    merged = list(members)
+    for gi, (name, _) in enumerate(groups):
+        if name not in foreign:
+            continue
+        order = [(w.nodes[int(c) // w.gpus], int(c) % w.gpus, int(c)) for c in members[gi]]
+        for node, gpu, v in foreign[name]:
+            col = number[node] * w.gpus + gpu
+            for f, (k, *_) in enumerate(FEATURES):
+                out[k][:, col] = v[f * n : (f + 1) * n]
+            order.append((node, gpu, col))
+        merged[gi] = np.array([c for _, _, c in sorted(order)], dtype=int)
+    return out, merged

@@ -1,5 +1,6 @@
 """Where replicas leave their marginal scores for each other, once a cycle (the second step of
-:mod:`analyzer.replicas.judge`'s fleet-wide comparison).
+:mod:`analyzer.replicas.judge`'s fleet-wide comparisons; the scores carry the pools of the
+like-with-like medians and fleet-wide counts too, :mod:`analyzer.pools`).
 
 Edge of the sharded analyzer. A replica :meth:`~Exchange.put`\\ s its part's
 :class:`~analyzer.detectors.marginal.Scores` for cycle ``k`` (:func:`encode`: JSON, floats

@@ -17,6 +17,7 @@ import pytest
 from analyzer.detectors.infiniband import InfinibandDetector
 from analyzer.detectors.instances import InstanceStragglerDetector
 from analyzer.detectors.pcie import PcieDetector
+from analyzer.detectors.peer import PeerDetector
 from analyzer.detectors.roce import RoceDetector
 from analyzer.detectors.straggler import StragglerDetector
 from analyzer.detectors.throttling import ThrottlingDetector
@@ -193,6 +194,76 @@ def test_a_replica_with_few_instances_of_a_workload_judges_them_against_all_of_t
     parts = {"a": [3, 4, 5], "b": [i for i in range(N) if i not in (3, 4, 5)]}
     _split_like_one_analyzer([mig_instances(k) for k in range(2)], InstanceStragglerDetector,
                              parts)  # fmt: skip
+
+
+def idle_fleet(k: int, hot: dict[int, float]) -> Window:
+    """Every node idle (no job): peers are the fleet's idle nodes of the configuration. The
+    GPU 0 of each node in ``hot`` runs at that temperature at the same power as the rest."""
+    temp = _per_node([40.0] * N)
+    for n, t in hot.items():
+        temp[:, n, 0] = t
+    return _window(k, {c.GPU_SM_CLOCK.name: _per_node([1410e6] * N),
+                       c.GPU_TEMPERATURE.name: temp, c.GPU_POWER.name: _per_node([60.0] * N),
+                       c.GPU_UTILIZATION.name: _per_node([0.0] * N)})  # fmt: skip
+
+
+def test_an_idle_gpu_is_compared_with_the_fleet_s_idle_peers_not_its_replica_s_few() -> None:
+    """Node 4's idle GPU hot for its power, on a replica holding 2 idle nodes (a group needs
+    3): one analyzer finds it among the fleet's 24, and so does its replica (of three)."""
+    parts = {"a": [4, 5], "b": list(range(0, 4)), "c": list(range(6, N))}
+    windows = [idle_fleet(k, {4: 60.0}) for k in range(2)]
+    _split_like_one_analyzer(windows, PeerDetector, parts)
+
+
+def test_more_hot_idle_gpus_than_candidates_are_tie_broken_as_one_analyzer_does() -> None:
+    """Three hot idle GPUs on two replicas, two candidates kept: the IsolationForest ranks
+    the fleet's idle GPUs in one analyzer's order (by node name), on every replica."""
+    parts = {"a": [3, 4, 5, 20], "b": [i for i in range(N) if i not in (3, 4, 5, 20)]}
+    windows = [idle_fleet(k, {4: 60.0, 10: 61.0, 15: 63.0}) for k in range(2)]
+    _split_like_one_analyzer(windows, PeerDetector, parts)
+    full = Engine([PeerDetector()]).cycle(windows[0])
+    assert len({f.node for f in full}) == 2  # the tie-break did choose
+
+
+def test_an_idle_group_counts_the_other_replicas_nodes_whose_gpus_flap_as_one_analyzer_does() -> (
+    None
+):
+    """Nodes 6-23 in a job; of the idle nodes 0-5, those on the other replica (0-3) flap
+    between busy and idle, so only nodes 4 and 5 have GPUs to compare: the group still has
+    6 nodes, as one analyzer counts it, and node 4's hot GPU is found."""
+    parts = {"a": [4, 5], "b": [i for i in range(N) if i not in (4, 5)]}
+    windows = []
+    for k in range(2):
+        w = idle_fleet(k, {4: 60.0})
+        util = _per_node([0.0] * 6 + [0.9] * 18)
+        util[::2, :4] = 0.5  # flapping
+        jobs = {"j": tuple(range(6, N))}
+        windows.append(replace(w, jobs=jobs, metrics={**w.metrics, c.GPU_UTILIZATION.name: util}))
+    _split_like_one_analyzer(windows, PeerDetector, parts)
+
+
+def test_an_idle_pool_larger_than_the_forest_s_sample_is_ranked_in_one_analyzer_s_order() -> None:
+    """320 idle GPUs (more than the 256 the IsolationForest samples) and three hot ones on
+    two replicas: the sample is drawn from the fleet's GPUs in one analyzer's order."""
+    n, g = 40, 8
+    hot = {(3, 1): 60.0, (17, 4): 60.2, (30, 6): 60.4}
+    rng = np.random.default_rng(2)
+
+    def window(k: int) -> Window:
+        t = k * T * STEP + STEP * np.arange(T)
+        shape = (T, n, g)
+        temp = 40.0 + rng.normal(0, 0.3, shape)
+        for (node, gpu), v in hot.items():
+            temp[:, node, gpu] = v
+        return Window(t=t, nodes=tuple(f"m{i:02d}" for i in range(n)), gpus=g, step=STEP,
+                      sku=("h100-sxm",) * n, metrics={
+                          c.GPU_SM_CLOCK.name: np.full(shape, 1410e6),
+                          c.GPU_TEMPERATURE.name: temp,
+                          c.GPU_POWER.name: 60.0 + rng.normal(0, 0.5, shape),
+                          c.GPU_UTILIZATION.name: np.zeros(shape)})  # fmt: skip
+
+    parts = {"a": [*range(0, 10), *range(25, 35)], "b": [*range(10, 25), *range(35, 40)]}
+    _split_like_one_analyzer([window(k) for k in range(3)], PeerDetector, parts)
 
 
 def test_a_rail_of_more_than_64_ports_is_judged_against_its_whole_median_on_every_replica() -> None:
