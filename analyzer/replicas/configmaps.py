@@ -49,6 +49,7 @@ MAX_BLOB = (1024 * 1024 - 16 * 1024) * 3 // 4
 
 class ConfigMapExchange:
     poll_s = 1.0  # how often a waiting replica lists the members' scores
+    max_blob: int | None = MAX_BLOB
 
     def __init__(self, api: Any, namespace: str, prefix: str = "gpuwarden-analyzer") -> None:
         """``api``: a ``kubernetes.client.CoreV1Api``."""

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,12 +36,14 @@ import numpy as np
 from analyzer.detectors.marginal import Scores
 from analyzer.pools import Pool
 
+log = logging.getLogger(__name__)
 KEEP_CYCLES = 4
 SEP = "\x1f"  # joins a key's parts (variant, signal, group) in the JSON
 
 
 class Exchange(Protocol):
     poll_s: float  # how often a waiting replica reads the members' scores
+    max_blob: int | None  # the most bytes one replica's scores may take (None: no limit)
 
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
         """Leave ``replica``'s scores of ``cycle`` (OSError when it cannot)."""
@@ -68,6 +71,22 @@ def encode(s: Scores) -> bytes:
                       "nodes": dict(p.nodes)} for q, p in s.pools.items()},
     }  # fmt: skip
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def fitted(s: Scores, limit: int | None) -> bytes:
+    """:func:`encode` of ``s``, its largest pools left out (the most values first, each
+    named in the log) until the blob is at most ``limit`` bytes (None: no limit). The other
+    replicas then judge those comparisons without this part's values; the marginal scores
+    are never left out (a blob still too large is the exchange's to refuse)."""
+    blob = encode(s)
+    pools = dict(s.pools)
+    while limit is not None and len(blob) > limit and pools:
+        big = max(sorted(pools), key=lambda q: sum(len(v) for v in pools[q].values.values()))
+        log.warning("scores of %d bytes are more than the exchange holds (%d): pool %s "
+                    "left out", len(blob), limit, big)  # fmt: skip
+        del pools[big]
+        blob = encode(replace(s, pools=pools))
+    return blob
 
 
 def decode(blob: bytes) -> Scores:
@@ -144,6 +163,7 @@ class MemoryExchange:
     _topologies: dict[int, bytes] = field(default_factory=dict)
     _memories: dict[int, dict[str, bytes]] = field(default_factory=dict)
     poll_s: float = 0.05
+    max_blob: int | None = None
 
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
         _keep(self._cycles, cycle, replica, blob)
@@ -183,6 +203,7 @@ class DirectoryExchange:
     ``<root>/topology/<cycle>``; the cycles older than the last few are removed."""
 
     poll_s = 0.05
+    max_blob: int | None = None  # a file holds what the replica leaves
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root) / "scores"

@@ -17,7 +17,7 @@ from analyzer.engine import Engine
 from analyzer.findings import Finding
 from analyzer.inventory import Inventory
 from analyzer.replicas.coordinator import Coordinator, Timing
-from analyzer.replicas.exchange import DirectoryExchange, Exchange, MemoryBoard, decode, encode
+from analyzer.replicas.exchange import DirectoryExchange, Exchange, MemoryBoard, decode, fitted
 from analyzer.replicas.handover import Handover
 from analyzer.replicas.judge import joined, judge, scores
 from analyzer.replicas.membership import Membership, Plan
@@ -168,7 +168,7 @@ class ReplicaRole:
         cannot be reached: marginal judges this part alone this cycle."""
         me = self.coordinator.replica
         try:
-            exchange.put(plan.cycle, me, encode(scores(engine, window, keep)))
+            exchange.put(plan.cycle, me, fitted(scores(engine, window, keep), exchange.max_blob))
             deadline = time.monotonic() + self.wait
             got = exchange.get(plan.cycle)
             while not set(plan.members) <= set(got) and time.monotonic() < deadline:

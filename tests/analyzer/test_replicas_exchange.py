@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -147,3 +148,25 @@ def test_a_replica_leaving_takes_its_scores_with_it_and_a_failing_exchange_does_
     store.leave = lambda r: left.append(r)  # type: ignore[method-assign]
     ReplicaRole(store, "r-1", INTERVAL, started=0.0, exchange=Down()).leave()
     assert left == ["r-1"]
+
+
+def test_a_replica_leaves_scores_that_fit_its_exchange_pools_left_out_first() -> None:
+    """The role hands the exchange no more than it holds (a ConfigMap's 756 KiB): here a
+    limit that fits the marginal scores and not the throttling pool of 130 nodes."""
+    from analyzer.detectors.throttling import ThrottlingDetector
+    from analyzer.replicas.exchange import MemoryExchange
+
+    w = _windows(1)[0]
+    lim = np.full((len(w.t), NODES, 1), 700.0)
+    w = Window(t=w.t, nodes=w.nodes, metrics={**w.metrics, catalog.GPU_POWER_LIMIT.name: lim},
+               gpus=1, sku=w.sku, step=w.step)  # fmt: skip
+    engine = Engine([MarginalDetector(), ThrottlingDetector()])
+    whole = scores(engine, w, list(range(NODES)))
+    assert whole.pools and len(encode(whole)) > len(encode(Scores(values=whole.values)))
+    exchange = MemoryExchange(max_blob=len(encode(replace(whole, pools={}))) + 8)
+    role = ReplicaRole(MemoryMembership(), "r-0", INTERVAL, started=-10 * INTERVAL,
+                       exchange=exchange, wait=0.0)  # fmt: skip
+    plan = Plan(3, ("r-0",), "r-0")
+    role._others(exchange, engine, w, list(range(NODES)), plan)
+    left = decode(exchange.get(3)["r-0"])
+    assert left.pools == {} and left.sizes == whole.sizes

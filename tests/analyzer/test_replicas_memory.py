@@ -82,7 +82,7 @@ class _NoBoard:
     """The exchange without its memory board (scores only)."""
 
     def __init__(self, inner: DirectoryExchange | MemoryExchange) -> None:
-        self.inner, self.poll_s = inner, inner.poll_s
+        self.inner, self.poll_s, self.max_blob = inner, inner.poll_s, inner.max_blob
 
     def put(self, cycle: int, replica: str, blob: bytes) -> None:
         self.inner.put(cycle, replica, blob)

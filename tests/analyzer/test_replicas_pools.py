@@ -384,3 +384,25 @@ def test_a_storage_fault_spread_over_replicas_is_the_fleet_s_one_finding_reporte
     assert len(got) == 1 and _key(got) == _key(full) and got[0].since == full[0].since
     alone = [f for r, keep in PARTS.items() for f in judge(Engine([StorageDetector()]), w, keep)]
     assert _key(alone) != _key(full)  # each part: 3 of its 12 nodes, its own evidence
+
+
+def test_scores_too_large_for_the_exchange_leave_out_their_largest_pools_first() -> None:
+    """A ConfigMap holds 756 KiB: over it, the pool with the most values goes first (the
+    others judge that comparison without this part), then the next; the marginal scores and
+    the smaller pools stay."""
+    from analyzer.detectors.marginal import Scores
+    from analyzer.replicas.exchange import fitted
+
+    rng = np.random.default_rng(1)
+    big = Pool({"leaves": rng.lognormal(5, 1, 40_000)}, {"leaves": 9})
+    mid = Pool({"x": rng.lognormal(5, 1, 4_000)}, {"x": 3})
+    small = Pool({"h100-sxm": np.full(16, 700.0)}, {"h100-sxm": 8})
+    s = Scores(values={("whole", "nvlink", "h100"): np.arange(5.0)}, sizes={"h100": 5},
+               pools={"roce:ecn": big, "peer": mid, "power_limit_w": small})  # fmt: skip
+    assert decode(fitted(s, None)).pools.keys() == s.pools.keys()
+    limit = len(encode(replace(s, pools={"peer": mid, "power_limit_w": small}))) + 10
+    got = decode(fitted(s, limit))
+    assert set(got.pools) == {"peer", "power_limit_w"} and got.sizes == {"h100": 5}
+    tight = decode(fitted(s, len(encode(replace(s, pools={"power_limit_w": small})))))
+    assert set(tight.pools) == {"power_limit_w"}
+    assert decode(fitted(s, 10)).pools == {}  # still too large: the exchange refuses it
