@@ -120,9 +120,12 @@ class RoceDetector:
         many leaves): what the other replicas compare their ports and leaves with."""
         if window.empty or not window.ports or len(window.t) < 2:
             return {}
-        recent, groups = window.tail(self.span), port_groups(window)
+        recent = window.tail(self.span)
         rates = {**self._rates(window, recent, CONGESTION_FLOORS),
                  **self._rates(window, recent, RETRANSMIT_FLOORS)}  # fmt: skip
+        if not rates:  # an InfiniBand fabric: no RoCE counter to compare
+            return {}
+        groups = port_groups(window)
         leaves = [k for k in groups if k.startswith("leaf=")]
         out = {}
         for name, r in rates.items():
