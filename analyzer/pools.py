@@ -9,6 +9,10 @@ quantity beside its marginal scores (:class:`analyzer.detectors.marginal.Scores`
 its nodes against its pool joined with the other replicas' (:attr:`analyzer.window.Window.
 elsewhere`): the median of the joined values is the median of the same multiset one analyzer
 takes over the whole fleet, bit for bit. Pure; no I/O.
+
+The same exchange carries what other fleet-wide comparisons take from the nodes, as values
+and counts per group: a storage mount's tally, RoCE port rates per rail and of every leaf,
+MIG instance activity per workload, the idle peer pool's GPUs (each detector's ``pools``).
 """
 
 from __future__ import annotations
