@@ -77,9 +77,9 @@ class Engine:
 
     def pools(self, window: Window) -> dict[str, Pool]:
         """What ``window``'s nodes add to the fleet's like-with-like medians, per quantity
-        (a replica's part, for the others: :mod:`analyzer.pools`). A detector that fails here
+        (a replica's part, for the others: :mod:`analyzer.pools`); ``window`` completed by the
+        inventory, as :meth:`cycle` gives it to the detectors. A detector that fails here
         counts an error, and the others judge without its part's values."""
-        window = self.inventory.apply(window)
         parts = []
         for d in self.detectors:
             if not isinstance(d, Pools):

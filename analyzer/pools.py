@@ -32,6 +32,9 @@ IB_RATE = "ib_rate"  # per model: the ports' last rates
 PCIE_WIDTH = "pcie_width"  # per model: each GPU's typical link width
 PCIE_GENERATION = "pcie_generation"  # per model: each busy GPU's typical link generation
 BUSY_CLOCK = "busy_clock"  # per configuration: each busy GPU's mean SM clock (fail-slow)
+# joins the parts of a pooled group's key (an idle GPU's group, node and index; a MIG
+# workload's model, profile and name)
+SEP = "\x1f"
 
 
 @dataclass(frozen=True)

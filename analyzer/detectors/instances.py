@@ -25,13 +25,12 @@ import numpy as np
 
 from analyzer.detectors.emit import ev
 from analyzer.findings import Finding
-from analyzer.pools import Pool
+from analyzer.pools import SEP, Pool
 from analyzer.window import Window
 from exporter import catalog
 
 Key = tuple[int, int, int]  # (node, gpu, slot)
 POOLED = "instances"  # the instances' activity among a replica's pools: per group
-SEP = "\x1f"  # joins a group's model, profile and workload into its key there
 
 
 @dataclass

@@ -114,7 +114,7 @@ class PcieDetector:
         ):
             if cur is not None and cur.ndim == 3 and cur.shape[1] == len(window.nodes):
                 typical = self._typical(cur, b)
-                out[q] = pool_of(typical, [(k, idx) for k, idx in _models(window) if k])
+                out[q] = pool_of(typical, _known_models(window))
         return out
 
     def _reference(self, w: Window, cur: np.ndarray, maxarr: np.ndarray | None,
@@ -146,7 +146,7 @@ class PcieDetector:
         if cur.ndim != 3 or cur.shape[1] != N:
             return out
         typical = self._typical(cur, busy)
-        groups = [(k, idx) for k, idx in _models(w) if k]  # an unknown model: no judgement
+        groups = _known_models(w)
         model = medians(pool_of(typical, groups), w.elsewhere.get(pooled), self.min_nodes)
         with warnings.catch_warnings():  # an all-NaN node: no value, expected
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -157,8 +157,9 @@ class PcieDetector:
         return out
 
 
-def _models(w: Window) -> list[tuple[str, np.ndarray]]:
-    return split_by_model(w, np.arange(len(w.nodes)))
+def _known_models(w: Window) -> list[tuple[str, np.ndarray]]:
+    """The window's nodes by GPU model, those of an unknown model left out (no judgement)."""
+    return [(k, idx) for k, idx in split_by_model(w, np.arange(len(w.nodes))) if k]
 
 
 def _ref(maxarr: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from analyzer.detectors import capsight, workload
 from analyzer.detectors.groups import peer_groups
 from analyzer.detectors.series import nanmedian, robust_z
 from analyzer.findings import Finding
-from analyzer.pools import Pool
+from analyzer.pools import SEP, Pool
 from analyzer.window import Window
 from exporter import catalog
 
@@ -259,7 +259,6 @@ def _buckets(sizes: list[int]) -> list[list[int]]:
 
 MIN_GROUP = 3  # nodes a peer group needs
 POOLED = "peer"  # the idle groups' GPUs among a replica's pools
-SEP = "\x1f"  # joins a pooled GPU's group, node and index into its key
 
 
 def _with_elsewhere(w: Window, arrays: dict[str, np.ndarray], groups: list[tuple[str, np.ndarray]],

@@ -43,9 +43,9 @@ def scores(engine: Engine, window: Window, keep: Sequence[int]) -> Scores:
     """What the other replicas judge their nodes against, of the nodes ``keep`` of
     ``window``: the marginal scores (none where the engine runs no marginal detector) and the
     pools of the like-with-like medians (:meth:`Engine.pools`)."""
-    part = subwindow(window, keep)
+    part = engine.inventory.apply(subwindow(window, keep))  # as the detectors see it
     d = marginal_of(engine)
-    got = Scores() if d is None else d.scores(engine.inventory.apply(part))
+    got = Scores() if d is None else d.scores(part)
     return replace(got, pools=engine.pools(part))
 
 
