@@ -66,6 +66,7 @@ def _config(shard: int, replica: str) -> str:
 class Replica:
     prom: Prometheus
     sidecar: subprocess.Popen[bytes]
+    grpc: str  # the sidecar's StoreAPI address
 
     def stop(self) -> None:
         for p in (self.sidecar, self.prom.proc):
@@ -74,8 +75,8 @@ class Replica:
 
 
 @contextlib.contextmanager
-def _replica(data: Path, shard: int, replica: str) -> Iterator[tuple[Replica, str]]:
-    """A Prometheus over ``data`` and its sidecar; yields them and the sidecar's gRPC address.
+def _replica(data: Path, shard: int, replica: str) -> Iterator[Replica]:
+    """A Prometheus over ``data`` and its sidecar.
     The sidecar reads the external labels from Prometheus' config API and the series through
     its remote-read API (no ``--web.enable-lifecycle`` needed: that is for its reloader)."""
     with run_prometheus(_config(shard, replica), data_dir=data) as prom:
@@ -85,32 +86,56 @@ def _replica(data: Path, shard: int, replica: str) -> Iterator[tuple[Replica, st
                 f"--grpc-address=127.0.0.1:{grpc}", "--log.level=warn"]  # fmt: skip
         ready = f"http://127.0.0.1:{http}/-/ready"
         with daemon(argv, ready, data.parent / f"sidecar-{shard}{replica}.log") as sidecar:
-            yield Replica(prom, sidecar), f"127.0.0.1:{grpc}"
+            yield Replica(prom, sidecar, f"127.0.0.1:{grpc}")
 
 
 @contextlib.contextmanager
-def _query(endpoints: list[str], log: Path) -> Iterator[Prometheus]:
-    """``thanos query`` over ``endpoints``, once it has every one of them in its store set."""
+def _query(endpoints: list[str], log: Path, strict: bool) -> Iterator[Prometheus]:
+    """``thanos query`` over ``endpoints``, once it has every one of them in its store set.
+    ``strict``: as docs/deploy.md says to run it, every endpoint ``strict: true`` in the
+    endpoint config (always queried, so an unreachable one answers with a warning every
+    time); otherwise plain ``--endpoint`` flags, which Thanos stops querying once a health
+    check fails (every 5 s), silently."""
     http, grpc = free_port(), free_port()
     argv = [thanos_binary(), "query", f"--http-address=127.0.0.1:{http}",
             f"--grpc-address=127.0.0.1:{grpc}", "--query.replica-label=replica",
-            *(f"--endpoint={e}" for e in endpoints), "--log.level=warn"]  # fmt: skip
+            "--log.level=warn"]  # fmt: skip
+    if strict:
+        config = {"endpoints": [{"address": e, "strict": True} for e in endpoints]}
+        argv.append(f"--endpoint.sd-config={yaml.safe_dump(config)}")
+    else:
+        argv += [f"--endpoint={e}" for e in endpoints]
     url = f"http://127.0.0.1:{http}"
     with daemon(argv, f"{url}/-/ready", log) as proc:
+        prom = Prometheus(url, log.parent, proc)
+        wait_until(lambda: _failing(prom) == set() and len(_stores(prom)) == len(endpoints),
+                   30, 0.1, "thanos query: every sidecar in its store set")  # fmt: skip
+        yield prom
 
-        def known() -> bool:
-            stores = json.loads(http_get(f"{url}/api/v1/stores"))["data"]
-            up = [s for ss in stores.values() for s in ss if not s.get("lastError")]
-            return len(up) == len(endpoints)
 
-        wait_until(known, 30, 0.1, "thanos query: every sidecar in its store set")
-        yield Prometheus(url, log.parent, proc)
+def _stores(query: Prometheus) -> list[dict[str, Any]]:
+    """Thanos Query's store set (``/api/v1/stores``), every kind together."""
+    data = json.loads(http_get(f"{query.url}/api/v1/stores"))["data"]
+    return [s for ss in data.values() for s in ss]
+
+
+def _failing(query: Prometheus) -> set[str]:
+    """The stores whose last health check failed."""
+    return {s["name"] for s in _stores(query) if s.get("lastError")}
+
+
+def _checked(query: Prometheus, stopped: list[Replica]) -> None:
+    """Waits for ``query``'s health check to have found every ``stopped`` sidecar gone: the
+    state it stays in after the few seconds a stop takes to be noticed."""
+    gone = {r.grpc for r in stopped}
+    wait_until(lambda: gone <= _failing(query), 30, 0.1, f"thanos query: {gone} found gone")
 
 
 @dataclass
 class Cluster:
     replicas: list[dict[str, Replica]]  # per shard, by replica label
-    query: Prometheus
+    query: Prometheus  # strict endpoints, as docs/deploy.md says
+    loose: Prometheus  # plain --endpoint flags
     one: Prometheus
     at: float
 
@@ -121,16 +146,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     blocks = shard_blocks(tmp)
     with contextlib.ExitStack() as stack:
         replicas: list[dict[str, Replica]] = []
-        endpoints = []
+        endpoints: list[str] = []
         for i, src in enumerate(blocks.shards):
             replicas.append({})
             for r in REPLICAS:
                 data = copy_blocks(src, tmp / f"shard-{i}{r}")
-                rep, grpc = stack.enter_context(_replica(data, i, r))
-                replicas[i][r], endpoints = rep, [*endpoints, grpc]
-        query = stack.enter_context(_query(endpoints, tmp / "query.log"))
+                replicas[i][r] = stack.enter_context(_replica(data, i, r))
+                endpoints.append(replicas[i][r].grpc)
+        query = stack.enter_context(_query(endpoints, tmp / "query.log", True))
+        loose = stack.enter_context(_query(endpoints, tmp / "loose.log", False))
         one = stack.enter_context(run_prometheus(EMPTY, data_dir=blocks.one))
-        yield Cluster(replicas, query, one, blocks.at)
+        yield Cluster(replicas, query, loose, one, blocks.at)
 
 
 def _get(prom: Prometheus, expr: str, at: float, dedup: bool, **params: str) -> dict[str, Any]:
@@ -188,14 +214,20 @@ def test_with_one_replica_of_a_shard_stopped_the_analyzer_finds_the_same_and_wit
 ) -> None:
     """One test, two steps in order (pytest-xdist may run a module's tests on different
     workers, each with its own cluster; the second step needs the first's stopped replica).
-    Runs after the tests above, which need every replica up.
+    Runs after the tests above, which need every replica up. Each step waits for Thanos
+    Query's health check to have found the stopped sidecars gone (every 5 s), the state a
+    real outage stays in.
 
     First shard 0's replica ``b`` stops (its Prometheus and its sidecar): Thanos Query answers
-    from replica ``a``, with a warning naming the unreachable sidecar, which the analyzer
-    counts. Then replica ``a`` stops too: Thanos Query 0.41 still answers ``success`` with
-    shard 1's series only, even with ``partial_response=false``; only its warnings say so. The
-    analyzer reads shard 1's nodes and counts the warnings (GpuwardenAnalyzerPartialAnswers)."""
-    cluster.replicas[0]["b"].stop()
+    from replica ``a``; with strict endpoints, with a warning naming the unreachable sidecar,
+    which the analyzer counts. Then replica ``a`` stops too: Thanos Query 0.41 still answers
+    ``success`` with shard 1's series only, even with ``partial_response=false``; only its
+    warnings say so, and only with strict endpoints: with plain ``--endpoint`` flags Thanos
+    stops asking a store whose health check failed, and the shard is gone without a word."""
+    shard = cluster.replicas[0]
+    shard["b"].stop()
+    _checked(cluster.query, [shard["b"]])
+    _checked(cluster.loose, [shard["b"]])
     alone = read_window(cluster.one.url, cluster.at)
     via, stats = read_with_stats(cluster.query.url, cluster.at)
     same_window(via, alone)
@@ -205,17 +237,27 @@ def test_with_one_replica_of_a_shard_stopped_the_analyzer_finds_the_same_and_wit
     body = _get(cluster.query, f"count by (replica, {SHARD_LABEL}) ({ALL})", cluster.at, False)
     left = {(r["metric"][SHARD_LABEL], r["metric"]["replica"]) for r in body["data"]["result"]}
     assert left == {("0", "a"), ("1", "a"), ("1", "b")}
-    assert any('replica="b"' in w and SHARD_LABEL in w for w in body.get("warnings", []))
+    assert [w for w in body["warnings"] if 'replica="b"' in w and SHARD_LABEL in w]
     # a query naming the other shard goes to that shard's sidecars only: no warning
     other = _get(cluster.query, f'count({{{SHARD_LABEL}="1", __name__!=""}})', cluster.at, True)
     assert not other.get("warnings")
+    # the loose query answers the same, but says nothing of the lost replica
+    loose, loose_stats = read_with_stats(cluster.loose.url, cluster.at)
+    same_window(loose, alone)
+    assert not loose_stats.warnings and not _get(cluster.loose, ALL, cluster.at, True).get("warnings")
 
     # both replicas of shard 0 gone
-    cluster.replicas[0]["a"].stop()
+    shard["a"].stop()
+    _checked(cluster.query, [shard["a"], shard["b"]])
+    _checked(cluster.loose, [shard["a"], shard["b"]])
     half = len(answers(cluster.one, f'{{{SHARD_LABEL}="1", __name__!=""}}', cluster.at))
     for partial in ("true", "false"):
-        body = _get(cluster.query, f"count({ALL})", cluster.at, True, partial_response=partial)
-        assert len(body["warnings"]) == 2, partial
-        assert int(body["data"]["result"][0]["value"][1]) == half
+        for query, warned in ((cluster.query, 2), (cluster.loose, 0)):
+            body = _get(query, f"count({ALL})", cluster.at, True, partial_response=partial)
+            print(query.url, partial, body)
+            assert len(body.get("warnings", [])) == warned, (partial, body)
+            assert int(body["data"]["result"][0]["value"][1]) == half
     w, stats = read_with_stats(cluster.query.url, cluster.at)
     assert len(w.nodes) == NODES // SHARDS and stats.warnings
+    w, stats = read_with_stats(cluster.loose.url, cluster.at)
+    assert len(w.nodes) == NODES // SHARDS and not stats.warnings
