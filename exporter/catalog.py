@@ -1268,8 +1268,9 @@ ANALYZER_QUERY_FAILURES = _m(
 ANALYZER_QUERY_WARNINGS = _m(
     "analyzer_query_warnings_total",
     "counter",
-    "Answers that came with warnings, kept as they are: on Thanos Query a partial response "
-    "(a store unreachable; a shard with no replica left is missing from the answer).",
+    "Answers that came with warnings, kept as they are: a partial response of Thanos Query "
+    "or VictoriaMetrics' vmselect (isPartial) (a store unreachable; a shard with no replica "
+    "left is missing from the answer).",
     ("query",),
 )
 ANALYZER_QUERY_SERIES = _m(

@@ -82,6 +82,17 @@ class _Body(msgspec.Struct, gc=False):
     # a success that may be incomplete: Thanos Query's partial response names each store it
     # could not reach here (a shard whose every replica is down leaves only this trace)
     warnings: list[str] = []
+    # VictoriaMetrics cluster's partial response: vmselect answers success without the
+    # vmstorage nodes it could not reach, saying so only here (-search.denyPartialResponse off)
+    isPartial: bool = False
+
+
+PARTIAL = "isPartial: the answer lacks the series of storage nodes that did not answer"
+
+
+def _warnings(warnings: list[str], partial: bool) -> list[str]:
+    """The answer's warnings, VictoriaMetrics' ``isPartial`` counted as one."""
+    return [*warnings, PARTIAL] if partial else warnings
 
 
 _DECODER = msgspec.json.Decoder(_Body, strict=False)  # strict=False: "1.5" -> 1.5
@@ -163,7 +174,7 @@ def _decode(raw: bytes, what: str) -> Parsed:
     result = body.data.result
     pairs = [s.values if s.value is None else [s.value] for s in result]
     got = _flat([s.metric for s in result], pairs)
-    got.warnings = body.warnings
+    got.warnings = _warnings(body.warnings, body.isPartial)
     return got
 
 
@@ -201,7 +212,8 @@ def _decode_generic(raw: bytes, what: str) -> Parsed:
         pairs.append(good_pairs(item.get("values") if "values" in item else [item.get("value")]))
     got = _flat(labels, pairs)
     warnings = body.get("warnings")
-    got.warnings = [str(w) for w in warnings] if isinstance(warnings, list) else []
+    got.warnings = _warnings([str(w) for w in warnings] if isinstance(warnings, list) else [],
+                             body.get("isPartial") is True)  # fmt: skip
     return got
 
 

@@ -208,6 +208,28 @@ def test_bad_samples_are_skipped_and_nan_is_kept():
     assert np.isnan(got.values[1])
 
 
+@pytest.mark.parametrize("typed", [True, False])
+def test_a_victoriametrics_partial_answer_is_kept_and_read_as_a_warning(typed):
+    """vmselect of a VictoriaMetrics cluster answers ``success`` without the vmstorage nodes it
+    could not reach, and says so only in ``isPartial`` (its Prometheus API's extra field, as
+    vmalert's datasource reads it): counted like Thanos' warnings, the series kept."""
+    from analyzer.sources.promhttp import PARTIAL
+
+    series = [{"metric": {"node": "n"}, "values": [[0, "1"], [15, "2"]]}]
+    for partial, warnings, want in ((True, [], [PARTIAL]), (False, [], []),
+                                    (True, ["w"], ["w", PARTIAL]), (None, ["w"], ["w"])):  # fmt: skip
+        body = {"status": "success", "data": {"resultType": "matrix", "result": series}}
+        if partial is not None:
+            body["isPartial"] = partial
+        if warnings:
+            body["warnings"] = warnings
+        if not typed:  # a pair the typed decoder refuses sends the body the generic way
+            body["data"]["result"] = [*series, {"metric": {"node": "m"}, "values": [["x"]]}]
+        got = decode(json.dumps(body).encode(), "q")
+        assert got.warnings == want, (partial, warnings)
+        assert got.counts.tolist()[0] == 2 and got.values[:2].tolist() == [1.0, 2.0]
+
+
 @pytest.fixture(scope="module")
 def backfilled(tmp_path_factory):
     """A real Prometheus serving promdata's history, ending two hours ago."""
