@@ -38,6 +38,7 @@ class CycleStats:
     cycles: int = 0
     series_read: int = 0
     last_cycle: float = 0.0
+    nodes: int = 0  # in the last cycle's window
 
 
 class Engine:
@@ -71,6 +72,7 @@ class Engine:
         self.stats.cycles += 1
         self.stats.series_read += window.series_count()
         self.stats.last_cycle = window.now
+        self.stats.nodes = len(window.nodes)
         self._nodes = frozenset(window.nodes)
         self.findings = found
         return found

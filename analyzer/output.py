@@ -70,6 +70,7 @@ def render_metrics(
             (({"source": s}, float(n)) for s, n in sorted(source_errors.items())),
         ),
         _family(catalog.ANALYZER_LAST_CYCLE, [({}, stats.last_cycle)]),
+        _family(catalog.ANALYZER_WINDOW_NODES, [({}, float(stats.nodes))]),
         *(_read_families(reads) if reads is not None else []),
         *(_replica_families(replica) if replica is not None else []),
     ]

@@ -1287,6 +1287,12 @@ ANALYZER_READ_BYTES = _m(
     "analyzer_read_bytes", "gauge", "Response bytes read in the last cycle.", (), "bytes"
 )
 ANALYZER_READ_SAMPLES = _m("analyzer_read_samples", "gauge", "Samples read in the last cycle.", ())
+ANALYZER_WINDOW_NODES = _m(
+    "analyzer_window_nodes",
+    "gauge",
+    "Nodes in the window judged in the last cycle (a replica of the sharded analyzer: its part).",
+    (),
+)
 # sharded mode (analyzer.replicas): what this replica owns and whether the replicas agree
 ANALYZER_REPLICA_UNITS = _m(
     "analyzer_replica_units",

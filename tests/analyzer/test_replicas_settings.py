@@ -87,3 +87,5 @@ def test_the_service_in_the_sharded_mode_judges_only_its_units_and_reports_them(
     members, nodes = c.ANALYZER_REPLICA_MEMBERS.name, c.ANALYZER_REPLICA_NODES.name
     assert f'{members}{{replica="r-0"}} 3.0' in text
     assert f'{nodes}{{replica="r-0"}} {float(len(mine_nodes))}' in text
+    # the window's nodes: this replica's part, which the replicas' parts sum to the fleet
+    assert f"{c.ANALYZER_WINDOW_NODES.name} {float(len(mine_nodes))}" in text.splitlines()

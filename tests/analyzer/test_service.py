@@ -80,6 +80,10 @@ def test_metrics_render_findings_and_self_metrics():
     assert samples[(c.FINDING.name, tuple(sorted(finding.items())))] == 1.0
     assert samples[(c.ANALYZER_SOURCE_ERRORS.name, (("source", "prometheus"),))] == 2.0
     assert samples[(c.ANALYZER_CYCLES.name, ())] == 1.0
+    assert samples[(c.ANALYZER_WINDOW_NODES.name, ())] == 2.0
+    eng.cycle(window(healthy(nodes=5, T=3)))  # the last cycle's window, not a sum
+    again = render_metrics(eng.findings, eng.stats, {})
+    assert f"{c.ANALYZER_WINDOW_NODES.name} 5.0" in again.splitlines()
     assert f"# TYPE {c.ANALYZER_CYCLES.name} counter" in text.splitlines()
     lint = promtool("check", "metrics", stdin=text.encode())
     assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout.decode()
