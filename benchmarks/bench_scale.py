@@ -1,7 +1,9 @@
 """The fleet pass split across analyzer replicas (issue 33, item 3b), by simulation: one
 fleet's window (:func:`benchmarks.bench_analyzer.synthetic_window`: 16-node jobs, 32-node
 leaves), judged whole by the single-process analyzer and then by 1, 2, 4 and 8 replicas that
-own its units by rendezvous hash (:mod:`analyzer.replicas`). Each judgement runs in its own
+own its units by rendezvous hash (:mod:`analyzer.replicas`): each replica first leaves its
+marginal scores and pools (:func:`_leave`), then judges its part against the others' (decoded
+and joined, as the service does). Each judgement runs in its own
 fresh process (spawned, imports warmed on a small window first), so the CPU seconds and the
 peak RSS are that replica's own: per replica count, the slowest replica's cycle wall time and
 CPU, its peak RSS, the bytes of the window part it holds (what a node-restricted read
@@ -57,21 +59,44 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _judge(window: Window, whole: bool) -> dict[str, float]:
-    """In the child: warm up on a small window, then one measured cycle."""
+def _warm() -> None:
+    from analyzer.detectors import default_detectors
+    from analyzer.engine import Engine
+
+    Engine(default_detectors()).cycle(synthetic_window(32))
+
+
+def _leave(window: Window) -> tuple[bytes, float]:
+    """In the child: what a replica owning ``window`` leaves for the others each cycle (its
+    marginal scores and pools, encoded), and the CPU that took."""
     from analyzer.detectors import default_detectors
     from analyzer.engine import Engine
     from analyzer.replicas.exchange import encode
-    from analyzer.replicas.judge import judge, scores
+    from analyzer.replicas.judge import scores
 
-    Engine(default_detectors()).cycle(synthetic_window(32))
+    _warm()
+    cpu0 = time.process_time()
+    blob = encode(scores(Engine(default_detectors()), window, range(len(window.nodes))))
+    return blob, time.process_time() - cpu0
+
+
+def _judge(window: Window, whole: bool, others: list[bytes] | None = None) -> dict[str, float]:
+    """In the child: warm up on a small window, then one measured cycle; a replica (not
+    ``whole``) first decodes and joins ``others``, the other replicas' blobs, and judges
+    against them as it does in the service (None: judges its part alone)."""
+    from analyzer.detectors import default_detectors
+    from analyzer.engine import Engine
+    from analyzer.replicas.exchange import decode
+    from analyzer.replicas.judge import joined, judge
+
+    _warm()
     engine = Engine(default_detectors())
     everyone = range(len(window.nodes))
-    cpu0 = time.process_time()  # what a replica leaves for the others before it judges
-    scored = b"" if whole else encode(scores(engine, window, everyone))
-    scores_cpu = time.process_time() - cpu0
+    cpu0 = time.process_time()
+    theirs = None if whole or others is None else joined(decode(b) for b in others)
+    others_cpu = time.process_time() - cpu0
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    found = engine.cycle(window) if whole else judge(engine, window, everyone)
+    found = engine.cycle(window) if whole else judge(engine, window, everyone, theirs)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     cpu0 = time.process_time()  # what the replica leaves on the memory board after a cycle
     blob = encode_memory(window.nodes, engine.remember(frozenset(window.nodes)))
@@ -82,14 +107,18 @@ def _judge(window: Window, whole: bool) -> dict[str, float]:
         "findings": float(len(found)),
         "memory_bytes": float(len(blob)),
         "memory_cpu": time.process_time() - cpu0,
-        "scores_bytes": float(len(scored)),
-        "scores_cpu": scores_cpu,
+        "others_cpu": others_cpu,
     }
 
 
-def _in_child(window: Window, whole: bool) -> dict[str, float]:
+def _in_child(window: Window, whole: bool, others: list[bytes] | None = None) -> dict[str, float]:
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_judge, (window, whole))
+        return pool.apply(_judge, (window, whole, others))
+
+
+def _left_in_child(window: Window) -> tuple[bytes, float]:
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_leave, (window,))
 
 
 PARTS = ("split", "weak", "read", "fleet")
@@ -119,19 +148,28 @@ def _split(quick: bool) -> list[dict[str, Any]]:
     ]  # fmt: skip
     for r in REPLICAS:
         names = [f"analyzer-{i}" for i in range(r)]
+        split = [subwindow(window, owned_nodes(parts, mine))
+                 for mine in assign(parts, names).values()]  # fmt: skip
+        left = [_left_in_child(part) for part in split]  # every replica's blob, then the cycles
         per = []
-        for mine in assign(parts, names).values():
-            part = subwindow(window, owned_nodes(parts, mine))
-            got = _in_child(part, whole=False)
-            per.append({**got, "bytes": window_bytes(part), "nodes": len(part.nodes)})
+        for i, part in enumerate(split):
+            others = [blob for j, (blob, _) in enumerate(left) if j != i]
+            got = _in_child(part, whole=False, others=others)
+            per.append({**got, "bytes": window_bytes(part), "nodes": len(part.nodes),
+                        "scores_bytes": float(len(left[i][0])), "scores_cpu": left[i][1]})  # fmt: skip
         worst = max(per, key=lambda p: p["cpu"])
         found = sum(p["findings"] for p in per)
         nodes_max = max(p["nodes"] for p in per)
         rows += [
             {"name": f"scale_{nodes}_{r}_replicas_cycle_cpu", "value": round(worst["cpu"], 3),
-             "unit": "s", "note": f"slowest replica ({nodes_max} nodes max); "
+             "unit": "s", "note": f"slowest replica ({nodes_max} nodes max), judged against "
+                                  f"the others' scores and pools; "
                                   f"{worst['cpu'] / single['cpu']:.2f}x single; "
                                   f"wall {worst['wall']:.2f} s; {found:.0f} findings in all"},
+            {"name": f"scale_{nodes}_{r}_replicas_others_cpu",
+             "value": round(max(p["others_cpu"] for p in per), 3), "unit": "s",
+             "note": f"most CPU a replica spent decoding and joining the other {r - 1} "
+                     "replicas' scores and pools before its cycle"},
             {"name": f"scale_{nodes}_{r}_replicas_peak_rss",
              "value": round(max(p["rss"] for p in per), 1), "unit": "MiB",
              "note": f"{max(p['rss'] for p in per) / single['rss']:.2f}x single "
