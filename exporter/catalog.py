@@ -1328,6 +1328,14 @@ ANALYZER_REPLICA_SCORES_MISSING = _m(
     " (a member died mid-cycle), unreadable, or the exchange unreachable.",
     ("replica",),
 )
+ANALYZER_REPLICA_POOLS_DROPPED = _m(
+    "analyzer_replica_pools_dropped_total",
+    "counter",
+    "Pools of this replica's part left out of the scores it leaves for the others, because "
+    "the exchange could not hold them (a ConfigMap's 756 KiB): the others then compare their "
+    "nodes without this part's values.",
+    ("replica",),
+)
 ANALYZER_REPLICA_MEMORY_ADOPTED = _m(
     "analyzer_replica_memory_adopted_total",
     "counter",

@@ -73,20 +73,23 @@ def encode(s: Scores) -> bytes:
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode())
 
 
-def fitted(s: Scores, limit: int | None) -> bytes:
+def fitted(s: Scores, limit: int | None) -> tuple[bytes, list[str]]:
     """:func:`encode` of ``s``, its largest pools left out (the most values first, each
-    named in the log) until the blob is at most ``limit`` bytes (None: no limit). The other
-    replicas then judge those comparisons without this part's values; the marginal scores
-    are never left out (a blob still too large is the exchange's to refuse)."""
+    named in the log) until the blob is at most ``limit`` bytes (None: no limit); and the
+    names of the pools left out. The other replicas then judge those comparisons without
+    this part's values; the marginal scores are never left out (a blob still too large is
+    the exchange's to refuse)."""
     blob = encode(s)
     pools = dict(s.pools)
+    dropped: list[str] = []
     while limit is not None and len(blob) > limit and pools:
         big = max(sorted(pools), key=lambda q: sum(len(v) for v in pools[q].values.values()))
         log.warning("scores of %d bytes are more than the exchange holds (%d): pool %s "
                     "left out", len(blob), limit, big)  # fmt: skip
         del pools[big]
+        dropped.append(big)
         blob = encode(replace(s, pools=pools))
-    return blob
+    return blob, dropped
 
 
 def decode(blob: bytes) -> Scores:

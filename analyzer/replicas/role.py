@@ -37,6 +37,7 @@ class ReplicaStats:
     leader: bool = False
     missed: int = 0
     scores_missing: int = 0  # other replicas' marginal scores not in by the wait's end
+    pools_dropped: int = 0  # this part's pools left out of its scores: the exchange's limit
     topology_shared: int = 0  # cycles read on the leader's topology (analyzer.replicas.sharing)
     topology_fallbacks: int = 0  # cycles a follower read the topology itself: none in time
     memory_adopted: int = 0  # gained nodes judged on with their last owner's memory
@@ -168,7 +169,9 @@ class ReplicaRole:
         cannot be reached: marginal judges this part alone this cycle."""
         me = self.coordinator.replica
         try:
-            exchange.put(plan.cycle, me, fitted(scores(engine, window, keep), exchange.max_blob))
+            blob, dropped = fitted(scores(engine, window, keep), exchange.max_blob)
+            self.stats.pools_dropped += len(dropped)
+            exchange.put(plan.cycle, me, blob)
             deadline = time.monotonic() + self.wait
             got = exchange.get(plan.cycle)
             while not set(plan.members) <= set(got) and time.monotonic() < deadline:

@@ -170,3 +170,6 @@ def test_a_replica_leaves_scores_that_fit_its_exchange_pools_left_out_first() ->
     role._others(exchange, engine, w, list(range(NODES)), plan)
     left = decode(exchange.get(3)["r-0"])
     assert left.pools == {} and left.sizes == whole.sizes
+    assert role.stats.pools_dropped == len(whole.pools) > 0  # counted, for the alert
+    role._others(exchange, engine, w, list(range(NODES)), replace(plan, cycle=4))
+    assert role.stats.pools_dropped == 2 * len(whole.pools)

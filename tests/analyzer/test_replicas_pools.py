@@ -399,10 +399,14 @@ def test_scores_too_large_for_the_exchange_leave_out_their_largest_pools_first()
     small = Pool({"h100-sxm": np.full(16, 700.0)}, {"h100-sxm": 8})
     s = Scores(values={("whole", "nvlink", "h100"): np.arange(5.0)}, sizes={"h100": 5},
                pools={"roce:ecn": big, "peer": mid, "power_limit_w": small})  # fmt: skip
-    assert decode(fitted(s, None)).pools.keys() == s.pools.keys()
+    blob, dropped = fitted(s, None)
+    assert decode(blob).pools.keys() == s.pools.keys() and dropped == []
     limit = len(encode(replace(s, pools={"peer": mid, "power_limit_w": small}))) + 10
-    got = decode(fitted(s, limit))
+    blob, dropped = fitted(s, limit)
+    got = decode(blob)
     assert set(got.pools) == {"peer", "power_limit_w"} and got.sizes == {"h100": 5}
-    tight = decode(fitted(s, len(encode(replace(s, pools={"power_limit_w": small})))))
-    assert set(tight.pools) == {"power_limit_w"}
-    assert decode(fitted(s, 10)).pools == {}  # still too large: the exchange refuses it
+    assert dropped == ["roce:ecn"]
+    blob, dropped = fitted(s, len(encode(replace(s, pools={"power_limit_w": small}))))
+    assert set(decode(blob).pools) == {"power_limit_w"} and dropped == ["roce:ecn", "peer"]
+    blob, dropped = fitted(s, 10)  # still too large: the exchange refuses it
+    assert decode(blob).pools == {} and len(dropped) == 3
