@@ -26,7 +26,9 @@ largest reader fetched a steady cycle and at its cold start, the bytes of all re
 together, the read's CPU, and whether the replicas' findings together equal the single
 analyzer's on every cycle (``marginal`` included: the replicas exchange their scores).
 ``BENCH_TELEMETRY=dcgm-exporter`` reads the fleet as dcgm-exporter + node_exporter serve it
-(rows ``scale_read_dcgm_<n>_*``): each replica narrows the foreign families to its hosts.
+(rows ``scale_read_dcgm_<n>_*``): each replica narrows the foreign families to its hosts;
+with ``BENCH_NODE_PATTERN`` (rows ``scale_read_dcgm_pattern_<n>_*``) by that pattern around
+its nodes, as under a site's ``--node-pattern``.
 """
 
 from __future__ import annotations
@@ -233,6 +235,10 @@ def _weak(quick: bool) -> list[dict[str, Any]]:
 
 
 READ_CYCLES = 4  # steady-state cycles after the cold start
+# BENCH_NODE_PATTERN: the foreign hosts mapped to nodes by this regex (a site's
+# --node-pattern), so each replica narrows its reads by the pattern around its nodes
+# (analyzer/sources/dialects/hostpattern.py) instead of by the host names themselves
+PATTERN = os.environ.get("BENCH_NODE_PATTERN", "")
 
 
 def _mine(topology: Window, me: str, names: list[str]) -> set[str]:
@@ -256,12 +262,15 @@ async def _read_cycles(url: str, t_cold: float, names: list[str], share: bool = 
     from analyzer.replicas.membership import Plan
     from analyzer.replicas.role import ReplicaStats
     from analyzer.replicas.sharing import SharedTopology
+    from analyzer.sources.dialects.identity import NodeMap
     from analyzer.sources.prometheus import PrometheusSource
     from benchmarks.bench_analyzer_prometheus import STEP, WINDOW
     from benchmarks.procstat import cpu_seconds
 
     who = names or [""]
-    srcs = {me: PrometheusSource(url, window=WINDOW, step=STEP, timeout=120.0, discover=True)
+    pattern = NodeMap(pattern=PATTERN) if PATTERN else None
+    srcs = {me: PrometheusSource(url, window=WINDOW, step=STEP, timeout=120.0, discover=True,
+                                 node_map=pattern)
             for me in who}  # fmt: skip
     for me, src in srcs.items():
         if names:
@@ -312,7 +321,7 @@ def _reads(quick: bool) -> list[dict[str, Any]]:
     from tests.realcomp import run_prometheus
 
     nodes = int(os.environ.get("BENCH_SCALE_READ_NODES", "128" if quick else "256"))
-    tag = nodes if TELEMETRY == "gpuwarden" else f"dcgm_{nodes}"
+    tag = f"{'' if TELEMETRY == 'gpuwarden' else 'dcgm_'}{'pattern_' if PATTERN else ''}{nodes}"
     steps = round(WINDOW / STEP) + 1 + CYCLES
     base = (time.time() // 7200) * 7200 - 6 * 3600
     hit = _cached(nodes)
