@@ -258,12 +258,12 @@ class Executor:
         return self._node_path(a, node, act)
 
     def _node_path(self, a: dict[str, Any], node: str, act: str) -> str:
-        out = self._step(
+        evict = act in ("drain", "inspect")  # jobs are moved one by one below (checkpoint
+        out = self._step(  # first), so only drain/inspect evict
             a,
             "take_out",
-            # jobs are moved one by one below (checkpoint first), so only drain/inspect evict
-            lambda: self.backend.take_out(node, str(a["reason"]), act in ("drain", "inspect")),
-            lambda: self.backend.is_taken_out(node),
+            lambda: self.backend.take_out(node, str(a["reason"]), evict),
+            lambda: self._taken_out(node, evict),
         )
         if self.journal.epoch(node) != int(a.get("epoch") or 0):
             # released while the drain was in flight: the operator wins, the drain is undone
@@ -295,6 +295,16 @@ class Executor:
             else:
                 results.append(self._requeue(a, job, node))
         return f"{out}; " + ("; ".join(results) if results else "no jobs on node")
+
+    def _taken_out(self, node: str, evict: bool) -> bool:
+        """What a take-out interrupted by a crash shows it did: the node out of service by
+        gpuwarden and, where the take-out also evicts (a backend with ``is_evacuated``:
+        Kubernetes), no pod left that it evicts. A cordon whose pods still run is no drain:
+        the step is done again (the cordon is kept, the evictions made)."""
+        b = self.backend
+        if not b.is_taken_out(node):
+            return False
+        return not evict or not hasattr(b, "is_evacuated") or bool(b.is_evacuated(node))
 
     def _requeue(self, a: dict[str, Any], job: Job, node: str) -> str:
         def requeue() -> str:

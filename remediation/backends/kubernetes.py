@@ -170,6 +170,14 @@ class KubernetesBackend:
         v = self.node(node)
         return v is not None and v.ours
 
+    def is_evacuated(self, node: str) -> bool:
+        """No pod left on ``node`` that a drain evicts one by one (a DaemonSet's, a static or
+        a finished pod stays; one already terminating is going): a drain killed between its
+        cordon and its evictions is not done (reconciliation). A gang's pods are restarted
+        whole, not evicted, and are not counted."""
+        return not any(gang_of(p) is None and not _meta(p).get("deletionTimestamp")
+                       for p in self._pods(node))  # fmt: skip
+
     def isolate_gpu(self, node: str, gpu: str, reason: str, effect: str) -> str | None:
         """Taint one GPU's DRA device; None where the node has no DRA device for it."""
         try:

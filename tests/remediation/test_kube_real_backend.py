@@ -137,6 +137,38 @@ def test_a_pending_pod_is_evicted_whatever_its_budget_and_only_the_running_one_i
     assert ev is not None and [p["pod"] for p in ev["pods"]] == [f"{ns}/running"]
 
 
+def test_a_drain_killed_between_its_cordon_and_its_evictions_evicts_on_restart_not_reconciled(
+    kube_lab: KubeLab, token: str, tmp_path: Path
+) -> None:
+    """kill -9 after the cordon landed and before the evictions (seen in a full run of
+    test_kube_service_real's kill -9 stream): the node is ours, so the take-out once read as
+    done, and its pods ran on. The restart now evicts them; a drain whose evictions did land
+    is still reconciled, not repeated."""
+    ns, node, done = kube_lab.namespace(), kube_lab.add_node(), kube_lab.add_node()
+    kube_lab.run_pod(ns, node, name="train-0")
+    kube_lab.run_pod(ns, done, name="train-1")
+    svc = service_on(kube_lab, tmp_path, token)
+    for n, evicted in ((node, False), (done, True)):
+        fault = alert(n, action="drain", fp=f"fp-{n}")
+        svc.journal.accept([fault], 0)
+        aid = svc.engine.decide(fault)
+        assert aid is not None
+        [row] = svc.journal.rows("SELECT * FROM actions WHERE id=?", (aid,))
+        svc.journal.set_step(aid, "take_out", "started")  # then the crash, mid-step
+        svc.executor.backend.take_out(n, str(row["reason"]), evicted)
+        if evicted:
+            gone(kube_lab, ns, "train-1")
+        state, outcome = svc.executor.run(row)
+        assert state == "done", outcome
+        if evicted:
+            assert outcome == "reconciled after restart"
+        else:
+            assert outcome.startswith("cordoned and tainted; evicted 1 pods"), outcome
+    gone(kube_lab, ns, "train-0")
+    b = svc.executor.backend
+    assert b.is_taken_out(node) and b.is_evacuated(node) and b.is_evacuated(done)
+
+
 @pytest.fixture(scope="module")
 def no_disruption_controller() -> Iterator[KubeLab]:
     """A server whose controller manager runs without the disruption controller: no PDB's

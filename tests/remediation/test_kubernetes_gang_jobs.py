@@ -230,3 +230,20 @@ def test_a_refused_requeue_blocks_with_the_pod_and_a_warning_event_on_the_node_l
     assert [(ev["involvedObject"]["name"], ev["type"], ev["reason"]) for ev in api.events] == [
         (N1, "Warning", "EvacuationBlocked")
     ]
+
+
+def test_a_node_is_evacuated_when_only_pods_a_drain_leaves_or_cannot_evict_remain() -> None:
+    """What a restarted drain reads as its evictions done (the executor's reconciliation):
+    a running pod it evicts one by one is not; a terminating one, a DaemonSet's, a finished
+    one and a gang's member (restarted whole, not evicted) are."""
+    api = FakeKube(node("n1"))
+    b = backend(api)
+    assert b.is_evacuated("n1")
+    going = pod("ns", "going", "n1")
+    going["metadata"]["deletionTimestamp"] = "2026-12-07T02:00:00Z"
+    api.add(going, pod("ns", "agent", "n1", owner="DaemonSet"), pod("ns", "old", "n1", "Succeeded"),
+            pod("ns", "rank-0", "n1", labels={"volcano.sh/job-name": "train"}),
+            pod("ns", "elsewhere", "n2"))  # fmt: skip
+    assert b.is_evacuated("n1")
+    api.add(pod("ns", "single", "n1"))
+    assert not b.is_evacuated("n1")
