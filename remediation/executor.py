@@ -258,8 +258,9 @@ class Executor:
         return self._node_path(a, node, act)
 
     def _node_path(self, a: dict[str, Any], node: str, act: str) -> str:
-        evict = act in ("drain", "inspect")  # jobs are moved one by one below (checkpoint
-        out = self._step(  # first), so only drain/inspect evict
+        # jobs are moved one by one below (checkpoint first), so only drain/inspect evict
+        evict = act in ("drain", "inspect")
+        out = self._step(
             a,
             "take_out",
             lambda: self.backend.take_out(node, str(a["reason"]), evict),
