@@ -684,15 +684,15 @@ class KubeLab:
         )
 
     def stop(self) -> None:
+        """Kill the control plane outright: its state is a scratch directory that nobody reads
+        again. A graceful stop cost 17 s per lab (etcd takes 7 s; kube-apiserver, its etcd
+        gone, does not exit within 30 s of SIGTERM), about 20 labs a suite."""
         self.kubelet.stop()
-        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
-            p = self.procs.get(name)
-            if p is not None:
-                p.terminate()
+        for p in self.procs.values():
+            p.kill()
         for p in self.procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(10)
-            p.kill()
 
 
 _CORE = {"Namespace": "namespaces", "Node": "nodes", "PersistentVolume": "persistentvolumes"}
