@@ -1393,6 +1393,13 @@ REMEDIATION_BREAKER_OPEN = _m(
 REMEDIATION_PAUSED = _m(
     "remediation_paused", "gauge", "1 while remediation is paused by an operator.", ()
 )
+REMEDIATION_LEADER = _m(
+    "remediation_leader",
+    "gauge",
+    "1 while this instance acts: it holds the leader lease (--leader-elect), or runs alone; 0 on"
+    " a standby.",
+    (),
+)
 REMEDIATION_BACKEND_UNREACHABLE = _m(
     "remediation_backend_unreachable",
     "gauge",

@@ -194,6 +194,7 @@ def build_app(svc: Service) -> web.Application:
     app.router.add_post("/alertmanager", api.webhook)
     app.router.add_get("/metrics", api.metrics)
     app.router.add_get("/healthz", api.healthz)
+    app.router.add_get("/readyz", api.healthz)  # a standby answers 503 here (leader/run.py)
     app.router.add_get("/api/v1/nodes", api.nodes)
     app.router.add_get("/api/v1/nodes/{node}", api.node)
     app.router.add_get("/api/v1/decisions", api.decisions)

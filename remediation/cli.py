@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 from common import settings as gsettings
 from common.settings import SettingsError
-from remediation.settings import BACKENDS, Settings
+from remediation.settings import BACKENDS, LEADER_ELECT, Settings
 
 if TYPE_CHECKING:
+    from remediation.leader.keeper import Keeper
     from remediation.service import CollectorsFor, Service
 
 
@@ -48,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
         help="timeout of each scheduler command and of each Kubernetes API call (s)",
     )
     events_flags(p)
+    leader_flags(p)
     p.add_argument("--check", action="store_true", help="validate settings + policy, then exit")
     return p
 
@@ -71,6 +73,24 @@ def events_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--events-timeout-s", help="HTTP timeout per delivery (s)")
     g.add_argument("--events-interval-s", help="capture/delivery cycle (s)")
     g.add_argument("--events-retention-s", help="keep delivered/dead events this long (s)")
+
+
+def leader_flags(p: argparse.ArgumentParser) -> None:
+    """One active instance among several (docs/deploy.md, "Remediation: one active
+    instance"; remediation/leader)."""
+    g = p.add_argument_group("leader election (a warm standby)")
+    g.add_argument("--leader-elect", choices=LEADER_ELECT,
+                   help="off (default): act alone; kubernetes: a Lease; directory: a shared "
+                   "directory's lock file")  # fmt: skip
+    g.add_argument("--leader-dir", help="directory: where the lease lives (flock between hosts)")
+    g.add_argument(
+        "--leader-namespace", help="kubernetes: the Lease's namespace (default: the pod's)"
+    )
+    g.add_argument("--leader-lease-name", help="kubernetes: the Lease (gpuwarden-remediation)")
+    g.add_argument("--leader-identity", help="this instance's name (default: host, pid, random)")
+    g.add_argument("--leader-lease-s", help="the term a standby waits out (15)")
+    g.add_argument("--leader-renew-deadline-s", help="the leader stops unless renewed by (10)")
+    g.add_argument("--leader-retry-s", help="renew / try every (2)")
 
 
 def load_settings(argv: Sequence[str]) -> tuple[Settings, bool]:
@@ -107,10 +127,48 @@ def job_namespace_problem(svc: Service) -> str | None:
 
 def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = None) -> int:
     """Run the service; ``collectors`` adds series to its /metrics (the umbrella's
-    ``gpuwarden remediation`` adds failure accounting's, gpuwarden/remediation_service.py)."""
+    ``gpuwarden remediation`` adds failure accounting's, gpuwarden/remediation_service.py).
+    With ``--leader-elect``, first wait as a standby until this instance holds the lease."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         s, check = load_settings(sys.argv[1:] if argv is None else argv)
+    except SettingsError as e:
+        print(f"gpuwarden-remediation: {e}", file=sys.stderr)
+        return 2
+    keeper = None
+    if s.leader_elect != "off" and not check:
+        try:
+            keeper = standby(s)
+        except (SettingsError, ValueError) as e:
+            print(f"gpuwarden-remediation: {e}", file=sys.stderr)
+            return 2
+        if keeper is None:  # stopped while a standby
+            return 0
+    try:
+        return serve(s, check, collectors)
+    finally:
+        if keeper is not None:  # the service has stopped acting: hand the lease over now
+            keeper.stop(release=True)
+
+
+def standby(s: Settings) -> Keeper | None:
+    """Check what a takeover would need (the policy and topology read), then wait as a
+    standby until the lease is ours: the keeper, renewing (None: stopped first)."""
+    from remediation import policy, topology
+    from remediation.leader import run as leader
+    from remediation.service import ssl_context
+
+    policy.load(s.policy)  # a standby with a bad policy says so now, not when it takes over
+    topology.load(s.topology)
+    k = leader.keeper(s)
+    if not leader.wait_as_standby(s, k, ssl_context(s)):
+        return None
+    k.start()
+    return k
+
+
+def serve(s: Settings, check: bool, collectors: CollectorsFor | None) -> int:
+    try:
         from remediation import preflight
         from remediation.service import build
 

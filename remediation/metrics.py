@@ -30,6 +30,8 @@ class Metrics:
         self.quarantined = _gauge(c.REMEDIATION_NODES_QUARANTINED, reg)
         self.breaker = _gauge(c.REMEDIATION_BREAKER_OPEN, reg)
         self.paused = _gauge(c.REMEDIATION_PAUSED, reg)
+        self.leader = _gauge(c.REMEDIATION_LEADER, reg)
+        self.leader.set(1)  # a standby serves its own /metrics (remediation.leader.run)
         self.unreachable = _gauge(c.REMEDIATION_BACKEND_UNREACHABLE, reg)
         self.requests = _counter(c.REMEDIATION_WEBHOOK_REQUESTS, reg)
         self.errors = _counter(c.REMEDIATION_WEBHOOK_ERRORS, reg)

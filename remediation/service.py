@@ -187,12 +187,16 @@ class Service:
         return ""
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        s = self.settings
-        if s.tls_cert_file is None or s.tls_key_file is None:
-            return None
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(str(s.tls_cert_file), str(s.tls_key_file))
-        return ctx
+        return ssl_context(self.settings)
+
+
+def ssl_context(s: Settings) -> ssl.SSLContext | None:
+    """The listener's TLS (the service's, and a standby's: remediation/leader/run.py)."""
+    if s.tls_cert_file is None or s.tls_key_file is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(s.tls_cert_file), str(s.tls_key_file))
+    return ctx
 
 
 def _needs_validation(vp: Any, rec: dict[str, Any] | None) -> bool:

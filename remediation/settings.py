@@ -10,6 +10,7 @@ from remediation.events import config as events_config
 from remediation.events.config import DEFAULT_SOURCE
 
 BACKENDS = ("dry-run", "slurm", "kubernetes")
+LEADER_ELECT = ("off", "kubernetes", "directory")
 
 
 def _http_url(url: str) -> bool:
@@ -54,6 +55,15 @@ class Settings:
     events_timeout_s: float = 10.0
     events_interval_s: float = 1.0
     events_retention_s: float = 7 * 86400.0
+    # one active instance among several (remediation/leader): off | kubernetes | directory
+    leader_elect: str = "off"
+    leader_dir: Path | None = None  # directory: shared by the hosts, honours flock
+    leader_namespace: str = ""  # kubernetes: "" = the pod's namespace, else default
+    leader_lease_name: str = "gpuwarden-remediation"
+    leader_identity: str = ""  # "" = host, pid and a random tag
+    leader_lease_s: float = 15.0
+    leader_renew_deadline_s: float = 10.0
+    leader_retry_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -70,6 +80,23 @@ class Settings:
         if self.tick_s <= 0 or self.command_timeout_s <= 0:
             raise ValueError("--tick-s and --command-timeout-s must be > 0")
         events_config.check(self)
+        self._check_leader()
+
+    def _check_leader(self) -> None:
+        if self.leader_elect not in LEADER_ELECT:
+            raise ValueError(
+                f"--leader-elect: {self.leader_elect!r} is not one of {', '.join(LEADER_ELECT)}"
+            )
+        if self.leader_elect == "directory" and self.leader_dir is None:
+            raise ValueError("--leader-elect directory needs --leader-dir")
+        if self.leader_elect != "directory" and self.leader_dir is not None:
+            raise ValueError("--leader-dir is only for --leader-elect directory")
+        if not 0 < self.leader_retry_s < self.leader_renew_deadline_s < self.leader_lease_s:
+            raise ValueError(
+                "leader timing: want 0 < --leader-retry-s < --leader-renew-deadline-s < "
+                f"--leader-lease-s, got {self.leader_retry_s:g}, "
+                f"{self.leader_renew_deadline_s:g}, {self.leader_lease_s:g}"
+            )
 
     @property
     def host_port(self) -> tuple[str, int]:

@@ -1,0 +1,90 @@
+"""The remediation lease in a directory the instances share (bare metal).
+
+Where slurmctld runs with a backup controller, the two hosts already share a directory (its
+``StateSaveLocation``); one beside it holds the lease and the journal. The record,
+``remediation-leader.json`` (``holder``, ``generation``, ``lease_s``), is read and replaced
+only under an exclusive ``flock`` on ``remediation-leader.lock``, and replaced by ``rename``:
+the lock gives the compare-and-swap a Lease's resourceVersion gives on Kubernetes, and the
+generation is the version. The file system must honour ``flock`` between hosts (local disk,
+NFSv4, CephFS, Lustre mounted with ``flock``). A record that does not read is an error, never
+a free lease: remove the file by hand to start the election over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from remediation.leader.elector import Record
+
+RECORD = "remediation-leader.json"
+LOCK = "remediation-leader.lock"
+
+
+class DirectoryLeaseStore:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise ValueError(f"--leader-dir {self.root}: not a directory")
+        if not os.access(self.root, os.W_OK):
+            raise ValueError(f"--leader-dir {self.root}: not writable")
+
+    def describe(self) -> str:
+        return f"{self.root / RECORD}"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.root / LOCK, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read(self) -> dict[str, Any] | None:
+        path = self.root / RECORD
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not a lease record ({e}); remove it to elect anew") from None
+        ok = (
+            isinstance(doc, dict)
+            and isinstance(doc.get("holder"), str)
+            and type(doc.get("generation")) is int
+            and type(doc.get("lease_s")) in (int, float)
+            and doc["lease_s"] > 0
+        )
+        if not ok:
+            raise ValueError(
+                f"{path}: not a lease record (wants holder, generation, lease_s > 0); "
+                "remove it to elect anew"
+            )
+        return doc
+
+    def read(self) -> Record | None:
+        with self._locked():
+            doc = self._read()
+        if doc is None:
+            return None
+        return Record(doc["holder"], str(doc["generation"]), float(doc["lease_s"]))
+
+    def write(self, holder: str, lease_s: float, expect: str | None) -> bool:
+        with self._locked():
+            doc = self._read()
+            current = None if doc is None else str(doc["generation"])
+            if current != expect:
+                return False
+            generation = 1 if doc is None else doc["generation"] + 1
+            new = {"holder": holder, "generation": generation, "lease_s": math.ceil(lease_s)}
+            tmp = self.root / f".{RECORD}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(new))
+            os.replace(tmp, self.root / RECORD)
+        return True

@@ -1,0 +1,110 @@
+"""The remediation lease as a Kubernetes Lease (coordination.k8s.io/v1), the API server's own
+leader-election object (kube-scheduler's and kube-controller-manager's).
+
+One Lease, ``gpuwarden-remediation`` by default, in the service's namespace: ``holderIdentity``
+the leader (absent once released), ``leaseDurationSeconds`` its term, ``renewTime`` and
+``acquireTime`` for ``kubectl get lease`` (never read back: terms run on each reader's own
+clock, :mod:`remediation.leader.elector`). The version is the object's ``resourceVersion``:
+every write is a create or a replace naming it, so a lost race is 409 Conflict.
+
+RBAC: get, create, update on ``leases`` in that namespace.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+from remediation.leader.elector import Record
+
+
+def _micro_now() -> str:
+    """A MicroTime the API server takes (exactly six fraction digits)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class KubeLeaseStore:
+    def __init__(self, api: Any, namespace: str, name: str, timeout: float = 10.0) -> None:
+        """``api``: a ``kubernetes.client.CoordinationV1Api``."""
+        self.api, self.namespace, self.name, self.timeout = api, namespace, name, timeout
+
+    @classmethod
+    def from_config(cls, namespace: str, name: str, timeout: float = 10.0) -> KubeLeaseStore:
+        """The pod's service account, else ``$KUBECONFIG``."""
+        import kubernetes
+
+        from common.kubeconfig import client_configuration
+
+        api = kubernetes.client.CoordinationV1Api(
+            kubernetes.client.ApiClient(client_configuration())
+        )
+        return cls(api, namespace, name, timeout)
+
+    def describe(self) -> str:
+        return f"Lease {self.namespace}/{self.name}"
+
+    def _get(self) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.api.read_namespaced_lease(
+                self.name, self.namespace, _request_timeout=self.timeout
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def read(self) -> Record | None:
+        lease = self._get()
+        if lease is None:
+            return None
+        spec = lease.spec
+        return Record(
+            spec.holder_identity or "",
+            str(lease.metadata.resource_version),
+            float(spec.lease_duration_seconds or 0),
+        )
+
+    def write(self, holder: str, lease_s: float, expect: str | None) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        now = _micro_now()
+        spec: dict[str, Any] = {
+            "holderIdentity": holder or None,
+            "leaseDurationSeconds": math.ceil(lease_s),
+            "renewTime": now,
+        }
+        meta: dict[str, Any] = {"name": self.name, "labels": {"gpuwarden.io/role": "remediation"}}
+        try:
+            if expect is None:
+                spec |= {"acquireTime": now, "leaseTransitions": 0}
+                body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                        "metadata": meta, "spec": spec}  # fmt: skip
+                self.api.create_namespaced_lease(
+                    self.namespace, body, _request_timeout=self.timeout
+                )
+                return True
+            old = self._get()
+            if old is None or str(old.metadata.resource_version) != expect:
+                return False
+            transitions = old.spec.lease_transitions or 0
+            if holder and holder != (old.spec.holder_identity or ""):
+                spec |= {"acquireTime": now, "leaseTransitions": transitions + 1}
+            else:
+                acquired = old.spec.acquire_time
+                spec |= {"leaseTransitions": transitions}
+                if isinstance(acquired, dt.datetime):
+                    spec["acquireTime"] = acquired.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            meta["resourceVersion"] = expect
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": meta, "spec": spec}  # fmt: skip
+            self.api.replace_namespaced_lease(
+                self.name, self.namespace, body, _request_timeout=self.timeout
+            )
+            return True
+        except ApiException as e:
+            if e.status == 409:  # another instance wrote first
+                return False
+            raise
