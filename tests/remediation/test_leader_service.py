@@ -1,0 +1,141 @@
+"""``python -m remediation --leader-elect directory`` (the bare-metal standby,
+remediation/leader): what a standby answers, the fail-stop of a leader whose lease was taken,
+and the settings a start refuses with a clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from remediation.leader.directory import RECORD
+from remediation.leader.run import LOST_EXIT
+from tests.realcomp import free_port, wait_until
+from tests.remediation.helpers import LIVE_POLICY, REPO, TOKEN, start_service
+
+FLAGS = ["--leader-elect", "directory", "--leader-lease-s", "4", "--leader-renew-deadline-s",
+         "3", "--leader-retry-s", "0.5"]  # fmt: skip
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return 0
+
+
+def _dry(tmp: Path) -> None:
+    (tmp / "policy.yaml").write_text(LIVE_POLICY.replace("dry_run: false", "dry_run: true"))
+
+
+def test_a_leader_whose_lease_is_taken_behind_its_back_exits_within_its_renew_deadline(
+    tmp_path: Path,
+) -> None:
+    _dry(tmp_path)
+    lease = tmp_path / "lease"
+    lease.mkdir()
+    port = free_port()
+    proc = start_service(tmp_path, port, None, *FLAGS, "--leader-dir", str(lease))
+    try:
+        wait_until(lambda: _status(f"http://127.0.0.1:{port}/readyz") == 200, 20, 0.1, "leads")
+        doc = json.loads((lease / RECORD).read_text())
+        assert doc["lease_s"] == 4
+        # an operator's hand (or a split brain) writes another holder over it
+        doc = {"holder": "intruder", "generation": doc["generation"] + 100, "lease_s": 4}
+        (lease / RECORD).write_text(json.dumps(doc))
+        t0 = time.monotonic()
+        assert proc.wait(10) == LOST_EXIT
+        assert time.monotonic() - t0 < 3 + 0.5
+    finally:
+        proc.kill()
+        proc.wait(10)
+    log = (tmp_path / "log").read_text()
+    assert "lost" in log and f"exit {LOST_EXIT}" in log and "standby" in log
+
+
+def test_a_standby_with_a_bad_policy_says_so_at_once_rather_than_when_it_takes_over(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "policy.yaml").write_text("dry_run: maybe\n")
+    lease = tmp_path / "lease"
+    lease.mkdir()
+    argv = [sys.executable, "-m", "remediation", "--policy", str(tmp_path / "policy.yaml"),
+            "--state-db", str(tmp_path / "state.db"), "--listen", f"127.0.0.1:{free_port()}",
+            *FLAGS, "--leader-dir", str(lease)]  # fmt: skip
+    env = {**os.environ, "GPUWARDEN_WEBHOOK_TOKEN": TOKEN}
+    got = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 2, got.stderr
+    assert "gpuwarden-remediation:" in got.stderr and "dry_run" in got.stderr
+    assert not (tmp_path / "state.db").exists()  # a standby never opened the journal
+    assert not (lease / RECORD).exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--leader-elect", "directory"], "needs --leader-dir"),
+        (["--leader-elect", "kubernetes", "--leader-dir", "/tmp"], "only for --leader-elect"),
+        (["--leader-elect", "directory", "--leader-dir", "/nonexistent/x"], "not a directory"),
+        (["--leader-elect", "kubernetes", "--leader-lease-s", "10",
+          "--leader-renew-deadline-s", "10"], "leader timing"),
+        (["--leader-elect", "kubernetes", "--leader-retry-s", "12"], "leader timing"),
+        (["--leader-elect", "raft"], "invalid choice"),
+    ],
+)  # fmt: skip
+def test_leader_settings_that_cannot_work_stop_the_start_with_one_line(
+    tmp_path: Path, flags: list[str], says: str
+) -> None:
+    argv = [sys.executable, "-m", "remediation", "--state-db", str(tmp_path / "state.db"),
+            "--allow-unauthenticated", *flags]  # fmt: skip
+    got = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 2
+    assert says in got.stderr
+    assert not (tmp_path / "state.db").exists()
+
+
+def test_check_with_leader_election_on_validates_without_waiting_for_the_lease(
+    tmp_path: Path,
+) -> None:
+    lease = tmp_path / "lease"
+    lease.mkdir()
+    (lease / RECORD).write_text(json.dumps({"holder": "other", "generation": 1, "lease_s": 600}))
+    argv = [sys.executable, "-m", "remediation", "--state-db", str(tmp_path / "state.db"),
+            "--allow-unauthenticated", *FLAGS, "--leader-dir", str(lease), "--check"]  # fmt: skip
+    got = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert "ok: backend=dry-run" in got.stdout
+
+
+def test_a_standby_stopped_by_sigterm_exits_cleanly_without_touching_the_lease(
+    tmp_path: Path,
+) -> None:
+    _dry(tmp_path)
+    lease = tmp_path / "lease"
+    lease.mkdir()
+    held = {"holder": "other", "generation": 7, "lease_s": 600}
+    (lease / RECORD).write_text(json.dumps(held))
+    port = free_port()
+    proc = start_service(tmp_path, port, None, *FLAGS, "--leader-dir", str(lease))
+    try:
+        assert _status(f"http://127.0.0.1:{port}/readyz") == 503
+        assert _status(f"http://127.0.0.1:{port}/api/v1/nodes") == 503
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            assert "gpuwarden_remediation_leader 0.0" in r.read().decode()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert json.loads((lease / RECORD).read_text()) == held
+    assert not (tmp_path / "state.db").exists()
