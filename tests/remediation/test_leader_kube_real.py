@@ -167,3 +167,57 @@ def test_two_services_one_acts_the_other_stands_by_and_takes_over_on_kill_9_and_
     db = sqlite3.connect(tmp_path / "state.db")
     nodes = [r[0] for r in db.execute("SELECT node FROM alerts ORDER BY seq")]
     assert nodes == ["gpu-node-001", "gpu-node-002"]
+
+
+# ----------------------------------------------------------------------- the shipped overlay
+def test_the_standby_overlay_runs_two_electing_replicas_on_shared_storage() -> None:
+    from tests.kube.shipped import DEPLOY, kustomize
+
+    shipped = kustomize(DEPLOY / "overlays" / "remediation-standby")
+    dep = next(d for d in shipped if d["kind"] == "Deployment"
+               and d["metadata"]["name"] == "gpuwarden-remediation")  # fmt: skip
+    spec = dep["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    (c,) = spec["template"]["spec"]["containers"]
+    assert "--leader-elect=kubernetes" in c["args"]
+    # a standby is ready (its /healthz answers), or a rolling update would wait on it forever
+    assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    pvc = next(d for d in shipped if d["kind"] == "PersistentVolumeClaim"
+               and d["metadata"]["name"] == "gpuwarden-remediation-state")  # fmt: skip
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_the_shipped_standby_role_allows_every_lease_call_and_no_more(kube_lab: KubeLab) -> None:
+    import kubernetes
+
+    from tests.kube.shipped import DEPLOY, kustomize, used
+
+    ns = kube_lab.namespace("standby")
+    shipped = kustomize(DEPLOY / "overlays" / "remediation-standby")
+    mine = [d for d in shipped if d["kind"] in ("Role", "RoleBinding")
+            and d["metadata"]["name"] == "gpuwarden-remediation-leader"]  # fmt: skip
+    sa = next(d for d in shipped if d["kind"] == "ServiceAccount"
+              and d["metadata"]["name"] == "gpuwarden-remediation")  # fmt: skip
+    assert len(mine) == 2
+    for d in [sa, *mine]:  # into a namespace of its own, as `kustomize edit set namespace` would
+        d["metadata"]["namespace"] = ns
+        for s in d.get("subjects") or []:
+            s["namespace"] = ns
+    kube_lab.apply_yaml([sa, *mine])
+    token = kube_lab.service_account_token(ns, "gpuwarden-remediation")
+    api = kubernetes.client.CoordinationV1Api(kube_lab.client(token))
+    mark = kube_lab.audit_mark()
+    a = Elector(KubeLeaseStore(api, ns, NAME), "a", lease_s=3, renew_deadline_s=2)
+    b = Elector(KubeLeaseStore(api, ns, NAME), "b", lease_s=3, renew_deadline_s=2)
+    assert a.attempt() and a.attempt()  # create, then a renewal
+    assert not b.attempt()
+    assert a.release()
+    assert b.attempt()  # a takeover of the released Lease
+    user = f"system:serviceaccount:{ns}:gpuwarden-remediation"
+    calls = used(kube_lab.audit_since(mark, user=user))
+    assert not [k for k, codes in calls.items() if 403 in codes], calls
+    role = next(d for d in mine if d["kind"] == "Role")
+    granted = {(rule["apiGroups"][0] or "core", r, v) for rule in role["rules"]
+               for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+    assert set(calls) == granted, (sorted(granted - set(calls)), sorted(set(calls) - granted))
