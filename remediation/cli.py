@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = N
         if keeper is None:  # stopped while a standby
             return 0
     try:
-        return serve(s, check, collectors)
+        return serve(s, check, collectors, keeper)
     finally:
         if keeper is not None:  # the service has stopped acting: hand the lease over now
             keeper.stop(release=True)
@@ -167,12 +167,16 @@ def standby(s: Settings) -> Keeper | None:
     return k
 
 
-def serve(s: Settings, check: bool, collectors: CollectorsFor | None) -> int:
+def serve(
+    s: Settings, check: bool, collectors: CollectorsFor | None, keeper: Keeper | None = None
+) -> int:
     try:
         from remediation import preflight
         from remediation.service import build
 
         svc = build(s, collectors=collectors)
+        if keeper is not None:  # no commit after the term (remediation/leader/keeper.py)
+            svc.journal.fence = keeper.fence
         try:
             warnings = preflight.check(svc.policy, svc.backend.name)
         except SettingsError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,10 @@ REFIRED = 2
 HELD_STATES = ("quarantined", "probation", "inspection", "action_failed", "validating")
 
 
+def _unfenced() -> None:
+    """A journal alone (no --leader-elect) may always commit."""
+
+
 class Journal:
     def __init__(self, path: str | Path, busy_timeout_s: float = 5.0) -> None:
         self.path, self.busy_timeout_s = str(path), busy_timeout_s
@@ -98,6 +102,9 @@ class Journal:
             have = {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
                 self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        # Called before every COMMIT; raises (or ends the process) when this instance may no
+        # longer write: with --leader-elect, a leader past its term (remediation/leader).
+        self.fence: Callable[[], None] = _unfenced
         self._rlock = threading.Lock()
         self.reader = sqlite3.connect(
             f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
@@ -127,6 +134,7 @@ class Journal:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self.db
+                self.fence()
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise

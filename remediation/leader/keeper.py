@@ -20,6 +20,10 @@ from remediation.leader.elector import Elector
 log = logging.getLogger("gpuwarden.remediation.leader")
 
 
+class NotLeader(RuntimeError):
+    """A journal write after this instance's term (the fence refused it)."""
+
+
 class Keeper:
     def __init__(self, elector: Elector, retry_s: float, on_lost: Callable[[str], None],
                  watch_s: float = 0.25) -> None:  # fmt: skip
@@ -75,12 +79,24 @@ class Keeper:
     def _watch(self) -> None:
         while not self._stop.wait(self.watch_s):
             if not self.elector.held():
-                self._stop.set()
-                self.on_lost(
-                    f"leader lease {self.elector.store.describe()} lost: no renewal landed "
-                    f"within {self.elector.renew_deadline_s:g} s, or another instance took it"
-                )
+                self._lost("lost")
                 return
+
+    def _lost(self, how: str) -> None:
+        self._stop.set()
+        self.on_lost(
+            f"leader lease {self.elector.store.describe()} {how}: no renewal landed within "
+            f"{self.elector.renew_deadline_s:g} s, or another instance took it"
+        )
+
+    def fence(self) -> None:
+        """The journal's check before each commit (``Journal.fence``): past the term, end
+        (``on_lost``), so a leader frozen past its lease (SIGSTOP, a stalled VM) commits
+        nothing when it thaws, even before the watch thread runs. Raises if ``on_lost``
+        returns, so the transaction rolls back."""
+        if not self.elector.held():
+            self._lost("lost before a journal commit")
+            raise NotLeader(f"{self.elector.identity} does not hold the leader lease")
 
     def stop(self, release: bool = True) -> None:
         """Stop renewing; with ``release``, hand the lease over at once (after the service

@@ -232,3 +232,40 @@ def test_the_replica_drop_in_names_each_host_a_replica_meeting_in_the_shared_dir
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
+
+
+def test_the_standby_drop_in_elects_through_the_shared_directory_the_unit_may_write(
+    tmp_path: Path,
+) -> None:
+    from common import settings as gsettings
+    from remediation.settings import Settings
+
+    path = UNITS / "gpuwarden-remediation.service.d" / "standby.conf"
+    unit = parse_unit(path)
+    env = dict(e.partition("=")[::2] for e in unit["Service"]["Environment"])
+    where = env["GPUWARDEN_LEADER_DIR"]
+    assert env["GPUWARDEN_LEADER_ELECT"] == "directory"
+    assert unit["Service"]["ReadWritePaths"] == [where]
+    assert unit["Unit"]["RequiresMountsFor"] == [where]
+    # a fail-stopped leader (exit 75) comes back as the standby
+    assert last(service("remediation"), "Restart") == "always"
+    # the journal on the share: the site's flags (last on the command line) name it there
+    text = path.read_text()
+    assert f"--state-db {where}/state.db" in text and "/readyz" in text
+    s = gsettings.load(Settings, {}, env=env)
+    assert (s.leader_elect, str(s.leader_dir)) == ("directory", where)
+    binary = realcomp.require_binary("systemd-analyze")
+    stand_in = tmp_path / "gpuwarden-remediation"
+    stand_in.write_text("#!/bin/sh\n")
+    stand_in.chmod(0o755)
+    unit_text = (UNITS / "gpuwarden-remediation.service").read_text()
+    (tmp_path / "gpuwarden-remediation.service").write_text(
+        unit_text.replace(PREFIX, f"{tmp_path}/")
+    )
+    (tmp_path / "gpuwarden-remediation.service.d").mkdir()
+    (tmp_path / "gpuwarden-remediation.service.d" / "standby.conf").write_text(text)
+    result = subprocess.run(
+        [binary, "verify", "--man=no", str(tmp_path / "gpuwarden-remediation.service")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stderr.strip() == "", result.stderr

@@ -241,3 +241,37 @@ def test_processes_racing_on_one_directory_never_both_replace_the_same_version(
         p.join(10)
     rec = DirectoryLeaseStore(tmp_path).read()
     assert rec is not None and int(rec.version) == sum(wins.values())
+
+
+# ----------------------------------------------------------------------- the journal's fence
+def test_the_fence_ends_a_leader_past_its_term_and_its_transaction_commits_nothing(
+    tmp_path: Path,
+) -> None:
+    from remediation.journal import Journal
+    from remediation.leader.keeper import NotLeader
+    from tests.remediation.helpers import alert
+
+    now = [0.0]
+    e = Elector(MemoryLeaseStore(), "a", lease_s=15, renew_deadline_s=10, clock=lambda: now[0])
+    lost = Lost()
+    k = Keeper(e, 1.0, lost)
+    e.attempt()
+    j = Journal(tmp_path / "state.db")
+    j.fence = k.fence
+    assert j.accept([alert("gpu-node-001")], 1.0) == (1, 0)  # inside the term
+    now[0] = 10.0  # the term ran out (a frozen process thawing, say)
+    with pytest.raises(NotLeader):
+        j.accept([alert("gpu-node-002")], 2.0)
+    assert [r["node"] for r in j.read("SELECT node FROM alerts")] == ["gpu-node-001"]
+    assert lost.reasons and "before a journal commit" in lost.reasons[0]
+    j.close()
+
+
+def test_a_journal_without_leader_election_commits_as_before(tmp_path: Path) -> None:
+    from remediation.journal import Journal
+    from tests.remediation.helpers import alert
+
+    j = Journal(tmp_path / "state.db")
+    assert j.accept([alert("gpu-node-001")], 1.0) == (1, 0)
+    assert len(j.read("SELECT node FROM alerts")) == 1
+    j.close()

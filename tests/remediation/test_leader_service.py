@@ -139,3 +139,58 @@ def test_a_standby_stopped_by_sigterm_exits_cleanly_without_touching_the_lease(
         proc.wait(10)
     assert json.loads((lease / RECORD).read_text()) == held
     assert not (tmp_path / "state.db").exists()
+
+
+def test_a_leader_frozen_past_its_lease_commits_nothing_when_it_thaws_and_exits(
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP the leader (a stalled VM, a swap storm) until the standby has taken over, then
+    SIGCONT it and hand it a webhook at once: the thawed instance exits 75 and the journal
+    holds only what the leaders took in their terms."""
+    import sqlite3
+
+    from tests.remediation.helpers import alert, payload
+
+    _dry(tmp_path)
+    lease = tmp_path / "lease"
+    lease.mkdir()
+    ports = [free_port(), free_port()]
+    old = start_service(tmp_path, ports[0], None, *FLAGS, "--leader-dir", str(lease),
+                        "--leader-identity", "old")  # fmt: skip
+    new = None
+    try:
+        wait_until(lambda: _status(f"http://127.0.0.1:{ports[0]}/readyz") == 200, 20, 0.1, "old")
+        assert _post(ports[0], payload(alert("gpu-node-001"))) == 200
+        new = start_service(tmp_path, ports[1], None, *FLAGS, "--leader-dir", str(lease),
+                            "--leader-identity", "new")  # fmt: skip
+        old.send_signal(signal.SIGSTOP)
+        wait_until(lambda: _status(f"http://127.0.0.1:{ports[1]}/readyz") == 200, 30, 0.1, "new")
+        assert _post(ports[1], payload(alert("gpu-node-002"))) == 200
+        old.send_signal(signal.SIGCONT)
+        _post(ports[0], payload(alert("gpu-node-666")))  # refused, cut off, or never answered
+        assert old.wait(10) == LOST_EXIT
+        assert _status(f"http://127.0.0.1:{ports[1]}/readyz") == 200
+        assert json.loads((lease / RECORD).read_text())["holder"] == "new"
+    finally:
+        for p in (old, new):
+            if p is not None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.wait(10)
+    db = sqlite3.connect(tmp_path / "state.db")
+    assert [r[0] for r in db.execute("SELECT node FROM alerts ORDER BY seq")] == [
+        "gpu-node-001", "gpu-node-002"
+    ]  # fmt: skip
+
+
+def _post(port: int, body: bytes) -> int:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/alertmanager", body,
+                                 {"Authorization": f"Bearer {TOKEN}",
+                                  "Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return 0
