@@ -34,7 +34,7 @@ def rendered(values: Path | None = None) -> list[dict[str, Any]]:
 def test_there_is_an_example_values_file_for_each_supported_set() -> None:
     names = {p.stem for p in EXAMPLES}
     assert {"observe-first", "live", "dcgm-exporter", "amd-device-metrics-exporter",
-            "no-prometheus-operator", "analyzer-sharded"} <= names  # fmt: skip
+            "no-prometheus-operator", "analyzer-sharded", "remediation-standby"} <= names  # fmt: skip
 
 
 @pytest.mark.parametrize("values", EXAMPLES, ids=lambda p: p.stem)
@@ -153,6 +153,40 @@ def test_the_sharded_analyzer_renders_object_for_object_what_its_kustomize_overl
     assert (
         single[("Deployment", "gpuwarden-analyzer")] == base[("Deployment", "gpuwarden-analyzer")]
     )
+
+
+def test_the_remediation_standby_renders_object_for_object_what_its_kustomize_overlay_builds() -> (
+    None
+):
+    def objects(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+    chart = objects(rendered(CHART / "examples" / "remediation-standby.yaml"))
+    overlay = objects(
+        kustomize(ROOT / "deploy" / "kubernetes" / "overlays" / "remediation-standby")
+    )
+    assert chart.keys() == overlay.keys()
+    differ = sorted(k for k in chart if chart[k] != overlay[k])
+    assert not differ, differ
+    # the default is one replica on ReadWriteOnce, the base object for object
+    single = objects(rendered())
+    base = objects(kustomize(ROOT / "deploy" / "kubernetes" / "base"))
+    assert ("Role", "gpuwarden-remediation-leader") not in single
+    for key in (("Deployment", "gpuwarden-remediation"),
+                ("PersistentVolumeClaim", "gpuwarden-remediation-state")):  # fmt: skip
+        assert single[key] == base[key]
+
+
+def test_the_standbys_storage_class_is_the_value() -> None:
+    out = helm("template", "gw", str(CHART), "--set", "remediation.standby=true",
+               "--set", "remediation.standbyStorageClass=cephfs").stdout  # fmt: skip
+    pvc = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "PersistentVolumeClaim"
+               and d["metadata"]["name"] == "gpuwarden-remediation-state")  # fmt: skip
+    assert pvc["spec"]["storageClassName"] == "cephfs"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    bad = helm("template", "gw", str(CHART), "--set", "remediation.standbyStorageClass=Not OK",
+               check=False)  # fmt: skip
+    assert bad.returncode != 0 and "standbyStorageClass" in bad.stderr
 
 
 def test_the_analyzer_replica_count_is_the_value_and_must_be_at_least_one() -> None:

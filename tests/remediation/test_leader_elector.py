@@ -78,6 +78,15 @@ def test_a_released_lease_is_free_at_once_and_release_needs_holding() -> None:
     assert not a.release()
 
 
+def test_release_never_writes_over_a_record_that_names_another_holder() -> None:
+    store, clock = MemoryLeaseStore(), Clock()
+    a = elector(store, "a", clock)
+    a.attempt()
+    store.record = Record("b", "99", 15.0)  # however it came to be (a clock far off, a hand)
+    assert not a.release() and not a.held()
+    assert store.record == Record("b", "99", 15.0)
+
+
 def test_a_write_that_loses_the_race_drops_the_lease_at_once() -> None:
     store, clock = MemoryLeaseStore(), Clock()
     a = elector(store, "a", clock)

@@ -194,3 +194,41 @@ def _post(port: int, body: bytes) -> int:
         return int(e.code)
     except OSError:
         return 0
+
+
+def test_the_service_it_builds_fences_its_journal_and_releases_the_lease_when_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``main`` in this process: the lease is free, so it leads at once; the app it would
+    serve is caught instead of run. Its journal commits only through the keeper's fence, and
+    once the app has stopped the lease is released, not left to expire."""
+    import aiohttp.web
+
+    import remediation.app
+    from remediation import cli
+
+    _dry(tmp_path)
+    lease = tmp_path / "lease"
+    lease.mkdir()
+    caught: list[object] = []
+    real_build = remediation.app.build_app
+
+    def build_app(svc: object) -> object:
+        caught.append(svc)
+        held = json.loads((lease / RECORD).read_text())["holder"]
+        caught.append(held)
+        return real_build(svc)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(remediation.app, "build_app", build_app)
+    monkeypatch.setattr(aiohttp.web, "run_app", lambda *a, **k: None)
+    monkeypatch.setenv("GPUWARDEN_WEBHOOK_TOKEN", TOKEN)
+    argv = ["--policy", str(tmp_path / "policy.yaml"), "--state-db", str(tmp_path / "state.db"),
+            "--listen", f"127.0.0.1:{free_port()}", *FLAGS, "--leader-dir", str(lease),
+            "--leader-identity", "me"]  # fmt: skip
+    assert cli.main(argv) == 0
+    svc, holder = caught
+    assert holder == "me"  # it built the service only once it held the lease
+    fence = svc.journal.fence  # type: ignore[attr-defined]
+    assert getattr(fence, "__self__", None) is not None and fence.__name__ == "fence"
+    assert fence.__self__.elector.identity == "me"
+    assert json.loads((lease / RECORD).read_text())["holder"] == ""  # released
