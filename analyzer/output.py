@@ -109,6 +109,7 @@ def _replica_families(r: Any) -> list[Metric]:
         _family(catalog.ANALYZER_REPLICA_SCORES_MISSING, [(me, float(r.scores_missing))]),
         _family(catalog.ANALYZER_REPLICA_POOLS_DROPPED, [(me, float(r.pools_dropped))]),
         _family(catalog.ANALYZER_REPLICA_TOPOLOGY_FALLBACKS, [(me, float(r.topology_fallbacks))]),
+        _family(catalog.ANALYZER_REPLICA_TOPOLOGY_WAIT, [(me, float(r.topology_waited))]),
         _family(catalog.ANALYZER_REPLICA_MEMORY_ADOPTED, [(me, float(r.memory_adopted))]),
         _family(catalog.ANALYZER_REPLICA_MEMORY_FRESH, [(me, float(r.memory_fresh))]),
     ]

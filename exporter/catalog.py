@@ -1351,6 +1351,14 @@ ANALYZER_REPLICA_MEMORY_FRESH = _m(
     " that died mid-cycle, of a board out of reach or of a memory that did not read.",
     ("replica",),
 )
+ANALYZER_REPLICA_TOPOLOGY_WAIT = _m(
+    "analyzer_replica_topology_wait_seconds",
+    "gauge",
+    "Seconds this replica, following, waited in its last cycle for the leader's fleet topology"
+    " (0 while leading, or without topology sharing): about the leader's own topology read.",
+    ("replica",),
+    "seconds",
+)
 ANALYZER_REPLICA_TOPOLOGY_FALLBACKS = _m(
     "analyzer_replica_topology_fallbacks_total",
     "counter",

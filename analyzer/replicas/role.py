@@ -40,6 +40,7 @@ class ReplicaStats:
     pools_dropped: int = 0  # this part's pools left out of its scores: the exchange's limit
     topology_shared: int = 0  # cycles read on the leader's topology (analyzer.replicas.sharing)
     topology_fallbacks: int = 0  # cycles a follower read the topology itself: none in time
+    topology_waited: float = 0.0  # seconds a follower waited for it in its last cycle
     memory_adopted: int = 0  # gained nodes judged on with their last owner's memory
     memory_fresh: int = 0  # gained nodes judged afresh: no memory left for them
 

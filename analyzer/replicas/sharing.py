@@ -46,6 +46,7 @@ class TopologyBoard(Protocol):
 class Counts(Protocol):
     topology_shared: int
     topology_fallbacks: int
+    topology_waited: float
 
 
 class SharedTopology:
@@ -63,8 +64,11 @@ class SharedTopology:
 
     def shared(self, at: float, grid: np.ndarray) -> Topology | None:
         if self.leads:
+            self.counts.topology_waited = 0.0
             return None
+        t0 = self.clock()
         got = self._wait(at, grid) if self.plan.leader in self.plan.members else None
+        self.counts.topology_waited = self.clock() - t0
         if got is None:
             self.counts.topology_fallbacks += 1
         else:

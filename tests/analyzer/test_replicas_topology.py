@@ -141,6 +141,7 @@ def test_a_follower_takes_the_leaders_topology_that_comes_in_within_its_wait() -
     assert got is not None and clock.now >= 0.4 and clock.now < 1.0
     _same(got, topo)
     assert (stats.topology_shared, stats.topology_fallbacks) == (1, 0)
+    assert stats.topology_waited == clock.now  # from its first look until the blob was in
 
 
 class Down(MemoryExchange):
@@ -173,6 +174,7 @@ def test_a_follower_reads_the_topology_itself_when_the_leaders_is(case, board, a
     assert share.shared(6000.0, _grid()) is None, case
     assert (stats.topology_shared, stats.topology_fallbacks) == (0, 1)
     assert clock.now >= waited and clock.now < waited + 0.2  # gave up at once, or at the wait
+    assert stats.topology_waited == clock.now
 
 
 def test_an_older_cycles_topology_on_the_board_is_never_this_cycles() -> None:
@@ -184,9 +186,10 @@ def test_an_older_cycles_topology_on_the_board_is_never_this_cycles() -> None:
 
 def test_the_leader_reads_it_itself_and_leaves_it_and_a_failing_put_does_not_stop_it() -> None:
     board, topo = MemoryExchange(), _topology()
-    stats = ReplicaStats("r-a")
+    stats = ReplicaStats("r-a", topology_waited=2.5)  # it followed in the cycle before
     leader = SharedTopology(board, PLAN, "r-a", 1.0, stats)
     assert leader.shared(6000.0, _grid()) is None  # it reads; not a fallback
+    assert stats.topology_waited == 0.0
     leader.read(6000.0, topo)
     blob = board.get_topology(7)
     assert blob is not None and decode(blob)[0] == 7
@@ -308,7 +311,8 @@ def test_the_topology_wait_is_a_checked_fraction_of_the_interval() -> None:
             AnalyzerSettings(**ok, topology_wait=bad)
 
 
-def test_the_fallbacks_are_on_metrics() -> None:
-    stats = ReplicaStats("r-b", topology_fallbacks=3)
+def test_the_fallbacks_and_the_wait_are_on_metrics() -> None:
+    stats = ReplicaStats("r-b", topology_fallbacks=3, topology_waited=1.25)
     text = render_metrics([], Engine([]).stats, {}, None, stats)
     assert f'{catalog.ANALYZER_REPLICA_TOPOLOGY_FALLBACKS.name}{{replica="r-b"}} 3' in text
+    assert f'{catalog.ANALYZER_REPLICA_TOPOLOGY_WAIT.name}{{replica="r-b"}} 1.25' in text

@@ -109,6 +109,11 @@ def test_replicas_sharing_the_leaders_topology_own_and_find_what_each_reading_it
     assert set().union(*(shared[r]["found"] for r in MEMBERS))  # something found to compare
     stats = [shared[r]["role"].stats for r in MEMBERS]
     assert [(s.topology_shared, s.topology_fallbacks) for s in stats] == [(0, 0), (1, 0), (1, 0)]
+    # measured in the running services: the followers waited about the leader's read, which
+    # they started together with (its queries and its put), and never the 60 s they could
+    waits = [s.topology_waited for s in stats]
+    assert waits[0] == 0.0 and all(0 < w < 30 for w in waits[1:]), waits
+    print(f"followers waited {waits[1]:.3f} s and {waits[2]:.3f} s for the leader's topology")
 
 
 @pytest.mark.real
@@ -123,4 +128,5 @@ def test_a_leader_killed_mid_read_costs_the_others_a_wait_and_their_own_read(pro
         assert shared[r]["topology_reads"] == 1
         assert shared[r]["owned"] == alone[r]["owned"] and shared[r]["found"] == alone[r]["found"]
         assert shared[r]["role"].stats.topology_fallbacks == 1
+        assert 0.5 <= shared[r]["role"].stats.topology_waited < 0.5 + 5  # the whole wait
     assert set().union(*(shared[r]["owned"] for r in MEMBERS[1:]))  # the living own their part

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter import catalog
 from remediation.leader.directory import RECORD
 from remediation.leader.run import LOST_EXIT
 from tests.realcomp import free_port, wait_until
@@ -131,7 +132,7 @@ def test_a_standby_stopped_by_sigterm_exits_cleanly_without_touching_the_lease(
         assert _status(f"http://127.0.0.1:{port}/readyz") == 503
         assert _status(f"http://127.0.0.1:{port}/api/v1/nodes") == 503
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            assert "gpuwarden_remediation_leader 0.0" in r.read().decode()
+            assert f"{catalog.REMEDIATION_LEADER.name} 0.0" in r.read().decode()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:
