@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +149,24 @@ def start_service(
     log.close()
     wait_until(lambda: http_get(f"http://127.0.0.1:{port}/healthz", 0.5), 20, 0.05, "service up")
     return proc
+
+
+def post_webhook(port: int, body: bytes, timeout: float = 10) -> int:
+    """POST an Alertmanager payload to the service on ``port``: the HTTP status, an error
+    status included; 0 when nothing answered (refused, reset, killed mid-request)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/alertmanager", body,
+                                 {"Authorization": f"Bearer {TOKEN}",
+                                  "Content-Type": "application/json"})  # fmt: skip
+    return get_status(req, timeout)
+
+
+def get_status(req: str | urllib.request.Request, timeout: float = 5) -> int:
+    """The HTTP status of a request (a URL: a GET), an error status included; 0 when
+    nothing answered."""
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except OSError:
+        return 0

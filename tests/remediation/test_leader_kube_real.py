@@ -22,7 +22,14 @@ from remediation.leader.elector import Elector
 from remediation.leader.kube import KubeLeaseStore
 from tests.kubelab import KubeLab
 from tests.realcomp import free_port, wait_until
-from tests.remediation.helpers import LIVE_POLICY, TOKEN, alert, payload, start_service
+from tests.remediation.helpers import (
+    LIVE_POLICY,
+    alert,
+    get_status,
+    payload,
+    post_webhook,
+    start_service,
+)
 
 pytestmark = pytest.mark.real
 NAME = "gpuwarden-remediation"
@@ -102,21 +109,8 @@ def _get(url: str) -> tuple[int, dict[str, Any]]:
         return e.code, json.loads(e.read())
 
 
-def _post(url: str, body: bytes) -> int:
-    req = urllib.request.Request(url, body, {"Authorization": f"Bearer {TOKEN}",
-                                            "Content-Type": "application/json"})  # fmt: skip
-    try:
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-
-
 def _leading(port: int) -> bool:
-    try:
-        return _get(f"http://127.0.0.1:{port}/readyz")[0] == 200
-    except OSError:
-        return False
+    return get_status(f"http://127.0.0.1:{port}/readyz") == 200
 
 
 def test_two_services_one_acts_the_other_stands_by_and_takes_over_on_kill_9_and_on_sigterm(
@@ -137,8 +131,8 @@ def test_two_services_one_acts_the_other_stands_by_and_takes_over_on_kill_9_and_
         assert (status, body) == (200, {"status": "standby", "leader": "one"})
         assert _get(f"http://127.0.0.1:{ports[1]}/readyz")[0] == 503
         hook = payload(alert("gpu-node-001"))
-        assert _post(f"http://127.0.0.1:{ports[1]}/alertmanager", hook) == 503  # retried
-        assert _post(f"http://127.0.0.1:{ports[0]}/alertmanager", hook) == 200
+        assert post_webhook(ports[1], hook) == 503  # retried
+        assert post_webhook(ports[0], hook) == 200
         assert _lease(kube_lab, ns)["spec"]["holderIdentity"] == "one"
 
         procs[0].send_signal(signal.SIGKILL)
@@ -148,8 +142,7 @@ def test_two_services_one_acts_the_other_stands_by_and_takes_over_on_kill_9_and_
         took = time.monotonic() - t0
         assert took >= 4 - 1  # not before the dead leader's term ran out
         assert _lease(kube_lab, ns)["spec"]["holderIdentity"] == "two"
-        assert _post(f"http://127.0.0.1:{ports[1]}/alertmanager",
-                     payload(alert("gpu-node-002"))) == 200  # fmt: skip
+        assert post_webhook(ports[1], payload(alert("gpu-node-002"))) == 200  # fmt: skip
 
         procs.append(start_service(tmp_path, ports[2], env, *flags, "--leader-identity", "three"))
         assert _get(f"http://127.0.0.1:{ports[2]}/healthz")[1]["leader"] == "two"

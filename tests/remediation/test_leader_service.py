@@ -20,20 +20,17 @@ from exporter import catalog
 from remediation.leader.directory import RECORD
 from remediation.leader.run import LOST_EXIT
 from tests.realcomp import free_port, wait_until
-from tests.remediation.helpers import LIVE_POLICY, REPO, TOKEN, start_service
+from tests.remediation.helpers import (
+    LIVE_POLICY,
+    REPO,
+    TOKEN,
+    get_status,
+    post_webhook,
+    start_service,
+)
 
 FLAGS = ["--leader-elect", "directory", "--leader-lease-s", "4", "--leader-renew-deadline-s",
          "3", "--leader-retry-s", "0.5"]  # fmt: skip
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-    except OSError:
-        return 0
 
 
 def _dry(tmp: Path) -> None:
@@ -49,7 +46,7 @@ def test_a_leader_whose_lease_is_taken_behind_its_back_exits_within_its_renew_de
     port = free_port()
     proc = start_service(tmp_path, port, None, *FLAGS, "--leader-dir", str(lease))
     try:
-        wait_until(lambda: _status(f"http://127.0.0.1:{port}/readyz") == 200, 20, 0.1, "leads")
+        wait_until(lambda: get_status(f"http://127.0.0.1:{port}/readyz") == 200, 20, 0.1, "leads")
         doc = json.loads((lease / RECORD).read_text())
         assert doc["lease_s"] == 4
         # an operator's hand (or a split brain) writes another holder over it
@@ -129,8 +126,8 @@ def test_a_standby_stopped_by_sigterm_exits_cleanly_without_touching_the_lease(
     port = free_port()
     proc = start_service(tmp_path, port, None, *FLAGS, "--leader-dir", str(lease))
     try:
-        assert _status(f"http://127.0.0.1:{port}/readyz") == 503
-        assert _status(f"http://127.0.0.1:{port}/api/v1/nodes") == 503
+        assert get_status(f"http://127.0.0.1:{port}/readyz") == 503
+        assert get_status(f"http://127.0.0.1:{port}/api/v1/nodes") == 503
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             assert f"{catalog.REMEDIATION_LEADER.name} 0.0" in r.read().decode()
         proc.send_signal(signal.SIGTERM)
@@ -160,17 +157,19 @@ def test_a_leader_frozen_past_its_lease_commits_nothing_when_it_thaws_and_exits(
                         "--leader-identity", "old")  # fmt: skip
     new = None
     try:
-        wait_until(lambda: _status(f"http://127.0.0.1:{ports[0]}/readyz") == 200, 20, 0.1, "old")
-        assert _post(ports[0], payload(alert("gpu-node-001"))) == 200
+        wait_until(lambda: get_status(f"http://127.0.0.1:{ports[0]}/readyz") == 200, 20, 0.1, "old")
+        assert post_webhook(ports[0], payload(alert("gpu-node-001"))) == 200
         new = start_service(tmp_path, ports[1], None, *FLAGS, "--leader-dir", str(lease),
                             "--leader-identity", "new")  # fmt: skip
         old.send_signal(signal.SIGSTOP)
-        wait_until(lambda: _status(f"http://127.0.0.1:{ports[1]}/readyz") == 200, 30, 0.1, "new")
-        assert _post(ports[1], payload(alert("gpu-node-002"))) == 200
+        wait_until(lambda: get_status(f"http://127.0.0.1:{ports[1]}/readyz") == 200, 30, 0.1, "new")
+        assert post_webhook(ports[1], payload(alert("gpu-node-002"))) == 200
         old.send_signal(signal.SIGCONT)
-        _post(ports[0], payload(alert("gpu-node-666")))  # refused, cut off, or never answered
+        post_webhook(
+            ports[0], payload(alert("gpu-node-666"))
+        )  # refused, cut off, or never answered
         assert old.wait(10) == LOST_EXIT
-        assert _status(f"http://127.0.0.1:{ports[1]}/readyz") == 200
+        assert get_status(f"http://127.0.0.1:{ports[1]}/readyz") == 200
         assert json.loads((lease / RECORD).read_text())["holder"] == "new"
     finally:
         for p in (old, new):
@@ -182,19 +181,6 @@ def test_a_leader_frozen_past_its_lease_commits_nothing_when_it_thaws_and_exits(
     assert [r[0] for r in db.execute("SELECT node FROM alerts ORDER BY seq")] == [
         "gpu-node-001", "gpu-node-002"
     ]  # fmt: skip
-
-
-def _post(port: int, body: bytes) -> int:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/alertmanager", body,
-                                 {"Authorization": f"Bearer {TOKEN}",
-                                  "Content-Type": "application/json"})  # fmt: skip
-    try:
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-    except OSError:
-        return 0
 
 
 def test_the_service_it_builds_fences_its_journal_and_releases_the_lease_when_it_stops(
