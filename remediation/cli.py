@@ -147,8 +147,10 @@ def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = N
     try:
         return serve(s, check, collectors, keeper)
     finally:
-        if keeper is not None:  # the service has stopped acting: hand the lease over now
-            keeper.stop(release=True)
+        if keeper is not None:  # its last steps done, hand the lease over
+            from remediation.leader.run import hand_over
+
+            hand_over(keeper)
 
 
 def standby(s: Settings) -> Keeper | None:

@@ -89,14 +89,18 @@ def _unfenced() -> None:
 
 
 class Journal:
-    def __init__(self, path: str | Path, busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, path: str | Path, busy_timeout_s: float = 5.0, shared: bool = False) -> None:
+        """``shared``: on storage other hosts open it from too (a warm standby's, over NFS or
+        CephFS): a rollback journal, since WAL's index lives in shared memory that only
+        processes of one host see."""
         self.path, self.busy_timeout_s = str(path), busy_timeout_s
         self._lock = threading.RLock()
         self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")  # durable across a process crash
+        self.db.execute(f"PRAGMA journal_mode={'DELETE' if shared else 'WAL'}")
+        # durable across a process crash (WAL); a rollback journal syncs every commit
+        self.db.execute(f"PRAGMA synchronous={'FULL' if shared else 'NORMAL'}")
         self.db.executescript(SCHEMA)
         for table, column, kind in MIGRATIONS:
             have = {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
@@ -110,7 +114,10 @@ class Journal:
             f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
         )
         self.reader.row_factory = sqlite3.Row
-        self.reader.execute("PRAGMA busy_timeout=100")
+        # WAL: readers never wait for the writer; a rollback journal locks them out while
+        # a commit writes, so they wait for it (the writer's own timeout)
+        reader_wait_ms = int(busy_timeout_s * 1000) if shared else 100
+        self.reader.execute(f"PRAGMA busy_timeout={reader_wait_ms}")
 
     def read(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
         """Read committed state on the read-only connection (health, metrics): never waits

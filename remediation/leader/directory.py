@@ -2,10 +2,11 @@
 
 Where slurmctld runs with a backup controller, the two hosts already share a directory (its
 ``StateSaveLocation``); one beside it holds the lease and the journal. The record,
-``remediation-leader.json`` (``holder``, ``generation``, ``lease_s``), is read and replaced
-only under an exclusive ``flock`` on ``remediation-leader.lock``, and replaced by ``rename``:
-the lock gives the compare-and-swap a Lease's resourceVersion gives on Kubernetes, and the
-generation is the version. The file system must honour ``flock`` between hosts (local disk,
+``remediation-leader.json`` (``holder``, ``generation``, ``nonce``, ``lease_s``), is read and
+replaced only under an exclusive ``flock`` on ``remediation-leader.lock``, and replaced by
+``rename``: the lock gives the compare-and-swap a Lease's resourceVersion gives on
+Kubernetes. The version is the generation and a random nonce, so a record removed and made
+again never repeats one a reader saw before. The file system must honour ``flock`` between hosts (local disk,
 NFSv4, CephFS, Lustre mounted with ``flock``). A record that does not read is an error, never
 a free lease: remove the file by hand to start the election over.
 """
@@ -17,6 +18,7 @@ import fcntl
 import json
 import math
 import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,12 +61,13 @@ class DirectoryLeaseStore:
             isinstance(doc, dict)
             and isinstance(doc.get("holder"), str)
             and type(doc.get("generation")) is int
+            and isinstance(doc.get("nonce"), str)
             and type(doc.get("lease_s")) in (int, float)
             and doc["lease_s"] > 0
         )
         if not ok:
             raise ValueError(
-                f"{path}: not a lease record (wants holder, generation, lease_s > 0); "
+                f"{path}: not a lease record (wants holder, generation, nonce, lease_s > 0); "
                 "remove it to elect anew"
             )
         return doc
@@ -74,17 +77,21 @@ class DirectoryLeaseStore:
             doc = self._read()
         if doc is None:
             return None
-        return Record(doc["holder"], str(doc["generation"]), float(doc["lease_s"]))
+        return Record(doc["holder"], _version(doc), float(doc["lease_s"]))
 
-    def write(self, holder: str, lease_s: float, expect: str | None) -> bool:
+    def write(self, holder: str, lease_s: float, expect: str | None) -> str | None:
         with self._locked():
             doc = self._read()
-            current = None if doc is None else str(doc["generation"])
+            current = None if doc is None else _version(doc)
             if current != expect:
-                return False
-            generation = 1 if doc is None else doc["generation"] + 1
-            new = {"holder": holder, "generation": generation, "lease_s": math.ceil(lease_s)}
+                return None
+            new = {"holder": holder, "generation": 1 if doc is None else doc["generation"] + 1,
+                   "nonce": secrets.token_hex(4), "lease_s": math.ceil(lease_s)}  # fmt: skip
             tmp = self.root / f".{RECORD}.{os.getpid()}.tmp"
             tmp.write_text(json.dumps(new))
             os.replace(tmp, self.root / RECORD)
-        return True
+        return _version(new)
+
+
+def _version(doc: dict[str, Any]) -> str:
+    return f"{doc['generation']}.{doc['nonce']}"

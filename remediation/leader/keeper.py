@@ -55,6 +55,10 @@ class Keeper:
         said = None
         while not stop.is_set():
             if self._try():
+                if stop.is_set():  # told to stop while taking it: hand it back
+                    self.elector.close()
+                    self.elector.release()
+                    return False
                 log.info("leader lease %s taken by %s", self.elector.store.describe(),
                          self.elector.identity)  # fmt: skip
                 return True
@@ -102,6 +106,7 @@ class Keeper:
         """Stop renewing; with ``release``, hand the lease over at once (after the service
         stopped acting)."""
         self._stop.set()
+        self.elector.close()  # waits out a renewal under way; none after it
         for t in self._threads:
             t.join(timeout=self.elector.renew_deadline_s)
         if release:

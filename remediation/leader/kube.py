@@ -5,7 +5,8 @@ One Lease, ``gpuwarden-remediation`` by default, in the service's namespace: ``h
 the leader (absent once released), ``leaseDurationSeconds`` its term, ``renewTime`` and
 ``acquireTime`` for ``kubectl get lease`` (never read back: terms run on each reader's own
 clock, :mod:`remediation.leader.elector`). The version is the object's ``resourceVersion``:
-every write is a create or a replace naming it, so a lost race is 409 Conflict.
+every write is a create or a replace naming it, so a lost race is 409 Conflict. A renewal is
+one GET and one PUT (the PUT built from the object the GET returned).
 
 RBAC: get, create, update on ``leases`` in that namespace.
 """
@@ -26,8 +27,9 @@ def _micro_now() -> str:
 
 class KubeLeaseStore:
     def __init__(self, api: Any, namespace: str, name: str, timeout: float = 10.0) -> None:
-        """``api``: a ``kubernetes.client.CoordinationV1Api``."""
+        """``api``: a ``kubernetes.client.CoordinationV1Api``; ``timeout``: each call's."""
         self.api, self.namespace, self.name, self.timeout = api, namespace, name, timeout
+        self._last: Any = None  # the object the last read returned
 
     @classmethod
     def from_config(cls, namespace: str, name: str, timeout: float = 10.0) -> KubeLeaseStore:
@@ -35,10 +37,11 @@ class KubeLeaseStore:
         import kubernetes
 
         from common.kubeconfig import client_configuration
+        from remediation.backends.kubeapi import bounded_retry
 
-        api = kubernetes.client.CoordinationV1Api(
-            kubernetes.client.ApiClient(client_configuration())
-        )
+        cfg = client_configuration()
+        cfg.retries = bounded_retry(0)  # a renewal is tried again on the next period instead
+        api = kubernetes.client.CoordinationV1Api(kubernetes.client.ApiClient(cfg))
         return cls(api, namespace, name, timeout)
 
     def describe(self) -> str:
@@ -57,7 +60,7 @@ class KubeLeaseStore:
             raise
 
     def read(self) -> Record | None:
-        lease = self._get()
+        lease = self._last = self._get()
         if lease is None:
             return None
         spec = lease.spec
@@ -67,7 +70,7 @@ class KubeLeaseStore:
             float(spec.lease_duration_seconds or 0),
         )
 
-    def write(self, holder: str, lease_s: float, expect: str | None) -> bool:
+    def write(self, holder: str, lease_s: float, expect: str | None) -> str | None:
         from kubernetes.client.exceptions import ApiException
 
         now = _micro_now()
@@ -82,13 +85,15 @@ class KubeLeaseStore:
                 spec |= {"acquireTime": now, "leaseTransitions": 0}
                 body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                         "metadata": meta, "spec": spec}  # fmt: skip
-                self.api.create_namespaced_lease(
+                made = self.api.create_namespaced_lease(
                     self.namespace, body, _request_timeout=self.timeout
                 )
-                return True
-            old = self._get()
+                return str(made.metadata.resource_version)
+            old = self._last
             if old is None or str(old.metadata.resource_version) != expect:
-                return False
+                old = self._get()  # not the object last read: read it for its history
+            if old is None or str(old.metadata.resource_version) != expect:
+                return None
             transitions = old.spec.lease_transitions or 0
             if holder and holder != (old.spec.holder_identity or ""):
                 spec |= {"acquireTime": now, "leaseTransitions": transitions + 1}
@@ -100,11 +105,11 @@ class KubeLeaseStore:
             meta["resourceVersion"] = expect
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": meta, "spec": spec}  # fmt: skip
-            self.api.replace_namespaced_lease(
+            done = self.api.replace_namespaced_lease(
                 self.name, self.namespace, body, _request_timeout=self.timeout
             )
-            return True
+            return str(done.metadata.resource_version)
         except ApiException as e:
             if e.status == 409:  # another instance wrote first
-                return False
+                return None
             raise

@@ -10,6 +10,7 @@ import secrets
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from remediation.settings import Settings
 log = logging.getLogger("gpuwarden.remediation.leader")
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 LOST_EXIT = 75  # EX_TEMPFAIL: systemd and the kubelet restart it, and it waits as a standby
+DRAIN_S = 15.0  # a stopped leader waits this long for its last steps (the pod's grace is 30 s)
 
 
 def identity(s: Settings) -> str:
@@ -45,8 +47,9 @@ def store(s: Settings) -> LeaseStore:
     if s.leader_elect == "kubernetes":
         from remediation.leader.kube import KubeLeaseStore
 
-        return KubeLeaseStore.from_config(namespace(s), s.leader_lease_name,
-                                          timeout=s.command_timeout_s)  # fmt: skip
+        # a renewal is two calls, and one slow call must not cost the whole deadline
+        timeout = min(s.command_timeout_s, s.leader_renew_deadline_s / 4)
+        return KubeLeaseStore.from_config(namespace(s), s.leader_lease_name, timeout=timeout)
     from remediation.leader.directory import DirectoryLeaseStore
 
     assert s.leader_dir is not None  # Settings checks it
@@ -54,10 +57,39 @@ def store(s: Settings) -> LeaseStore:
 
 
 def die(reason: str) -> None:
-    """Fail-stop: no acting instance may outlive its lease (remediation.leader.keeper)."""
-    log.critical("%s: exiting now (exit %d); the restart waits as a standby", reason, LOST_EXIT)
-    logging.shutdown()
-    os._exit(LOST_EXIT)
+    """Fail-stop: no acting instance may outlive its lease (remediation.leader.keeper). The
+    line is logged if it can be within half a second; the exit does not wait for it."""
+    threading.Timer(0.5, os._exit, (LOST_EXIT,)).start()
+    try:
+        log.critical("%s: exiting now (exit %d); the restart waits as a standby", reason,
+                     LOST_EXIT)  # fmt: skip
+        for h in logging.getLogger().handlers:
+            h.flush()
+    finally:
+        os._exit(LOST_EXIT)
+
+
+def hand_over(k: Keeper, drain_s: float = DRAIN_S) -> None:
+    """After the service has stopped: wait, still renewing, for the threads that run its
+    last steps (a cancelled task leaves its thread running a backend call), then release the
+    lease so a standby takes over at once. Threads still running after ``drain_s``: exit
+    without releasing, so they die with the process and the lease simply runs out."""
+    me = threading.current_thread()
+    deadline = time.monotonic() + drain_s
+    for t in threading.enumerate():
+        if t is not me and not t.daemon:
+            t.join(max(0.0, deadline - time.monotonic()))
+    busy = sorted(t.name for t in threading.enumerate()
+                  if t is not me and not t.daemon and t.is_alive())  # fmt: skip
+    if not busy:
+        k.stop(release=True)
+        return
+    k.stop(release=False)
+    log.warning("threads still running %.0f s after the stop (%s): exiting without releasing "
+                "the leader lease; it expires by itself", drain_s, ", ".join(busy))  # fmt: skip
+    for h in logging.getLogger().handlers:
+        h.flush()
+    os._exit(0)
 
 
 def keeper(s: Settings, lease: LeaseStore | None = None) -> Keeper:

@@ -26,8 +26,13 @@ def elector(store: MemoryLeaseStore, name: str, clock: Callable[[], float]) -> E
     return Elector(store, name, lease_s=15, renew_deadline_s=10, clock=clock)
 
 
-def test_the_first_instance_takes_a_missing_lease_and_holds_it_for_the_renew_deadline() -> None:
-    store, clock = MemoryLeaseStore(), Clock()
+def released() -> MemoryLeaseStore:
+    """A store whose record was released (free at once to the first attempt)."""
+    return MemoryLeaseStore(Record("", "0", 15.0))
+
+
+def test_a_free_lease_is_taken_at_once_and_held_for_the_renew_deadline() -> None:
+    store, clock = released(), Clock()
     a = elector(store, "a", clock)
     assert a.attempt() and a.held()
     assert store.record == Record("a", "1", 15.0)
@@ -37,8 +42,59 @@ def test_the_first_instance_takes_a_missing_lease_and_holds_it_for_the_renew_dea
     assert not a.held()  # no renewal: it may no longer act, though the record still names it
 
 
-def test_a_standby_takes_over_only_after_seeing_the_record_unchanged_for_the_whole_lease() -> None:
+def test_a_missing_record_is_made_only_after_a_whole_term_of_it_missing() -> None:
+    """A record deleted by hand may still be held: nobody but its holder makes it again
+    before a term has passed (a first start waits that term too)."""
     store, clock = MemoryLeaseStore(), Clock()
+    a = elector(store, "a", clock)
+    assert not a.attempt() and store.record is None
+    clock.t = 14.9
+    assert not a.attempt()
+    clock.t = 15.0
+    assert a.attempt() and store.record is not None and store.record.holder == "a"
+
+
+def test_a_record_deleted_under_its_leader_is_made_again_by_it_not_by_a_standby() -> None:
+    store, clock = released(), Clock()
+    a, b = elector(store, "a", clock), elector(store, "b", clock)
+    assert a.attempt()
+    clock.t = 1.0
+    store.record = None  # `kubectl delete lease`, or the file removed
+    assert not b.attempt()  # b saw it missing at 1: it waits until 16
+    clock.t = 2.0
+    assert a.attempt() and a.held()  # the leader makes it again at its next renewal
+    clock.t = 16.0
+    assert not b.attempt()  # a new version since: b's wait starts again
+    assert store.record is not None and store.record.holder == "a"
+
+
+def test_two_processes_given_one_name_never_both_hold_the_lease() -> None:
+    """One config file on two hosts names both instances "remediation": the record names
+    the right holder either way, but only the process that wrote its version renews it."""
+    store, clock = released(), Clock()
+    a, b = elector(store, "remediation", clock), elector(store, "remediation", clock)
+    for step in range(10):
+        clock.t = step * 2.0
+        a.attempt()
+        b.attempt()
+        assert not (a.held() and b.held()), step
+    assert a.held() and not b.held()
+
+
+def test_a_closed_elector_attempts_nothing_and_can_still_release() -> None:
+    store, clock = released(), Clock()
+    a, b = elector(store, "a", clock), elector(store, "b", clock)
+    a.attempt()
+    a.close()
+    clock.t = 1.0
+    writes = store.writes
+    assert not a.attempt() and store.writes == writes  # not even a renewal
+    assert a.held() and a.release()
+    assert b.attempt()
+
+
+def test_a_standby_takes_over_only_after_seeing_the_record_unchanged_for_the_whole_lease() -> None:
+    store, clock = released(), Clock()
     a, b = elector(store, "a", clock), elector(store, "b", clock)
     assert a.attempt()
     clock.t = 5.0
@@ -52,7 +108,7 @@ def test_a_standby_takes_over_only_after_seeing_the_record_unchanged_for_the_who
 
 
 def test_a_renewal_restarts_the_standbys_wait() -> None:
-    store, clock = MemoryLeaseStore(), Clock()
+    store, clock = released(), Clock()
     a, b = elector(store, "a", clock), elector(store, "b", clock)
     a.attempt()
     b.attempt()
@@ -67,7 +123,7 @@ def test_a_renewal_restarts_the_standbys_wait() -> None:
 
 
 def test_a_released_lease_is_free_at_once_and_release_needs_holding() -> None:
-    store, clock = MemoryLeaseStore(), Clock()
+    store, clock = released(), Clock()
     a, b = elector(store, "a", clock), elector(store, "b", clock)
     assert not b.release()  # never held
     a.attempt()
@@ -79,7 +135,7 @@ def test_a_released_lease_is_free_at_once_and_release_needs_holding() -> None:
 
 
 def test_release_never_writes_over_a_record_that_names_another_holder() -> None:
-    store, clock = MemoryLeaseStore(), Clock()
+    store, clock = released(), Clock()
     a = elector(store, "a", clock)
     a.attempt()
     store.record = Record("b", "99", 15.0)  # however it came to be (a clock far off, a hand)
@@ -88,20 +144,20 @@ def test_release_never_writes_over_a_record_that_names_another_holder() -> None:
 
 
 def test_a_write_that_loses_the_race_drops_the_lease_at_once() -> None:
-    store, clock = MemoryLeaseStore(), Clock()
+    store, clock = released(), Clock()
     a = elector(store, "a", clock)
     a.attempt()
 
     class Racing(MemoryLeaseStore):
-        def write(self, holder: str, lease_s: float, expect: str | None) -> bool:
-            return False  # someone replaced the record between our read and our write
+        def write(self, holder: str, lease_s: float, expect: str | None) -> str | None:
+            return None  # someone replaced the record between our read and our write
 
     a.store = Racing(record=store.record)
     assert not a.attempt() and not a.held()
 
 
 def test_a_store_error_changes_nothing_and_the_term_runs_on() -> None:
-    store, clock = MemoryLeaseStore(), Clock()
+    store, clock = released(), Clock()
     a = elector(store, "a", clock)
     a.attempt()
 
@@ -119,7 +175,7 @@ def test_a_store_error_changes_nothing_and_the_term_runs_on() -> None:
 
 
 def test_a_lease_of_another_holder_is_not_taken_while_it_is_renewed_however_long() -> None:
-    store, clock = MemoryLeaseStore(), Clock()
+    store, clock = released(), Clock()
     a, b = elector(store, "a", clock), elector(store, "b", clock)
     for step in range(40):
         clock.t = step * 5.0
@@ -145,7 +201,7 @@ def test_an_empty_identity_is_refused() -> None:
 def test_with_clocks_whose_rates_differ_beyond_the_bound_two_would_lead() -> None:
     """The bound in the elector's docstring is real: a standby whose clock runs at twice the
     leader's waits out its 15 s in 7.5 real seconds, inside the leader's 10."""
-    store, real = MemoryLeaseStore(), Clock()
+    store, real = released(), Clock()
     a = elector(store, "a", real)
     b = elector(store, "b", lambda: 2 * real.t)
     a.attempt()
@@ -158,7 +214,7 @@ def test_the_term_counts_from_before_the_write_not_from_its_slow_answer() -> Non
     """The write lands at 0 and its answer is back at 6; a standby that read it at once may
     take over at 15, so the leader must stop at 10, not at 16."""
     clock = Clock()
-    store = SlowStore()
+    store = SlowStore(Record("", "0", 15.0))
     a, b = elector(store, "a", clock), elector(store, "b", clock)
 
     def answer_late() -> None:
@@ -176,7 +232,7 @@ def test_a_standby_counts_the_record_from_when_its_read_came_back() -> None:
     """b's read takes 6 s to reach the store; a renews meanwhile (from 5.9), so b's read
     returns a's new record: b may take it from 21, not from 15, while a holds until 15.9."""
     clock = Clock()
-    store = SlowStore()
+    store = SlowStore(Record("", "0", 15.0))
     a, b = elector(store, "a", clock), elector(store, "b", clock)
     a.attempt()
 
@@ -225,7 +281,7 @@ class SlowStore(MemoryLeaseStore):
         self._at("read-answered")
         return got
 
-    def write(self, holder: str, lease_s: float, expect: str | None) -> bool:
+    def write(self, holder: str, lease_s: float, expect: str | None) -> str | None:
         self._at("write-sent")
         ok = super().write(holder, lease_s, expect)
         self._at("write-answered")
@@ -234,13 +290,14 @@ class SlowStore(MemoryLeaseStore):
 
 class Election(RuleBasedStateMachine):
     """Three instances on clocks of different rates and offsets; every request and answer
-    slow, with another instance's whole attempt inside; crashes, restarts and releases: at
-    no real moment do two live instances hold the lease."""
+    slow, with another instance's whole attempt inside; crashes, restarts (some under a
+    running instance's name), releases and the record deleted by hand: at no real moment do
+    two live instances hold the lease."""
 
     def __init__(self) -> None:
         super().__init__()
         self.t = 0.0
-        self.store = SlowStore()
+        self.store = SlowStore(Record("", "0", 15.0))
         self.instances: list[Instance] = []
         self.rates: list[tuple[float, float]] = []
         self.made = 0
@@ -301,10 +358,20 @@ class Election(RuleBasedStateMachine):
         self.instances[i].alive = False
 
     @precondition(lambda self: self.instances)
-    @rule(i=st.integers(0, 2))
-    def restart(self, i: int) -> None:
+    @rule(i=st.integers(0, 2), same_name=st.booleans())
+    def restart(self, i: int, same_name: bool) -> None:
+        """A new process; with ``same_name`` it is given the name of an instance that is
+        (or was) running too (--leader-identity from one shared config file)."""
         if not self.instances[i].alive:
-            self.instances[i] = Instance(self._new(i))
+            e = self._new(i)
+            if same_name:
+                e.identity = self.instances[(i + 1) % 3].elector.identity
+            self.instances[i] = Instance(e)
+
+    @precondition(lambda self: self.instances)
+    @rule()
+    def delete_the_record(self) -> None:
+        self.store.record = None  # `kubectl delete lease`, or the file removed by hand
 
     @precondition(lambda self: self.instances)
     @rule(i=st.integers(0, 2))

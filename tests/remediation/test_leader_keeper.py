@@ -18,6 +18,10 @@ from remediation.leader.elector import Elector, MemoryLeaseStore, Record
 from remediation.leader.keeper import Keeper
 
 
+def released() -> MemoryLeaseStore:
+    return MemoryLeaseStore(Record("", "0", 1.5))
+
+
 def fast(store: MemoryLeaseStore | DirectoryLeaseStore, name: str = "a") -> Elector:
     return Elector(store, name, lease_s=1.5, renew_deadline_s=1.0)
 
@@ -35,7 +39,7 @@ class Lost:
 
 
 def test_a_leader_that_keeps_renewing_is_never_stopped() -> None:
-    store, lost = MemoryLeaseStore(), Lost()
+    store, lost = released(), Lost()
     k = Keeper(fast(store), 0.1, lost)
     assert k.acquire()
     k.start()
@@ -45,7 +49,7 @@ def test_a_leader_that_keeps_renewing_is_never_stopped() -> None:
 
 
 def test_a_lease_taken_by_another_writer_stops_the_leader_within_the_renew_period() -> None:
-    store, lost = MemoryLeaseStore(), Lost()
+    store, lost = released(), Lost()
     k = Keeper(fast(store), 0.1, lost)
     k.acquire()
     k.start()
@@ -70,7 +74,7 @@ def test_a_store_that_hangs_stops_the_leader_by_its_renew_deadline() -> None:
                 time.sleep(5)
             return super().read()
 
-    store, lost = Hanging(), Lost()
+    store, lost = Hanging(Record("", "0", 1.5)), Lost()
     e = fast(store)
     k = Keeper(e, 0.1, lost)
     k.acquire()
@@ -93,7 +97,7 @@ def test_store_errors_are_logged_once_and_the_leader_stops_only_when_the_term_en
                 raise OSError("Stale file handle")
             return super().read()
 
-    store, lost = Flaky(), Lost()
+    store, lost = Flaky(Record("", "0", 1.5)), Lost()
     k = Keeper(fast(store), 0.1, lost)
     k.acquire()
     k.start()
@@ -108,7 +112,7 @@ def test_store_errors_are_logged_once_and_the_leader_stops_only_when_the_term_en
 
 
 def test_a_standby_waits_until_the_holder_releases_and_a_stop_ends_the_wait() -> None:
-    store = MemoryLeaseStore()
+    store = released()
     holder = fast(store, "holder")
     holder.attempt()
     k = Keeper(fast(store, "standby"), 0.05, Lost())
@@ -130,27 +134,43 @@ def test_a_standby_waits_until_the_holder_releases_and_a_stop_ends_the_wait() ->
     assert got == [True, False]
 
 
+def test_a_stop_that_lands_while_the_lease_is_taken_hands_it_back() -> None:
+    stop = threading.Event()
+
+    class Racing(MemoryLeaseStore):
+        def write(self, holder: str, lease_s: float, expect: str | None) -> str | None:
+            if holder:
+                stop.set()  # SIGTERM arrives while the winning write is on its way
+            return super().write(holder, lease_s, expect)
+
+    store = Racing(Record("", "0", 1.5))
+    k = Keeper(fast(store), 0.05, Lost())
+    assert k.acquire(stop) is False
+    assert store.record is not None and store.record.holder == ""  # released at once
+    assert not k.elector.attempt()  # and closed
+
+
 def test_a_retry_period_not_shorter_than_the_renew_deadline_is_refused() -> None:
     with pytest.raises(ValueError, match="retry period"):
-        Keeper(fast(MemoryLeaseStore()), 1.0, Lost())
+        Keeper(fast(released()), 1.0, Lost())
 
 
 def test_release_hands_the_lease_over_and_a_failing_release_only_warns(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    store = MemoryLeaseStore()
+    store = released()
     k = Keeper(fast(store), 0.1, Lost())
     k.acquire()
     k.stop(release=True)
     assert store.record is not None and store.record.holder == ""
 
     class Refusing(MemoryLeaseStore):
-        def write(self, holder: str, lease_s: float, expect: str | None) -> bool:
+        def write(self, holder: str, lease_s: float, expect: str | None) -> str | None:
             if holder == "":
                 raise OSError("read-only file system")
             return super().write(holder, lease_s, expect)
 
-    k = Keeper(fast(Refusing()), 0.1, Lost())
+    k = Keeper(fast(Refusing(Record("", "0", 1.5))), 0.1, Lost())
     k.acquire()
     with caplog.at_level(logging.WARNING, "gpuwarden.remediation.leader"):
         k.stop(release=True)
@@ -163,23 +183,37 @@ def test_the_directory_store_creates_replaces_only_the_version_it_read_and_keeps
 ) -> None:
     s = DirectoryLeaseStore(tmp_path)
     assert s.read() is None
-    assert s.write("a", 14.2, None)
-    assert not s.write("b", 15, None)  # there is one now
-    rec = s.read()
-    assert rec == Record("a", "1", 15.0)  # whole seconds, as a Lease's
-    assert not s.write("b", 15, "0")
-    assert s.write("b", 15, "1")
-    assert s.read() == Record("b", "2", 15.0)
-    assert json.loads((tmp_path / RECORD).read_text()) == {
-        "holder": "b", "generation": 2, "lease_s": 15
-    }  # fmt: skip
+    v1 = s.write("a", 14.2, None)
+    assert v1 is not None and v1.startswith("1.")
+    assert s.write("b", 15, None) is None  # there is one now
+    assert s.read() == Record("a", v1, 15.0)  # whole seconds, as a Lease's
+    assert s.write("b", 15, "0.x") is None
+    v2 = s.write("b", 15, v1)
+    assert v2 is not None and v2.startswith("2.")
+    assert s.read() == Record("b", v2, 15.0)
+    doc = json.loads((tmp_path / RECORD).read_text())
+    assert doc == {"holder": "b", "generation": 2, "nonce": v2.split(".")[1], "lease_s": 15}
+
+
+def test_a_record_removed_and_made_again_never_repeats_a_version(tmp_path: Path) -> None:
+    """A standby that saw generation 1 long ago must not take a new generation 1 for the
+    same, long-expired record: the nonce tells them apart."""
+    s = DirectoryLeaseStore(tmp_path)
+    seen = set()
+    for _ in range(20):
+        v = s.write("a", 15, None)
+        assert v is not None and v not in seen
+        seen.add(v)
+        (tmp_path / RECORD).unlink()
 
 
 @pytest.mark.parametrize(
     "text",
-    ["{", "[]", '{"holder": "a", "generation": "1", "lease_s": 15}',
-     '{"holder": "a", "generation": 1, "lease_s": 0}', '{"generation": 1, "lease_s": 15}',
-     '{"holder": "a", "generation": true, "lease_s": 15}', "\udcff"],
+    ["{", "[]", '{"holder": "a", "generation": "1", "nonce": "x", "lease_s": 15}',
+     '{"holder": "a", "generation": 1, "nonce": "x", "lease_s": 0}',
+     '{"generation": 1, "nonce": "x", "lease_s": 15}',
+     '{"holder": "a", "generation": 1, "lease_s": 15}',
+     '{"holder": "a", "generation": true, "nonce": "x", "lease_s": 15}', "\udcff"],
 )  # fmt: skip
 def test_a_record_that_does_not_read_is_a_clear_error_never_a_free_lease(
     tmp_path: Path, text: str
@@ -219,7 +253,7 @@ def _race(root: str, name: str, start: float, out: multiprocessing.Queue) -> Non
     won = 0
     for _ in range(1000):
         rec = s.read()
-        if s.write(name, 15, None if rec is None else rec.version):
+        if s.write(name, 15, None if rec is None else rec.version) is not None:
             won += 1
     out.put((name, won))
 
@@ -239,8 +273,8 @@ def test_processes_racing_on_one_directory_never_both_replace_the_same_version(
     wins = dict(out.get(timeout=60) for _ in procs)
     for p in procs:
         p.join(10)
-    rec = DirectoryLeaseStore(tmp_path).read()
-    assert rec is not None and int(rec.version) == sum(wins.values())
+    generation = json.loads((tmp_path / RECORD).read_text())["generation"]
+    assert generation == sum(wins.values())
 
 
 # ----------------------------------------------------------------------- the journal's fence
@@ -252,7 +286,7 @@ def test_the_fence_ends_a_leader_past_its_term_and_its_transaction_commits_nothi
     from tests.remediation.helpers import alert
 
     now = [0.0]
-    e = Elector(MemoryLeaseStore(), "a", lease_s=15, renew_deadline_s=10, clock=lambda: now[0])
+    e = Elector(released(), "a", lease_s=15, renew_deadline_s=10, clock=lambda: now[0])
     lost = Lost()
     k = Keeper(e, 1.0, lost)
     e.attempt()
@@ -275,3 +309,22 @@ def test_a_journal_without_leader_election_commits_as_before(tmp_path: Path) -> 
     assert j.accept([alert("gpu-node-001")], 1.0) == (1, 0)
     assert len(j.read("SELECT node FROM alerts")) == 1
     j.close()
+
+
+def test_a_shared_journal_keeps_a_rollback_journal_and_turns_a_wal_one_back(
+    tmp_path: Path,
+) -> None:
+    from remediation.journal import Journal
+    from tests.remediation.helpers import alert
+
+    alone = Journal(tmp_path / "state.db")  # as a single instance left it
+    alone.accept([alert("gpu-node-001")], 1.0)
+    assert alone.scalar("PRAGMA journal_mode") == "wal"
+    alone.close()
+    shared = Journal(tmp_path / "state.db", shared=True)
+    assert shared.scalar("PRAGMA journal_mode") == "delete"
+    assert shared.scalar("PRAGMA synchronous") == 2  # FULL: every commit on the disk
+    assert shared.accept([alert("gpu-node-002")], 2.0) == (1, 0)
+    assert len(shared.read("SELECT node FROM alerts")) == 2  # nothing lost in the change
+    shared.close()
+    assert not (tmp_path / "state.db-wal").exists()

@@ -85,6 +85,7 @@ def test_on_the_server_a_standby_takes_over_after_a_silent_term_and_the_old_lead
     kube_lab: KubeLab,
 ) -> None:
     ns = kube_lab.namespace()
+    assert _store(kube_lab, ns).write("", 3, None)  # made and released: free to the first
     a = Elector(_store(kube_lab, ns), "a", lease_s=3, renew_deadline_s=2)
     b = Elector(_store(kube_lab, ns), "b", lease_s=3, renew_deadline_s=2)
     assert a.attempt()
@@ -127,6 +128,9 @@ def test_two_services_one_acts_the_other_stands_by_and_takes_over_on_kill_9_and_
         procs.append(start_service(tmp_path, ports[0], env, *flags, "--leader-identity", "one"))
         wait_until(lambda: _leading(ports[0]), 20, 0.1, "the first instance leads")
         procs.append(start_service(tmp_path, ports[1], env, *flags, "--leader-identity", "two"))
+        # it answers /healthz before its first read of the Lease
+        wait_until(lambda: _get(f"http://127.0.0.1:{ports[1]}/healthz")[1].get("leader") == "one",
+                   10, 0.1, "the standby names the leader")  # fmt: skip
         status, body = _get(f"http://127.0.0.1:{ports[1]}/healthz")
         assert (status, body) == (200, {"status": "standby", "leader": "one"})
         assert _get(f"http://127.0.0.1:{ports[1]}/readyz")[0] == 503
@@ -145,7 +149,8 @@ def test_two_services_one_acts_the_other_stands_by_and_takes_over_on_kill_9_and_
         assert post_webhook(ports[1], payload(alert("gpu-node-002"))) == 200  # fmt: skip
 
         procs.append(start_service(tmp_path, ports[2], env, *flags, "--leader-identity", "three"))
-        assert _get(f"http://127.0.0.1:{ports[2]}/healthz")[1]["leader"] == "two"
+        wait_until(lambda: _get(f"http://127.0.0.1:{ports[2]}/healthz")[1].get("leader") == "two",
+                   10, 0.1, "the third names the leader")  # fmt: skip
         procs[1].send_signal(signal.SIGTERM)
         assert procs[1].wait(15) == 0
         t0 = time.monotonic()
@@ -201,9 +206,10 @@ def test_the_shipped_standby_role_allows_every_lease_call_and_no_more(kube_lab: 
     token = kube_lab.service_account_token(ns, "gpuwarden-remediation")
     api = kubernetes.client.CoordinationV1Api(kube_lab.client(token))
     mark = kube_lab.audit_mark()
+    assert KubeLeaseStore(api, ns, NAME).write("", 3, None)  # create (a first start's)
     a = Elector(KubeLeaseStore(api, ns, NAME), "a", lease_s=3, renew_deadline_s=2)
     b = Elector(KubeLeaseStore(api, ns, NAME), "b", lease_s=3, renew_deadline_s=2)
-    assert a.attempt() and a.attempt()  # create, then a renewal
+    assert a.attempt() and a.attempt()  # a take, then a renewal
     assert not b.attempt()
     assert a.release()
     assert b.attempt()  # a takeover of the released Lease

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -142,11 +143,9 @@ def test_a_standby_stopped_by_sigterm_exits_cleanly_without_touching_the_lease(
 def test_a_leader_frozen_past_its_lease_commits_nothing_when_it_thaws_and_exits(
     tmp_path: Path,
 ) -> None:
-    """SIGSTOP the leader (a stalled VM, a swap storm) until the standby has taken over, then
-    SIGCONT it and hand it a webhook at once: the thawed instance exits 75 and the journal
-    holds only what the leaders took in their terms."""
-    import sqlite3
-
+    """SIGSTOP the leader (a swap storm, a stalled process) until the standby has taken
+    over, then SIGCONT it and hand it a webhook at once: the thawed instance exits 75 and the
+    journal holds only what the leaders took in their terms."""
     from tests.remediation.helpers import alert, payload
 
     _dry(tmp_path)
@@ -219,3 +218,54 @@ def test_the_service_it_builds_fences_its_journal_and_releases_the_lease_when_it
     assert getattr(fence, "__self__", None) is not None and fence.__name__ == "fence"
     assert fence.__self__.elector.identity == "me"
     assert json.loads((lease / RECORD).read_text())["holder"] == ""  # released
+    # a journal other hosts open too keeps a rollback journal: WAL's index is one host's
+    db = sqlite3.connect(tmp_path / "state.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    db.close()
+
+
+def test_a_leader_stopped_mid_step_hands_over_only_after_the_step_ends(tmp_path: Path) -> None:
+    """SIGTERM while a take-out runs (4 s): the task is cancelled but its thread runs on, so
+    the stopping leader keeps the lease until that thread is done; only then may the standby
+    act, and its own take-out of the node starts after the first one ended."""
+    from tests.remediation.helpers import alert, payload, topology_file
+
+    (tmp_path / "policy.yaml").write_text(LIVE_POLICY)  # live, on the dry-run backend
+    topology_file(tmp_path, 4)
+    lease = tmp_path / "lease"
+    lease.mkdir()
+    mark = tmp_path / "mark"
+    env = {**os.environ, "GPUWARDEN_WEBHOOK_TOKEN": TOKEN, "MARK": str(mark), "SLOW": "4"}
+    script = str(Path(__file__).with_name("slow_step.py"))
+
+    def start(port: int, name: str) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, script, "--listen", f"127.0.0.1:{port}", "--policy",
+                str(tmp_path / "policy.yaml"), "--state-db", str(tmp_path / "state.db"),
+                "--topology", str(tmp_path / "topology.yaml"), "--tick-s", "0.2", *FLAGS,
+                "--leader-dir", str(lease), "--leader-identity", name]  # fmt: skip
+        log = open(tmp_path / f"log-{name}", "ab")  # noqa: SIM115 - the child keeps its copy
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+    pa, pb = free_port(), free_port()
+    a = start(pa, "a")
+    b = None
+    try:
+        wait_until(lambda: get_status(f"http://127.0.0.1:{pa}/readyz") == 200, 30, 0.1, "a leads")
+        b = start(pb, "b")
+        wait_until(lambda: get_status(f"http://127.0.0.1:{pb}/healthz") == 200, 30, 0.1, "b up")
+        assert post_webhook(pa, payload(alert("gpu-node-001"))) == 200
+        wait_until(lambda: mark.exists() and " start " in mark.read_text(), 30, 0.05, "a's step")
+        a.send_signal(signal.SIGTERM)
+        wait_until(lambda: get_status(f"http://127.0.0.1:{pb}/readyz") == 200, 30, 0.05, "b")
+        b_leads = time.time()
+        assert a.wait(30) == 0
+    finally:
+        for p in (a, b):
+            if p is not None:
+                p.kill()
+                p.wait(10)
+    marks = [line.split() for line in mark.read_text().splitlines()]
+    a_end = next(float(t) for pid, what, t in marks if int(pid) == a.pid and what == "end")
+    assert b_leads >= a_end, (b_leads, a_end, marks)  # never two in the backend at once
+    b_starts = [float(t) for pid, what, t in marks if int(pid) != a.pid and what == "start"]
+    assert all(t >= a_end for t in b_starts), marks
