@@ -8,7 +8,7 @@ replaced only under an exclusive ``flock`` on ``remediation-leader.lock``, and r
 Kubernetes. The version is the generation and a random nonce, so a record removed and made
 again never repeats one a reader saw before. The file system must honour ``flock`` between hosts (local disk,
 NFSv4, CephFS, Lustre mounted with ``flock``). A record that does not read is an error, never
-a free lease: remove the file by hand to start the election over.
+a free lease: stop the instances and remove the file to start the election over.
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ class DirectoryLeaseStore:
         except FileNotFoundError:
             return None
         except (ValueError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not a lease record ({e}); remove it to elect anew") from None
+            raise ValueError(
+                f"{path}: not a lease record ({e}); stop the instances, remove it to elect anew"
+            ) from None
         ok = (
             isinstance(doc, dict)
             and isinstance(doc.get("holder"), str)
@@ -68,7 +70,7 @@ class DirectoryLeaseStore:
         if not ok:
             raise ValueError(
                 f"{path}: not a lease record (wants holder, generation, nonce, lease_s > 0); "
-                "remove it to elect anew"
+                "stop the instances, remove it to elect anew"
             )
         return doc
 

@@ -16,8 +16,12 @@ and is longer: the two never overlap while the clocks' rates differ by less than
 ``(lease_s - renew_deadline_s) / (lease_s + renew_deadline_s)`` (20 % at the defaults 15 s
 and 10 s). A released record (holder ``""``) is free at once. A missing record counts as one
 more version: only the instance holding the lease makes it again at once (it was deleted
-under it); the others wait a whole term of it missing. A record is ours to renew only if we
-wrote that very version, so a second process given our name is just another candidate.
+under it); the others wait a whole term of it missing, read at most half a renew deadline
+apart (a longer gap starts the wait again: a record may have come and gone unseen). That is
+safe for a record deleted by hand once it has lived that long; one deleted again and again
+within seconds of being made can still give two holders (stop the instances first). A
+record is ours to renew only if we wrote that very version, so a second process given our
+name is just another candidate.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ class Elector:
     _seen: tuple[str, float] | None = field(default=None, init=False)  # version, first seen
     _renewed: float | None = field(default=None, init=False)  # start of the last good write
     _written: str | None = field(default=None, init=False)  # the version that write made
+    _read_at: float | None = field(default=None, init=False)  # when the last read came back
     _closed: bool = field(default=False, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     holder: str = field(default="", init=False)  # the holder last read ("": none)
@@ -126,8 +131,12 @@ class Elector:
             rec = self.store.read()
             now = self.clock()
             version = ABSENT if rec is None else rec.version
-            if self._seen is None or self._seen[0] != version:
+            # A record can come and go between two reads (made, then deleted by hand), so
+            # absence only counts as unbroken while the reads come at most a gap apart.
+            gap = self._read_at is None or now - self._read_at > self.renew_deadline_s / 2
+            if self._seen is None or self._seen[0] != version or (rec is None and gap):
                 self._seen = (version, now)
+            self._read_at = now
             if rec is None:
                 # No record: the leader makes it again at once (someone deleted it under
                 # us); anyone else waits a whole term of it missing, since a record deleted

@@ -328,3 +328,36 @@ def test_a_shared_journal_keeps_a_rollback_journal_and_turns_a_wal_one_back(
     assert len(shared.read("SELECT node FROM alerts")) == 2  # nothing lost in the change
     shared.close()
     assert not (tmp_path / "state.db-wal").exists()
+
+
+def test_a_leader_whose_last_steps_outlast_the_drain_exits_without_releasing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """hand_over waits for the threads still running steps; one that outlasts the drain
+    dies with the process (os._exit), and the lease is left to run out, not released
+    beside it."""
+    from remediation.leader import run
+
+    store = released()
+    k = Keeper(fast(store), 0.1, Lost())
+    k.acquire()
+    k.start()
+    exits: list[int] = []
+
+    def exit_(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(run.os, "_exit", exit_)
+    step = threading.Thread(target=time.sleep, args=(1.5,), name="a-slow-step")
+    step.start()
+    with pytest.raises(SystemExit):
+        run.hand_over(k, drain_s=0.2)
+    assert exits == [0]
+    assert store.record is not None and store.record.holder == "a"  # not released
+    step.join()
+    done = Keeper(fast(released()), 0.1, Lost())
+    done.acquire()
+    run.hand_over(done, drain_s=2.0)  # nothing running: released at once
+    assert done.elector.store.read() is not None
+    assert done.elector.store.read().holder == ""  # type: ignore[union-attr]

@@ -214,9 +214,34 @@ def test_the_shipped_standby_role_allows_every_lease_call_and_no_more(kube_lab: 
     assert a.release()
     assert b.attempt()  # a takeover of the released Lease
     user = f"system:serviceaccount:{ns}:gpuwarden-remediation"
-    calls = used(kube_lab.audit_since(mark, user=user))
+    events = kube_lab.audit_since(mark, user=user)
+    calls = used(events)
+    # one GET a try: a write is built from the object the try's read returned
+    gets = [
+        e
+        for e in events
+        if e["verb"] == "get" and (e.get("objectRef") or {}).get("resource") == "leases"
+    ]
+    assert len(gets) == 5, len(gets)  # a's two tries, b's refused one, a's release, b's take
     assert not [k for k, codes in calls.items() if 403 in codes], calls
     role = next(d for d in mine if d["kind"] == "Role")
     granted = {(rule["apiGroups"][0] or "core", r, v) for rule in role["rules"]
                for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
     assert set(calls) == granted, (sorted(granted - set(calls)), sorted(set(calls) - granted))
+
+
+def test_the_services_lease_calls_get_a_quarter_of_the_renew_deadline_each(
+    kube_lab: KubeLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal is two calls; with each bounded by the command timeout (10 s, the renew
+    deadline itself) one slow call would cost the leader its lease."""
+    from remediation.leader import run
+    from remediation.settings import Settings
+
+    monkeypatch.setenv("KUBECONFIG", str(kube_lab.kubeconfig()))
+    s = Settings(leader_elect="kubernetes", leader_namespace=kube_lab.namespace(),
+                 allow_unauthenticated=True)  # fmt: skip
+    store = run.store(s)
+    assert isinstance(store, KubeLeaseStore)
+    assert store.timeout == s.leader_renew_deadline_s / 4 == 2.5
+    assert store.write("", 15, None)  # and it reaches the server with the kubeconfig
