@@ -6,8 +6,9 @@ Edge of the sharded analyzer, the bare-metal twin of :mod:`analyzer.replicas.lea
 - ``beats/<replica>.json``: one heartbeat per replica (``{"cycle", "at"}``), replaced
   atomically (write a temporary file, ``rename``);
 - ``leader.json``: the leader lease (``holder``, ``until``) and the last few plans, read and
-  replaced only while holding an exclusive ``flock`` on ``leader.lock``: that lock is the
-  compare-and-swap a Lease's resourceVersion gives on Kubernetes.
+  replaced only while holding an exclusive ``flock`` on ``leader.lock``
+  (:mod:`common.sharedfile`): that lock is the compare-and-swap a Lease's resourceVersion
+  gives on Kubernetes.
 
 Times are the replicas' wall clocks (keep them in NTP sync, as for Kubernetes Leases).
 """
@@ -15,7 +16,6 @@ Times are the replicas' wall clocks (keep them in NTP sync, as for Kubernetes Le
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -23,14 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from analyzer.replicas.membership import Beat, Plan
+from common.sharedfile import locked, write_json
 
 KEEP_PLANS = 4
-
-
-def _write(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc))
-    os.replace(tmp, path)
 
 
 class DirectoryMembership:
@@ -46,7 +41,7 @@ class DirectoryMembership:
 
     # ----- heartbeats
     def heartbeat(self, replica: str, cycle: int, now: float) -> None:
-        _write(self.beats_dir / f"{replica}.json", {"cycle": cycle, "at": now})
+        write_json(self.beats_dir / f"{replica}.json", {"cycle": cycle, "at": now})
 
     def beats(self) -> list[Beat]:
         out = []
@@ -68,16 +63,12 @@ class DirectoryMembership:
     # ----- the leader lease and its plans
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[str, Any]]:
-        with open(self.root / "leader.lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                doc = self._read()
-                before = json.dumps(doc, sort_keys=True)
-                yield doc
-                if json.dumps(doc, sort_keys=True) != before:
-                    _write(self.root / "leader.json", doc)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with locked(self.root / "leader.lock"):
+            doc = self._read()
+            before = json.dumps(doc, sort_keys=True)
+            yield doc
+            if json.dumps(doc, sort_keys=True) != before:
+                write_json(self.root / "leader.json", doc)
 
     def _read(self) -> dict[str, Any]:
         try:

@@ -4,25 +4,24 @@ Where slurmctld runs with a backup controller, the two hosts already share a dir
 ``StateSaveLocation``); one beside it holds the lease and the journal. The record,
 ``remediation-leader.json`` (``holder``, ``generation``, ``nonce``, ``lease_s``), is read and
 replaced only under an exclusive ``flock`` on ``remediation-leader.lock``, and replaced by
-``rename``: the lock gives the compare-and-swap a Lease's resourceVersion gives on
-Kubernetes. The version is the generation and a random nonce, so a record removed and made
-again never repeats one a reader saw before. The file system must honour ``flock`` between hosts (local disk,
-NFSv4, CephFS, Lustre mounted with ``flock``). A record that does not read is an error, never
-a free lease: stop the instances and remove the file to start the election over.
+``rename`` (:mod:`common.sharedfile`): the lock gives the compare-and-swap a Lease's
+resourceVersion gives on Kubernetes. The version is the generation and a random nonce, so a
+record removed and made again never repeats one a reader saw before. The file system must
+honour ``flock`` between hosts (local disk, NFSv4, CephFS, Lustre mounted with ``flock``). A
+record that does not read is an error, never a free lease: stop the instances and remove
+the file to start the election over.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import math
 import os
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from common.sharedfile import locked, write_json
 from remediation.leader.elector import Record
 
 RECORD = "remediation-leader.json"
@@ -39,15 +38,6 @@ class DirectoryLeaseStore:
 
     def describe(self) -> str:
         return f"{self.root / RECORD}"
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        with open(self.root / LOCK, "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _read(self) -> dict[str, Any] | None:
         path = self.root / RECORD
@@ -75,23 +65,21 @@ class DirectoryLeaseStore:
         return doc
 
     def read(self) -> Record | None:
-        with self._locked():
+        with locked(self.root / LOCK):
             doc = self._read()
         if doc is None:
             return None
         return Record(doc["holder"], _version(doc), float(doc["lease_s"]))
 
     def write(self, holder: str, lease_s: float, expect: str | None) -> str | None:
-        with self._locked():
+        with locked(self.root / LOCK):
             doc = self._read()
             current = None if doc is None else _version(doc)
             if current != expect:
                 return None
             new = {"holder": holder, "generation": 1 if doc is None else doc["generation"] + 1,
                    "nonce": secrets.token_hex(4), "lease_s": math.ceil(lease_s)}  # fmt: skip
-            tmp = self.root / f".{RECORD}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(new))
-            os.replace(tmp, self.root / RECORD)
+            write_json(self.root / RECORD, new)
         return _version(new)
 
 
