@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None, collectors: CollectorsFor | None = N
         print(f"gpuwarden-remediation: {e}", file=sys.stderr)
         return 2
     keeper = None
-    if s.leader_elect != "off" and not check:
+    if s.elects and not check:
         try:
             keeper = standby(s)
         except (SettingsError, ValueError) as e:

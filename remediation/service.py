@@ -297,7 +297,7 @@ def build(
         )
     topo = topology.load(s.topology)
     clock = clock or SystemClock()
-    journal = Journal(s.state_db, shared=s.leader_elect != "off")
+    journal = Journal(s.state_db, shared=s.elects)
     real = backend
     if real is None and s.backend != "dry-run":
         real = make_backend(s, pol, topo, runner)

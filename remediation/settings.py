@@ -99,6 +99,12 @@ class Settings:
             )
 
     @property
+    def elects(self) -> bool:
+        """Leader election is on: standbys wait, and the journal sits where other hosts open
+        it too."""
+        return self.leader_elect != "off"
+
+    @property
     def host_port(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")
         return host.strip("[]"), int(port)

@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from remediation.events.sink import HttpSink
     from remediation.journal import Journal
 
-    journal = Journal(s.state_db, shared=s.leader_elect != "off")  # as the service opens it
+    journal = Journal(s.state_db, shared=s.elects)  # as the service opens it
     prime(journal)
     relay = Relay(journal, cfg, HttpSink(cfg.url, cfg.timeout_s, cfg.token))
     try:

@@ -20,9 +20,9 @@ from typing import Any
 from remediation.leader.elector import Record
 
 
-def _micro_now() -> str:
+def _micro(when: dt.datetime) -> str:
     """A MicroTime the API server takes (exactly six fraction digits)."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class KubeLeaseStore:
@@ -73,7 +73,7 @@ class KubeLeaseStore:
     def write(self, holder: str, lease_s: float, expect: str | None) -> str | None:
         from kubernetes.client.exceptions import ApiException
 
-        now = _micro_now()
+        now = _micro(dt.datetime.now(dt.UTC))
         spec: dict[str, Any] = {
             "holderIdentity": holder or None,
             "leaseDurationSeconds": math.ceil(lease_s),
@@ -101,7 +101,7 @@ class KubeLeaseStore:
                 acquired = old.spec.acquire_time
                 spec |= {"leaseTransitions": transitions}
                 if isinstance(acquired, dt.datetime):
-                    spec["acquireTime"] = acquired.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                    spec["acquireTime"] = _micro(acquired)
             meta["resourceVersion"] = expect
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": meta, "spec": spec}  # fmt: skip

@@ -63,8 +63,7 @@ def die(reason: str) -> None:
     try:
         log.critical("%s: exiting now (exit %d); the restart waits as a standby", reason,
                      LOST_EXIT)  # fmt: skip
-        for h in logging.getLogger().handlers:
-            h.flush()
+        _flush_logs()
     finally:
         os._exit(LOST_EXIT)
 
@@ -87,9 +86,14 @@ def hand_over(k: Keeper, drain_s: float = DRAIN_S) -> None:
     k.stop(release=False)
     log.warning("threads still running %.0f s after the stop (%s): exiting without releasing "
                 "the leader lease; it expires by itself", drain_s, ", ".join(busy))  # fmt: skip
+    _flush_logs()
+    os._exit(0)
+
+
+def _flush_logs() -> None:
+    """Before an ``os._exit``, which skips logging's own flush at exit."""
     for h in logging.getLogger().handlers:
         h.flush()
-    os._exit(0)
 
 
 def keeper(s: Settings, lease: LeaseStore | None = None) -> Keeper:
