@@ -219,18 +219,25 @@ def test_the_replica_drop_in_names_each_host_a_replica_meeting_in_the_shared_dir
                          replica="gpu-ctl-01", membership=env["GPUWARDEN_MEMBERSHIP"])  # fmt: skip
     assert s.membership == f"dir:{where}"
     # systemd accepts the unit with the drop-in (an unknown key or bad specifier would warn)
+    verify_with_drop_in(tmp_path, "analyzer", path)
+
+
+def verify_with_drop_in(tmp_path: Path, name: str, drop_in: Path) -> None:
+    """``systemd-analyze verify`` of gpuwarden-<name>.service with ``drop_in`` installed
+    beside it (ExecStart pointed at a stand-in, as verify checks it is executable): no error
+    and no warning."""
     binary = realcomp.require_binary("systemd-analyze")
-    stand_in = tmp_path / "gpuwarden-analyzer"
+    stand_in = tmp_path / f"gpuwarden-{name}"
     stand_in.write_text("#!/bin/sh\n")
     stand_in.chmod(0o755)
-    text = (UNITS / "gpuwarden-analyzer.service").read_text()
-    (tmp_path / "gpuwarden-analyzer.service").write_text(text.replace(PREFIX, f"{tmp_path}/"))
-    (tmp_path / "gpuwarden-analyzer.service.d").mkdir()
-    (tmp_path / "gpuwarden-analyzer.service.d" / "replica.conf").write_text(path.read_text())
+    text = (UNITS / f"gpuwarden-{name}.service").read_text()
+    unit = tmp_path / f"gpuwarden-{name}.service"
+    unit.write_text(text.replace(PREFIX, f"{tmp_path}/"))
+    (tmp_path / f"gpuwarden-{name}.service.d").mkdir()
+    (tmp_path / f"gpuwarden-{name}.service.d" / drop_in.name).write_text(drop_in.read_text())
     result = subprocess.run(
-        [binary, "verify", "--man=no", str(tmp_path / "gpuwarden-analyzer.service")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [binary, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
 
 
@@ -254,18 +261,4 @@ def test_the_standby_drop_in_elects_through_the_shared_directory_the_unit_may_wr
     assert f"--state-db {where}/state.db" in text and "/readyz" in text
     s = gsettings.load(Settings, {}, env=env)
     assert (s.leader_elect, str(s.leader_dir)) == ("directory", where)
-    binary = realcomp.require_binary("systemd-analyze")
-    stand_in = tmp_path / "gpuwarden-remediation"
-    stand_in.write_text("#!/bin/sh\n")
-    stand_in.chmod(0o755)
-    unit_text = (UNITS / "gpuwarden-remediation.service").read_text()
-    (tmp_path / "gpuwarden-remediation.service").write_text(
-        unit_text.replace(PREFIX, f"{tmp_path}/")
-    )
-    (tmp_path / "gpuwarden-remediation.service.d").mkdir()
-    (tmp_path / "gpuwarden-remediation.service.d" / "standby.conf").write_text(text)
-    result = subprocess.run(
-        [binary, "verify", "--man=no", str(tmp_path / "gpuwarden-remediation.service")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
+    verify_with_drop_in(tmp_path, "remediation", path)
