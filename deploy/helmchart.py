@@ -254,9 +254,7 @@ def overlay_patches(root: Path, overlay: Path) -> dict[tuple[str, str], list[dic
     return {(p["target"]["kind"], p["target"]["name"]): yaml.safe_load(p["patch"]) for p in patches}
 
 
-def _patched(
-    doc: dict[str, Any], ops: list[dict[str, Any]], overlay: Path = SHARDED_OVERLAY
-) -> dict[str, Any]:
+def _patched(doc: dict[str, Any], ops: list[dict[str, Any]], overlay: Path) -> dict[str, Any]:
     """``doc`` with the JSON 6902 ``add``/``replace`` ops applied (what kustomize does)."""
     out = copy.deepcopy(doc)
     for op in ops:
@@ -282,11 +280,11 @@ def _patched(
     return out
 
 
-def _replicas(text: str, value: str = ".Values.analyzer.replicas") -> str:
+def _replicas(text: str, value: str) -> str:
     """The Deployment's replica count from the value (the overlay's count replaced)."""
     new, n = re.subn(r"^  replicas: \d+\n", f"  replicas: {{{{ {value} }}}}\n", text, flags=re.M)
     if n != 1:
-        raise ValueError("the sharded analyzer Deployment has no spec.replicas")
+        raise ValueError(f"a Deployment whose count is {value} has no spec.replicas")
     return new
 
 
