@@ -15,19 +15,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.processes import wait_until
+from remediation.settings import Settings
 from tests.realcomp import free_port
 from tests.remediation.helpers import LIVE_POLICY, get_status, start_service
 
-LEASE_S = 15.0  # remediation.settings' default
+LEASE_S = Settings().leader_lease_s  # the default term the instances run with
 
 
 def _acting(port: int, limit: float = 60.0) -> float:
     """Seconds until the instance on ``port`` acts."""
     t0 = time.monotonic()
-    while get_status(f"http://127.0.0.1:{port}/readyz", timeout=2) != 200:
-        if time.monotonic() - t0 > limit:
-            raise TimeoutError(f"no instance acting on {port} after {limit:.0f} s")
-        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port}/readyz"
+    wait_until(
+        lambda: get_status(url, timeout=2) == 200, limit, 0.05, f"an instance acting on {port}"
+    )
     return time.monotonic() - t0
 
 
